@@ -1,0 +1,1 @@
+"""The papers' search grids as data (standard library only)."""

@@ -1,0 +1,81 @@
+"""`python -m trainers` as scripts use it: JSON in the documented shape, errors that list valid names."""
+
+import json
+import math
+import subprocess
+import sys
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "trainers", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_describe_json():
+    p = run(
+        "describe",
+        "--task",
+        "copy",
+        "--seq-len",
+        "500",
+        "--cell",
+        "rnn",
+        "--init",
+        "chain",
+        "--hidden",
+        "100",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["params"] == 100 * 100 + 100 * 10 + 100 + 100 * 9 + 9
+    assert out["baseline_loss"] == math.log(8) * 10 / 500
+    assert out["success_threshold"] == out["baseline_loss"] / 2
+    assert out["seq_len"] == 500 and out["config"]["cell_params"]["init"] == "chain"
+
+
+def test_train_json_last_line():
+    p = run(
+        "train",
+        "--task",
+        "addition",
+        "--seq-len",
+        "20",
+        "--cell",
+        "rnn",
+        "--init",
+        "identity",
+        "--scale",
+        "1.0",
+        "--hidden",
+        "16",
+        "--lr",
+        "1e-3",
+        "--steps",
+        "6",
+        "--seed",
+        "1",
+        "--set",
+        "n_train=64",
+        "--set",
+        "n_val=32",
+        "--eval-every",
+        "3",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    for key in ("final_val_loss", "success", "baseline_loss", "steps", "seconds", "status"):
+        assert key in out
+    assert out["status"] == "ok" and out["steps"] == 6 and isinstance(out["success"], bool)
+    assert "step" in p.stderr  # progress goes to stderr with --json
+
+
+def test_unknown_names_fail_with_the_valid_ones():
+    p = run("describe", "--task", "kopy")
+    assert p.returncode == 2 and "valid tasks: addition, copy, psmnist" in p.stderr
+    p = run("describe", "--init", "chian")
+    assert p.returncode == 2 and "chain, fbchain, identity, orthogonal" in p.stderr
+    p = run("describe", "--set", "lrate=1")
+    assert p.returncode == 2 and "unknown config field 'lrate'" in p.stderr

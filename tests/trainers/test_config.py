@@ -1,0 +1,63 @@
+"""Config resolution: defaults owned by components, errors that name the field and the fix."""
+
+import pytest
+
+from trainers import ConfigError, TrainConfig, UnknownNameError, apply_overrides, resolve
+from trainers.config import config_hash
+
+
+def test_defaults_are_orhans_protocol():
+    cfg = resolve({}).config
+    assert (cfg.optimizer, cfg.rho, cfg.eps, cfg.clip_norm, cfg.batch_size) == (
+        "rmsprop",
+        0.9,
+        1e-7,
+        10.0,
+        16,
+    )
+    assert (cfg.epochs, cfg.early_stop_loss, cfg.success_fraction) == (100, 0.0025, 0.5)
+
+
+@pytest.mark.parametrize("task,nonlinearity", [("copy", "elu"), ("addition", "relu"), ("psmnist", "elu")])
+def test_nonlinearity_defaults_to_the_tasks(task, nonlinearity):
+    assert resolve({"task": task}).cell_config.nonlinearity == nonlinearity
+    assert resolve({"task": task, "cell_params": {"nonlinearity": "tanh"}}).cell_config.nonlinearity == "tanh"
+
+
+def test_overrides_route_to_trial_task_and_cell_fields():
+    cfg = apply_overrides(
+        TrainConfig(task="copy"), {"lr": "3e-4", "layout": "delay", "scale": "1.02", "cell.init": "fbchain"}
+    )
+    r = resolve(cfg)
+    assert r.config.lr == 3e-4 and r.task_config.layout == "delay"
+    assert r.cell_config.scale == 1.02 and r.cell_config.init == "fbchain"
+
+
+def test_unknown_field_lists_valid_names():
+    with pytest.raises(ConfigError, match=r"unknown config field 'lrate'.*\blr\b.*seq_len"):
+        apply_overrides(TrainConfig(), {"lrate": "1"})
+    with pytest.raises(ConfigError, match="valid fields: seq_len, layout"):
+        resolve({"task": "copy", "task_params": {"T": 3}})
+
+
+def test_bad_values_name_the_field_and_the_choices():
+    with pytest.raises(ConfigError, match=r"layout = 'middle' is not allowed; choose one of: total, delay"):
+        resolve({"task_params": {"layout": "middle"}})
+    with pytest.raises(ConfigError, match="hidden"):
+        resolve({"hidden": "many"})
+    with pytest.raises(ConfigError, match="lr"):
+        resolve({"lr": -1})
+    with pytest.raises(UnknownNameError, match="valid cells: rnn"):
+        resolve({"cell": "gru2"})
+
+
+def test_hash_is_identity_of_the_result_not_of_the_device():
+    a = resolve({"lr": 1e-3}).to_dict()
+    b = resolve({"lr": 1e-3, "device": "cpu", "threads": 2}).to_dict()
+    c = resolve({"lr": 1e-3, "seed": 2}).to_dict()
+    assert config_hash(a) == config_hash(b) != config_hash(c)
+
+
+def test_resolved_dict_round_trips():
+    r = resolve({"task": "addition", "cell_params": {"init": "identity"}, "steps": 10})
+    assert resolve(r.to_dict()).to_dict() == r.to_dict()

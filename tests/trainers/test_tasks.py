@@ -1,0 +1,83 @@
+"""Task layouts and random baselines, checked against each task's own loss function."""
+
+import math
+
+import pytest
+import torch
+
+from trainers.tasks import get_task, list_tasks
+from trainers.tasks.addition import AdditionConfig, AdditionTask
+from trainers.tasks.copy import CopyConfig, CopyTask
+
+CPU = torch.device("cpu")
+
+
+def test_copy_total_layout_is_orhans():
+    task = CopyTask(CopyConfig(seq_len=50, n_train=4, n_val=4), seed=1)
+    (data,) = task.sample(3, torch.Generator().manual_seed(0))
+    x, y = task.encode((data,), CPU)
+    assert x.shape == (50, 3, 10) and y.shape == (50, 3)
+    symbols = x.argmax(-1)  # [L, B]
+    assert torch.equal(symbols[:10], data.long().T)
+    assert (symbols[:10] >= 1).all() and (symbols[:10] <= 8).all()
+    assert (symbols[50 - 11] == 9).all()  # marker one step before the recall
+    assert (symbols[10 : 50 - 11] == 0).all() and (symbols[50 - 10 :] == 0).all()
+    assert torch.equal(y[-10:], data.long().T) and (y[:-10] == 0).all()
+
+
+@pytest.mark.parametrize("layout,T,total", [("total", 500, 500), ("delay", 100, 120), ("delay", 500, 520)])
+def test_copy_baseline_is_10_ln8_over_total_length(layout, T, total):
+    task = CopyTask(CopyConfig(seq_len=T, layout=layout), seed=1)
+    assert task.seq_len == total
+    assert task.baseline_loss == pytest.approx(10 * math.log(8) / total)
+
+
+def test_orhan_copy_500_numbers():
+    task = CopyTask(CopyConfig(), seed=1)
+    assert task.baseline_loss == pytest.approx(0.041589, abs=1e-6)
+    assert task.success_threshold(0.5) == pytest.approx(0.020794, abs=1e-6)
+
+
+def test_copy_baseline_equals_the_loss_of_the_memoryless_predictor():
+    task = CopyTask(CopyConfig(seq_len=40, layout="delay"), seed=1)
+    _x, y = task.encode(task.sample(8, torch.Generator().manual_seed(0)), CPU)
+    logits = torch.full((task.seq_len, 8, 9), -1e9)
+    logits[:-10, :, 0] = 0.0  # certain blank before the recall
+    logits[-10:, :, 1:] = 0.0  # uniform over the 8 symbols during the recall
+    assert task.loss(logits, y).item() == pytest.approx(task.baseline_loss, rel=1e-6)
+
+
+@pytest.mark.parametrize("channels", ["mask_first", "value_first"])
+def test_addition_channels_positions_and_target(channels):
+    task = AdditionTask(AdditionConfig(seq_len=20, channels=channels), seed=1)
+    x, y = task.encode(task.sample(200, torch.Generator().manual_seed(0)), CPU)
+    assert x.shape == (20, 200, 2) and y.shape == (200, 1)
+    mask, value = (x[..., 0], x[..., 1]) if channels == "mask_first" else (x[..., 1], x[..., 0])
+    assert torch.equal(mask.sum(0), torch.full((200,), 2.0))
+    first, second = mask[:10].argmax(0), mask[10:].argmax(0) + 10
+    assert (mask[:10].sum(0) == 1).all() and (mask[10:].sum(0) == 1).all()
+    expected = value.gather(0, first[None]) + value.gather(0, second[None])
+    assert torch.allclose(y.squeeze(1), expected.squeeze(0))
+
+
+def test_addition_baseline_is_the_variance_of_the_sum():
+    task = AdditionTask(AdditionConfig(seq_len=10), seed=1)
+    assert task.baseline_loss == pytest.approx(1 / 6)
+    _, y = task.encode(task.sample(200_000, torch.Generator().manual_seed(0)), CPU)
+    assert task.loss(torch.ones_like(y), y).item() == pytest.approx(1 / 6, rel=0.01)
+
+
+def test_psmnist_baseline_is_ln_10(tiny_task_params):
+    task = get_task("psmnist")(get_task("psmnist").Config(**tiny_task_params["psmnist"]), seed=1)
+    assert task.baseline_loss == pytest.approx(math.log(10))
+
+
+@pytest.mark.parametrize("name", list_tasks())
+def test_fixed_splits_are_a_function_of_the_seed(name, tiny_task_params):
+    cls = get_task(name)
+    a = cls(cls.Config(**tiny_task_params[name]), seed=3)
+    b = cls(cls.Config(**tiny_task_params[name]), seed=3)
+    x1, y1 = a.encode(a.val_split().take(slice(0, 8)), CPU)
+    x2, y2 = b.encode(b.val_split().take(slice(0, 8)), CPU)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert x1.shape[0] == a.seq_len and x1.shape[2] == a.input_dim

@@ -1,0 +1,30 @@
+"""memsweep's trainers: tasks, cells and the training loop. Depends on torch only.
+
+from trainers import train, TrainConfig
+result = train({"task": "addition", "task_params": {"seq_len": 100}, "steps": 500})
+"""
+
+from trainers.cells import get_cell, list_cells
+from trainers.config import TRAINER_VERSION, Resolved, TrainConfig, apply_overrides, config_hash, resolve
+from trainers.loop import Evaluation, TrainResult, train
+from trainers.params import ConfigError
+from trainers.registry import UnknownNameError
+from trainers.tasks import get_task, list_tasks
+
+__all__ = [
+    "TRAINER_VERSION",
+    "ConfigError",
+    "Evaluation",
+    "Resolved",
+    "TrainConfig",
+    "TrainResult",
+    "UnknownNameError",
+    "apply_overrides",
+    "config_hash",
+    "get_cell",
+    "get_task",
+    "list_cells",
+    "list_tasks",
+    "resolve",
+    "train",
+]

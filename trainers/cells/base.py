@@ -1,0 +1,40 @@
+"""The cell contract: a recurrent layer that maps inputs [T, B, d] to hidden states [T, B, N].
+
+A cell knows nothing about tasks, losses or optimisers. It owns its hyperparameters in a frozen
+dataclass `Config` (registered beside it in `trainers.cells`), is built from
+(config, input_size, hidden_size, default_nonlinearity, generator), and may expose its recurrent matrix
+for analysis and a hook run after each optimiser step (projections, clipping of gates).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+class Cell(nn.Module):
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.config = config
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
+        raise NotImplementedError
+
+    def recurrent_matrix(self) -> torch.Tensor | None:
+        """W [N, N] with W_ij the weight from unit j to unit i, or None when the cell has none."""
+        return None
+
+    def after_step(self) -> None:
+        """Called after every optimiser step (e.g. to project W back onto a constraint set)."""
+
+    @classmethod
+    def resolve(cls, config: Any, default_nonlinearity: str) -> Any:
+        """Fill task-dependent defaults (e.g. the nonlinearity) into the config; identity by default."""
+        return config

@@ -1,0 +1,60 @@
+"""Vanilla (Elman) RNN with Orhan & Pitkow's initialisers (paper §3.1.1, seed-code-facts §3.1).
+
+    h_t = f(W h_{t−1} + V x_t + b),   f ∈ {elu, relu, tanh},   h_0 = 0,   b initialised to 0
+
+W and V start from one of `trainers.initializers` (chain α, fbchain β, identity λ, orthogonal λ);
+`scale` is that initialiser's own hyperparameter (the authors' `--init_scale`). The nonlinearity
+defaults to the task's (Orhan: elu on copy and psMNIST, relu on addition).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from trainers.cells.base import Cell
+from trainers.initializers import INITIALIZERS
+from trainers.kernels import elman_rnn
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    init: Literal["chain", "fbchain", "identity", "orthogonal"] = "chain"
+    scale: float = 1.0  # α (chain), β (fbchain) or λ (identity, orthogonal)
+    fb_forward: float = 0.99  # fbchain's fixed forward weight
+    input_gain: float = 0.9  # V = gain·I (chains) or std gain/√N (identity, orthogonal)
+    nonlinearity: Literal["elu", "relu", "tanh"] | None = None  # None: the task's default
+    bias: bool = True  # Keras SimpleRNN has one (zero-initialised) bias
+    backend: Literal["auto", "scan", "native"] = "auto"  # see trainers.kernels
+
+
+class RNNCell(Cell):
+    name = "rnn"
+    Config = RNNConfig
+    config: RNNConfig
+
+    def __init__(self, config: RNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        super().__init__(config, input_size, hidden_size)
+        init = INITIALIZERS.get(config.init)
+        w, v = init(hidden_size, input_size, config.scale, config.fb_forward, config.input_gain, gen)
+        self.weight_hh = nn.Parameter(w)  # W [N, N]
+        self.weight_ih = nn.Parameter(v)  # V [N, d]
+        self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None
+
+    @classmethod
+    def resolve(cls, config: RNNConfig, default_nonlinearity: str) -> RNNConfig:
+        if config.nonlinearity is None:
+            return dataclasses.replace(config, nonlinearity=default_nonlinearity)  # type: ignore[arg-type]
+        return config
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
+        nonlinearity = self.config.nonlinearity or "tanh"
+        return elman_rnn(x, h0, self.weight_ih, self.weight_hh, self.bias, nonlinearity, self.config.backend)
+
+    def recurrent_matrix(self) -> torch.Tensor:
+        return self.weight_hh.detach()

@@ -1,0 +1,165 @@
+"""`python -m trainers`: describe a trial config, train one trial, list components. JSON with --json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from trainers.cells import list_cells
+from trainers.config import TrainConfig, apply_overrides, resolve
+from trainers.initializers import INITIALIZERS
+from trainers.loop import Evaluation, train
+from trainers.model import build_model, count_params
+from trainers.params import ConfigError
+from trainers.registry import UnknownNameError
+from trainers.tasks import list_tasks
+
+# CLI flag → config field (a trial field, or a task / cell field routed by apply_overrides)
+SHORTCUTS = {
+    "seq_len": "seq_len",
+    "init": "init",
+    "scale": "scale",
+    "nonlinearity": "nonlinearity",
+    "hidden": "hidden",
+    "lr": "lr",
+    "steps": "steps",
+    "epochs": "epochs",
+    "seed": "seed",
+    "batch_size": "batch_size",
+    "eval_every": "eval_every",
+    "device": "device",
+    "threads": "threads",
+}
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="copy", help=f"one of: {', '.join(list_tasks())}")
+    p.add_argument("--cell", default="rnn", help=f"one of: {', '.join(list_cells())}")
+    p.add_argument("--config", help="JSON file with a trial config (flags override it)")
+    p.add_argument("--seq-len", dest="seq_len", help="the task's T (copy: see the task's `layout`)")
+    p.add_argument("--init", help=f"initialiser: {', '.join(INITIALIZERS.names())}")
+    p.add_argument(
+        "--scale", help="the initialiser's hyperparameter: α (chain), β (fbchain), λ (identity, orthogonal)"
+    )
+    p.add_argument("--nonlinearity", help="elu | relu | tanh (default: the task's, as in Orhan & Pitkow)")
+    p.add_argument("--hidden", help="hidden units N")
+    p.add_argument("--lr", help="learning rate")
+    p.add_argument("--steps", help="budget in optimiser steps (replaces --epochs)")
+    p.add_argument("--epochs", help="budget in epochs (default 100, Orhan)")
+    p.add_argument("--seed", help="one seed fixes data, permutation and weights")
+    p.add_argument("--batch-size", dest="batch_size")
+    p.add_argument(
+        "--eval-every", dest="eval_every", help="steps between evaluations (default: once per epoch)"
+    )
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--threads", help="intra-op CPU threads (default 1)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other config field: trial, task or cell (task.KEY / cell.KEY to be explicit)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    base: dict[str, Any] = {}
+    if args.config:
+        with open(args.config) as fh:
+            base = json.load(fh)
+    base = {**base, "task": args.task if args.task else base.get("task", "copy")}
+    base["cell"] = args.cell or base.get("cell", "rnn")
+    from trainers.config import from_dict
+
+    cfg = from_dict(base)
+    overrides: dict[str, Any] = {}
+    for attr, key in SHORTCUTS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            overrides[key] = value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: write KEY=VALUE, e.g. --set layout=delay")
+        overrides[key.strip()] = value.strip()
+    return apply_overrides(cfg, overrides)
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    resolved = resolve(config_from_args(args))
+    task = resolved.make_task()
+    model = build_model(resolved, task)
+    out = {
+        "params": count_params(model),
+        "baseline_loss": task.baseline_loss,
+        "success_threshold": task.success_threshold(resolved.config.success_fraction),
+        **task.describe(),
+        "config_hash": resolved.config_hash(),
+        "config": resolved.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for key, value in out.items():
+            print(f"{key:>18}: {value}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    resolved = resolve(config_from_args(args))
+
+    def report(e: Evaluation) -> None:
+        metric = f"  metric {e.metric:.4f}" if e.metric is not None else ""
+        print(
+            f"step {e.step:>7}  epoch {e.epoch:7.2f}  train {e.train_loss:.5f}  val {e.val_loss:.5f}"
+            f"{metric}  {e.seconds:6.1f}s",
+            file=sys.stderr if args.json else sys.stdout,
+            flush=True,
+        )
+
+    result = train(resolved, report)
+    summary = result.summary(with_history=args.history)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        verdict = (
+            "SUCCESS"
+            if result.success
+            else ("FAILED: " + (result.reason or "") if result.status == "failed" else "no success")
+        )
+        print(
+            f"final val loss {result.final_val_loss}  (baseline {result.baseline_loss:.6f}, "
+            f"threshold {result.success_threshold:.6f})  {verdict}  steps {result.steps}  {result.seconds:.1f}s"
+        )
+    return 0 if result.status == "ok" else 1
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    out = {"tasks": list_tasks(), "cells": list_cells(), "initializers": INITIALIZERS.names()}
+    print(json.dumps(out) if args.json else "\n".join(f"{k}: {', '.join(v)}" for k, v in out.items()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainers", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("describe", help="resolve a trial config: parameters, baseline, threshold")
+    add_config_args(p)
+    p.set_defaults(fn=cmd_describe)
+    p = sub.add_parser("train", help="train one trial")
+    add_config_args(p)
+    p.add_argument("--history", action="store_true", help="include every evaluation in the JSON")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("list", help="registered tasks, cells and initialisers")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_list)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except (ConfigError, UnknownNameError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

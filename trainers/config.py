@@ -1,0 +1,165 @@
+"""The one trial-config schema: `TrainConfig`, its resolution against the registries, and its hash.
+
+A trial is fully described by a `TrainConfig`: the trial-level fields below plus the task's and the
+cell's own config dataclasses (as dicts). `resolve` fills every default, so the resolved dict is the
+trial's identity (the ledger keys trials by `config_hash`). Defaults are Orhan & Pitkow's protocol
+(seed-code-facts §0a item 4, §2.1): RMSprop (ρ 0.9, ε 1e-7), global gradient-norm clip 10,
+batch 16, 100 epochs with validation once per epoch, early stop once validation loss < 0.0025.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainers.cells import CELLS, Cell
+from trainers.params import ConfigError, build, field_names
+from trainers.tasks import TASKS, Task
+
+#: Bumped whenever a change alters what a given config computes (results keyed by hash + version).
+TRAINER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = "copy"
+    cell: str = "rnn"
+    hidden: int = 100
+    seed: int = 1  # fixes data, permutation, weights and shuffling
+    # optimiser
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    lr: float = 1e-4
+    rho: float = 0.9  # RMSprop's moving-average decay (Keras rho, torch alpha)
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam
+    eps: float = 1e-7  # Keras' epsilon
+    clip_norm: float | None = 10.0  # global gradient-norm clip (Keras 2.2.4 clipnorm); None: off
+    batch_size: int = 16
+    # budget and evaluation
+    epochs: int = 100
+    steps: int | None = None  # when set, the budget in optimiser steps (replaces epochs)
+    eval_every: int | None = None  # steps between evaluations; None: once per epoch
+    eval_batch_size: int = 1000  # validation batch (no effect on the result)
+    early_stop_loss: float | None = 0.0025  # stop once validation loss < this; None: never
+    success_fraction: float = 0.5  # success: final validation loss < fraction × baseline
+    divergence_factor: float | None = 1e3  # failed when a loss > factor × baseline; always when not finite
+    # execution (not part of the result's identity beyond reproducibility)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 1  # intra-op threads on CPU; 1 is fastest for small RNNs (benchmarks/)
+    # components' own configs (fields of the task's and the cell's Config dataclasses)
+    task_params: Mapping[str, Any] = field(default_factory=dict)
+    cell_params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        d["task_params"] = dict(self.task_params)
+        d["cell_params"] = dict(self.cell_params)
+        return d
+
+
+TOP_FIELDS = field_names(TrainConfig)
+EXECUTION_FIELDS = ("device", "threads", "eval_batch_size")  # excluded from the identity hash
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A config with every default filled in, and the component classes it names."""
+
+    config: TrainConfig
+    task_cls: type[Task]
+    task_config: Any
+    cell_cls: type[Cell]
+    cell_config: Any
+
+    def make_task(self) -> Task:
+        return self.task_cls(self.task_config, self.config.seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+    def config_hash(self) -> str:
+        return config_hash(self.to_dict())
+
+
+def config_hash(resolved: Mapping[str, Any]) -> str:
+    """Identity of a trial: sha256 of its resolved config (execution-only fields dropped)."""
+    ident = {k: v for k, v in resolved.items() if k not in EXECUTION_FIELDS}
+    ident["trainer_version"] = TRAINER_VERSION
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def from_dict(values: Mapping[str, Any]) -> TrainConfig:
+    """A TrainConfig from a (possibly partial) dict; nested `task_params` / `cell_params` kept raw."""
+    values = dict(values)
+    task_params = dict(values.pop("task_params", None) or {})
+    cell_params = dict(values.pop("cell_params", None) or {})
+    values.pop("trainer_version", None)
+    if "betas" in values and isinstance(values["betas"], (list, tuple)):
+        values["betas"] = tuple(float(b) for b in values["betas"])
+    cfg = build(TrainConfig, values, where="trial config")
+    return dataclasses.replace(cfg, task_params=task_params, cell_params=cell_params)
+
+
+def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
+    """Check every name and value against the registries and fill every default."""
+    cfg = config if isinstance(config, TrainConfig) else from_dict(config)
+    task_cls = TASKS.get(cfg.task)
+    cell_cls = CELLS.get(cfg.cell)
+    task_cfg: Any = build(task_cls.Config, cfg.task_params, where=f"task {cfg.task!r}")
+    cell_cfg: Any = build(cell_cls.Config, cfg.cell_params, where=f"cell {cfg.cell!r}")
+    cell_cfg = cell_cls.resolve(cell_cfg, task_cls.default_nonlinearity)
+    if getattr(task_cfg, "data", "fixed") == "fresh" and not task_cls.supports_fresh:
+        raise ConfigError(f"task {cfg.task!r} has no fresh-batch regime; use data=fixed")
+    for name, minimum in (("hidden", 1), ("batch_size", 1), ("epochs", 1), ("threads", 1)):
+        if getattr(cfg, name) < minimum:
+            raise ConfigError(f"{name} = {getattr(cfg, name)} must be at least {minimum}")
+    for name in ("steps", "eval_every"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} = {value} must be a positive integer, or none")
+    if cfg.lr <= 0:
+        raise ConfigError(f"lr = {cfg.lr} must be positive")
+    full = dataclasses.replace(
+        cfg, task_params=dataclasses.asdict(task_cfg), cell_params=dataclasses.asdict(cell_cfg)
+    )
+    return Resolved(full, task_cls, task_cfg, cell_cls, cell_cfg)
+
+
+def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+    """Set fields by name: a trial field, else the task's, else the cell's (`task.x` / `cell.x` force one)."""
+    top: dict[str, Any] = {}
+    task_params = dict(cfg.task_params)
+    cell_params = dict(cfg.cell_params)
+    task_cls = TASKS.get(cfg.task)
+    cell_cls = CELLS.get(cfg.cell)
+    task_fields, cell_fields = field_names(task_cls.Config), field_names(cell_cls.Config)
+    for key, value in overrides.items():
+        scope, _, name = key.rpartition(".")
+        if scope == "task" or (not scope and name not in TOP_FIELDS and name in task_fields):
+            if name not in task_fields:
+                raise ConfigError(
+                    f"unknown field {name!r} for task {cfg.task!r}; valid: {', '.join(task_fields)}"
+                )
+            task_params[name] = value
+        elif scope == "cell" or (not scope and name not in TOP_FIELDS and name in cell_fields):
+            if name not in cell_fields:
+                raise ConfigError(
+                    f"unknown field {name!r} for cell {cfg.cell!r}; valid: {', '.join(cell_fields)}"
+                )
+            cell_params[name] = value
+        elif not scope and name in TOP_FIELDS and name not in ("task_params", "cell_params"):
+            top[name] = value
+        else:
+            valid = sorted({*TOP_FIELDS, *task_fields, *cell_fields} - {"task_params", "cell_params"})
+            raise ConfigError(
+                f"unknown config field {key!r}; valid fields for task {cfg.task!r} and cell {cfg.cell!r}: "
+                + ", ".join(valid)
+            )
+    base = cfg.to_dict()
+    base.update(top)
+    base["task_params"], base["cell_params"] = task_params, cell_params
+    return from_dict(base)

@@ -1,0 +1,40 @@
+"""A cell plus the task's readout: hidden states → per-step outputs or the last step's output."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainers.cells import Cell
+from trainers.config import Resolved
+from trainers.seeding import generator
+from trainers.tasks import Task
+
+
+class SequenceModel(nn.Module):
+    def __init__(self, cell: Cell, output_dim: int, output: str, gen: torch.Generator) -> None:
+        super().__init__()
+        self.cell = cell
+        self.output = output
+        self.readout = nn.Linear(cell.hidden_size, output_dim)
+        # Keras Dense: Glorot-uniform kernel, zero bias (Orhan's train.py)
+        bound = (6.0 / (cell.hidden_size + output_dim)) ** 0.5
+        with torch.no_grad():
+            self.readout.weight.uniform_(-bound, bound, generator=gen)
+            self.readout.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hs: torch.Tensor = self.cell(x)  # [T, B, N]
+        out: torch.Tensor = self.readout(hs[-1] if self.output == "last" else hs)  # [B, C] or [T, B, C]
+        return out
+
+
+def build_model(resolved: Resolved, task: Task) -> SequenceModel:
+    """The trial's model, its weights drawn from the trial seed's `init` stream."""
+    gen = generator(resolved.config.seed, "init")
+    cell = resolved.cell_cls(resolved.cell_config, task.input_dim, resolved.config.hidden, gen)  # type: ignore[call-arg]
+    return SequenceModel(cell, task.output_dim, task.output, gen)
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

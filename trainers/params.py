@@ -1,0 +1,93 @@
+"""Build a component's frozen config dataclass from user values, with errors that name the fix.
+
+Every component (task, cell, the trial itself) owns its defaults in a frozen dataclass; this module
+only turns user input (CLI strings, JSON, dicts) into such a dataclass, checking names and types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A config value or name is invalid; the message names the field, the allowed values and the fix."""
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def build(cls: type[C], values: Mapping[str, Any], *, where: str) -> C:
+    """`cls(**values)` after checking every name and coercing every value to its declared type."""
+    hints = typing.get_type_hints(cls)
+    known = field_names(cls)
+    kwargs: dict[str, Any] = {}
+    for name, raw in values.items():
+        if name not in known:
+            raise ConfigError(f"unknown field {name!r} for {where}; valid fields: {', '.join(known)}")
+        kwargs[name] = coerce(raw, hints[name], f"{where}.{name}")
+    return cls(**kwargs)
+
+
+def coerce(raw: Any, tp: Any, where: str) -> Any:
+    """Convert `raw` (possibly a CLI string) to type `tp`, or raise ConfigError naming `where`."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        allowed = get_args(tp)
+        for option in allowed:
+            if raw == option or (isinstance(raw, str) and str(option) == raw):
+                return option
+        raise ConfigError(f"{where} = {raw!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        is_none = raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null"))
+        if is_none and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce(raw, option, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where} = {raw!r}: " + "; ".join(errors))
+    if tp is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return raw.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where} = {raw!r} is not a boolean; use true or false")
+    if tp is int:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{where} = {raw!r} is not an integer")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if isinstance(raw, str):
+            try:
+                return int(raw)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where} = {raw!r} is not an integer")
+    if tp is float:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return float(raw)
+        if isinstance(raw, str):
+            try:
+                return float(raw)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where} = {raw!r} is not a number")
+    if tp is str:
+        if isinstance(raw, str):
+            return raw
+        raise ConfigError(f"{where} = {raw!r} is not a string")
+    return raw

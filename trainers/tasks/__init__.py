@@ -1,0 +1,24 @@
+"""Tasks by name. A task is registered here; the contract tests then cover it."""
+
+from __future__ import annotations
+
+from trainers.registry import Registry
+from trainers.tasks.addition import AdditionTask
+from trainers.tasks.base import Split, Task
+from trainers.tasks.copy import CopyTask
+from trainers.tasks.psmnist import PSMNISTTask
+
+TASKS: Registry[type[Task]] = Registry("task")
+for _task in (CopyTask, AdditionTask, PSMNISTTask):
+    TASKS.register(_task.name)(_task)
+
+
+def get_task(name: str) -> type[Task]:
+    return TASKS.get(name)
+
+
+def list_tasks() -> list[str]:
+    return TASKS.names()
+
+
+__all__ = ["TASKS", "Split", "Task", "get_task", "list_tasks"]

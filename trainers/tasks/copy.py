@@ -1,0 +1,98 @@
+"""Copy task (Hochreiter & Schmidhuber 1997; Arjovsky et al. 2016; Orhan & Pitkow 2020 §3.1.1).
+
+Symbols: data 1..8, blank 0, marker 9; inputs one-hot over 10 symbols, outputs 9 classes (0..8).
+Layout (0-based), L = total length:  x[0:10] = data, x[L-11] = 9 (marker), everything else 0;
+                                     y[L-10:] = data, everything else 0.
+`layout="total"`: T is the whole sequence, L = T (Orhan's copy-500, their `generate_data.py`).
+`layout="delay"`: T blanks between data and recall, L = T + 20 (Arjovsky / SRNN / NRU).
+Loss: mean cross-entropy over every step and example (all five reference codes do this).
+Random baseline: blanks predicted with certainty, uniform over 8 symbols at the 10 recall steps:
+10·ln 8 / L (seed-code-facts §1.1; Orhan copy-500: 0.041589).
+Data: Orhan's fixed 60,000 / 10,000 train / validation sets, or fresh batches every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from trainers.seeding import generator
+from trainers.tasks.base import Split, Task, Tensors, copy_baseline
+
+N_DATA = 10  # symbols to remember
+N_SYMBOLS = 8  # data alphabet 1..8
+MARKER = 9
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    seq_len: int = 500  # T: total length (layout "total") or delay (layout "delay")
+    layout: Literal["total", "delay"] = "total"
+    data: Literal["fixed", "fresh"] = "fixed"
+    n_train: int = 60_000  # fixed training set; in the fresh regime, the examples in one epoch
+    n_val: int = 10_000
+
+
+class CopyTask(Task):
+    name = "copy"
+    Config = CopyConfig
+    output = "sequence"
+    default_nonlinearity = "elu"
+    metric_name = "recall_accuracy"
+    supports_fresh = True
+    config: CopyConfig
+
+    def __init__(self, config: CopyConfig, seed: int) -> None:
+        super().__init__(config, seed)
+        min_len = 2 * N_DATA + 1 if config.layout == "total" else 1
+        if config.seq_len < min_len:
+            raise ValueError(f"copy: seq_len must be at least {min_len} with layout {config.layout!r}")
+
+    @property
+    def seq_len(self) -> int:
+        c = self.config
+        return c.seq_len if c.layout == "total" else c.seq_len + 2 * N_DATA
+
+    @property
+    def input_dim(self) -> int:
+        return MARKER + 1  # one-hot over 0..9
+
+    @property
+    def output_dim(self) -> int:
+        return N_SYMBOLS + 1  # classes 0..8
+
+    @property
+    def baseline_loss(self) -> float:
+        return copy_baseline(self.seq_len, N_SYMBOLS, N_DATA)
+
+    # A data set is just its [n, 10] data symbols; `encode` lays them out.
+    def sample(self, n: int, gen: torch.Generator) -> Tensors:
+        return (torch.randint(1, N_SYMBOLS + 1, (n, N_DATA), generator=gen, dtype=torch.uint8),)
+
+    def train_split(self) -> Split:
+        return Split(self.sample(self.config.n_train, generator(self.seed, "copy/train")))
+
+    def val_split(self) -> Split:
+        return Split(self.sample(self.config.n_val, generator(self.seed, "copy/val")))
+
+    def encode(self, batch: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        (data,) = batch  # [B, 10]
+        data = data.to(device=device, dtype=torch.long)
+        L, B = self.seq_len, data.shape[0]
+        x = torch.zeros(L, B, dtype=torch.long, device=device)
+        x[:N_DATA] = data.T
+        x[L - N_DATA - 1] = MARKER
+        y = torch.zeros(L, B, dtype=torch.long, device=device)
+        y[L - N_DATA :] = data.T
+        return F.one_hot(x, MARKER + 1).float(), y  # x [L, B, 10], y [L, B]
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # out [L, B, 9] logits; mean over every step and example
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
+        hit = out[-N_DATA:].argmax(-1) == y[-N_DATA:]  # [10, B]
+        return float(hit.float().mean(0).sum())

@@ -1,0 +1,119 @@
+"""Permuted sequential MNIST (Le et al. 2015; Orhan & Pitkow 2020 §3.1.1).
+
+The 784 pixels of an image enter one per step (input_dim 1) in a fixed random order; the label is
+read from the last step's output (10 classes, cross-entropy). Random baseline ln 10.
+Orhan's code (seed-code-facts §1.3): a permutation drawn from the run's seed (so each seed has its
+own), pixels / 255, train on the 60k training set and validate on the 10k test set. Other papers'
+choices are fields: a fixed `permutation_seed` (expRNN/Emami: 92916, SRNN: 1234), `normalization`
+"standard" (SRNN) or "symmetric" (VPRNN), `split` "train_val" (first 50k train, last 10k validate).
+Data come through torchvision's MNIST class (see `mnist_files` for the offline source).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from trainers.seeding import generator
+from trainers.tasks.base import Split, Task, Tensors
+from trainers.tasks.mnist_files import default_root, load_mnist
+
+PIXELS = 28 * 28
+MEAN, STD = 0.1307, 0.3081  # the usual MNIST statistics (SRNN's Normalize)
+
+
+@dataclass(frozen=True)
+class PSMNISTConfig:
+    permutation_seed: int | None = None  # None: drawn from the trial's seed (Orhan)
+    normalization: Literal["unit", "standard", "symmetric"] = "unit"  # /255 | (x−μ)/σ | [−1, 1]
+    split: Literal["train_test", "train_val"] = "train_test"  # Orhan: validate on the test set
+    n_train: int | None = None  # use only the first n of the training split (None: all)
+    n_val: int | None = None
+    root: str | None = None  # data folder (default $MEMSWEEP_DATA_DIR or ~/.cache/memsweep)
+    download: bool = False  # allow torchvision's download when no local source exists
+
+
+class PSMNISTTask(Task):
+    name = "psmnist"
+    Config = PSMNISTConfig
+    output = "last"
+    default_nonlinearity = "elu"
+    metric_name = "accuracy"
+    permuted = True
+    config: PSMNISTConfig
+
+    def __init__(self, config: PSMNISTConfig, seed: int) -> None:
+        super().__init__(config, seed)
+        if self.permuted:
+            gen = (
+                generator(seed, "psmnist/permutation")
+                if config.permutation_seed is None
+                else torch.Generator().manual_seed(config.permutation_seed)
+            )
+            self.permutation = torch.randperm(PIXELS, generator=gen)
+        else:
+            self.permutation = torch.arange(PIXELS)
+        self._root = str(Path(config.root) if config.root else default_root())
+
+    @property
+    def seq_len(self) -> int:
+        return PIXELS
+
+    @property
+    def input_dim(self) -> int:
+        return 1
+
+    @property
+    def output_dim(self) -> int:
+        return 10
+
+    @property
+    def baseline_loss(self) -> float:
+        return math.log(10)
+
+    @property
+    def data_regime(self) -> Literal["fixed", "fresh"]:
+        return "fixed"
+
+    @property
+    def train_size(self) -> int:
+        return len(self.train_split())
+
+    def _load(self, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return load_mnist(self._root, train, self.config.download)
+
+    def train_split(self) -> Split:
+        x, y = self._load(train=True)
+        if self.config.split == "train_val":
+            x, y = x[:50_000], y[:50_000]
+        n = min(len(x), self.config.n_train or len(x))
+        return Split((x[:n], y[:n]))
+
+    def val_split(self) -> Split:
+        if self.config.split == "train_test":
+            x, y = self._load(train=False)
+        else:
+            x, y = self._load(train=True)
+            x, y = x[50_000:], y[50_000:]
+        n = min(len(x), self.config.n_val or len(x))
+        return Split((x[:n], y[:n]))
+
+    def encode(self, batch: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = batch  # [B, 784] uint8, [B]
+        x = images[:, self.permutation].to(device=device, dtype=torch.float32) / 255.0
+        if self.config.normalization == "standard":
+            x = (x - MEAN) / STD
+        elif self.config.normalization == "symmetric":
+            x = 2.0 * x - 1.0
+        return x.T.unsqueeze(-1).contiguous(), labels.to(device)  # x [784, B, 1]
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out, y)  # out [B, 10]
+
+    def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
+        return float((out.argmax(-1) == y).sum())
