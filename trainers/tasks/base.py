@@ -44,6 +44,10 @@ class Task(ABC):
     #: True when a fresh-batch regime exists (synthetic tasks); data sets (MNIST) have fixed splits only
     supports_fresh: ClassVar[bool] = False
 
+    #: Token inputs: when not None, `encode` returns x as int64 ids [T, B] and the model embeds them
+    #: (nn.Embedding(input_vocab, input_dim)) before the cell; `input_dim` is then the embedding size.
+    input_vocab: int | None = None
+
     def __init__(self, config: Any, seed: int) -> None:
         self.config = config
         self.seed = seed
