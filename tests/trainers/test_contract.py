@@ -14,6 +14,8 @@ CPU = torch.device("cpu")
 PAIRS = [(cell, task) for cell in list_cells() for task in list_tasks()]
 # Cell settings under which a signal can persist for any T (a chain forgets after N steps by design).
 CELL_PARAMS = {"rnn": {"init": "orthogonal"}}
+# Tasks whose data are files read in a fixed order: the seed changes the weights, not the data.
+SEED_FREE_DATA = {"smnist", "har2", "ptb"}
 
 
 def setup(cell, task, params, seed=1):
@@ -45,7 +47,10 @@ def test_output_shape_and_finite_loss(cell, task, tiny_task_params):
 @pytest.mark.parametrize("cell,task", PAIRS)
 def test_gradient_reaches_the_first_step(cell, task, tiny_task_params):
     _, _, model, x, _ = setup(cell, task, tiny_task_params)
-    x = x[:40].clone().requires_grad_()  # 40 steps: long enough, short enough to avoid float32 underflow
+    x = x[:40]  # 40 steps: long enough, short enough to avoid float32 underflow
+    if model.embedding is not None:  # token ids: take the gradient at the embedding's output
+        x = model.embedding(x)
+    x = x.detach().clone().requires_grad_()
     model.cell(x)[-1].pow(2).sum().backward()
     assert x.grad is not None and x.grad[0].abs().sum() > 0  # the last state depends on step 0
     assert all(torch.isfinite(p.grad).all() for p in model.cell.parameters() if p.grad is not None)
@@ -58,4 +63,4 @@ def test_same_seed_same_model_other_seed_other_data(cell, task, tiny_task_params
     assert torch.equal(x1, x2)
     assert torch.equal(m1(x1), m2(x2))
     _, _, _, x3, _ = setup(cell, task, tiny_task_params, seed=6)
-    assert not torch.equal(x1, x3)
+    assert task in SEED_FREE_DATA or not torch.equal(x1, x3)

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from trainers.cells.base import Cell
+from trainers.cells.crnn import CRNNCell
+from trainers.cells.fastrnn import FastRNNCell
+from trainers.cells.gru import GRUCell
+from trainers.cells.janet import JANETCell
+from trainers.cells.lstm import LSTMCell
+from trainers.cells.nru import NRUCell
 from trainers.cells.rnn import RNNCell
+from trainers.cells.sgornn import SGORNNCell
+from trainers.cells.srnn import SRNNCell
+from trainers.cells.urnn import URNNCell
+from trainers.cells.vprnn import VPRNNCell
 from trainers.registry import Registry
 
 CELLS: Registry[type[Cell]] = Registry("cell")
-for _cell in (RNNCell,):
+for _cell in (RNNCell, LSTMCell, GRUCell, JANETCell, VPRNNCell, FastRNNCell, SGORNNCell, URNNCell, CRNNCell, SRNNCell, NRUCell):
     CELLS.register(_cell.name)(_cell)
 
 

@@ -5,11 +5,29 @@ from __future__ import annotations
 from trainers.registry import Registry
 from trainers.tasks.addition import AdditionTask
 from trainers.tasks.base import Split, Task
+from trainers.tasks.bigpsmnist import BigPSMNISTTask
 from trainers.tasks.copy import CopyTask
+from trainers.tasks.denoise import DenoiseTask
+from trainers.tasks.har2 import HAR2Task
 from trainers.tasks.psmnist import PSMNISTTask
+from trainers.tasks.ptb import PTBTask
+from trainers.tasks.smnist import SMNISTTask
+from trainers.tasks.teacher import TeacherTask
+from trainers.tasks.varcopy import VarCopyTask
 
 TASKS: Registry[type[Task]] = Registry("task")
-for _task in (CopyTask, AdditionTask, PSMNISTTask):
+for _task in (
+    CopyTask,
+    AdditionTask,
+    PSMNISTTask,
+    VarCopyTask,
+    DenoiseTask,
+    SMNISTTask,
+    BigPSMNISTTask,
+    TeacherTask,
+    HAR2Task,
+    PTBTask,
+):
     TASKS.register(_task.name)(_task)
 
 

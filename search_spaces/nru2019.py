@@ -1,0 +1,167 @@
+"""Chandar et al. (2019), "Towards non-saturating recurrent units for modelling long-term dependencies"
+(NRU), AAAI 2019: the appendix's sensitivity study of k, m, h (psMNIST, Fig. 8), and the synthetic-task
+comparisons (copy T = 100/200, Fig. 1; variable copy T = 100/200, Fig. 2; denoise T = 100, Fig. 4).
+
+Sensitivity (appendix "Hyper-parameter Sensitivity Analysis"): one factor at a time around the baseline
+m = 256, k = 4, h = 200: k ∈ {1, 4, 9, 16}, m ∈ {100, 256, 400}, h ∈ {50, 100, 200, 300}, 40 epochs each.
+The baseline appears once, as its own model, so no trial is run twice: 1 + 3 + 2 + 3 = 9 trials. The
+authors' configs (`apsarath/myTorch:memnets/config/baselines/pmnist/fm_oblation/`) use h = 212 for the k runs
+and max_steps 25,000 (50 epochs); we follow the paper (h = 200, 40 epochs = 20,000 steps at batch 100).
+Protocol (seed-code-facts §2.3): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8), gradient-norm clip 1, batch 100,
+linear heads, validation on the last 10,000 training images once per epoch, no early stop. The permutation
+is fixed across runs (the authors' RandomState(50); ours is `permutation_seed=50` of torch's generator,
+so not the same permutation). Not reproduced: their 785th all-zero input step (the label is read after
+it; no task field), and their shuffle of the training set before the 50k/10k split.
+
+Synthetic comparisons: the paper gives no hyperparameter grid, only one run per (task, T, cell) with
+~23.5k parameters each. Sizes from the authors' configs (`memnets/config/baselines/{100,200}_lag/`):
+NRU h=80, m=64, k=4; LSTM and LSTM-chrono h=70; GRU h=82; JANET h=101 (chrono); RNN-orth / RNN-id h=143,
+relu. Chrono t_max = T_max + 20 for copy and variable copy, T + 11 for denoise (`memnets/train.py`;
+seed-code-facts §2.3), so each (task, T) is its own preset. Protocol: the paper's Adam 1e-3 and clip 1 for every model
+(the copy_v1 NRU configs use clip 0.5 and AMSGrad, some denoise configs clip 5: not followed), batch 10,
+fresh batches, the configs' max_steps 200,000, validation every 1,000 steps (their `save_every_n`) on a
+fixed set of 1,000 sequences (theirs is the online training loss), no early stop. EURNN, GORU and SRU
+have no cell here. Not reproduced: the myTorch LSTM's peepholes (our `init="mytorch"` is that LSTM without
+them), their GRU's U(0, 1) weights (ours: PyTorch's), the layer normalisation of RNN-orth / RNN-id (the
+`rnn` cell has no such field) and their Xavier-normal input weights for the RNNs.
+Seeds: the paper shows one run per setting (the configs fix rseed 5); every preset runs seed 1 only.
+"""
+
+from __future__ import annotations
+
+from search_spaces.space import Model, Scalar, SearchSpace, Values
+
+CITATION_SENSITIVITY = (
+    "Chandar et al., AAAI 2019, appendix (hyper-parameter sensitivity, Fig. 8); code: apsarath/myTorch"
+)
+CITATION_SYNTHETIC = (
+    "Chandar et al., AAAI 2019, Experiments: Copying Memory Task (Fig. 1; variable copy Fig. 2), Denoising Task "
+    "(Fig. 4); code: apsarath/myTorch"
+)
+
+# ----- appendix: sensitivity of k, m, h on psMNIST ---------------------------------------------------
+BASELINE_K, BASELINE_M, BASELINE_H = 4, 256, 200
+HEADS = (1, 9, 16)  # k, besides the baseline's 4 (√(m·k) must be an integer: 16, 48, 64)
+MEMORY_SIZES = (100, 400)  # m, besides 256
+HIDDEN_SIZES = (50, 100, 300)  # h, besides 200
+
+SENSITIVITY_BASE: dict[str, Scalar] = {
+    "task": "psmnist",
+    "permutation_seed": 50,
+    "normalization": "unit",
+    "split": "train_val",
+    "cell": "nru",
+    "hidden": BASELINE_H,
+    "memory_size": BASELINE_M,
+    "heads": BASELINE_K,
+    "use_relu": False,
+    "optimizer": "adam",
+    "lr": 1e-3,
+    "eps": 1e-8,
+    "clip_norm": 1.0,
+    "batch_size": 100,
+    "epochs": 40,
+    "early_stop_loss": None,
+}
+
+SENSITIVITY = SearchSpace(
+    name="nru2019-sensitivity",
+    models=(
+        Model("baseline"),
+        Model("heads", dims={"heads": Values(HEADS)}),
+        Model("memory", dims={"memory_size": Values(MEMORY_SIZES)}),
+        Model("hidden", dims={"hidden": Values(HIDDEN_SIZES)}),
+    ),
+    seeds=(1,),
+    base=SENSITIVITY_BASE,
+    citation=CITATION_SENSITIVITY,
+    description="psMNIST, NRU around m=256, k=4, h=200: k ∈ {1, 9, 16}, m ∈ {100, 400}, h ∈ {50, 100, 300} "
+    "(one at a time), Adam 1e-3, clip 1, batch 100, 40 epochs. Paper (Fig. 8, curves only): more heads help "
+    "with diminishing returns above 4 or 9; m=400 learns slower at first but all m converge alike; small h "
+    "hurts. Reference: NRU (h=212, 50k steps) reaches 95.46 % valid / 95.38 % test (Table 3).",
+)
+
+# ----- Experiments: copy, variable copy and denoise, one run per cell ---------------------------------------
+SYNTHETIC_PROTOCOL: dict[str, Scalar] = {
+    "n_val": 1_000,
+    "optimizer": "adam",
+    "lr": 1e-3,
+    "eps": 1e-8,
+    "clip_norm": 1.0,
+    "batch_size": 10,
+    "steps": 200_000,
+    "eval_every": 1_000,
+    "early_stop_loss": None,
+}
+
+# The models whose settings do not depend on T (~23.5k parameters each on copy).
+NRU = Model("nru", {"cell": "nru", "hidden": 80, "memory_size": 64, "heads": 4, "use_relu": False})
+LSTM = Model("lstm", {"cell": "lstm", "hidden": 70, "init": "mytorch"})
+GRU = Model("gru", {"cell": "gru", "hidden": 82, "init": "plain"})
+RNN_ORTH = Model(
+    "rnn-orth", {"cell": "rnn", "hidden": 143, "init": "orthogonal", "scale": 1.0, "nonlinearity": "relu"}
+)
+RNN_ID = Model(
+    "rnn-id", {"cell": "rnn", "hidden": 143, "init": "identity", "scale": 1.0, "nonlinearity": "relu"}
+)
+
+# Chrono initialisation, t_max = T_max + 20 (copy, variable copy) or T + 11 (denoise).
+LSTM_CHRONO_120 = Model("lstm-chrono", {"cell": "lstm", "hidden": 70, "init": "mytorch", "chrono_tmax": 120})
+LSTM_CHRONO_220 = Model("lstm-chrono", {"cell": "lstm", "hidden": 70, "init": "mytorch", "chrono_tmax": 220})
+LSTM_CHRONO_111 = Model("lstm-chrono", {"cell": "lstm", "hidden": 70, "init": "mytorch", "chrono_tmax": 111})
+JANET_120 = Model("janet", {"cell": "janet", "hidden": 101, "chrono_tmax": 120})
+JANET_220 = Model("janet", {"cell": "janet", "hidden": 101, "chrono_tmax": 220})
+JANET_111 = Model("janet", {"cell": "janet", "hidden": 101, "chrono_tmax": 111})
+
+MODELS_T100 = (NRU, LSTM, LSTM_CHRONO_120, GRU, JANET_120, RNN_ORTH, RNN_ID)
+MODELS_T200 = (NRU, LSTM, LSTM_CHRONO_220, GRU, JANET_220, RNN_ORTH, RNN_ID)
+MODELS_DENOISE = (NRU, LSTM, LSTM_CHRONO_111, GRU, JANET_111, RNN_ORTH, RNN_ID)
+
+COPY_100 = SearchSpace(
+    name="nru2019-copy100",
+    models=MODELS_T100,
+    base={**SYNTHETIC_PROTOCOL, "task": "copy", "layout": "delay", "data": "fresh", "seq_len": 100},
+    citation=CITATION_SYNTHETIC,
+    description="Copy, T=100 blanks (120 steps), 7 cells at ~23.5k parameters, Adam 1e-3, clip 1, batch 10, "
+    "200k steps. Paper (Fig. 1, curves only): baseline CE 0.17; NRU converges first, then JANET (2-3× more "
+    "updates); RNN-orth and RNN-id stay at the baseline.",
+)
+
+COPY_200 = SearchSpace(
+    name="nru2019-copy200",
+    models=MODELS_T200,
+    base={**SYNTHETIC_PROTOCOL, "task": "copy", "layout": "delay", "data": "fresh", "seq_len": 200},
+    citation=CITATION_SYNTHETIC,
+    description="Copy, T=200 blanks (220 steps), as nru2019-copy100. Paper (Fig. 1): baseline CE 0.09; NRU "
+    "converges first, then JANET; RNN-orth and RNN-id stay at the baseline.",
+)
+
+VARCOPY_100 = SearchSpace(
+    name="nru2019-varcopy100",
+    models=MODELS_T100,
+    base={**SYNTHETIC_PROTOCOL, "task": "varcopy", "lag_min": 1, "lag_max": 100},
+    citation=CITATION_SYNTHETIC,
+    description="Variable copy, lag drawn per batch from 1..100, as nru2019-copy100. Paper (Fig. 2, curves "
+    "only): NRU solves it fastest, then JANET.",
+)
+
+VARCOPY_200 = SearchSpace(
+    name="nru2019-varcopy200",
+    models=MODELS_T200,
+    base={**SYNTHETIC_PROTOCOL, "task": "varcopy", "lag_min": 1, "lag_max": 200},
+    citation=CITATION_SYNTHETIC,
+    description="Variable copy, lag drawn per batch from 1..200, as nru2019-copy100. Paper (Fig. 2): NRU "
+    "fastest, then JANET.",
+)
+
+DENOISE_100 = SearchSpace(
+    name="nru2019-denoise100",
+    models=MODELS_DENOISE,
+    base={**SYNTHETIC_PROTOCOL, "task": "denoise", "data": "fresh", "seq_len": 100},
+    citation=CITATION_SYNTHETIC,
+    description="Denoise, 10 symbols at random places in T=100 noise steps, loss on the 10 recall steps "
+    "(baseline ln 8 ≈ 2.079), as nru2019-copy100. Paper (Fig. 4, curves only): every model converges (EURNN, "
+    "not run here, does not); NRU learns faster at first, all converge after about as many updates.",
+)
+
+PRESETS = (SENSITIVITY, COPY_100, COPY_200, VARCOPY_100, VARCOPY_200, DENOISE_100)

@@ -1,0 +1,233 @@
+"""The search-space types: dimensions, models (arms of a study), and a space with seeds.
+
+A space is data. Keys are trial-config field names as `python -m trainers --set` accepts them
+(`lr`, `scale`, `init`, `seq_len`, `hidden`, `task`, `cell`, …); the service checks them against the
+trainers when a study is created. A space is a union of *models* (Orhan & Pitkow's four
+initialisers, or SGORNN's four cells): each model fixes some fields and spans its own dimensions.
+Seeds are a dimension of their own: every point runs once per seed.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Scalar = bool | int | float | str | None
+
+
+class SpaceError(ValueError):
+    """A malformed space; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Values:
+    """An exact list of values: a grid axis, or a categorical choice for model-based samplers."""
+
+    values: tuple[Scalar, ...]
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise SpaceError("a Values dimension needs at least one value")
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """A continuous range [low, high]; `log=True` samples uniformly in log space."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high:
+            raise SpaceError(f"Uniform needs low < high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise SpaceError(f"a log-uniform range needs low > 0, got low={self.low}")
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """Integers in [low, high] inclusive; `log=True` samples uniformly in log space."""
+
+    low: int
+    high: int
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.low <= self.high:
+            raise SpaceError(f"IntRange needs low <= high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise SpaceError(f"a log-scaled integer range needs low > 0, got low={self.low}")
+
+
+Dimension = Values | Uniform | IntRange
+
+
+@dataclass(frozen=True)
+class Model:
+    """One arm of a space: fields it fixes (e.g. init=chain) and dimensions it spans (e.g. lr, scale)."""
+
+    name: str
+    fixed: Mapping[str, Scalar] = field(default_factory=dict)
+    dims: Mapping[str, Dimension] = field(default_factory=dict)
+
+    @property
+    def is_grid(self) -> bool:
+        return all(isinstance(d, Values) for d in self.dims.values())
+
+    def grid_points(self) -> int:
+        """Points of this model's grid, seeds excluded."""
+        if not self.is_grid:
+            raise SpaceError(f"model {self.name!r} has continuous dimensions; it has no finite grid")
+        return math.prod(len(d.values) for d in self.dims.values() if isinstance(d, Values))
+
+    def grid(self) -> Iterator[dict[str, Scalar]]:
+        """Every point of the grid: the model's fixed fields plus one value per dimension."""
+        names = list(self.dims)
+        axes = [d.values for d in self.dims.values() if isinstance(d, Values)]
+        if len(axes) != len(names):
+            raise SpaceError(f"model {self.name!r} has continuous dimensions; it has no finite grid")
+        for combo in itertools.product(*axes):
+            yield {**self.fixed, **dict(zip(names, combo, strict=True))}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A study's space: shared settings, one or more models, and the seeds every point repeats over."""
+
+    name: str
+    models: tuple[Model, ...]
+    seeds: tuple[int, ...] = (1,)
+    base: Mapping[str, Scalar] = field(default_factory=dict)
+    citation: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise SpaceError(f"space {self.name!r} needs at least one model")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise SpaceError(f"space {self.name!r} has duplicate model names: {names}")
+        if not self.seeds:
+            raise SpaceError(f"space {self.name!r} needs at least one seed")
+
+    @property
+    def is_grid(self) -> bool:
+        return all(m.is_grid for m in self.models)
+
+    def size(self) -> int:
+        """Trials of the full grid: points × seeds, over every model."""
+        return sum(self.size_per_model().values())
+
+    def size_per_model(self) -> dict[str, int]:
+        return {m.name: m.grid_points() * len(self.seeds) for m in self.models}
+
+    def model(self, name: str) -> Model:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise SpaceError(
+            f"space {self.name!r} has no model {name!r}; models: {', '.join(m.name for m in self.models)}"
+        )
+
+    def points(self) -> Iterator[tuple[str, dict[str, Scalar]]]:
+        """(model name, settings) for every grid point, seeds excluded; settings include `base`."""
+        for m in self.models:
+            for point in m.grid():
+                yield m.name, {**self.base, **point}
+
+    def trials(self) -> Iterator[tuple[str, dict[str, Scalar]]]:
+        """(model name, settings with `seed`) for every grid point × seed."""
+        for model_name, point in self.points():
+            for seed in self.seeds:
+                yield model_name, {**point, "seed": seed}
+
+    def with_overrides(
+        self,
+        base: Mapping[str, Scalar] | None = None,
+        seeds: Sequence[int] | None = None,
+        dims: Mapping[str, Dimension] | None = None,
+        models: Sequence[str] | None = None,
+    ) -> SearchSpace:
+        """A copy with settings added to `base`, other seeds, dimensions replaced in every model
+        that has them, or only some models (e.g. a shorter budget on a smaller grid)."""
+        chosen = self.models if not models else tuple(self.model(n) for n in models)
+        if dims:
+            unknown = set(dims) - {k for m in chosen for k in m.dims}
+            if unknown:
+                raise SpaceError(
+                    f"cannot override {sorted(unknown)}: not a dimension of space {self.name!r} "
+                    f"(dimensions: {sorted({k for m in chosen for k in m.dims})}); set fixed values through base"
+                )
+            chosen = tuple(
+                Model(m.name, m.fixed, {k: dims.get(k, d) for k, d in m.dims.items()}) for m in chosen
+            )
+        return SearchSpace(
+            name=self.name,
+            models=chosen,
+            seeds=tuple(seeds) if seeds else self.seeds,
+            base={**self.base, **(base or {})},
+            citation=self.citation,
+            description=self.description,
+        )
+
+
+def describe(space: SearchSpace) -> dict[str, Any]:
+    """A JSON-ready summary: size in all and per model, citation, values."""
+    out: dict[str, Any] = {
+        "name": space.name,
+        "citation": space.citation,
+        "description": space.description,
+        "seeds": list(space.seeds),
+        "base": dict(space.base),
+        "is_grid": space.is_grid,
+        "models": {},
+    }
+    for m in space.models:
+        out["models"][m.name] = {
+            "fixed": dict(m.fixed),
+            "dims": {k: dim_to_dict(d) for k, d in m.dims.items()},
+        }
+    if space.is_grid:
+        out["size"] = space.size()
+        out["size_per_model"] = space.size_per_model()
+    return out
+
+
+def dim_to_dict(d: Dimension) -> dict[str, Any]:
+    if isinstance(d, Values):
+        return {"values": list(d.values)}
+    kind = "uniform" if isinstance(d, Uniform) else "int"
+    return {kind: [d.low, d.high], "log": d.log}
+
+
+def dim_from_dict(raw: Any, where: str) -> Dimension:
+    """A dimension from JSON/YAML: a list → Values; {"values": [...]}; {"uniform": [lo, hi], "log": b};
+    {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}."""
+    if isinstance(raw, (list, tuple)):
+        return Values(tuple(raw))
+    if not isinstance(raw, Mapping):
+        return Values((raw,))
+    try:
+        if "values" in raw:
+            return Values(tuple(raw["values"]))
+        if "uniform" in raw:
+            lo, hi = raw["uniform"]
+            return Uniform(float(lo), float(hi), bool(raw.get("log", False)))
+        if "loguniform" in raw:
+            lo, hi = raw["loguniform"]
+            return Uniform(float(lo), float(hi), True)
+        if "int" in raw:
+            lo, hi = raw["int"]
+            return IntRange(int(lo), int(hi), bool(raw.get("log", False)))
+    except (TypeError, ValueError) as exc:
+        raise SpaceError(f"{where}: {exc}") from None
+    raise SpaceError(
+        f"{where}: cannot read {raw!r} as a dimension; write a list of values, "
+        '{"values": [...]}, {"uniform": [low, high]}, {"loguniform": [low, high]} or {"int": [low, high]}'
+    )

@@ -1,0 +1,110 @@
+"""Rotman & Wolf (2020), "Shuffling recurrent neural networks" (SRNN), §4: copying memory (Fig. 2) and
+adding problem (Fig. 3).
+
+Grid: the paper's sequence lengths × the cells it compares, one run each: copy T ∈ {100, 200, 300, 500,
+1000, 2000} and addition T ∈ {100, 200, 400, 750, 1000, 1500}, × SRNN, RNN (tanh), LSTM, GRU, uRNN, NRU =
+36 trials per task. nnRNN has no cell here. T is a dimension of one preset per task: no other setting
+depends on it.
+Settings (paper §4; `rotmanmi/SRNN:main.py`, seed-code-facts §2.2): hidden 128 for every cell; SRNN's f_r
+has one hidden layer of 8 units (`hyper_size=8`, `n_layers=1`), gated. Batch 20 (copy) or 50 (addition).
+RMSprop lr 1e-3, decay (ρ) 0.9, torch's ε 1e-8, no clipping, for every cell except NRU: Adam lr 1e-3 with
+gradient-norm clip 1 and the authors' port's m = 256, k = 4. (Their `train()` for copy and addition
+clips NRU only; the LSTM / GRU / RNN clip in §2.2 is in their pMNIST and TIMIT loops.)
+Data as their code generates it: copy with T blanks between data and recall (T + 20 steps), fresh
+samples, 1,000 per epoch (50 updates); addition with [value, mask] channels, fresh, 100 batches per epoch.
+Budget: the code's default `epochs = 1000`, run as `range(1, epochs)` = 999 epochs: 49,950 updates (copy)
+and 99,900 (addition). Their curves are the training loss on the fresh data; ours are validated once per
+epoch on a fixed set of 1,000 sequences. No early stop.
+Not reproduced (no field): the embedding layer every cell gets before one-hot copy inputs (ours feed
+the one-hot vector, which the cell's input weights embed); the RNN's PyTorch default init (the `rnn`
+cell offers Orhan's initialisers; we use orthogonal, gain 1); the uRNN is Arjovsky's parametrisation
+in their code, ours is the SVD-projected RNN of Emami et al. (relu).
+Seeds: the paper shows one run per setting (the code's seed 1234); the preset runs seed 1.
+"""
+
+from __future__ import annotations
+
+from search_spaces.space import Dimension, Model, Scalar, SearchSpace, Values
+
+CITATION = (
+    "Rotman & Wolf, 2020 (SRNN), §4: copying memory (Fig. 2), adding problem (Fig. 3); code: rotmanmi/SRNN"
+)
+
+COPY_LENGTHS = (100, 200, 300, 500, 1000, 2000)  # T, the delay: T + 20 steps in all
+ADDITION_LENGTHS = (100, 200, 400, 750, 1000, 1500)
+EPOCHS = 999  # the code's `range(1, epochs)` with epochs = 1000
+
+# One Model per compared cell. RMSprop, no clipping (the base) unless the model says otherwise.
+SRNN: dict[str, Scalar] = {"cell": "srnn", "hyper_size": 8, "n_layers": 1, "no_gate": False}
+RNN: dict[str, Scalar] = {"cell": "rnn", "init": "orthogonal", "scale": 1.0, "nonlinearity": "tanh"}
+LSTM: dict[str, Scalar] = {"cell": "lstm", "init": "plain"}
+GRU: dict[str, Scalar] = {"cell": "gru", "init": "plain"}
+URNN: dict[str, Scalar] = {"cell": "urnn"}
+NRU: dict[str, Scalar] = {
+    "cell": "nru",
+    "memory_size": 256,
+    "heads": 4,
+    "optimizer": "adam",
+    "clip_norm": 1.0,
+}
+
+PROTOCOL: dict[str, Scalar] = {
+    "hidden": 128,
+    "optimizer": "rmsprop",
+    "lr": 1e-3,
+    "rho": 0.9,
+    "eps": 1e-8,
+    "clip_norm": None,
+    "data": "fresh",
+    "n_val": 1_000,
+    "epochs": EPOCHS,
+    "early_stop_loss": None,
+}
+
+COPY_DIMS: dict[str, Dimension] = {"seq_len": Values(COPY_LENGTHS)}
+ADDITION_DIMS: dict[str, Dimension] = {"seq_len": Values(ADDITION_LENGTHS)}
+
+COPY = SearchSpace(
+    name="srnn2020-copy",
+    models=(
+        Model("srnn", SRNN, COPY_DIMS),
+        Model("rnn", RNN, COPY_DIMS),
+        Model("lstm", LSTM, COPY_DIMS),
+        Model("gru", GRU, COPY_DIMS),
+        Model("urnn", URNN, COPY_DIMS),
+        Model("nru", NRU, COPY_DIMS),
+    ),
+    seeds=(1,),
+    base={**PROTOCOL, "task": "copy", "layout": "delay", "n_train": 1_000, "batch_size": 20},
+    citation=CITATION,
+    description="Copy, T ∈ {100, …, 2000} blanks (T+20 steps), h=128, batch 20, 999 epochs of 1,000 fresh "
+    "samples. Paper (Fig. 2, curves only): most methods solve T=100; only SRNN handles longer lags "
+    "efficiently (up to T=2000, f_r 1×8); GRU and LSTM partially solve it, slowly, and beat uRNN beyond "
+    "T=1000; nnRNN (not run here) succeeds for T ≤ 300.",
+)
+
+ADDITION = SearchSpace(
+    name="srnn2020-addition",
+    models=(
+        Model("srnn", SRNN, ADDITION_DIMS),
+        Model("rnn", RNN, ADDITION_DIMS),
+        Model("lstm", LSTM, ADDITION_DIMS),
+        Model("gru", GRU, ADDITION_DIMS),
+        Model("urnn", URNN, ADDITION_DIMS),
+        Model("nru", NRU, ADDITION_DIMS),
+    ),
+    seeds=(1,),
+    base={
+        **PROTOCOL,
+        "task": "addition",
+        "channels": "value_first",
+        "n_train": 5_000,  # 100 batches of 50 per epoch
+        "batch_size": 50,
+    },
+    citation=CITATION,
+    description="Addition, T ∈ {100, …, 1500}, [value, mask] channels, h=128, batch 50, 999 epochs of 100 "
+    "fresh batches. Paper (Fig. 3, curves only): NRU, GRU and SRNN solve it quickly, NRU fastest; LSTM "
+    "solves it more slowly; nnRNN (not run here) only below T=200.",
+)
+
+PRESETS = (COPY, ADDITION)

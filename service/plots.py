@@ -1,0 +1,55 @@
+"""Figures for a study's parent run (matplotlib, Agg): success counts (Orhan Fig. 3d-f) and the best
+configuration's validation curve with its standard error over seeds (Fig. 3a-c)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def success_bars(table: dict[str, Any], title: str) -> bytes:
+    models = list(table["by_model"])
+    counts = [table["by_model"][m]["succeeded"] for m in models]
+    totals = [table["by_model"][m]["trials"] for m in models]
+    lo = [c - n * table["by_model"][m]["ci95"][0] for m, c, n in zip(models, counts, totals, strict=True)]
+    hi = [n * table["by_model"][m]["ci95"][1] - c for m, c, n in zip(models, counts, totals, strict=True)]
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(models), 3.2))
+    ax.bar(models, counts, yerr=[lo, hi], capsize=4, color="#4c72b0")
+    for i, (c, n) in enumerate(zip(counts, totals, strict=True)):
+        ax.text(i, c, f"{c}/{n}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("successful runs (95 % Wilson CI)")
+    ax.set_title(title, fontsize=9)
+    return _png(fig)
+
+
+def best_curves(curves: dict[str, list[dict[str, float]]], baseline: float | None, threshold: float | None, title: str) -> bytes:
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for label, curve in curves.items():
+        if not curve:
+            continue
+        steps = [p["step"] for p in curve]
+        mean = [p["mean"] for p in curve]
+        sem = [p["sem"] for p in curve]
+        ax.plot(steps, mean, label=label)
+        ax.fill_between(steps, [m - s for m, s in zip(mean, sem, strict=True)], [m + s for m, s in zip(mean, sem, strict=True)], alpha=0.25)
+    if baseline is not None:
+        ax.axhline(baseline, ls="--", color="gray", lw=1, label="random baseline")
+    if threshold is not None:
+        ax.axhline(threshold, ls=":", color="black", lw=1, label="success criterion")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation loss (mean ± s.e.m. over seeds)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _png(fig)

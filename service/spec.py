@@ -1,0 +1,130 @@
+"""A study spec: what to search (a preset or an explicit space, with overrides), how, and with what.
+
+Readable from JSON or YAML. `StudySpec.space()` gives the `SearchSpace`; `materialize` turns one
+point of it (flat settings + seed) into a resolved trial config, checked against the trainers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+import trainers
+from search_spaces import Model, SearchSpace, SpaceError, dim_from_dict, get_preset
+
+Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
+SAMPLERS: tuple[str, ...] = ("grid", "random", "tpe", "cmaes", "qmc")
+
+
+class ModelSpec(BaseModel):
+    """One arm of an explicit space: fields it fixes and the dimensions it spans."""
+
+    model_config = ConfigDict(extra="forbid")
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    dims: dict[str, Any] = Field(default_factory=dict, description="field → list of values or a range")
+
+
+class SpaceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dims: dict[str, Any] = Field(default_factory=dict, description="a single model's dimensions (shorthand)")
+    models: dict[str, ModelSpec] = Field(default_factory=dict, description="several named models")
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpus: float = Field(default=1.0, gt=0, description="CPUs per Ray trial")
+    gpus: float = Field(default=0.0, ge=0, description="GPU fraction per Ray trial")
+
+
+class StudySpec(BaseModel):
+    """Everything a study needs. Give `preset` or `space` (or both: the space's models are added)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "copy-chain-vs-orth",
+                    "preset": "orhan2020-copy500",
+                    "models": ["chain", "orthogonal"],
+                    "base": {"seq_len": 100, "steps": 500},
+                    "dims": {"lr": [3e-4, 1e-4], "scale": [1.0]},
+                    "seeds": [1, 2],
+                    "concurrency": 2,
+                }
+            ]
+        },
+    )
+
+    name: str | None = Field(default=None, description="a label for people; ids are generated")
+    preset: str | None = Field(default=None, description="a paper's grid, see `memsweep presets`")
+    space: SpaceSpec | None = Field(default=None, description="an explicit space")
+    base: dict[str, Any] = Field(default_factory=dict, description="trial settings applied to every trial")
+    dims: dict[str, Any] = Field(default_factory=dict, description="replace these dimensions of the preset")
+    models: list[str] | None = Field(default=None, description="run only these models of the preset")
+    seeds: list[int] | None = Field(default=None, description="seeds every point repeats over")
+    sampler: Sampler = "grid"
+    sampler_seed: int = 0
+    max_trials: int | None = Field(default=None, ge=1, description="trials (points × seeds) at most")
+    concurrency: int = Field(default=2, ge=1, description="Ray trials at once")
+    resources: Resources = Field(default_factory=Resources)
+    scheduler: Literal["fifo", "asha"] = "fifo"
+    success_fraction: float = Field(default=0.5, gt=0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_unique(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError("seeds must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
+        return v
+
+    @model_validator(mode="after")
+    def _has_a_space(self) -> StudySpec:
+        if self.preset is None and self.space is None:
+            raise ValueError("give a `preset` (see `memsweep presets`) or an explicit `space` with `dims`")
+        if self.sampler != "grid" and self.max_trials is None:
+            raise ValueError(f"sampler {self.sampler!r} needs `max_trials` (points × seeds to run)")
+        return self
+
+    def search_space(self) -> SearchSpace:
+        """The space this spec describes, with its overrides applied."""
+        models: list[Model] = []
+        base: dict[str, Any] = {}
+        seeds: tuple[int, ...] = (1,)
+        name, citation, description = self.name or "custom", "", ""
+        if self.preset is not None:
+            preset = get_preset(self.preset)
+            models, base, seeds = list(preset.models), dict(preset.base), preset.seeds
+            name, citation, description = preset.name, preset.citation, preset.description
+        if self.space is not None:
+            if self.space.dims:
+                models.append(Model("default", {}, {k: dim_from_dict(v, f"space.dims.{k}") for k, v in self.space.dims.items()}))
+            for mname, m in self.space.models.items():
+                dims = {k: dim_from_dict(v, f"space.models.{mname}.dims.{k}") for k, v in m.dims.items()}
+                models.append(Model(mname, m.fixed, dims))
+            if not models:
+                raise SpaceError("space: give `dims` or `models`")
+        space = SearchSpace(name=name, models=tuple(models), seeds=seeds, base=base, citation=citation, description=description)
+        dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
+        base_overrides = {**self.base, "success_fraction": self.success_fraction}
+        return space.with_overrides(base=base_overrides, seeds=self.seeds, dims=dims or None, models=self.models)
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """A spec from a YAML or JSON file."""
+    text = Path(path).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of spec fields, got {type(data).__name__}")
+    return StudySpec.model_validate(data)
+
+
+def materialize(settings: Mapping[str, Any]) -> trainers.Resolved:
+    """Flat trial settings (task, cell, seed and any field) → a resolved, validated trial config."""
+    settings = dict(settings)
+    base = trainers.TrainConfig(task=str(settings.pop("task", "copy")), cell=str(settings.pop("cell", "rnn")))
+    return trainers.resolve(trainers.apply_overrides(base, settings))

@@ -1,0 +1,143 @@
+"""What a study found: success counts with Wilson intervals, best configurations, curves.
+
+Success is computed, not trusted: a trial succeeds when its final validation loss is below
+`success_threshold` (= success_fraction × the task's baseline), both stored beside the loss.
+Counts are over every trial of the study (Orhan & Pitkow Fig. 3d-f count runs, failed ones included).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+
+class TrialLike(Protocol):
+    model: str
+    params: dict[str, Any]
+    status: str
+    final_val_loss: float | None
+    success_threshold: float | None
+    success: bool | None
+    history: list[dict[str, Any]] | None
+    config_hash: str
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95 % Wilson score interval of a binomial proportion k/n (sensible at k = 0 and k = n)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def is_success(t: TrialLike) -> bool:
+    return (
+        t.status == "done"
+        and t.final_val_loss is not None
+        and t.success_threshold is not None
+        and t.final_val_loss < t.success_threshold
+    )
+
+
+def _cell(trials: Sequence[TrialLike]) -> dict[str, Any]:
+    n = len(trials)
+    finished = sum(t.status in ("done", "failed", "pruned") for t in trials)
+    k = sum(is_success(t) for t in trials)
+    lo, hi = wilson_interval(k, n)
+    return {
+        "trials": n,
+        "finished": finished,
+        "failed": sum(t.status == "failed" for t in trials),
+        "succeeded": k,
+        "rate": k / n if n else 0.0,
+        "ci95": [lo, hi],
+    }
+
+
+def success_table(trials: Iterable[TrialLike]) -> dict[str, Any]:
+    """{"by_model": {model: cell}, "by_value": {model: {field: {value: cell}}}, "total": cell}."""
+    trials = list(trials)
+    by_model: dict[str, list[TrialLike]] = defaultdict(list)
+    for t in trials:
+        by_model[t.model].append(t)
+    by_value: dict[str, dict[str, dict[str, Any]]] = {}
+    for model, ts in by_model.items():
+        fields: dict[str, dict[str, list[TrialLike]]] = defaultdict(lambda: defaultdict(list))
+        for t in ts:
+            for key, value in t.params.items():
+                if key != "seed":
+                    fields[key][repr_value(value)].append(t)
+        by_value[model] = {
+            key: {v: _cell(vs) for v, vs in sorted(values.items(), key=lambda kv: _sort_key(kv[0]))}
+            for key, values in fields.items()
+        }
+    return {
+        "total": _cell(trials),
+        "by_model": {m: _cell(ts) for m, ts in sorted(by_model.items())},
+        "by_value": by_value,
+    }
+
+
+def repr_value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _sort_key(s: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(s), s)
+    except ValueError:
+        return (1, 0.0, s)
+
+
+def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return (t.model, tuple(sorted((k, repr_value(v)) for k, v in t.params.items() if k != "seed")))
+
+
+def best_configs(trials: Iterable[TrialLike], k: int = 5, model: str | None = None) -> list[dict[str, Any]]:
+    """Points (seeds pooled) ranked by mean final validation loss over their finished seeds."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
+    for t in trials:
+        if model is None or t.model == model:
+            groups[point_key(t)].append(t)
+    rows = []
+    for (m, _), ts in groups.items():
+        losses = [t.final_val_loss for t in ts if t.status == "done" and t.final_val_loss is not None]
+        if not losses:
+            continue
+        mean = statistics.fmean(losses)
+        sem = statistics.stdev(losses) / math.sqrt(len(losses)) if len(losses) > 1 else 0.0
+        params = {key: v for key, v in ts[0].params.items() if key != "seed"}
+        rows.append(
+            {
+                "model": m,
+                "params": params,
+                "mean_final_val_loss": mean,
+                "sem": sem,
+                "seeds": sorted(t.params.get("seed") for t in ts if t.final_val_loss is not None),
+                "succeeded": sum(is_success(t) for t in ts),
+                "trials": len(ts),
+                "config_hashes": [t.config_hash for t in ts],
+            }
+        )
+    rows.sort(key=lambda r: r["mean_final_val_loss"])
+    return rows[:k]
+
+
+def mean_curve(trials: Sequence[TrialLike]) -> list[dict[str, float]]:
+    """Validation loss per evaluation step: mean and s.e.m. over the given trials (seeds)."""
+    per_step: dict[int, list[float]] = defaultdict(list)
+    for t in trials:
+        for e in t.history or []:
+            per_step[int(e["step"])].append(float(e["val_loss"]))
+    out = []
+    for step in sorted(per_step):
+        vals = per_step[step]
+        sem = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
+        out.append({"step": step, "mean": statistics.fmean(vals), "sem": sem, "n": len(vals)})
+    return out

@@ -1,0 +1,222 @@
+"""The one MLflow seam: a study is a parent run, each trial a child run (explicit parent id).
+
+All MLflow writes go through `Tracker`, on one background thread (one writer, in order), so a slow
+tracking server never stalls the engine's event loop. `ensure_mlflow_server` starts a local tracking
+server on loopback (SQLite backend store, artifacts on disk) when no tracking URI is configured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # without it the MLflow 3 UI opens on a GenAI overview
+
+
+def server_healthy(uri: str, timeout: float = 2.0) -> bool:
+    try:
+        return httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_mlflow_server(home: Path, port: int, host: str = "127.0.0.1", wait: float = 120.0) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start `mlflow server` on loopback, detached from this process's session; wait for /health."""
+    home.mkdir(parents=True, exist_ok=True)
+    uri = f"http://{host}:{port}"
+    logfile = open(home / "mlflow-server.log", "ab")  # noqa: SIM115 — handed to the child process
+    cmd = [
+        sys.executable, "-m", "mlflow", "server",
+        "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+        "--artifacts-destination", str(home / "mlartifacts"),
+        "--host", host, "--port", str(port),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if server_healthy(uri):
+            (home / "mlflow-server.pid").write_text(str(proc.pid))
+            return uri, proc
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}")
+        time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError(f"mlflow server did not answer /health within {wait:.0f} s; see {home / 'mlflow-server.log'}")
+
+
+def ensure_mlflow_server(tracking_uri: str | None, home: Path, port: int) -> str:
+    """The configured tracking URI, or a local server on loopback (reused when already running)."""
+    if tracking_uri:
+        return tracking_uri
+    uri = f"http://127.0.0.1:{port}"
+    if server_healthy(uri):
+        return uri
+    uri, _ = start_mlflow_server(home / "mlflow", port)
+    return uri
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{key}."))
+        else:
+            out[key] = str(v)[:500]
+    return out
+
+
+class Tracker:
+    """Parent/child runs of studies; every call is queued to one writer thread."""
+
+    def __init__(self, tracking_uri: str, experiment: str) -> None:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        from mlflow.tracking import MlflowClient
+
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri)
+        self.experiment_name = experiment
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
+        self._pending: list[Future[Any]] = []
+        self._errors: list[str] = []
+
+    # ----- synchronous setup ---------------------------------------------------------------------
+    def experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(self.experiment_name)
+        if exp is not None:
+            return str(exp.experiment_id)
+        return str(self.client.create_experiment(self.experiment_name, tags={EXPERIMENT_KIND_TAG: "custom_model_development"}))
+
+    def start_study(self, study_id: str, name: str, spec: dict[str, Any], parent_run_id: str | None) -> tuple[str, str]:
+        """(experiment id, parent run id); an existing parent run is reopened (resume)."""
+        exp_id = self.experiment_id()
+        if parent_run_id:
+            self.client.update_run(parent_run_id, status="RUNNING")
+            return exp_id, parent_run_id
+        run = self.client.create_run(
+            exp_id, run_name=f"study {name} [{study_id}]", tags={"memsweep.study_id": study_id, "memsweep.kind": "study"}
+        )
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in flatten({"spec": spec}).items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(run.info.run_id, params=params[i : i + 100])
+        return exp_id, run.info.run_id
+
+    def run_url(self, experiment_id: str, run_id: str) -> str:
+        return f"{self.uri}/#/experiments/{experiment_id}/runs/{run_id}"
+
+    # ----- queued writes -------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        def guarded() -> None:
+            try:
+                fn(*args)
+            except Exception as exc:  # tracking problems never take a study down
+                log.warning("MLflow write failed: %s", exc)
+                self._errors.append(f"{type(exc).__name__}: {exc}")
+
+        self._pending.append(self._pool.submit(guarded))
+
+    def flush(self) -> list[str]:
+        for f in self._pending:
+            f.result()
+        self._pending.clear()
+        return self._errors
+
+    def log_trial(self, experiment_id: str, parent_run_id: str, trial: dict[str, Any], matrix: list[list[float]] | None, on_run_id: Callable[[str], None]) -> None:
+        self.submit(self._log_trial, experiment_id, parent_run_id, trial, matrix, on_run_id)
+
+    def _log_trial(self, experiment_id: str, parent_run_id: str, trial: dict[str, Any], matrix: list[list[float]] | None, on_run_id: Callable[[str], None]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        params_label = " ".join(f"{k}={v}" for k, v in trial["params"].items())
+        run = self.client.create_run(
+            experiment_id,
+            run_name=f"{trial['model']} {params_label}",
+            tags={
+                "mlflow.parentRunId": parent_run_id,
+                "memsweep.study_id": trial["study_id"],
+                "memsweep.config_hash": trial["config_hash"],
+                "memsweep.model": trial["model"],
+                "memsweep.status": trial["status"],
+            },
+        )
+        run_id = run.info.run_id
+        ts = int(time.time() * 1000)
+        metrics: list[Metric] = []
+        for e in trial.get("history") or []:
+            for key in ("val_loss", "train_loss", "metric"):
+                if e.get(key) is not None:
+                    metrics.append(Metric(key, float(e[key]), ts, int(e["step"])))
+        final = {
+            "final_val_loss": trial.get("final_val_loss"),
+            "final_metric": trial.get("final_metric"),
+            "baseline_loss": trial.get("baseline_loss"),
+            "success_threshold": trial.get("success_threshold"),
+            "success": None if trial.get("success") is None else float(bool(trial["success"])),
+            "henrici_index": trial.get("henrici"),
+            "steps": trial.get("steps"),
+            "seconds": trial.get("seconds"),
+        }
+        metrics += [Metric(k, float(v), ts, 0) for k, v in final.items() if v is not None]
+        params = [Param(k, v) for k, v in flatten({"model": trial["model"], **trial["params"], "config": trial["config"]}).items()]
+        tags = [RunTag("memsweep.reason", (trial.get("reason") or "")[:4000])] if trial.get("reason") else []
+        for i in range(0, max(len(metrics), len(params), 1), 100):
+            self.client.log_batch(run_id, metrics=metrics[i : i + 100], params=params[i : i + 100], tags=tags if i == 0 else [])
+        if matrix is not None:
+            self.client.log_dict(run_id, {"W": matrix, "convention": "W_ij: from unit j to unit i"}, "recurrent_matrix.json")
+        status = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}.get(trial["status"], "FINISHED")
+        self.client.set_terminated(run_id, status=status)
+        on_run_id(run_id)
+
+    def log_summary(self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str) -> None:
+        self.submit(self._log_summary, parent_run_id, summary, figures, status)
+
+    def _log_summary(self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        table = summary["success"]
+        metrics = [
+            Metric("trials", float(table["total"]["trials"]), ts, 0),
+            Metric("succeeded", float(table["total"]["succeeded"]), ts, 0),
+            Metric("failed", float(table["total"]["failed"]), ts, 0),
+        ]
+        for model, cell in table["by_model"].items():
+            metrics += [
+                Metric(f"success_count.{model}", float(cell["succeeded"]), ts, 0),
+                Metric(f"success_rate.{model}", float(cell["rate"]), ts, 0),
+                Metric(f"success_ci95_low.{model}", float(cell["ci95"][0]), ts, 0),
+                Metric(f"success_ci95_high.{model}", float(cell["ci95"][1]), ts, 0),
+                Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
+            ]
+        if summary.get("best"):
+            metrics.append(Metric("best_mean_final_val_loss", float(summary["best"][0]["mean_final_val_loss"]), ts, 0))
+        for i in range(0, len(metrics), 100):
+            self.client.log_batch(parent_run_id, metrics=metrics[i : i + 100])
+        self.client.log_dict(parent_run_id, summary, "summary.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in figures.items():
+                path = os.path.join(tmp, name)
+                Path(path).write_bytes(data)
+                self.client.log_artifact(parent_run_id, path, "plots")
+        if summary.get("best"):
+            self.client.set_tag(parent_run_id, "memsweep.best_config", json.dumps(summary["best"][0]["params"])[:4000])
+        self.client.set_terminated(parent_run_id, status=status)
+
+    def close(self) -> None:
+        self.flush()
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,125 @@
+"""Every registered preset: citation, expected size, no repeated trial, and every model's first grid
+point resolves through the trainers (so a misspelt field fails here, not in a study).
+
+A new preset is covered by being registered; it must also add its expected size to EXPECTED_SIZES."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import trainers
+from search_spaces import describe, get_preset, list_presets
+from trainers.cells import list_cells
+from trainers.tasks import list_tasks
+
+ORHAN = {"chain": 462, "fbchain": 462, "identity": 594, "orthogonal": 594}  # 11 lr × 7 or 9 scales × 6 seeds
+NRU_SYNTHETIC = {m: 1 for m in ("nru", "lstm", "lstm-chrono", "gru", "janet", "rnn-orth", "rnn-id")}
+SRNN = {m: 6 for m in ("srnn", "rnn", "lstm", "gru", "urnn", "nru")}  # 6 lengths × 1 seed
+EMAMI = {m: 7 * 30 for m in ("rnn", "urnn", "lstm")}  # 7 hidden sizes × 30 teachers × 1 seed
+
+#: preset → trials per model, written out by hand from the papers' grids
+EXPECTED_SIZES: dict[str, dict[str, int]] = {
+    "orhan2020-copy500": ORHAN,
+    "orhan2020-addition750": ORHAN,
+    "orhan2020-psmnist": ORHAN,
+    "sgornn2022-addition": {m: 3 * 3 for m in ("sgornn", "vprnn", "fastrnn", "lstm")},  # 3 T × 3 lr
+    "sgornn2022-har2": {m: 10 for m in ("sgornn", "vprnn", "fastrnn", "lstm")},  # seeds 1–10
+    "nru2019-sensitivity": {"baseline": 1, "heads": 3, "memory": 2, "hidden": 3},
+    "nru2019-copy100": NRU_SYNTHETIC,
+    "nru2019-copy200": NRU_SYNTHETIC,
+    "nru2019-varcopy100": NRU_SYNTHETIC,
+    "nru2019-varcopy200": NRU_SYNTHETIC,
+    "nru2019-denoise100": NRU_SYNTHETIC,
+    "srnn2020-copy": SRNN,
+    "srnn2020-addition": SRNN,
+    "emami2019-gaussian20db": EMAMI,
+    "emami2019-sparse15db": EMAMI,
+}
+EXPECTED_TOTALS = {
+    "orhan2020-copy500": 2_112,
+    "orhan2020-addition750": 2_112,
+    "orhan2020-psmnist": 2_112,
+    "sgornn2022-addition": 36,
+    "sgornn2022-har2": 40,
+    "nru2019-sensitivity": 9,
+    "nru2019-copy100": 7,
+    "nru2019-copy200": 7,
+    "nru2019-varcopy100": 7,
+    "nru2019-varcopy200": 7,
+    "nru2019-denoise100": 7,
+    "srnn2020-copy": 36,
+    "srnn2020-addition": 36,
+    "emami2019-gaussian20db": 630,
+    "emami2019-sparse15db": 630,
+}
+
+PRESETS = list_presets()
+MODEL_CASES = [(name, m.name) for name in PRESETS for m in get_preset(name).models]
+
+
+def build(point: dict[str, Any]) -> trainers.Resolved:
+    """Flat trial settings → a resolved config: task and cell first, then every other field by name."""
+    rest = dict(point)
+    cfg = trainers.TrainConfig(task=str(rest.pop("task")), cell=str(rest.pop("cell")))
+    return trainers.resolve(trainers.apply_overrides(cfg, rest))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_has_citation_and_description(name: str) -> None:
+    space = get_preset(name)
+    assert space.name == name
+    assert space.citation.strip()
+    assert space.description.strip()
+    json.dumps(describe(space))  # JSON-ready, as the service shows it
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_size_is_the_papers(name: str) -> None:
+    space = get_preset(name)
+    assert name in EXPECTED_SIZES, f"add the expected size of {name!r} to EXPECTED_SIZES"
+    assert space.size_per_model() == EXPECTED_SIZES[name]
+    assert space.size() == EXPECTED_TOTALS[name] == sum(EXPECTED_SIZES[name].values())
+    assert sum(1 for _ in space.trials()) == space.size()
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_no_trial_twice(name: str) -> None:
+    seen: set[tuple[tuple[str, Any], ...]] = set()
+    for model, trial in get_preset(name).trials():
+        key = tuple(sorted(trial.items()))
+        assert key not in seen, f"{name}: model {model!r} repeats the trial {trial}"
+        seen.add(key)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_point_names_a_task_and_a_cell(name: str) -> None:
+    for model, point in get_preset(name).points():
+        assert isinstance(point.get("task"), str), f"{name}/{model}: no task"
+        assert isinstance(point.get("cell"), str), f"{name}/{model}: no cell"
+
+
+@pytest.mark.parametrize(("name", "model"), MODEL_CASES, ids=[f"{n}/{m}" for n, m in MODEL_CASES])
+def test_first_point_resolves(name: str, model: str) -> None:
+    space = get_preset(name)
+    point = next(p for m, p in space.points() if m == model)
+    missing = [
+        f"{kind} {point[kind]!r}"
+        for kind, registered in (("task", list_tasks()), ("cell", list_cells()))
+        if point[kind] not in registered
+    ]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not registered yet")
+    resolved = build({**point, "seed": space.seeds[0]})
+    full = resolved.to_dict()
+    for key, value in point.items():  # every setting landed where the trainers read it
+        where = (
+            full
+            if key in full
+            else full["task_params"]
+            if key in full["task_params"]
+            else full["cell_params"]
+        )
+        assert where[key] == value, f"{name}/{model}: {key} = {where[key]!r}, preset says {value!r}"

@@ -1,0 +1,223 @@
+"""The space types: validation, grid enumeration, overrides, and reading dimensions from JSON/YAML."""
+
+from __future__ import annotations
+
+import pytest
+
+from search_spaces import (
+    IntRange,
+    Model,
+    SearchSpace,
+    SpaceError,
+    Uniform,
+    UnknownPresetError,
+    Values,
+    describe,
+    dim_from_dict,
+    dim_to_dict,
+    get_preset,
+)
+
+
+def small_space() -> SearchSpace:
+    return SearchSpace(
+        name="toy",
+        models=(
+            Model("a", {"init": "chain"}, {"lr": Values((1e-3, 1e-4)), "scale": Values((1.0, 1.1, 1.2))}),
+            Model("b", {"init": "identity"}, {"lr": Values((1e-3,))}),
+        ),
+        seeds=(1, 2),
+        base={"task": "copy", "cell": "rnn"},
+        citation="toy",
+        description="toy",
+    )
+
+
+# ----- dimensions -----------------------------------------------------------------------------------
+def test_values_needs_a_value() -> None:
+    with pytest.raises(SpaceError, match="at least one value"):
+        Values(())
+
+
+@pytest.mark.parametrize(("low", "high"), [(1.0, 1.0), (2.0, 1.0)])
+def test_uniform_needs_low_below_high(low: float, high: float) -> None:
+    with pytest.raises(SpaceError, match="low < high"):
+        Uniform(low, high)
+
+
+def test_log_uniform_needs_positive_low() -> None:
+    with pytest.raises(SpaceError, match="low > 0"):
+        Uniform(0.0, 1.0, log=True)
+    assert Uniform(1e-5, 1e-2, log=True).log
+
+
+def test_int_range_bounds() -> None:
+    assert IntRange(3, 3).low == 3  # a single integer is a valid range
+    with pytest.raises(SpaceError, match="low <= high"):
+        IntRange(4, 3)
+    with pytest.raises(SpaceError, match="low > 0"):
+        IntRange(0, 8, log=True)
+
+
+# ----- models and spaces ----------------------------------------------------------------------------
+def test_space_validation() -> None:
+    with pytest.raises(SpaceError, match="at least one model"):
+        SearchSpace(name="empty", models=())
+    with pytest.raises(SpaceError, match="duplicate model names"):
+        SearchSpace(name="twice", models=(Model("a"), Model("a")))
+    with pytest.raises(SpaceError, match="at least one seed"):
+        SearchSpace(name="seedless", models=(Model("a"),), seeds=())
+
+
+def test_grid_order_and_count() -> None:
+    model = small_space().model("a")
+    points = list(model.grid())
+    assert model.grid_points() == len(points) == 6
+    # the first dimension is the outer loop, fixed fields ride along
+    assert [(p["lr"], p["scale"]) for p in points] == [
+        (1e-3, 1.0),
+        (1e-3, 1.1),
+        (1e-3, 1.2),
+        (1e-4, 1.0),
+        (1e-4, 1.1),
+        (1e-4, 1.2),
+    ]
+    assert all(p["init"] == "chain" for p in points)
+
+
+def test_model_without_dims_is_one_point() -> None:
+    model = Model("baseline", {"hidden": 200})
+    assert model.grid_points() == 1
+    assert list(model.grid()) == [{"hidden": 200}]
+
+
+def test_space_size_points_and_trials() -> None:
+    space = small_space()
+    assert space.size_per_model() == {"a": 12, "b": 2}
+    assert space.size() == 14
+    points = list(space.points())
+    assert len(points) == 7
+    assert points[0] == ("a", {"task": "copy", "cell": "rnn", "init": "chain", "lr": 1e-3, "scale": 1.0})
+    trials = list(space.trials())
+    assert len(trials) == 14
+    assert [t["seed"] for _, t in trials[:4]] == [1, 2, 1, 2]  # seeds are the innermost loop
+    assert trials[-1] == ("b", {"task": "copy", "cell": "rnn", "init": "identity", "lr": 1e-3, "seed": 2})
+
+
+def test_model_fields_override_base() -> None:
+    space = SearchSpace(name="x", models=(Model("lstm", {"hidden": 64}),), base={"hidden": 128})
+    assert next(space.points())[1]["hidden"] == 64
+
+
+def test_continuous_space_has_no_grid() -> None:
+    model = Model("c", dims={"lr": Uniform(1e-5, 1e-2, log=True), "scale": Values((1.0,))})
+    space = SearchSpace(name="c", models=(model,))
+    assert not model.is_grid and not space.is_grid
+    with pytest.raises(SpaceError, match="continuous"):
+        model.grid_points()
+    with pytest.raises(SpaceError, match="continuous"):
+        list(model.grid())
+    assert "size" not in describe(space)
+
+
+def test_unknown_model_lists_the_models() -> None:
+    with pytest.raises(SpaceError, match="models: a, b"):
+        small_space().model("c")
+
+
+# ----- overrides ------------------------------------------------------------------------------------
+def test_with_overrides_base_and_seeds() -> None:
+    space = small_space().with_overrides(base={"epochs": 2}, seeds=[7])
+    assert space.base == {"task": "copy", "cell": "rnn", "epochs": 2}
+    assert space.seeds == (7,)
+    assert space.size() == 7
+    assert (space.name, space.citation, space.description) == ("toy", "toy", "toy")
+
+
+def test_with_overrides_dims_replaces_only_where_present() -> None:
+    space = small_space().with_overrides(dims={"scale": Values((1.05,))})
+    assert space.size_per_model() == {"a": 4, "b": 2}  # model b has no scale: unchanged
+    assert space.model("a").fixed == {"init": "chain"}
+    assert space.model("a").dims["lr"] == Values((1e-3, 1e-4))
+
+
+def test_with_overrides_models() -> None:
+    space = small_space().with_overrides(models=["b"])
+    assert [m.name for m in space.models] == ["b"]
+    with pytest.raises(SpaceError, match="no model 'z'"):
+        small_space().with_overrides(models=["z"])
+
+
+def test_with_overrides_unknown_dim() -> None:
+    with pytest.raises(SpaceError, match=r"cannot override \['hidden'\].*set fixed values through base"):
+        small_space().with_overrides(dims={"hidden": Values((8,))})
+    with pytest.raises(SpaceError, match="scale"):  # b alone has no scale
+        small_space().with_overrides(models=["b"], dims={"scale": Values((1.0,))})
+
+
+def test_with_overrides_leaves_the_preset_alone() -> None:
+    preset = get_preset("orhan2020-copy500")
+    preset.with_overrides(base={"epochs": 1}, seeds=[1], models=["chain"])
+    assert preset.size() == 2_112
+    assert "epochs" in preset.base and preset.base["epochs"] == 100
+
+
+def test_unknown_preset_lists_the_presets() -> None:
+    with pytest.raises(UnknownPresetError, match="orhan2020-copy500"):
+        get_preset("nope")
+
+
+# ----- dimensions from JSON / YAML ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ([1e-3, 1e-4], Values((1e-3, 1e-4))),
+        ((1, 2), Values((1, 2))),
+        (5, Values((5,))),
+        ("relu", Values(("relu",))),
+        ({"values": [True, False]}, Values((True, False))),
+        ({"uniform": [0.5, 1.5]}, Uniform(0.5, 1.5)),
+        ({"uniform": ["1e-5", 1e-2], "log": True}, Uniform(1e-5, 1e-2, True)),
+        ({"loguniform": [1e-5, 1e-2]}, Uniform(1e-5, 1e-2, True)),
+        ({"int": [2, 14]}, IntRange(2, 14)),
+        ({"int": [1, 64], "log": True}, IntRange(1, 64, True)),
+    ],
+)
+def test_dim_from_dict_forms(raw: object, expected: object) -> None:
+    assert dim_from_dict(raw, "dims.x") == expected
+
+
+@pytest.mark.parametrize(
+    "dim", [Values((1, "a", None)), Uniform(0.1, 0.2), Uniform(1e-4, 1.0, True), IntRange(1, 9)]
+)
+def test_dim_round_trip(dim: Values | Uniform | IntRange) -> None:
+    assert dim_from_dict(dim_to_dict(dim), "x") == dim
+
+
+def test_dim_from_dict_unknown_form_says_what_to_write() -> None:
+    with pytest.raises(SpaceError) as err:
+        dim_from_dict({"range": [1, 2]}, "dims.lr")
+    message = str(err.value)
+    assert message.startswith("dims.lr: cannot read {'range': [1, 2]} as a dimension")
+    for form in (
+        '{"values": [...]}',
+        '{"uniform": [low, high]}',
+        '{"loguniform": [low, high]}',
+        '{"int": [low, high]}',
+    ):
+        assert form in message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"uniform": [1.0]},
+        {"uniform": [2.0, 1.0]},
+        {"int": ["a", 3]},
+        {"loguniform": [0.0, 1.0]},
+        {"values": []},
+    ],
+)
+def test_dim_from_dict_bad_bounds_name_the_place(raw: object) -> None:
+    with pytest.raises(SpaceError, match=r"dims\.x"):
+        dim_from_dict(raw, "dims.x")

@@ -1,0 +1,223 @@
+"""The gated cells (lstm, gru, janet): paper parameter counts, initialisers, chrono, kernels vs eager math.
+
+Shapes, gradient through time and determinism are covered for every registered cell by test_contract.py.
+"""
+
+import math
+
+import pytest
+import torch
+
+from trainers import ConfigError, resolve, train
+from trainers.cells.gru import GRUCell, GRUConfig
+from trainers.cells.janet import JANETCell, JANETConfig
+from trainers.cells.lstm import LSTMCell, LSTMConfig
+from trainers.model import SequenceModel, build_model, count_params
+
+LSTM_INITS = ["keras", "plain", "mytorch"]
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# --- parameter counts (SGORNN paper, Tables 1 and 2; seed-code-facts §3.5) ------------------------------
+
+
+@pytest.mark.parametrize("init", LSTM_INITS)
+def test_lstm_addition_model_has_the_papers_67201_parameters(init):
+    resolved = resolve({"task": "addition", "cell": "lstm", "hidden": 128, "cell_params": {"init": init}})
+    assert count_params(build_model(resolved, resolved.make_task())) == 67_201
+
+
+def test_lstm_har2_model_has_the_papers_19009_parameters():
+    g = gen()
+    model = SequenceModel(LSTMCell(LSTMConfig(), 9, 64, g), 1, "last", g)  # HAR-2: 9 channels, 1 sigmoid unit
+    assert count_params(model) == 19_009
+
+
+def test_gru_keeps_both_biases_and_janet_has_two_gates():
+    assert count_params(GRUCell(GRUConfig(), 2, 128, gen())) == 3 * (2 * 128 + 128 * 128 + 2 * 128)
+    assert count_params(JANETCell(JANETConfig(), 2, 128, gen())) == 2 * (2 * 128 + 128 * 128 + 128)
+
+
+# --- initialisers -----------------------------------------------------------------------------------------
+
+
+def test_lstm_keras_init():
+    N, d = 32, 5
+    cell = LSTMCell(LSTMConfig(init="keras"), d, N, gen())
+    w = cell.weight_hh.detach()  # [4N, N]: Keras' [N, 4N] recurrent kernel has orthonormal rows
+    assert torch.allclose(w.t() @ w, torch.eye(N), atol=1e-5)
+    assert cell.weight_ih.abs().max() <= math.sqrt(6 / (d + 4 * N))  # Glorot-uniform over all gates
+    b = cell.bias.detach()
+    assert torch.all(b[N : 2 * N] == 1) and torch.all(b[:N] == 0) and torch.all(b[2 * N :] == 0)
+
+
+def test_lstm_mytorch_init_is_orthogonal_per_gate():
+    N = 16
+    cell = LSTMCell(LSTMConfig(init="mytorch"), 3, N, gen())
+    for w in cell.weight_hh.detach().split(N):
+        assert torch.allclose(w @ w.t(), torch.eye(N), atol=1e-5)
+    assert torch.equal(cell.bias.detach()[N : 2 * N], torch.ones(N))
+
+
+def test_lstm_plain_init_is_pytorchs_uniform_and_forget_bias_overrides():
+    N = 25
+    cell = LSTMCell(LSTMConfig(init="plain"), 3, N, gen())
+    for p in cell.parameters():
+        assert p.abs().max() <= 1 / math.sqrt(N)
+    assert cell.bias[N : 2 * N].std() > 0  # drawn, not a constant
+    cell = LSTMCell(LSTMConfig(init="plain", forget_bias=2.5), 3, N, gen())
+    assert torch.all(cell.bias.detach()[N : 2 * N] == 2.5)
+
+
+def test_janet_init_follows_mytorch():
+    N = 20
+    cell = JANETCell(JANETConfig(), 3, N, gen())
+    for w in cell.weight_hh.detach().split(N):
+        assert torch.allclose(w @ w.t(), torch.eye(N), atol=1e-5)
+    b = cell.bias.detach()
+    assert torch.all(b[:N] == 1.0) and torch.all(b[N:] == 0.0)
+
+
+@pytest.mark.parametrize("make", [lambda g: LSTMCell(LSTMConfig(), 2, 8, g), lambda g: JANETCell(JANETConfig(), 2, 8, g)])
+def test_weights_come_from_the_generator(make):
+    a, b, c = make(gen(1)), make(gen(1)), make(gen(2))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    assert not torch.equal(a.weight_hh, c.weight_hh)
+
+
+# --- chrono initialisation (NRU authors' code: integers in {1..t_max}; decision §0a item 7) ---------------
+
+
+def chrono_integers(b_f: torch.Tensor) -> torch.Tensor:
+    k = b_f.detach().double().exp()
+    assert torch.allclose(k, k.round(), atol=1e-4)  # b_f = log of an integer
+    return k.round().long()
+
+
+@pytest.mark.parametrize("init", LSTM_INITS)
+def test_lstm_chrono_bias(init):
+    N, t_max = 400, 5
+    cell = LSTMCell(LSTMConfig(init=init, forget_bias=3.0, chrono_tmax=t_max), 2, N, gen())
+    b = cell.bias.detach()
+    k = chrono_integers(b[N : 2 * N])
+    assert set(k.tolist()) == set(range(1, t_max + 1))  # every integer in [1, t_max], nothing else
+    assert torch.equal(b[:N], -b[N : 2 * N])  # b_i = −b_f
+
+
+def test_janet_chrono_bias():
+    N, t_max = 400, 4
+    b = JANETCell(JANETConfig(chrono_tmax=t_max), 2, N, gen()).bias.detach()
+    assert set(chrono_integers(b[:N]).tolist()) == set(range(1, t_max + 1))
+    assert torch.all(b[N:] == 0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "janet"])
+def test_chrono_tmax_must_be_positive(cell):
+    with pytest.raises(ConfigError, match="chrono_tmax"):
+        resolve({"task": "addition", "cell": cell, "cell_params": {"chrono_tmax": 0}})
+
+
+# --- native kernels and the JANET loop against eager references (float64) ---------------------------------
+
+
+def lstm_reference(cell, x):
+    N = cell.hidden_size
+    h = c = x.new_zeros(x.shape[1], N)
+    hs = []
+    for x_t in x:
+        a = x_t @ cell.weight_ih.t() + h @ cell.weight_hh.t() + cell.bias  # one bias per gate
+        i, f, g, o = a.split(N, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def gru_reference(cell, x):
+    N = cell.hidden_size
+    h = x.new_zeros(x.shape[1], N)
+    hs = []
+    for x_t in x:
+        xr, xz, xn = (x_t @ cell.weight_ih.t() + cell.bias_ih).split(N, 1)
+        hr, hz, hn = (h @ cell.weight_hh.t() + cell.bias_hh).split(N, 1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)  # the reset gate multiplies W_hn h + b_hn
+        h = (1 - z) * n + z * h
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def janet_reference(cell, x):
+    """myTorch's JANETCell.forward, step by step, on this cell's weights (transposed to x·W form)."""
+    N = cell.hidden_size
+    W_f = torch.cat([cell.weight_ih[:N].t(), cell.weight_hh[:N].t()], 0)  # [d + N, N]
+    W_c = torch.cat([cell.weight_ih[N:].t(), cell.weight_hh[N:].t()], 0)
+    b_f, b_c = cell.bias[:N], cell.bias[N:]
+    h = x.new_zeros(x.shape[1], N)
+    hs = []
+    for x_t in x:
+        xh = torch.cat([x_t, h], 1)
+        f = torch.sigmoid(xh @ W_f + b_f)
+        h = f * h + (1 - f) * torch.tanh(xh @ W_c + b_c)  # c_t = h_t
+        hs.append(h)
+    return torch.stack(hs)
+
+
+CASES = {
+    "lstm-plain": (lambda g: LSTMCell(LSTMConfig(init="plain"), 3, 6, g), lstm_reference),
+    "lstm-chrono": (lambda g: LSTMCell(LSTMConfig(chrono_tmax=20), 3, 6, g), lstm_reference),
+    "gru": (lambda g: GRUCell(GRUConfig(), 3, 6, g), gru_reference),
+    "janet": (lambda g: JANETCell(JANETConfig(), 3, 6, g), janet_reference),
+    "janet-chrono": (lambda g: JANETCell(JANETConfig(chrono_tmax=20), 3, 6, g), janet_reference),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cell_equals_its_eager_reference_forward_and_backward(case):
+    make, reference = CASES[case]
+    cell = make(gen(3)).double()
+    with torch.no_grad():  # nonzero biases everywhere, so a wrong bias path would show
+        for p in cell.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen(4), dtype=p.dtype))
+    x = torch.randn(17, 4, 3, generator=gen(5), dtype=torch.float64)
+    target = torch.randn(17, 4, 6, generator=gen(6), dtype=torch.float64)
+
+    def run(fn):
+        cell.zero_grad()
+        hs = fn(x)
+        (hs * target).sum().backward()
+        return hs.detach(), [p.grad.clone() for p in cell.parameters()]
+
+    hs, grads = run(cell)
+    hs_ref, grads_ref = run(lambda x: reference(cell, x))
+    assert hs.shape == (17, 4, 6)
+    torch.testing.assert_close(hs, hs_ref, rtol=1e-10, atol=1e-12)
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-11)
+
+
+# --- each cell learns addition T=50 (a few seconds to ~25 s of CPU each) -----------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", ["lstm", "gru", "janet"])
+def test_learns_addition_t50(cell):
+    r = train(
+        {
+            "task": "addition",
+            "task_params": {"seq_len": 50, "data": "fresh", "n_val": 1000},
+            "cell": cell,
+            "hidden": 64,
+            "optimizer": "adam",
+            "lr": 3e-3,
+            "batch_size": 32,
+            "steps": 2500,
+            "eval_every": 100,
+            "early_stop_loss": 0.02,  # well under the success threshold 1/12: stop once clearly learned
+        }
+    )
+    assert r.status == "ok", r.reason
+    assert r.success, [e.val_loss for e in r.history]

@@ -1,0 +1,149 @@
+"""FastRNN (Kusupati et al. 2018) as written by the SGORNN authors (`sgornn/layers.py:FastRNNCell`).
+
+seed-code-facts §3.5. An inner Elman cell on the FastRNN state, mixed back through two scalar gates:
+
+    z_t = f(W x_t + U h_{t−1} + b)          (the wrapped Keras SimpleRNNCell(relu))
+    h_t = a·z_t + β·h_{t−1},   h_0 = 0       (SGORNN paper eq. 1 with U unconstrained)
+    a = sigmoid(α_raw),  β = sigmoid(β_raw),  α_raw = −3.75, β_raw = 3.0 at init (a ≈ 0.0230, β ≈ 0.9526)
+    if clip_scalar:  β ← clip(β, 0, 1 − 2a)   (SGORNN eq. 3; Keras K.clip, gradient reaches a when active)
+
+U: Keras orthogonal init (gain 1); W: Glorot-uniform; b = 0. `clip_scalar` defaults to True because
+the authors' `FastRNNModel` — which builds FastRNN, SGORNN-V and SGORNN-E alike — defaults to it and
+their scripts only turn it off with `--no-scalar-clip`; the paper states the constraint for SGORNN
+only and Kusupati's original has no clip, so a study of "FastRNN as published" sets it to False.
+
+`ScalarGates` and `fast_rnn` (the recurrence, a hand-written autograd Function) are shared with
+SGORNN (`trainers.cells.sgornn`), which only swaps U for VPRNN's rotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from trainers.cells.base import Cell
+from trainers.cells.vprnn import glorot_uniform
+from trainers.initializers import random_orthogonal
+from trainers.kernels import ACTIVATIONS, _act_, _act_grad
+
+
+class ScalarGates(nn.Module):
+    """FastRNN's two scalar gates (a, β) from raw parameters, with SGORNN's optional clip β ≤ 1 − 2a."""
+
+    def __init__(self, alpha_init: float, beta_init: float, clip: bool) -> None:
+        super().__init__()
+        self.alpha_raw = nn.Parameter(torch.tensor([alpha_init]))  # Keras shape (1, 1): one number
+        self.beta_raw = nn.Parameter(torch.tensor([beta_init]))
+        self.clip = clip
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        a = torch.sigmoid(self.alpha_raw)
+        b = torch.sigmoid(self.beta_raw)
+        if self.clip:  # K.clip(b, 0, 1 − 2a) = max(min(b, 1 − 2a), 0), as TF 1.x computes clip_by_value
+            b = torch.minimum(b, 1.0 - 2.0 * a).clamp_min(0.0)
+        return a, b
+
+
+class FastRNNScan(torch.autograd.Function):
+    """h_t = a·f(xp_t + h_{t−1} Wᵀ) + β·h_{t−1} for all t (h_{−1} = 0), as one autograd node.
+
+    The loop runs on the ungated state u_t = h_t / a (no division: u is built directly),
+        pre_t = xp_t + a·u_{t−1} Wᵀ,   z_t = f(pre_t),   u_t = z_t + β·u_{t−1},   h = a·u,
+    which is 3 ops per step forward (addmm, f, add) where the literal form needs 4. Backward runs on
+    e_t = ∂L/∂h_t (through all later steps): ∂pre_t = a·f'_t ⊙ e_t, e_{t−1} = g_{t−1} + β e_t + ∂pre_t W,
+    2 ops per step (3 when the loss reads more than the last state); ∂W, ∂a, ∂β are reductions over
+    all steps after the loop. Shapes: xp [T, B, N], w [N, N], a and β [1].
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, xp: torch.Tensor, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, nonlinearity: str
+    ) -> torch.Tensor:
+        av, bv = float(a), float(b)
+        zs = torch.empty_like(xp)  # z_t = f(pre_t), the inner cell's output
+        us = torch.empty_like(xp)  # u_t = h_t / a
+        wt = w.t()
+        u = xp.new_zeros(xp.shape[1:])  # u_{−1} = h_{−1} / a = 0
+        for xp_t, z_t, u_t in zip(xp.unbind(0), zs.unbind(0), us.unbind(0), strict=True):  # views, unbound once
+            torch.addmm(xp_t, u, wt, alpha=av, out=z_t)  # pre_t = xp_t + h_{t−1} Wᵀ
+            _act_(z_t, nonlinearity)  # z_t = f(pre_t), in place
+            u = torch.add(z_t, u, alpha=bv, out=u_t)  # u_t = z_t + β u_{t−1}
+        ctx.nonlinearity = nonlinearity
+        ctx.coefs = (av, bv)
+        ctx.save_for_backward(zs, us, w, a, b)
+        return us * av  # h_t = a u_t
+
+    @staticmethod
+    def backward(ctx: Any, grad_hs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        zs, us, w, a, b = ctx.saved_tensors
+        av, bv = ctx.coefs
+        T, _B, N = us.shape
+        grad_hs = grad_hs.contiguous()
+        only_last = not bool(grad_hs[:-1].any())  # e.g. a readout of the last state only
+        fprime_a = _act_grad(zs, ctx.nonlinearity).mul_(av)  # ∂h_t/∂pre_t = a f'(pre_t), all t at once
+        e = torch.empty_like(us)  # e_t = ∂L/∂h_t, total
+        grad_pre = torch.empty_like(us)  # ∂L/∂pre_t
+        es, gs, fs, gh = e.unbind(0), grad_pre.unbind(0), fprime_a.unbind(0), grad_hs.unbind(0)
+        es[T - 1].copy_(gh[T - 1])
+        for t in range(T - 1, 0, -1):
+            torch.mul(es[t], fs[t], out=gs[t])
+            torch.addmm(es[t], gs[t], w, beta=bv, out=es[t - 1])  # β e_t + ∂pre_t W
+            if not only_last:
+                es[t - 1].add_(gh[t - 1])  # + g_{t−1}
+        torch.mul(es[0], fs[0], out=gs[0])
+        # h_{−1} = 0, so step 0 adds nothing to ∂W and ∂β; flat views avoid [T, B, N] temporaries
+        g_pre, u_prev, e_next = grad_pre[1:].reshape(-1, N), us[:-1].reshape(-1, N), e[1:].reshape(-1)
+        grad_w = (g_pre.t() @ u_prev).mul_(av)  # Σ_t ∂pre_tᵀ h_{t−1}
+        grad_a = torch.dot(e.reshape(-1), zs.reshape(-1)).reshape(a.shape)  # Σ_t e_t · z_t
+        grad_b = torch.dot(e_next, u_prev.reshape(-1)).mul(av).reshape(b.shape)  # Σ_t e_t · h_{t−1}
+        return grad_pre, grad_w, grad_a, grad_b, None
+
+
+def fast_rnn(
+    x: torch.Tensor,
+    w_in: torch.Tensor,
+    w_rec: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    nonlinearity: str,
+) -> torch.Tensor:
+    """All states [T, B, N] of h_t = a·f(W_rec h_{t−1} + W_in x_t + bias) + β·h_{t−1}, h_{−1} = 0, x [T, B, d]."""
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
+    xp = x @ w_in.t()  # [T, B, N]: the input projection, hoisted out of the loop
+    if bias is not None:
+        xp = xp + bias
+    return FastRNNScan.apply(xp, w_rec, a, b, nonlinearity)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class FastRNNConfig:
+    alpha_init: float = -3.75  # raw gate: a = sigmoid(α_raw) ≈ 0.0230
+    beta_init: float = 3.0  # raw gate: β = sigmoid(β_raw) ≈ 0.9526
+    clip_scalar: bool = True  # β ≤ 1 − 2a (the authors' FastRNNModel default; see the module docstring)
+    nonlinearity: Literal["elu", "relu", "tanh"] = "relu"
+    bias: bool = True  # Keras SimpleRNNCell bias, zero-initialised
+
+
+class FastRNNCell(Cell):
+    name = "fastrnn"
+    Config = FastRNNConfig
+    config: FastRNNConfig
+
+    def __init__(self, config: FastRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        super().__init__(config, input_size, hidden_size)
+        self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W [N, d]
+        self.weight_hh = nn.Parameter(random_orthogonal(hidden_size, gen))  # U [N, N], Keras Orthogonal
+        self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None
+        self.gates = ScalarGates(config.alpha_init, config.beta_init, config.clip_scalar)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.gates()
+        return fast_rnn(x, self.weight_ih, self.weight_hh, self.bias, a, b, self.config.nonlinearity)
+
+    def recurrent_matrix(self) -> torch.Tensor:
+        return self.weight_hh.detach()

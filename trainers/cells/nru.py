@@ -1,0 +1,131 @@
+"""Non-saturating Recurrent Unit (Chandar et al. 2019), as the authors' code computes it
+(`apsarath/NRU:nru_project/NRU.py`, = `myTorch/memnets/FlatMemoryCell.py`; seed-code-facts §3.3, §0a item 6).
+
+    h_t   = ReLU(LN?(W [x_t, h_{t−1}, m_{t−1}] + b))                          (eq. 9)           [B, N]
+    α, β  = ρ(W_α [h_t, m_{t−1}] + b_α), ρ(W_β [h_t, m_{t−1}] + b_β)          (eqs. 11-12)      [B, k]
+    p, q  = split(W_u [h_t, m_{t−1}] + b_u),  one W_u for writing, one for erasing  (eqs. 15-16) [B, √(mk)]
+    v     = L5-normalise(ρ((p qᵀ).view(k, m)))  along m, per head            (eqs. 13-14, 17)  [B, k, m]
+    m_t   = m_{t−1} + reduce_i(α_i v^w_i − β_i v^e_i),  reduce = mean (code) or sum (eq. 10)  [B, m]
+
+ρ is the identity, or ReLU when `use_relu` (the paper's default is linear heads). h_0 = m_0 = 0.
+Where the paper and the code differ we follow the code: the heads see (h_t, m_{t−1}) only, not x_t
+(the paper writes f(x_t, h_t, m_{t−1})), and the memory increment averages the k heads (eq. 10 sums
+them: `head_reduction="sum"`). The outer-product trick produces all k heads' directions from one
+pair of √(m·k)-vectors, so m·k must be a perfect square. The readout sees h_t. Every Linear layer
+has PyTorch's default init, drawn in the code's order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainers.cells.base import Cell
+from trainers.params import ConfigError
+
+
+@dataclass(frozen=True)
+class NRUConfig:
+    memory_size: int = 64  # m, the flat memory's width (the code's default; paper copy 64, psMNIST 256)
+    heads: int = 4  # k writing heads and k erasing heads
+    use_relu: bool = (
+        False  # ReLU on α, β and the direction vectors (False: linear heads, the paper's default)
+    )
+    layer_norm: bool = False  # LayerNorm on h's pre-activation (the paper uses it only for RNN-id/orth)
+    head_reduction: Literal["mean", "sum"] = "mean"  # mean: the code; sum: the paper's eq. 10
+
+    def __post_init__(self) -> None:
+        for name in ("memory_size", "heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"nru: {name} = {getattr(self, name)} must be at least 1")
+        mk = self.memory_size * self.heads
+        if math.isqrt(mk) ** 2 != mk:
+            k = self.heads
+            fix = next(
+                m
+                for m in range(self.memory_size + 1, k * (math.isqrt(self.memory_size) + 1) ** 2 + 1)
+                if math.isqrt(m * k) ** 2 == m * k
+            )
+            raise ConfigError(
+                f"nru: memory_size × heads = {self.memory_size} × {k} = {mk} must be a perfect square: the "
+                f"outer-product trick builds the k·m direction entries from two √(m·k)-vectors; use e.g. "
+                f"memory_size={fix} heads={k} (√(m·k) = {math.isqrt(fix * k)}); the paper's psMNIST uses memory_size=256 heads=4"
+            )
+
+
+def _linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
+    """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
+    layer = torch.nn.utils.skip_init(nn.Linear, n_in, n_out)
+    bound = 1.0 / math.sqrt(n_in)
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
+        nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
+    return layer
+
+
+class NRUCell(Cell):
+    name = "nru"
+    Config = NRUConfig
+    config: NRUConfig
+
+    def __init__(self, config: NRUConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        super().__init__(config, input_size, hidden_size)
+        d, N, M, k = input_size, hidden_size, config.memory_size, config.heads
+        s = math.isqrt(M * k)  # √(m·k)
+        self.sqrt_mk = s
+        # the authors' construction order (hence the order of draws from `gen`)
+        self.hm2v_alpha = _linear(N + M, 2 * s, gen)  # write direction factors p^w, q^w (eqs. 15-16)
+        self.hm2v_beta = _linear(N + M, 2 * s, gen)  # erase direction factors p^e, q^e
+        self.hm2alpha = _linear(N + M, k, gen)  # α (eq. 11)
+        self.hm2beta = _linear(N + M, k, gen)  # β (eq. 12)
+        self.ln = nn.LayerNorm(N) if config.layer_norm else None
+        self.hmi2h = _linear(d + N + M, N, gen)  # W = [W_i | W_h | W_c] over [x_t, h_{t−1}, m_{t−1}] (eq. 9)
+
+    def heads(
+        self, hm: torch.Tensor, w: torch.Tensor, b: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """α [B, k], β [B, k] and the unit directions v [B, 2, k, m] (v[:, 0] write, v[:, 1] erase)
+        from hm = [h_t, m_{t−1}] [B, N+m] and the four head layers stacked as (w [2k+4s, N+m], b)."""
+        B, k, M, s = hm.shape[0], self.config.heads, self.config.memory_size, self.sqrt_mk
+        out = torch.addmm(b, hm, w.t())  # all four head layers in one matmul   [B, 2k + 4s]
+        alpha, beta, u = out.split([k, k, 4 * s], dim=1)  # [B, k], [B, k], [B, 4s]
+        if self.config.use_relu:
+            alpha, beta = alpha.relu(), beta.relu()
+        p, q = u.view(B, 2, 2, s).unbind(2)  # [B, 2, s] each: (write, erase) × (p, q)
+        v = (p.unsqueeze(3) * q.unsqueeze(2)).view(B, 2, k, M)  # eq. 17: vec(p qᵀ) cut into k heads
+        if self.config.use_relu:
+            v = v.relu()
+        v = F.normalize(v, p=5.0, dim=-1, eps=1e-12)  # L5 norm along m, per head
+        return alpha, beta, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
+        d, N, M = self.input_size, self.hidden_size, self.config.memory_size
+        w_x, w_hm = self.hmi2h.weight.split([d, N + M], dim=1)  # [N, d], [N, N+m]
+        xp = torch.addmm(self.hmi2h.bias, x.reshape(-1, d), w_x.t())  # W_i x_t + b, all steps at once
+        heads = (self.hm2alpha, self.hm2beta, self.hm2v_alpha, self.hm2v_beta)
+        w_heads = torch.cat([layer.weight for layer in heads])  # [2k + 4s, N+m], in `heads`' order
+        b_heads = torch.cat([layer.bias for layer in heads])  # [2k + 4s]
+        reduce = torch.mean if self.config.head_reduction == "mean" else torch.sum
+
+        h = x.new_zeros(x.shape[1], N)  # h_0   [B, N]
+        m = x.new_zeros(x.shape[1], M)  # m_0   [B, m]
+        outputs = []
+        for xp_t in xp.view(x.shape[0], x.shape[1], N).unbind(0):
+            z = torch.addmm(xp_t, torch.cat([h, m], dim=1), w_hm.t())  # W [x_t, h_{t−1}, m_{t−1}] + b
+            h = torch.relu(self.ln(z) if self.ln is not None else z)  # eq. 9   [B, N]
+            alpha, beta, v = self.heads(torch.cat([h, m], dim=1), w_heads, b_heads)
+            write = alpha.unsqueeze(2) * v[:, 0]  # α_i v^w_i   [B, k, m]
+            erase = beta.unsqueeze(2) * v[:, 1]  # β_i v^e_i   [B, k, m]
+            m = m + reduce(write - erase, dim=1)  # eq. 10 (mean over heads in the code)   [B, m]
+            outputs.append(h)
+        return torch.stack(outputs)
+
+    def recurrent_matrix(self) -> torch.Tensor:
+        """W_h [N, N], the h_{t−1} → h_t block of eq. 9 (the memory path is not in it)."""
+        d, N = self.input_size, self.hidden_size
+        return self.hmi2h.weight[:, d : d + N].detach()

@@ -1,0 +1,102 @@
+"""Shuffling RNN (Rotman & Wolf 2020; the authors' `rotmanmi/SRNN:models/SRNN.py`, seed-code-facts §3.2).
+
+    h_t  = ReLU(b(x_t) + roll(h_{t−1}, +1)),   h_0 = 0                       (eq. 3, the code's W_p)
+    b(x) = f_r(x) ⊙ σ(W_s x + b_s)                                           (eq. 5)
+    f_r  = Linear(d, H) → ReLU → [Linear(H, H) → ReLU] × (n_layers − 1) → Linear(H, N)
+
+There are no recurrent weights: the transition is the fixed cyclic shift `torch.roll(h, 1, -1)`,
+out[i] = h[i−1], so unit i hands its value to unit i+1 (eq. 4's W_p moves it the other way, which is
+the same network up to relabelling the units; we follow the code). `no_gate` drops the sigmoid branch
+(the code's `multihead=False`). b has no recurrence, so it is computed for all T steps in one batched
+MLP, as the paper's §3 "time complexity" paragraph suggests; the recurrence is then roll + add + ReLU
+per step, in `ShiftScan` below (one autograd node for the whole sequence).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.cells.base import Cell
+from trainers.params import ConfigError
+
+
+@dataclass(frozen=True)
+class SRNNConfig:
+    hyper_size: int = 64  # H, width of f_r's hidden layers (the code's default; paper: 8 copy/add, 32 pMNIST)
+    n_layers: int = 1  # number of hidden layers of f_r (paper pMNIST: 3)
+    no_gate: bool = False  # True: b(x) = f_r(x), without the sigmoid gate (the paper's ablation)
+
+    def __post_init__(self) -> None:
+        for name in ("hyper_size", "n_layers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"srnn: {name} = {getattr(self, name)} must be at least 1, e.g. {name}=1")
+
+
+def _linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
+    """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
+    layer = torch.nn.utils.skip_init(nn.Linear, n_in, n_out)
+    bound = 1.0 / math.sqrt(n_in)
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
+        nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
+    return layer
+
+
+class ShiftScan(torch.autograd.Function):
+    """h_t = ReLU(b_t + roll(h_{t−1}, +1)) for all t, from b [T, B, N]; h_0 = 0, so h_1 = ReLU(b_1).
+
+    Forward: 3 ops per step (roll, add, ReLU). Backward with z_t the pre-activation and
+    D_t = [h_t > 0]: ∂L/∂z_t = D_t ⊙ (∂L/∂h_t + roll(∂L/∂z_{t+1}, −1)), the inverse roll being the
+    permutation's transpose; ∂L/∂b_t = ∂L/∂z_t. Bitwise the same numbers as the authors' eager loop.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, b: torch.Tensor) -> torch.Tensor:
+        hs = torch.empty_like(b)  # [T, B, N]
+        b_t, h_t = b.unbind(0), hs.unbind(0)  # T views each, made once
+        torch.clamp(b_t[0], min=0.0, out=h_t[0])  # h_1 = ReLU(b_1 + roll(0))
+        for t in range(1, len(b_t)):
+            torch.add(b_t[t], h_t[t - 1].roll(1, -1), out=h_t[t]).relu_()  # eq. 3: out[i] = h[i−1]
+        ctx.save_for_backward(hs)
+        return hs
+
+    @staticmethod
+    def backward(ctx: Any, grad_hs: torch.Tensor) -> torch.Tensor:
+        (hs,) = ctx.saved_tensors
+        mask = (hs > 0).to(hs.dtype)  # D_t = ReLU'(z_t), all steps at once   [T, B, N]
+        grad_z = grad_hs * mask  # starts as D_t ⊙ ∂L/∂h_t; the loop adds the path through h_{t+1}
+        g_t, m_t = grad_z.unbind(0), mask.unbind(0)
+        for t in range(len(g_t) - 2, -1, -1):
+            g_t[t].addcmul_(m_t[t], g_t[t + 1].roll(-1, -1))  # ∂z_{t+1}/∂h_t = Pᵀ: roll back by one
+        return grad_z
+
+
+class SRNNCell(Cell):
+    name = "srnn"
+    Config = SRNNConfig
+    config: SRNNConfig
+
+    def __init__(self, config: SRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        super().__init__(config, input_size, hidden_size)
+        d, H, N = input_size, config.hyper_size, hidden_size
+        layers: list[nn.Module] = [_linear(d, H, gen), nn.ReLU()]
+        for _ in range(config.n_layers - 1):
+            layers += [_linear(H, H, gen), nn.ReLU()]
+        layers.append(_linear(H, N, gen))
+        self.f_r = nn.Sequential(*layers)  # the primary branch, d → N
+        self.gate = None if config.no_gate else _linear(d, N, gen)  # W_s [N, d], b_s [N]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
+        b = self.f_r(x)  # [T, B, N], one batched MLP over all T·B rows
+        if self.gate is not None:
+            b = b * torch.sigmoid(self.gate(x))  # eq. 5: f_r(x) ⊙ σ(W_s x + b_s)
+        return ShiftScan.apply(b)  # type: ignore[no-any-return]
+
+    def recurrent_matrix(self) -> torch.Tensor:
+        """The fixed permutation P [N, N] of roll(h, +1): P_ij = 1 iff j = i − 1 (mod N)."""
+        return torch.roll(torch.eye(self.hidden_size), 1, 0)

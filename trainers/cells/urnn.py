@@ -1,0 +1,66 @@
+"""URNN by projection (Emami et al. 2019, §5): a vanilla RNN whose W is projected after every step.
+
+    h_t = f(W h_{t−1} + V x_t + b)      (the vanilla RNN, `trainers.cells.rnn`: same equations, same kernel)
+    after every optimiser step:  W = U S Vᵀ (SVD)  →  W ← U Vᵀ
+
+U Vᵀ is the polar factor, the orthogonal matrix nearest to W in Frobenius norm ("we chose to project
+the transition matrix on the full space of unitary matrices after each iteration using SVD"). The
+authors' code does exactly this after every batch (`melikaemami/URNN:urnn_synth_test.py:project`,
+`urnn_pmnist_test.py:ProjectCB`; seed-code-facts §1.5, §3.6); the optimiser's state is left as is.
+`project_` also holds the contractive variant (singular values clipped to ≤ 1) used by
+`trainers.cells.crnn`.
+
+Initialisation follows their student model, Keras `SimpleRNN(relu)` defaults: W orthogonal (gain 1,
+already on the constraint set, so the first projection changes nothing), V Glorot-uniform, b = 0.
+The fields inherited from the vanilla RNN let a study start from another W (chain, identity, …):
+the first step then projects it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+from torch import nn
+
+from trainers.cells.rnn import RNNCell, RNNConfig
+from trainers.cells.vprnn import glorot_uniform
+
+Projection = Literal["orthogonal", "contractive"]
+
+
+@torch.no_grad()
+def project_(w: torch.Tensor, mode: Projection) -> None:
+    """Project W in place: onto the orthogonal group (U Vᵀ) or onto ‖W‖₂ ≤ 1 (singular values ≤ 1).
+
+    The SVD runs in float64 so that the float32 result is orthogonal (or contractive) to ~1e-7.
+    """
+    u, s, vh = torch.linalg.svd(w.double())  # W = U diag(s) Vᵀ
+    if mode == "orthogonal":
+        w.copy_(u @ vh)
+    elif s[0] > 1.0:  # contractive: nothing to do when already non-expansive (keeps W bit-identical)
+        w.copy_((u * s.clamp(max=1.0)) @ vh)
+
+
+@dataclass(frozen=True)
+class URNNConfig(RNNConfig):
+    init: Literal["chain", "fbchain", "identity", "orthogonal"] = "orthogonal"  # Keras SimpleRNN default
+    scale: float = 1.0  # gain of the initial W
+    nonlinearity: Literal["elu", "relu", "tanh"] | None = "relu"  # their SimpleRNN(activation='relu')
+    input_init: Literal["glorot", "initializer"] = "glorot"  # Keras default; or `init`'s own V (Orhan)
+
+
+class URNNCell(RNNCell):
+    name = "urnn"
+    Config = URNNConfig
+    config: URNNConfig
+    projection: ClassVar[Projection] = "orthogonal"
+
+    def __init__(self, config: URNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        super().__init__(config, input_size, hidden_size, gen)
+        if config.input_init == "glorot":
+            self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # V [N, d]
+
+    def after_step(self) -> None:
+        project_(self.weight_hh, self.projection)

@@ -1,0 +1,95 @@
+"""VPRNN: an Elman RNN whose recurrent matrix is a product of permuted Givens-rotation sublayers.
+
+Taylor-Melanson et al. 2021, as used by the SGORNN paper (eq. 2: φ(Θ) = R₁Q₁ … R_kQ_k) and its code
+(`wtaylor17/VPRNN:vprnn/layers.py`, `wtaylor17/keras-vpnn:vpnn/layers/rotation.py`; seed-code-facts
+§3.5, §0a item 9):
+
+    h_t = f(W_in x_t + U h_{t−1} + b),   h_0 = 0,   U = Rotation_k ∘ … ∘ Rotation_1  (orthogonal)
+
+Each `Rotation` sublayer first applies its own FIXED random permutation (drawn once, never trained),
+then rotates the first half of the coordinates against the second half with N/2 angles θ:
+y_i = c x_i − s x_j, y_j = c x_j + s x_i (c = cos θ, s = sin θ, j = i + N/2). The code's
+`n_rotations = 7` builds 7 sublayers, an (unused) diagonal, then 7 more: the paper's k = 14
+sublayers, our `rotations`. θ ~ U(−0.05, 0.05) (Keras 'uniform'), W_in Glorot-uniform, b = 0, no
+diagonal (`use_diag=False`), relu (the SGORNN scripts; VPRNN's own default is 'cheby', not offered).
+
+Orientation: Keras computes h·U_k with U_k = layer(I) (row vectors), i.e. the sublayers act on h.
+In our column convention W = U_kᵀ, so `W h` applies the sublayers to h in the same order.
+The matrix is materialised once per forward pass, then the recurrence runs through the Elman kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from trainers.cells.base import Cell
+from trainers.kernels import elman_rnn
+
+
+def glorot_uniform(fan_out: int, fan_in: int, gen: torch.Generator) -> torch.Tensor:
+    """Keras `glorot_uniform` for a [fan_out, fan_in] matrix: U(±√(6 / (fan_in + fan_out)))."""
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    return torch.empty(fan_out, fan_in).uniform_(-bound, bound, generator=gen)
+
+
+class Rotations(nn.Module):
+    """k permuted rotation sublayers on R^N: trainable angles θ [k, N/2], fixed permutations [k, N]."""
+
+    def __init__(self, n: int, k: int, theta_bound: float, gen: torch.Generator) -> None:
+        super().__init__()
+        if n % 2 or n < 2:
+            raise ValueError(f"rotation sublayers pair units: hidden size {n} must be even (e.g. {n + 1})")
+        if k < 1:
+            raise ValueError(f"rotations = {k} must be at least 1 (the SGORNN paper uses 14 for N = 128)")
+        perms = torch.stack([torch.randperm(n, generator=gen) for _ in range(k)])  # [k, N], fixed
+        self.register_buffer("perms", perms)
+        self.theta = nn.Parameter(torch.empty(k, n // 2).uniform_(-theta_bound, theta_bound, generator=gen))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the sublayers in order to the columns of x [N, M] (Keras `Rotation.call`, transposed)."""
+        half = x.shape[0] // 2
+        c, s = torch.cos(self.theta).unsqueeze(-1), torch.sin(self.theta).unsqueeze(-1)  # [k, N/2, 1]
+        for perm, ck, sk in zip(self.perms, c, s, strict=True):
+            p = x.index_select(0, perm)  # the sublayer's permutation first
+            xi, xj = p[:half], p[half:]
+            x = torch.cat([ck * xi - sk * xj, ck * xj + sk * xi])  # rotate pairs (i, i + N/2)
+        return x
+
+    def matrix(self) -> torch.Tensor:
+        """W [N, N] with W h = sublayers(h): column j is the sublayers applied to e_j (= Keras' layer(I)ᵀ)."""
+        return self(torch.eye(self.perms.shape[1], device=self.theta.device, dtype=self.theta.dtype))
+
+
+@dataclass(frozen=True)
+class VPRNNConfig:
+    rotations: int = 14  # rotation sublayers in all (the paper's k; the code's n_rotations = 7, twice)
+    theta_bound: float = 0.05  # θ ~ U(−bound, bound), Keras 'uniform'
+    nonlinearity: Literal["elu", "relu", "tanh"] = "relu"
+    bias: bool = True  # Keras cell bias, zero-initialised
+    backend: Literal["auto", "scan", "native"] = "auto"  # see trainers.kernels
+
+
+class VPRNNCell(Cell):
+    name = "vprnn"
+    Config = VPRNNConfig
+    config: VPRNNConfig
+
+    def __init__(self, config: VPRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        super().__init__(config, input_size, hidden_size)
+        self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W_in [N, d]
+        self.rotations = Rotations(hidden_size, config.rotations, config.theta_bound, gen)  # U via θ [k, N/2]
+        self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
+        w = self.rotations.matrix()  # [N, N], orthogonal; autograd carries ∂W back to θ
+        return elman_rnn(x, h0, self.weight_ih, w, self.bias, self.config.nonlinearity, self.config.backend)
+
+    def recurrent_matrix(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rotations.matrix()

@@ -1,0 +1,60 @@
+"""Big permuted MNIST (Rotman & Wolf, SRNN §5; `rotmanmi/SRNN:datasets/bigmnist.py`, `main.py:316-356`;
+seed-code-facts §1.3).
+
+Each 28×28 image is zero-padded by 14 pixels on every side to 56×56 = 3,136 pixels, which then enter
+one per step (input_dim 1) in a fixed random order over all 3,136 positions; the label is read from
+the last step (10 classes, cross-entropy); baseline ln 10. Everything else is psMNIST (`psmnist.py`).
+SRNN's choices are the defaults: the permutation is drawn from the run's seed (SRNN: `np.random.seed(seed)`,
+then `np.random.permutation(784 * 4)`), pixels standardised with (0.1307, 0.3081), train on the first
+50k training images and validate on the last 10k (its test set is scored only at the best validation
+epoch, outside this task).
+Padding happens on the raw image, so a padded pixel is a raw 0 like the image's own background and
+gets the same normalisation. (SRNN's code passes the already-normalised tensor through
+`to_pil_image`, which multiplies by 255 and casts to bytes, so negative and large values wrap:
+background −0.424·255 becomes byte 148, while the padding is 0. That is a bug we do not reproduce.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from trainers.seeding import generator
+from trainers.tasks.base import Tensors
+from trainers.tasks.psmnist import PSMNISTConfig, PSMNISTTask
+
+SIDE, PAD = 28, 14
+BIG_SIDE = SIDE + 2 * PAD  # 56
+BIG_PIXELS = BIG_SIDE * BIG_SIDE  # 3,136
+
+
+@dataclass(frozen=True)
+class BigPSMNISTConfig(PSMNISTConfig):
+    normalization: Literal["unit", "standard", "symmetric"] = "standard"  # SRNN: Normalize(0.1307, 0.3081)
+    split: Literal["train_test", "train_val"] = "train_val"  # SRNN: train 0:50k, validate 50k:60k
+
+
+class BigPSMNISTTask(PSMNISTTask):
+    name = "bigpsmnist"
+    Config = BigPSMNISTConfig
+
+    def __init__(self, config: BigPSMNISTConfig, seed: int) -> None:
+        super().__init__(config, seed)
+        gen = (
+            generator(seed, "bigpsmnist/permutation")
+            if config.permutation_seed is None
+            else torch.Generator().manual_seed(config.permutation_seed)
+        )
+        self.permutation = torch.randperm(BIG_PIXELS, generator=gen)  # over the padded image
+
+    @property
+    def seq_len(self) -> int:
+        return BIG_PIXELS
+
+    def encode(self, batch: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = batch  # [B, 784] uint8
+        padded = F.pad(images.view(-1, SIDE, SIDE), (PAD, PAD, PAD, PAD))  # [B, 56, 56], zeros around
+        return super().encode((padded.reshape(-1, BIG_PIXELS), labels), device)  # x [3136, B, 1]
