@@ -65,7 +65,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    print(f"torch {torch.__version__}, CPU, {args.threads} thread(s), median of {args.reps} iterations, B=16\n")
+    print(
+        f"torch {torch.__version__}, CPU, {args.threads} thread(s), median of {args.reps} iterations, B=16\n"
+    )
     print(f"{'shape':<27}{'candidate':<34}{'ms/iter':>9}{'× native':>10}")
     for label, (n, T, d, out, last) in SHAPES.items():
         cands: dict[str, Callable[[], None]] = {}

@@ -11,7 +11,7 @@ batch 16; RMSprop with the authors' code's clip 10 and early stop at validation 
 
 from __future__ import annotations
 
-from search_spaces.space import Model, SearchSpace, Values
+from search_spaces.space import Model, Scalar, SearchSpace, Values
 
 CITATION = (
     "Orhan & Pitkow, ICLR 2020, §3.1.1 (grids), Fig. 3d-f (success counts); code: eminorhan/nonnormal-init"
@@ -30,7 +30,7 @@ MODELS = (
     Model("orthogonal", {"init": "orthogonal"}, {"lr": Values(LEARNING_RATES), "scale": Values(LAMBDAS)}),
 )
 
-PROTOCOL = {
+PROTOCOL: dict[str, Scalar] = {
     "cell": "rnn",
     "batch_size": 16,
     "optimizer": "rmsprop",

@@ -1,16 +1,331 @@
-"""`memsweep`: the command line. Until the study engine lands it fronts the trainers' CLI."""
+"""`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
+
+memsweep presets [--json]
+memsweep run PRESET|SPEC.yaml [--set KEY=VALUE] [--dim lr=1e-3,3e-4] [--models a,b] [--seeds 1,2] [--json]
+memsweep run --study ID            # resume: only unfinished trials run
+memsweep best STUDY [--k 5] [--json]
+memsweep success STUDY [--json]
+memsweep train|describe|list …     # one trial, as `python -m trainers`
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from trainers.cli import main as trainers_main
+TRAINER_COMMANDS = ("train", "describe", "list")
+
+
+def parse_value(raw: str) -> Any:
+    """CLI text → JSON scalar when it parses as one (1e-3 → 0.001, true → True), else the string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"error: {flag} {item!r}: write KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def build_spec(args: argparse.Namespace) -> Any:
+    from service.spec import StudySpec, load_spec
+
+    target = args.target
+    data: dict[str, Any]
+    if target and (target.endswith((".yaml", ".yml", ".json")) or Path(target).is_file()):
+        data = load_spec(target).model_dump(exclude_unset=True)
+    else:
+        data = {"preset": target}
+    base = dict(data.get("base", {}))
+    base.update({k: parse_value(v) for k, v in parse_pairs(args.set, "--set").items()})
+    data["base"] = base
+    dims = dict(data.get("dims", {}))
+    for key, values in parse_pairs(args.dim, "--dim").items():
+        dims[key] = [parse_value(v) for v in values.split(",")]
+    data["dims"] = dims
+    for field in ("sampler", "max_trials", "concurrency", "name", "scheduler", "success_fraction"):
+        value = getattr(args, field)
+        if value is not None:
+            data[field] = value
+    if args.models:
+        data["models"] = args.models.split(",")
+    if args.seeds:
+        data["seeds"] = [int(s) for s in args.seeds.split(",")]
+    if args.cpus is not None or args.gpus is not None:
+        data["resources"] = {"cpus": args.cpus or 1.0, "gpus": args.gpus or 0.0}
+    return StudySpec.model_validate(data)
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from search_spaces import describe, get_preset, list_presets
+
+    rows = []
+    for name in list_presets():
+        d = describe(get_preset(name))
+        rows.append(
+            {
+                "name": name,
+                "size": d.get("size"),
+                "size_per_model": d.get("size_per_model"),
+                "citation": d["citation"],
+                "description": d["description"],
+            }
+        )
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="presets (trials = points × seeds)")
+    for col in ("name", "trials", "per model", "citation"):
+        table.add_column(col)
+    for r in rows:
+        per = ", ".join(f"{m} {n}" for m, n in (r["size_per_model"] or {}).items())
+        table.add_row(r["name"], str(r["size"]), per, r["citation"])
+    Console().print(table)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from service.engine import Engine
+    from service.settings import get_settings
+
+    engine = Engine(get_settings())
+    if args.study:
+        study = engine.ledger.get_study(args.study)
+        if study is None:
+            raise SystemExit(f"error: no study {args.study!r}")
+    else:
+        if not args.target:
+            raise SystemExit(
+                "error: give a preset name or a spec file (see `memsweep presets`), or --study ID to resume"
+            )
+        study = engine.create_study(build_spec(args))
+    print(
+        f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
+    )
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["summary"] = engine.run_study(study.id)
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    show_progress(engine, study.id, worker, quiet=args.json)
+    worker.join()
+    shutdown_ray()
+    if "error" in outcome:
+        raise SystemExit(f"error: study {study.id} failed: {outcome['error']}")
+    summary = outcome["summary"]
+    url = None
+    if summary["mlflow"]["run_id"]:
+        url = f"{engine.tracking_uri()}/#/experiments/{summary['mlflow']['experiment_id']}/runs/{summary['mlflow']['run_id']}"
+    if args.json:
+        c = summary["counts"]
+        print(json.dumps({
+            "study_id": study.id, "state": summary["state"], "trials": c["total"], "succeeded": c["succeeded"],
+            "failed": c["failed"], "done": c["done"], "run_id": summary["mlflow"]["run_id"],
+            "experiment_id": summary["mlflow"]["experiment_id"], "mlflow_url": url,
+            "success_by_model": {m: v["succeeded"] for m, v in summary["success"]["by_model"].items()},
+            "best": summary["best"][0] if summary["best"] else None,
+        }))  # fmt: skip
+    else:
+        print_success(summary)
+        print_best(summary["best"])
+        print(
+            f"\nMLflow: {url}\nstudy id: {study.id}  (memsweep best {study.id} · memsweep success {study.id})"
+        )
+    return 0
+
+
+def shutdown_ray() -> None:
+    """Stop the embedded Ray before exit (at interpreter exit its GCS may go first and stall the exit)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def show_progress(engine: Any, study_id: str, worker: threading.Thread, quiet: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    started = time.monotonic()
+    with Progress(
+        TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), transient=False, disable=quiet,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("study", total=None, info="")
+        first_done = None
+        while worker.is_alive():
+            c = engine.ledger.counts(study_id)
+            done = c["done"] + c["failed"] + c["pruned"]
+            if first_done is None:
+                first_done = done
+            rate = (done - first_done) / max(time.monotonic() - started, 1e-9)
+            left = c["total"] - done
+            eta = f"ETA {left / rate:,.0f}s" if rate > 0 and left else "ETA –"
+            info = f"running {c['running']} · failed {c['failed']} · successes {c['succeeded']} · {eta}"
+            bar.update(task, total=c["total"] or None, completed=done, info=info)
+            worker.join(timeout=0.5)
+        c = engine.ledger.counts(study_id)
+        bar.update(
+            task,
+            total=c["total"],
+            completed=c["done"] + c["failed"] + c["pruned"],
+            info=f"failed {c['failed']} · successes {c['succeeded']}",
+        )
+
+
+def print_success(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"successes: final validation loss < threshold ({summary['name']})")
+    for col in ("model", "trials", "finished", "failed", "succeeded", "rate", "95 % Wilson CI"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for model, cell in summary["success"]["by_model"].items():
+        lo, hi = cell["ci95"]
+        table.add_row(
+            model,
+            str(cell["trials"]),
+            str(cell["finished"]),
+            str(cell["failed"]),
+            str(cell["succeeded"]),
+            f"{cell['rate']:.3f}",
+            f"[{lo:.3f}, {hi:.3f}]",
+        )
+    Console().print(table)
+
+
+def print_best(best: list[dict[str, Any]]) -> None:
+    if not best:
+        print("no finished trial yet")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="best configurations (mean final validation loss over seeds)")
+    for col in ("model", "params", "mean loss", "s.e.m.", "seeds", "succeeded"):
+        table.add_column(col)
+    for r in best:
+        params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+        table.add_row(
+            r["model"],
+            params,
+            f"{r['mean_final_val_loss']:.5g}",
+            f"{r['sem']:.2g}",
+            str(len(r["seeds"])),
+            f"{r['succeeded']}/{r['trials']}",
+        )
+    Console().print(table)
+
+
+def _summary(study_id: str) -> dict[str, Any]:
+    from service.engine import Engine
+    from service.settings import get_settings
+
+    engine = Engine(get_settings())
+    try:
+        return engine.summary(study_id)
+    except KeyError:
+        raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates") from None
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from service.summary import best_configs
+
+    summary = _summary(args.study)
+    if args.k != 5:
+        from service.engine import Engine
+        from service.settings import get_settings
+
+        summary["best"] = best_configs(Engine(get_settings()).ledger.trials(args.study), k=args.k)
+    if args.json:
+        print(json.dumps(summary["best"]))
+    else:
+        print_best(summary["best"])
+    return 0
+
+
+def cmd_success(args: argparse.Namespace) -> int:
+    summary = _summary(args.study)
+    if args.json:
+        print(json.dumps(summary["success"]))
+    else:
+        print_success(summary)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`memsweep train|describe|list …` — the same commands and flags as `python -m trainers`."""
-    return trainers_main(argv if argv is not None else sys.argv[1:])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in TRAINER_COMMANDS:
+        from trainers.cli import main as trainers_main
+
+        return trainers_main(argv)
+    parser = argparse.ArgumentParser(
+        prog="memsweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("presets", help="the papers' grids")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_presets)
+    p = sub.add_parser("run", help="create and run a study (or resume one with --study)")
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    p.add_argument("--study", help="resume this study: only unfinished trials run")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a trial setting for every trial (e.g. steps=500)",
+    )
+    p.add_argument(
+        "--dim", action="append", default=[], metavar="KEY=V1,V2", help="replace a dimension's values"
+    )
+    p.add_argument("--models", help="only these models, comma-separated")
+    p.add_argument("--seeds", help="seeds, comma-separated")
+    p.add_argument("--sampler", choices=["grid", "random", "tpe", "cmaes", "qmc"])
+    p.add_argument("--max-trials", dest="max_trials", type=int)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--scheduler", choices=["fifo", "asha"])
+    p.add_argument("--success-fraction", dest="success_fraction", type=float)
+    p.add_argument("--cpus", type=float, help="CPUs per Ray trial")
+    p.add_argument("--gpus", type=float, help="GPU fraction per Ray trial")
+    p.add_argument("--name")
+    p.add_argument("--json", action="store_true", help="end with one JSON line")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("best", help="best configurations of a study")
+    p.add_argument("study")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_best)
+    p = sub.add_parser("success", help="success counts by model, with 95 % Wilson intervals")
+    p.add_argument("study")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_success)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except ValueError as exc:  # pydantic ValidationError, StudyError, ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

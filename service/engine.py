@@ -58,7 +58,7 @@ def check_space(space: SearchSpace) -> None:
     for model in space.models:
         point: dict[str, Any] = dict(model.fixed)
         for k, d in model.dims.items():
-            point[k] = d.values[0] if isinstance(d, Values) else (d.low if isinstance(d, Uniform) else d.low)
+            point[k] = d.values[0] if isinstance(d, Values) else d.low
         try:
             materialize({**space.base, **point, "seed": space.seeds[0]})
         except (ValueError, KeyError) as exc:
@@ -99,7 +99,9 @@ class Engine:
         check_space(space)
         if spec.sampler == "grid":
             if not space.is_grid:
-                raise StudyError("sampler 'grid' needs lists of values in every dimension; use tpe/random/qmc for ranges")
+                raise StudyError(
+                    "sampler 'grid' needs lists of values in every dimension; use tpe/random/qmc for ranges"
+                )
             size = space.size()
             limit = min(self.settings.max_grid_size, spec.max_trials or self.settings.max_grid_size)
             if size > limit:
@@ -141,7 +143,9 @@ class Engine:
         cancel.clear()
         tracker = Tracker(self.tracking_uri(), self.settings.mlflow_experiment)
         exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
-        self.ledger.update_study(study.id, state="running", error=None, mlflow_experiment_id=exp_id, mlflow_run_id=parent)
+        self.ledger.update_study(
+            study.id, state="running", error=None, mlflow_experiment_id=exp_id, mlflow_run_id=parent
+        )
         try:
             self._tune(study, spec, space, tracker, exp_id, parent, cancel)
             state = "cancelled" if cancel.is_set() else "done"
@@ -160,7 +164,16 @@ class Engine:
         summary["state"] = state
         return summary
 
-    def _tune(self, study: Study, spec: StudySpec, space: SearchSpace, tracker: Any, exp_id: str, parent: str, cancel: threading.Event) -> None:
+    def _tune(
+        self,
+        study: Study,
+        spec: StudySpec,
+        space: SearchSpace,
+        tracker: Any,
+        exp_id: str,
+        parent: str,
+        cancel: threading.Event,
+    ) -> None:
         from ray import tune
         from ray.tune import FailureConfig, RunConfig, TuneConfig
 
@@ -180,7 +193,14 @@ class Engine:
         if spec.sampler == "grid":
             if not todo:
                 return
-            units = [{"members": [{"key": t.config_hash, "model": t.model, "params": t.params, "config": t.config}]} for t in todo]
+            units = [
+                {
+                    "members": [
+                        {"key": t.config_hash, "model": t.model, "params": t.params, "config": t.config}
+                    ]
+                }
+                for t in todo
+            ]
             param_space: dict[str, Any] = {"unit": tune.grid_search(units)}
             search_alg, num_samples = None, 1
         else:
@@ -197,15 +217,21 @@ class Engine:
 
             scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=3)
         trainable = tune.with_resources(
-            tune.with_parameters(run_unit, context=context), {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
+            tune.with_parameters(run_unit, context=context),
+            {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus},
         )
         tuner = tune.Tuner(
             trainable,
             param_space=param_space,
             tune_config=TuneConfig(
-                metric="objective", mode="min", search_alg=search_alg, scheduler=scheduler, num_samples=num_samples,
-                max_concurrent_trials=spec.concurrency, reuse_actors=True,
-            ),  # fmt: skip
+                metric="objective",
+                mode="min",
+                search_alg=search_alg,
+                scheduler=scheduler,
+                num_samples=num_samples,
+                max_concurrent_trials=spec.concurrency,
+                reuse_actors=True,
+            ),
             run_config=RunConfig(
                 name=f"study-{study.id}-{int(time.time())}",
                 storage_path=str(self.settings.home / "ray_results"),
@@ -216,7 +242,9 @@ class Engine:
             ),
         )
         tuner.fit()
-        callback.close_unfinished("cancelled" if cancel.is_set() else "failed", "the Ray trial ended before this member reported")
+        callback.close_unfinished(
+            "cancelled" if cancel.is_set() else "failed", "the Ray trial ended before this member reported"
+        )
 
     def _backfill_tracking(self, study_id: str, tracker: Any, exp_id: str, parent: str) -> None:
         """Every finished trial gets its child run, reused ones included."""
@@ -246,7 +274,11 @@ class Engine:
         from service.plots import best_curves, success_bars
 
         trials = self.ledger.trials(study_id)
-        figures = {"success_per_model.png": success_bars(summary["success"], f"study {summary['name']}: successful runs per model")}
+        figures = {
+            "success_per_model.png": success_bars(
+                summary["success"], f"study {summary['name']}: successful runs per model"
+            )
+        }
         curves = {}
         baseline = threshold = None
         for model, rows in summary["best_per_model"].items():
@@ -257,7 +289,9 @@ class Engine:
                 baseline = baseline or (members[0].baseline_loss if members else None)
                 threshold = threshold or (members[0].success_threshold if members else None)
         if curves:
-            figures["best_config_curves.png"] = best_curves(curves, baseline, threshold, "best configuration per model")
+            figures["best_config_curves.png"] = best_curves(
+                curves, baseline, threshold, "best configuration per model"
+            )
         return figures
 
 
@@ -283,28 +317,21 @@ def optuna_search(spec: StudySpec, space: SearchSpace, finished: list[Trial]) ->
     samplers: dict[str, Callable[[], Any]] = {
         "random": lambda: optuna.samplers.RandomSampler(seed=spec.sampler_seed),
         "tpe": lambda: optuna.samplers.TPESampler(seed=spec.sampler_seed),
-        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=spec.sampler_seed, warn_independent_sampling=False),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(
+            seed=spec.sampler_seed, warn_independent_sampling=False
+        ),
         "qmc": lambda: optuna.samplers.QMCSampler(seed=spec.sampler_seed, warn_independent_sampling=False),
     }
     models = {m.name: m for m in space.models}
-
-    def define(trial: Any) -> dict[str, Any]:
-        name = trial.suggest_categorical("model", list(models)) if len(models) > 1 else next(iter(models))
-        for key, dim in models[name].dims.items():
-            pname = f"{name}.{key}"
-            if isinstance(dim, Values):
-                trial.suggest_categorical(pname, list(dim.values))
-            elif isinstance(dim, Uniform):
-                trial.suggest_float(pname, dim.low, dim.high, log=dim.log)
-            else:
-                trial.suggest_int(pname, dim.low, dim.high, log=dim.log)
-        return {"model": name} if len(models) == 1 else {}
+    define = DefineByRun(models)
 
     # warm start: one evaluated point per finished (model, params) with the seed-averaged objective
     points: dict[tuple[Any, ...], list[float]] = {}
     for t in finished:
         key = (t.model, tuple(sorted((k, v) for k, v in t.params.items() if k != "seed")))
-        points.setdefault(key, []).append(objective(t.final_val_loss, t.baseline_loss or 1.0, "ok" if t.status == "done" else "failed"))
+        points.setdefault(key, []).append(
+            objective(t.final_val_loss, t.baseline_loss or 1.0, "ok" if t.status == "done" else "failed")
+        )
     evaluated = [
         ({**({"model": m} if len(models) > 1 else {}), **{f"{m}.{k}": v for k, v in params}}, sum(v) / len(v))
         for (m, params), v in points.items()
@@ -316,7 +343,33 @@ def optuna_search(spec: StudySpec, space: SearchSpace, finished: list[Trial]) ->
     )  # fmt: skip
 
 
+class DefineByRun:
+    """Optuna define-by-run space: the model (when there are several), then that model's dimensions.
+    A class, not a closure, because Tune pickles the searcher."""
+
+    def __init__(self, models: dict[str, Any]) -> None:
+        self.models = models
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        names = list(self.models)
+        name = trial.suggest_categorical("model", names) if len(names) > 1 else names[0]
+        for key, dim in self.models[name].dims.items():
+            pname = f"{name}.{key}"
+            if isinstance(dim, Values):
+                trial.suggest_categorical(pname, list(dim.values))
+            elif isinstance(dim, Uniform):
+                trial.suggest_float(pname, dim.low, dim.high, log=dim.log)
+            else:
+                trial.suggest_int(pname, dim.low, dim.high, log=dim.log)
+        return {"model": name} if len(names) == 1 else {}
+
+
 def ensure_ray(settings: Settings) -> None:
+    # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
+    # record everything, and the loggers cost time on every short trial.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "4")
     import ray
 
     if ray.is_initialized():
@@ -325,7 +378,10 @@ def ensure_ray(settings: Settings) -> None:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False)
+        # address="local": always a new embedded cluster, never one that `ray start` left running
+        ray.init(
+            address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False
+        )
 
 
 def _stopper_base() -> type:
@@ -363,7 +419,14 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
     """Runs in the driver: turns the workers' reports into ledger rows and MLflow child runs."""
 
     def __init__(
-        self, ledger: Ledger, tracker: Any, study_id: str, exp_id: str, parent: str, context: dict[str, Any], cancel: threading.Event
+        self,
+        ledger: Ledger,
+        tracker: Any,
+        study_id: str,
+        exp_id: str,
+        parent: str,
+        context: dict[str, Any],
+        cancel: threading.Event,
     ) -> None:
         self.ledger, self.tracker, self.cancel = ledger, tracker, cancel
         self.study_id, self.exp_id, self.parent, self.context = study_id, exp_id, parent, context
@@ -376,7 +439,10 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         members = members_of(trial.config, self.context)
-        rows = [{"config_hash": m["key"], "model": m["model"], "params": m["params"], "config": m["config"]} for m in members]
+        rows = [
+            {"config_hash": m["key"], "model": m["model"], "params": m["params"], "config": m["config"]}
+            for m in members
+        ]
         self.ledger.add_trials(self.study_id, rows)  # no-op for grid rows, new rows for sampled points
         todo = set()
         for m in members:
@@ -389,7 +455,9 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
             todo.add(m["key"])
         self.open[trial.trial_id] = todo
 
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
         key = result.get("member")
         if key is None or key not in self.ids:
             return
@@ -414,17 +482,25 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
         success = is_success(row)
         self.ledger.update_trial(trial_id, success=success)
         row.success = success
-        self.tracker.log_trial(self.exp_id, self.parent, trial_dict(row), matrix, _setter(self.ledger, trial_id))
+        self.tracker.log_trial(
+            self.exp_id, self.parent, trial_dict(row), matrix, _setter(self.ledger, trial_id)
+        )
         self.open.get(ray_trial_id, set()).discard(key)
 
     def _close(self, ray_trial_id: str, status: str, reason: str) -> None:
         for key in sorted(self.open.get(ray_trial_id, set())):
             history = self.history.pop(key, [])
             if status == "cancelled":
-                self.ledger.update_trial(self.ids[key], status="cancelled", reason=reason, history=history or None)
+                self.ledger.update_trial(
+                    self.ids[key], status="cancelled", reason=reason, history=history or None
+                )
                 continue
             last = history[-1] if history else None
-            final_status = "pruned" if (status == "pruned" and last) else ("failed" if status != "pruned" else "cancelled")
+            final_status = (
+                "pruned"
+                if (status == "pruned" and last)
+                else ("failed" if status != "pruned" else "cancelled")
+            )
             fields = {"status": final_status, "reason": reason, "history": history,
                       "final_val_loss": last["val_loss"] if last else None, "steps": last["step"] if last else None}  # fmt: skip
             self._finish(ray_trial_id, key, fields)

@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def _png(fig: Any) -> bytes:
@@ -34,7 +34,9 @@ def success_bars(table: dict[str, Any], title: str) -> bytes:
     return _png(fig)
 
 
-def best_curves(curves: dict[str, list[dict[str, float]]], baseline: float | None, threshold: float | None, title: str) -> bytes:
+def best_curves(
+    curves: dict[str, list[dict[str, float]]], baseline: float | None, threshold: float | None, title: str
+) -> bytes:
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for label, curve in curves.items():
         if not curve:
@@ -43,7 +45,12 @@ def best_curves(curves: dict[str, list[dict[str, float]]], baseline: float | Non
         mean = [p["mean"] for p in curve]
         sem = [p["sem"] for p in curve]
         ax.plot(steps, mean, label=label)
-        ax.fill_between(steps, [m - s for m, s in zip(mean, sem, strict=True)], [m + s for m, s in zip(mean, sem, strict=True)], alpha=0.25)
+        ax.fill_between(
+            steps,
+            [m - s for m, s in zip(mean, sem, strict=True)],
+            [m + s for m, s in zip(mean, sem, strict=True)],
+            alpha=0.25,
+        )
     if baseline is not None:
         ax.axhline(baseline, ls="--", color="gray", lw=1, label="random baseline")
     if threshold is not None:

@@ -102,16 +102,31 @@ class StudySpec(BaseModel):
             name, citation, description = preset.name, preset.citation, preset.description
         if self.space is not None:
             if self.space.dims:
-                models.append(Model("default", {}, {k: dim_from_dict(v, f"space.dims.{k}") for k, v in self.space.dims.items()}))
+                models.append(
+                    Model(
+                        "default",
+                        {},
+                        {k: dim_from_dict(v, f"space.dims.{k}") for k, v in self.space.dims.items()},
+                    )
+                )
             for mname, m in self.space.models.items():
                 dims = {k: dim_from_dict(v, f"space.models.{mname}.dims.{k}") for k, v in m.dims.items()}
                 models.append(Model(mname, m.fixed, dims))
             if not models:
                 raise SpaceError("space: give `dims` or `models`")
-        space = SearchSpace(name=name, models=tuple(models), seeds=seeds, base=base, citation=citation, description=description)
+        space = SearchSpace(
+            name=name,
+            models=tuple(models),
+            seeds=seeds,
+            base=base,
+            citation=citation,
+            description=description,
+        )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
         base_overrides = {**self.base, "success_fraction": self.success_fraction}
-        return space.with_overrides(base=base_overrides, seeds=self.seeds, dims=dims or None, models=self.models)
+        return space.with_overrides(
+            base=base_overrides, seeds=self.seeds, dims=dims or None, models=self.models
+        )
 
 
 def load_spec(path: str | Path) -> StudySpec:

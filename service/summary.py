@@ -105,7 +105,7 @@ def best_configs(trials: Iterable[TrialLike], k: int = 5, model: str | None = No
     for t in trials:
         if model is None or t.model == model:
             groups[point_key(t)].append(t)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (m, _), ts in groups.items():
         losses = [t.final_val_loss for t in ts if t.status == "done" and t.final_val_loss is not None]
         if not losses:
@@ -119,13 +119,13 @@ def best_configs(trials: Iterable[TrialLike], k: int = 5, model: str | None = No
                 "params": params,
                 "mean_final_val_loss": mean,
                 "sem": sem,
-                "seeds": sorted(t.params.get("seed") for t in ts if t.final_val_loss is not None),
+                "seeds": sorted(int(t.params.get("seed", 0)) for t in ts if t.final_val_loss is not None),
                 "succeeded": sum(is_success(t) for t in ts),
                 "trials": len(ts),
                 "config_hashes": [t.config_hash for t in ts],
             }
         )
-    rows.sort(key=lambda r: r["mean_final_val_loss"])
+    rows.sort(key=lambda r: float(r["mean_final_val_loss"]))
     return rows[:k]
 
 

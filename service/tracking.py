@@ -33,7 +33,9 @@ def server_healthy(uri: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def start_mlflow_server(home: Path, port: int, host: str = "127.0.0.1", wait: float = 120.0) -> tuple[str, subprocess.Popen[bytes]]:
+def start_mlflow_server(
+    home: Path, port: int, host: str = "127.0.0.1", wait: float = 120.0
+) -> tuple[str, subprocess.Popen[bytes]]:
     """Start `mlflow server` on loopback, detached from this process's session; wait for /health."""
     home.mkdir(parents=True, exist_ok=True)
     uri = f"http://{host}:{port}"
@@ -51,10 +53,14 @@ def start_mlflow_server(home: Path, port: int, host: str = "127.0.0.1", wait: fl
             (home / "mlflow-server.pid").write_text(str(proc.pid))
             return uri, proc
         if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}")
+            raise RuntimeError(
+                f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}"
+            )
         time.sleep(0.5)
     proc.terminate()
-    raise RuntimeError(f"mlflow server did not answer /health within {wait:.0f} s; see {home / 'mlflow-server.log'}")
+    raise RuntimeError(
+        f"mlflow server did not answer /health within {wait:.0f} s; see {home / 'mlflow-server.log'}"
+    )
 
 
 def ensure_mlflow_server(tracking_uri: str | None, home: Path, port: int) -> str:
@@ -98,16 +104,24 @@ class Tracker:
         exp = self.client.get_experiment_by_name(self.experiment_name)
         if exp is not None:
             return str(exp.experiment_id)
-        return str(self.client.create_experiment(self.experiment_name, tags={EXPERIMENT_KIND_TAG: "custom_model_development"}))
+        return str(
+            self.client.create_experiment(
+                self.experiment_name, tags={EXPERIMENT_KIND_TAG: "custom_model_development"}
+            )
+        )
 
-    def start_study(self, study_id: str, name: str, spec: dict[str, Any], parent_run_id: str | None) -> tuple[str, str]:
+    def start_study(
+        self, study_id: str, name: str, spec: dict[str, Any], parent_run_id: str | None
+    ) -> tuple[str, str]:
         """(experiment id, parent run id); an existing parent run is reopened (resume)."""
         exp_id = self.experiment_id()
         if parent_run_id:
             self.client.update_run(parent_run_id, status="RUNNING")
             return exp_id, parent_run_id
         run = self.client.create_run(
-            exp_id, run_name=f"study {name} [{study_id}]", tags={"memsweep.study_id": study_id, "memsweep.kind": "study"}
+            exp_id,
+            run_name=f"study {name} [{study_id}]",
+            tags={"memsweep.study_id": study_id, "memsweep.kind": "study"},
         )
         from mlflow.entities import Param
 
@@ -136,10 +150,24 @@ class Tracker:
         self._pending.clear()
         return self._errors
 
-    def log_trial(self, experiment_id: str, parent_run_id: str, trial: dict[str, Any], matrix: list[list[float]] | None, on_run_id: Callable[[str], None]) -> None:
+    def log_trial(
+        self,
+        experiment_id: str,
+        parent_run_id: str,
+        trial: dict[str, Any],
+        matrix: list[list[float]] | None,
+        on_run_id: Callable[[str], None],
+    ) -> None:
         self.submit(self._log_trial, experiment_id, parent_run_id, trial, matrix, on_run_id)
 
-    def _log_trial(self, experiment_id: str, parent_run_id: str, trial: dict[str, Any], matrix: list[list[float]] | None, on_run_id: Callable[[str], None]) -> None:
+    def _log_trial(
+        self,
+        experiment_id: str,
+        parent_run_id: str,
+        trial: dict[str, Any],
+        matrix: list[list[float]] | None,
+        on_run_id: Callable[[str], None],
+    ) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         params_label = " ".join(f"{k}={v}" for k, v in trial["params"].items())
@@ -172,20 +200,33 @@ class Tracker:
             "seconds": trial.get("seconds"),
         }
         metrics += [Metric(k, float(v), ts, 0) for k, v in final.items() if v is not None]
-        params = [Param(k, v) for k, v in flatten({"model": trial["model"], **trial["params"], "config": trial["config"]}).items()]
+        params = [
+            Param(k, v)
+            for k, v in flatten(
+                {"model": trial["model"], **trial["params"], "config": trial["config"]}
+            ).items()
+        ]
         tags = [RunTag("memsweep.reason", (trial.get("reason") or "")[:4000])] if trial.get("reason") else []
         for i in range(0, max(len(metrics), len(params), 1), 100):
-            self.client.log_batch(run_id, metrics=metrics[i : i + 100], params=params[i : i + 100], tags=tags if i == 0 else [])
+            self.client.log_batch(
+                run_id, metrics=metrics[i : i + 100], params=params[i : i + 100], tags=tags if i == 0 else []
+            )
         if matrix is not None:
-            self.client.log_dict(run_id, {"W": matrix, "convention": "W_ij: from unit j to unit i"}, "recurrent_matrix.json")
+            self.client.log_dict(
+                run_id, {"W": matrix, "convention": "W_ij: from unit j to unit i"}, "recurrent_matrix.json"
+            )
         status = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}.get(trial["status"], "FINISHED")
         self.client.set_terminated(run_id, status=status)
         on_run_id(run_id)
 
-    def log_summary(self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str) -> None:
+    def log_summary(
+        self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
+    ) -> None:
         self.submit(self._log_summary, parent_run_id, summary, figures, status)
 
-    def _log_summary(self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str) -> None:
+    def _log_summary(
+        self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
+    ) -> None:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
@@ -204,7 +245,9 @@ class Tracker:
                 Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
             ]
         if summary.get("best"):
-            metrics.append(Metric("best_mean_final_val_loss", float(summary["best"][0]["mean_final_val_loss"]), ts, 0))
+            metrics.append(
+                Metric("best_mean_final_val_loss", float(summary["best"][0]["mean_final_val_loss"]), ts, 0)
+            )
         for i in range(0, len(metrics), 100):
             self.client.log_batch(parent_run_id, metrics=metrics[i : i + 100])
         self.client.log_dict(parent_run_id, summary, "summary.json")
@@ -214,7 +257,9 @@ class Tracker:
                 Path(path).write_bytes(data)
                 self.client.log_artifact(parent_run_id, path, "plots")
         if summary.get("best"):
-            self.client.set_tag(parent_run_id, "memsweep.best_config", json.dumps(summary["best"][0]["params"])[:4000])
+            self.client.set_tag(
+                parent_run_id, "memsweep.best_config", json.dumps(summary["best"][0]["params"])[:4000]
+            )
         self.client.set_terminated(parent_run_id, status=status)
 
     def close(self) -> None:

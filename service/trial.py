@@ -29,7 +29,12 @@ def members_of(config: dict[str, Any], context: dict[str, Any]) -> list[dict[str
     for seed in context["seeds"]:
         resolved = materialize({**settings, "seed": seed})
         members.append(
-            {"key": resolved.config_hash(), "model": model, "params": {**point, "seed": seed}, "config": resolved.to_dict()}
+            {
+                "key": resolved.config_hash(),
+                "model": model,
+                "params": {**point, "seed": seed},
+                "config": resolved.to_dict(),
+            }
         )
     return members
 
@@ -62,10 +67,16 @@ def run_unit(config: dict[str, Any], context: dict[str, Any]) -> None:
         def report(e: trainers.Evaluation, key: str = key, baseline: float = baseline) -> None:
             tune.report(
                 {
-                    "member": key, "kind": "eval", "step": e.step, "epoch": e.epoch, "train_loss": e.train_loss,
-                    "val_loss": e.val_loss, "metric": e.metric, "seconds": e.seconds,
+                    "member": key,
+                    "kind": "eval",
+                    "step": e.step,
+                    "epoch": e.epoch,
+                    "train_loss": e.train_loss,
+                    "val_loss": e.val_loss,
+                    "metric": e.metric,
+                    "seconds": e.seconds,
                     "objective": objective(e.val_loss, baseline, "ok"),
-                }  # fmt: skip
+                }
             )
 
         result = trainers.train(resolved, report)
@@ -74,14 +85,20 @@ def run_unit(config: dict[str, Any], context: dict[str, Any]) -> None:
         objectives.append(objective(result.final_val_loss, baseline, result.status))
         tune.report(
             {
-                "member": key, "kind": "final", "status": result.status, "reason": result.reason,
-                "final_val_loss": result.final_val_loss, "final_metric": result.final_metric,
-                "baseline_loss": result.baseline_loss, "success_threshold": result.success_threshold,
-                "steps": result.steps, "train_seconds": result.seconds,
+                "member": key,
+                "kind": "final",
+                "status": result.status,
+                "reason": result.reason,
+                "final_val_loss": result.final_val_loss,
+                "final_metric": result.final_metric,
+                "baseline_loss": result.baseline_loss,
+                "success_threshold": result.success_threshold,
+                "steps": result.steps,
+                "train_seconds": result.seconds,
                 "henrici": henrici_index(w) if w is not None else None,
                 "recurrent_matrix": w.tolist() if w is not None else None,
                 "objective": sum(objectives) / len(objectives),
-            }  # fmt: skip
+            }
         )
     if not reported:  # every member was already finished: the searcher still needs the objective
         tune.report({"kind": "unit", "objective": sum(objectives) / max(len(objectives), 1)})

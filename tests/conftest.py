@@ -47,13 +47,15 @@ def make_tiny_har(root: Path, n_train: int = 24, n_test: int = 12) -> Path:
         for k, channel in enumerate(CHANNELS):
             values = torch.randn(n, 128, generator=gen) * 0.1 + k  # channel k has mean ≈ k
             lines = ("  ".join(uci_number(float(v)) for v in row) for row in values)
-            (base / "Inertial Signals" / f"{channel}_{split}.txt").write_text("".join(f" {ln}\n" for ln in lines))
+            (base / "Inertial Signals" / f"{channel}_{split}.txt").write_text(
+                "".join(f" {ln}\n" for ln in lines)
+            )
     return root
 
 
 def make_tiny_ptb(root: Path) -> Path:
     """Tiny PTB files in Mikolov's format under <root>/ptb/: words (and characters) per line."""
-    words = "the cat sat on a mat <unk> N dog ran".split()
+    words = ["the", "cat", "sat", "on", "a", "mat", "<unk>", "N", "dog", "ran"]
     gen = torch.Generator().manual_seed(0)
     folder = root / PTB_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,7 +90,7 @@ def tiny_task_params(tiny_mnist_root: Path, tiny_har_root: Path, tiny_ptb_root: 
         "varcopy": {"lag_min": 2, "lag_max": 12, "n_train": 64, "n_val": 22},
         "denoise": {"seq_len": 20, "n_train": 64, "n_val": 32},
         "smnist": {"root": str(tiny_mnist_root)},
-        "bigpsmnist": {"root": str(tiny_mnist_root), "split": "train_test"},  # tiny: no 50k/10k split
+        "bigpsmnist": {"root": str(tiny_mnist_root), "split": "train_test", "pad": 1},  # tiny: 30×30
         "teacher": {"seq_len": 50, "n_train": 16, "n_val": 8, "calibration_sequences": 8},
         "har2": {"root": str(tiny_har_root)},
         "ptb": {"root": str(tiny_ptb_root), "bptt": 6, "embed_dim": 8},

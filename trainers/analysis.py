@@ -9,5 +9,5 @@ def henrici_index(w: torch.Tensor) -> float:
     """Henrici's departure from normality d(W) = sqrt(‖W‖_F² − Σ_i |λ_i|²); 0 iff W is normal."""
     w64 = w.detach().to(torch.float64).cpu()
     eig = torch.linalg.eigvals(w64)
-    gap = float(w64.pow(2).sum() - eig.abs().pow(2).sum())
-    return max(gap, 0.0) ** 0.5  # rounding can push a normal matrix's gap slightly below 0
+    gap = float(w64.pow(2).sum().item() - eig.abs().pow(2).sum().item())
+    return float(max(gap, 0.0) ** 0.5)  # rounding can push a normal matrix's gap slightly below 0

@@ -124,18 +124,15 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
     resolved = config if isinstance(config, Resolved) else resolve(config)
     cfg = resolved.config
     started = time.perf_counter()
-    task = resolved.make_task()
-    baseline = task.baseline_loss
-    threshold = task.success_threshold(cfg.success_fraction)
     result = TrainResult(
         status="ok",
         reason=None,
         final_val_loss=None,
         final_metric=None,
-        metric_name=task.metric_name,
+        metric_name=None,
         success=False,
-        baseline_loss=baseline,
-        success_threshold=threshold,
+        baseline_loss=math.nan,
+        success_threshold=math.nan,
         steps=0,
         budget_steps=0,
         early_stopped=False,
@@ -145,13 +142,19 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
         config_hash=resolved.config_hash(),
     )
     try:
+        task = resolved.make_task()  # may read data files: a missing file is a failed trial, with its fix
+        result.metric_name = task.metric_name
+        result.baseline_loss = task.baseline_loss
+        result.success_threshold = task.success_threshold(cfg.success_fraction)
         _run(resolved, task, result, report, started)
     except Exception as exc:  # a trial never takes its caller down
         result.status, result.reason = "failed", f"{type(exc).__name__}: {exc}"
         result.reason += "\n" + "".join(traceback.format_exc(limit=-3))
     result.seconds = time.perf_counter() - started
     result.success = (
-        result.status == "ok" and result.final_val_loss is not None and result.final_val_loss < threshold
+        result.status == "ok"
+        and result.final_val_loss is not None
+        and result.final_val_loss < result.success_threshold
     )
     return result
 

@@ -81,9 +81,9 @@ def test_janet_init_follows_mytorch():
     assert torch.all(b[:N] == 1.0) and torch.all(b[N:] == 0.0)
 
 
-@pytest.mark.parametrize("make", [lambda g: LSTMCell(LSTMConfig(), 2, 8, g), lambda g: JANETCell(JANETConfig(), 2, 8, g)])
-def test_weights_come_from_the_generator(make):
-    a, b, c = make(gen(1)), make(gen(1)), make(gen(2))
+@pytest.mark.parametrize("cls", [LSTMCell, GRUCell, JANETCell])
+def test_weights_come_from_the_generator(cls):
+    a, b, c = (cls(cls.Config(), 2, 8, gen(seed)) for seed in (1, 1, 2))
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     assert not torch.equal(a.weight_hh, c.weight_hh)
 

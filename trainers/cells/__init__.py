@@ -17,7 +17,19 @@ from trainers.cells.vprnn import VPRNNCell
 from trainers.registry import Registry
 
 CELLS: Registry[type[Cell]] = Registry("cell")
-for _cell in (RNNCell, LSTMCell, GRUCell, JANETCell, VPRNNCell, FastRNNCell, SGORNNCell, URNNCell, CRNNCell, SRNNCell, NRUCell):
+for _cell in (
+    RNNCell,
+    LSTMCell,
+    GRUCell,
+    JANETCell,
+    VPRNNCell,
+    FastRNNCell,
+    SGORNNCell,
+    URNNCell,
+    CRNNCell,
+    SRNNCell,
+    NRUCell,
+):
     CELLS.register(_cell.name)(_cell)
 
 

@@ -67,7 +67,9 @@ class FastRNNScan(torch.autograd.Function):
         us = torch.empty_like(xp)  # u_t = h_t / a
         wt = w.t()
         u = xp.new_zeros(xp.shape[1:])  # u_{−1} = h_{−1} / a = 0
-        for xp_t, z_t, u_t in zip(xp.unbind(0), zs.unbind(0), us.unbind(0), strict=True):  # views, unbound once
+        for xp_t, z_t, u_t in zip(
+            xp.unbind(0), zs.unbind(0), us.unbind(0), strict=True
+        ):  # views, unbound once
             torch.addmm(xp_t, u, wt, alpha=av, out=z_t)  # pre_t = xp_t + h_{t−1} Wᵀ
             _act_(z_t, nonlinearity)  # z_t = f(pre_t), in place
             u = torch.add(z_t, u, alpha=bv, out=u_t)  # u_t = z_t + β u_{t−1}
@@ -134,7 +136,9 @@ class FastRNNCell(Cell):
     Config = FastRNNConfig
     config: FastRNNConfig
 
-    def __init__(self, config: FastRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+    def __init__(
+        self, config: FastRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator
+    ) -> None:
         super().__init__(config, input_size, hidden_size)
         self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W [N, d]
         self.weight_hh = nn.Parameter(random_orthogonal(hidden_size, gen))  # U [N, N], Keras Orthogonal

@@ -52,7 +52,7 @@ class GRUCell(Cell):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h0 = x.new_zeros(1, x.shape[1], self.hidden_size)  # [layers=1, B, N]
-        params = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
+        params: list[torch.Tensor] = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
         # _VF.gru(input, h0, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
         out, _ = torch._VF.gru(x, h0, params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
-        return out  # type: ignore[no-any-return]  # [T, B, N]
+        return out  # [T, B, N]

@@ -82,12 +82,12 @@ class LSTMCell(Cell):
                 k = 1.0 / math.sqrt(N)
                 for p in (self.weight_ih, self.weight_hh, self.bias):
                     nn.init.uniform_(p, -k, k, generator=gen)
-            elif config.init == "mytorch":
-                for gate in range(4):  # i, f, g, o, each its own [N, d] and [N, N] block
-                    rows = slice(gate * N, (gate + 1) * N)
-                    nn.init.xavier_normal_(self.weight_ih[rows], generator=gen)  # std √(2/(d + N))
-                for gate in range(4):
-                    nn.init.orthogonal_(self.weight_hh[gate * N : (gate + 1) * N], generator=gen)
+            elif config.init == "mytorch":  # myTorch's order: the four input blocks, then the four recurrent
+                gates = [slice(k * N, (k + 1) * N) for k in range(4)]  # i, f, g, o
+                for rows in gates:
+                    nn.init.xavier_normal_(self.weight_ih[rows], generator=gen)  # [N, d], std √(2/(d + N))
+                for rows in gates:
+                    nn.init.orthogonal_(self.weight_hh[rows], generator=gen)  # [N, N]
                 self.bias[N : 2 * N] = 1.0
             else:
                 raise ConfigError(f"lstm: unknown init {config.init!r}; choose one of keras, plain, mytorch")
@@ -108,4 +108,4 @@ class LSTMCell(Cell):
         params = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias)]  # b_hh ≡ 0
         # _VF.lstm(input, (h0, c0), params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
         out, _, _ = torch._VF.lstm(x, (h0, h0), params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
-        return out  # type: ignore[no-any-return]  # [T, B, N]
+        return out  # [T, B, N]

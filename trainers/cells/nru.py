@@ -33,9 +33,7 @@ from trainers.params import ConfigError
 class NRUConfig:
     memory_size: int = 64  # m, the flat memory's width (the code's default; paper copy 64, psMNIST 256)
     heads: int = 4  # k writing heads and k erasing heads
-    use_relu: bool = (
-        False  # ReLU on α, β and the direction vectors (False: linear heads, the paper's default)
-    )
+    use_relu: bool = False  # ReLU on α, β and the directions (False: linear heads, the paper's default)
     layer_norm: bool = False  # LayerNorm on h's pre-activation (the paper uses it only for RNN-id/orth)
     head_reduction: Literal["mean", "sum"] = "mean"  # mean: the code; sum: the paper's eq. 10
 
@@ -54,13 +52,14 @@ class NRUConfig:
             raise ConfigError(
                 f"nru: memory_size × heads = {self.memory_size} × {k} = {mk} must be a perfect square: the "
                 f"outer-product trick builds the k·m direction entries from two √(m·k)-vectors; use e.g. "
-                f"memory_size={fix} heads={k} (√(m·k) = {math.isqrt(fix * k)}); the paper's psMNIST uses memory_size=256 heads=4"
+                f"memory_size={fix} heads={k} (√(m·k) = {math.isqrt(fix * k)}); "
+                "the paper's psMNIST uses memory_size=256 heads=4"
             )
 
 
 def _linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
     """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
-    layer = torch.nn.utils.skip_init(nn.Linear, n_in, n_out)
+    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")  # no draw from the global RNG
     bound = 1.0 / math.sqrt(n_in)
     with torch.no_grad():
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
@@ -86,17 +85,22 @@ class NRUCell(Cell):
         self.ln = nn.LayerNorm(N) if config.layer_norm else None
         self.hmi2h = _linear(d + N + M, N, gen)  # W = [W_i | W_h | W_c] over [x_t, h_{t−1}, m_{t−1}] (eq. 9)
 
+    def head_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The four head layers over [h_t, m_{t−1}] stacked as one: W [2k + 4s, N+m], b [2k + 4s]."""
+        layers = (self.hm2alpha, self.hm2beta, self.hm2v_alpha, self.hm2v_beta)
+        return torch.cat([la.weight for la in layers]), torch.cat([la.bias for la in layers])
+
     def heads(
         self, hm: torch.Tensor, w: torch.Tensor, b: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """α [B, k], β [B, k] and the unit directions v [B, 2, k, m] (v[:, 0] write, v[:, 1] erase)
-        from hm = [h_t, m_{t−1}] [B, N+m] and the four head layers stacked as (w [2k+4s, N+m], b)."""
+        """α [B, k], β [B, k] and the unit directions v [B, 2, k, m] (v[:, 0] write, v[:, 1] erase),
+        from hm = [h_t, m_{t−1}] [B, N+m] and (w, b) = `head_weights()`."""
         B, k, M, s = hm.shape[0], self.config.heads, self.config.memory_size, self.sqrt_mk
         out = torch.addmm(b, hm, w.t())  # all four head layers in one matmul   [B, 2k + 4s]
-        alpha, beta, u = out.split([k, k, 4 * s], dim=1)  # [B, k], [B, k], [B, 4s]
+        alpha, beta, u = out[:, :k], out[:, k : 2 * k], out[:, 2 * k :]  # eqs. 11-12: [B, k] ×2; u [B, 4s]
         if self.config.use_relu:
             alpha, beta = alpha.relu(), beta.relu()
-        p, q = u.view(B, 2, 2, s).unbind(2)  # [B, 2, s] each: (write, erase) × (p, q)
+        p, q = u.view(B, 2, 2, s).unbind(2)  # eqs. 15-16: [B, 2, s] each, (write, erase) × (p, q)
         v = (p.unsqueeze(3) * q.unsqueeze(2)).view(B, 2, k, M)  # eq. 17: vec(p qᵀ) cut into k heads
         if self.config.use_relu:
             v = v.relu()
@@ -104,26 +108,32 @@ class NRUCell(Cell):
         return alpha, beta, v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
-        d, N, M = self.input_size, self.hidden_size, self.config.memory_size
-        w_x, w_hm = self.hmi2h.weight.split([d, N + M], dim=1)  # [N, d], [N, N+m]
-        xp = torch.addmm(self.hmi2h.bias, x.reshape(-1, d), w_x.t())  # W_i x_t + b, all steps at once
-        heads = (self.hm2alpha, self.hm2beta, self.hm2v_alpha, self.hm2v_beta)
-        w_heads = torch.cat([layer.weight for layer in heads])  # [2k + 4s, N+m], in `heads`' order
-        b_heads = torch.cat([layer.bias for layer in heads])  # [2k + 4s]
+        return self.scan(x, keep_memory=False)[0]
+
+    def scan(self, x: torch.Tensor, keep_memory: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """All hidden states h_t [T, B, N] and, if `keep_memory`, all memory states m_t [T, B, m]."""
+        T, B, d = x.shape
+        N, M = self.hidden_size, self.config.memory_size
+        w_x, w_hm = self.hmi2h.weight[:, :d], self.hmi2h.weight[:, d:]  # [N, d], [N, N+m]
+        xp = torch.addmm(self.hmi2h.bias, x.reshape(T * B, d), w_x.t())  # W_i x_t + b, all t at once
+        w_hm_t = w_hm.t()  # [N+m, N]
+        w_heads, b_heads = self.head_weights()
         reduce = torch.mean if self.config.head_reduction == "mean" else torch.sum
 
-        h = x.new_zeros(x.shape[1], N)  # h_0   [B, N]
-        m = x.new_zeros(x.shape[1], M)  # m_0   [B, m]
-        outputs = []
-        for xp_t in xp.view(x.shape[0], x.shape[1], N).unbind(0):
-            z = torch.addmm(xp_t, torch.cat([h, m], dim=1), w_hm.t())  # W [x_t, h_{t−1}, m_{t−1}] + b
+        h = x.new_zeros(B, N)  # h_0
+        m = x.new_zeros(B, M)  # m_0
+        hs, ms = [], []
+        for xp_t in xp.view(T, B, N).unbind(0):
+            z = torch.addmm(xp_t, torch.cat([h, m], dim=1), w_hm_t)  # W [x_t, h_{t−1}, m_{t−1}] + b  [B, N]
             h = torch.relu(self.ln(z) if self.ln is not None else z)  # eq. 9   [B, N]
-            alpha, beta, v = self.heads(torch.cat([h, m], dim=1), w_heads, b_heads)
+            alpha, beta, v = self.heads(torch.cat([h, m], dim=1), w_heads, b_heads)  # heads see h_t, m_{t−1}
             write = alpha.unsqueeze(2) * v[:, 0]  # α_i v^w_i   [B, k, m]
             erase = beta.unsqueeze(2) * v[:, 1]  # β_i v^e_i   [B, k, m]
-            m = m + reduce(write - erase, dim=1)  # eq. 10 (mean over heads in the code)   [B, m]
-            outputs.append(h)
-        return torch.stack(outputs)
+            m = m + reduce(write - erase, dim=1)  # eq. 10, reduced over the k heads   [B, m]
+            hs.append(h)
+            if keep_memory:
+                ms.append(m)
+        return torch.stack(hs), (torch.stack(ms) if keep_memory else None)
 
     def recurrent_matrix(self) -> torch.Tensor:
         """W_h [N, N], the h_{t−1} → h_t block of eq. 9 (the memory path is not in it)."""

@@ -39,7 +39,7 @@ class SRNNConfig:
 
 def _linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
     """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
-    layer = torch.nn.utils.skip_init(nn.Linear, n_in, n_out)
+    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")  # no draw from the global RNG
     bound = 1.0 / math.sqrt(n_in)
     with torch.no_grad():
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
@@ -69,7 +69,8 @@ class ShiftScan(torch.autograd.Function):
     def backward(ctx: Any, grad_hs: torch.Tensor) -> torch.Tensor:
         (hs,) = ctx.saved_tensors
         mask = (hs > 0).to(hs.dtype)  # D_t = ReLU'(z_t), all steps at once   [T, B, N]
-        grad_z = grad_hs * mask  # starts as D_t ⊙ ∂L/∂h_t; the loop adds the path through h_{t+1}
+        # ∂L/∂z_t starts as D_t ⊙ ∂L/∂h_t; the loop adds the path through h_{t+1}
+        grad_z: torch.Tensor = grad_hs * mask
         g_t, m_t = grad_z.unbind(0), mask.unbind(0)
         for t in range(len(g_t) - 2, -1, -1):
             g_t[t].addcmul_(m_t[t], g_t[t + 1].roll(-1, -1))  # ∂z_{t+1}/∂h_t = Pᵀ: roll back by one

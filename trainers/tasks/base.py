@@ -48,6 +48,9 @@ class Task(ABC):
     #: (nn.Embedding(input_vocab, input_dim)) before the cell; `input_dim` is then the embedding size.
     input_vocab: int | None = None
 
+    #: False when the data come from files and do not change with the trial seed (sMNIST, HAR, PTB)
+    seeded_data: ClassVar[bool] = True
+
     def __init__(self, config: Any, seed: int) -> None:
         self.config = config
         self.seed = seed

@@ -1,7 +1,7 @@
 """Big permuted MNIST (Rotman & Wolf, SRNN §5; `rotmanmi/SRNN:datasets/bigmnist.py`, `main.py:316-356`;
 seed-code-facts §1.3).
 
-Each 28×28 image is zero-padded by 14 pixels on every side to 56×56 = 3,136 pixels, which then enter
+Each 28×28 image is zero-padded by `pad` = 14 pixels on every side to 56×56 = 3,136 pixels, which enter
 one per step (input_dim 1) in a fixed random order over all 3,136 positions; the label is read from
 the last step (10 classes, cross-entropy); baseline ln 10. Everything else is psMNIST (`psmnist.py`).
 SRNN's choices are the defaults: the permutation is drawn from the run's seed (SRNN: `np.random.seed(seed)`,
@@ -26,13 +26,16 @@ from trainers.seeding import generator
 from trainers.tasks.base import Tensors
 from trainers.tasks.psmnist import PSMNISTConfig, PSMNISTTask
 
-SIDE, PAD = 28, 14
-BIG_SIDE = SIDE + 2 * PAD  # 56
-BIG_PIXELS = BIG_SIDE * BIG_SIDE  # 3,136
+SIDE = 28
+
+
+def padded_pixels(pad: int) -> int:
+    return (SIDE + 2 * pad) ** 2  # pad 14: 56 × 56 = 3,136
 
 
 @dataclass(frozen=True)
 class BigPSMNISTConfig(PSMNISTConfig):
+    pad: int = 14  # zero border in pixels on every side (SRNN: 14 → 56×56)
     normalization: Literal["unit", "standard", "symmetric"] = "standard"  # SRNN: Normalize(0.1307, 0.3081)
     split: Literal["train_test", "train_val"] = "train_val"  # SRNN: train 0:50k, validate 50k:60k
 
@@ -41,20 +44,25 @@ class BigPSMNISTTask(PSMNISTTask):
     name = "bigpsmnist"
     Config = BigPSMNISTConfig
 
+    config: BigPSMNISTConfig
+
     def __init__(self, config: BigPSMNISTConfig, seed: int) -> None:
+        if config.pad < 0:
+            raise ValueError("bigpsmnist: pad must be at least 0")
         super().__init__(config, seed)
         gen = (
             generator(seed, "bigpsmnist/permutation")
             if config.permutation_seed is None
             else torch.Generator().manual_seed(config.permutation_seed)
         )
-        self.permutation = torch.randperm(BIG_PIXELS, generator=gen)  # over the padded image
+        self.permutation = torch.randperm(padded_pixels(config.pad), generator=gen)  # over the padded image
 
     @property
     def seq_len(self) -> int:
-        return BIG_PIXELS
+        return padded_pixels(self.config.pad)
 
     def encode(self, batch: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         images, labels = batch  # [B, 784] uint8
-        padded = F.pad(images.view(-1, SIDE, SIDE), (PAD, PAD, PAD, PAD))  # [B, 56, 56], zeros around
-        return super().encode((padded.reshape(-1, BIG_PIXELS), labels), device)  # x [3136, B, 1]
+        p = self.config.pad
+        padded = F.pad(images.view(-1, SIDE, SIDE), (p, p, p, p))  # [B, 56, 56], zeros around
+        return super().encode((padded.reshape(len(images), -1), labels), device)  # x [3136, B, 1]

@@ -56,7 +56,9 @@ SOURCE = (
 
 @dataclass(frozen=True)
 class HAR2Config:
-    root: str | None = None  # folder holding "UCI HAR Dataset/" (default $MEMSWEEP_DATA_DIR or ~/.cache/memsweep)
+    root: str | None = (
+        None  # folder holding "UCI HAR Dataset/" (default $MEMSWEEP_DATA_DIR or ~/.cache/memsweep)
+    )
     n_train: int | None = None  # use only the first n training windows (None: all 7,352)
     n_val: int | None = None  # use only the first n test windows (None: all 2,947)
 
@@ -91,7 +93,9 @@ def load_har2(root: str) -> tuple[Tensors, Tensors]:
         labels = read_numbers(paths[-1]).astype(np.int64)
         channels = [read_numbers(p).reshape(-1, STEPS) for p in paths[:-1]]
         if any(c.shape[0] != len(labels) for c in channels):
-            raise ValueError(f"HAR-2 {split}: the channel files and y_{split}.txt disagree on the number of windows")
+            raise ValueError(
+                f"HAR-2 {split}: the channel files and y_{split}.txt disagree on the number of windows"
+            )
         raw[split] = (np.stack(channels, axis=-1), labels)  # [n, 128, 9], [n]
     mean = raw["train"][0].mean(axis=(0, 1))  # per channel, over windows and steps
     std = raw["train"][0].std(axis=(0, 1))  # population std (numpy's default, as SGORNN)
@@ -106,6 +110,7 @@ def load_har2(root: str) -> tuple[Tensors, Tensors]:
 
 class HAR2Task(Task):
     name = "har2"
+    seeded_data = False
     Config = HAR2Config
     output = "last"
     default_nonlinearity = "relu"  # SGORNN's activation

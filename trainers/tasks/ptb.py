@@ -105,6 +105,7 @@ def windows(ids: torch.Tensor, bptt: int) -> torch.Tensor:
 
 class PTBTask(Task):
     name = "ptb"
+    seeded_data = False
     Config = PTBConfig
     output = "sequence"
     metric_name = "bits_per_token"

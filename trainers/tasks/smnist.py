@@ -19,10 +19,13 @@ class SMNISTConfig(PSMNISTConfig):
 
 class SMNISTTask(PSMNISTTask):
     name = "smnist"
+    seeded_data = False
     Config = SMNISTConfig
     permuted = False  # psmnist.py then uses the identity order
 
     def __init__(self, config: SMNISTConfig, seed: int) -> None:
         if config.permutation_seed is not None:
-            raise ValueError("smnist: the pixels are not permuted; leave permutation_seed unset (use psmnist)")
+            raise ValueError(
+                "smnist: the pixels are not permuted; leave permutation_seed unset (use psmnist)"
+            )
         super().__init__(config, seed)

@@ -77,13 +77,15 @@ class Teacher:
     @torch.no_grad()
     def run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n, T, nin] → (h [n, T, nh], y0 [n, T, nout]), in float64."""
-        drive = x.double() @ self.W_in.T + self.b  # [n, T, nh]: W_in x_t + b for every step
+        drive = (x.double() @ self.W_in.T + self.b).transpose(0, 1).contiguous()  # [T, n, nh]: W_in x_t + b
+        W_T = self.W.T.contiguous()
         h = torch.zeros(x.shape[0], self.W.shape[0], dtype=torch.float64)
-        hs = torch.empty_like(drive)
-        for t in range(x.shape[1]):
-            h = torch.relu(drive[:, t] + h @ self.W.T)  # [n, nh]
-            hs[:, t] = h
-        return hs, hs @ self.W_out.T + self.b_out
+        hs = []
+        for drive_t in drive:
+            h = torch.addmm(drive_t, h, W_T).relu_()  # relu(W h_{t−1} + W_in x_t + b), rows = sequences
+            hs.append(h)
+        H = torch.stack(hs, 1)  # [n, T, nh]
+        return H, H @ self.W_out.T + self.b_out
 
 
 def recurrent_matrix(A: torch.Tensor, epsilon: float, normalize: bool) -> torch.Tensor:

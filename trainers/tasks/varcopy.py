@@ -122,7 +122,9 @@ class VarCopyTask(Task):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [L, B, 9]; each example's mean over its own steps, then the mean over examples
-        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), ignore_index=IGNORE, reduction="none")
+        ce = F.cross_entropy(
+            out.reshape(-1, out.shape[-1]), y.reshape(-1), ignore_index=IGNORE, reduction="none"
+        )
         steps = (y != IGNORE).sum(0)  # [B]
         return (ce.view(y.shape).sum(0) / steps).mean()
 

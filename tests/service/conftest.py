@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TINY = {
+    "task": "addition",
+    "seq_len": 20,
+    "n_train": 64,
+    "n_val": 32,
+    "hidden": 16,
+    "steps": 20,
+    "eval_every": 10,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real MLflow tracking server on loopback (SQLite backend store, artifacts on disk)."""
+    from service.tracking import start_mlflow_server
+
+    uri, proc = start_mlflow_server(tmp_path_factory.mktemp("mlflow"), free_port())
+    yield uri
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def engine(tmp_path: Path, mlflow_uri: str, ray_session: None):  # type: ignore[no-untyped-def]
+    from service.engine import Engine
+    from service.settings import Settings
+
+    return Engine(Settings(home=tmp_path, mlflow_tracking_uri=mlflow_uri, ray_num_cpus=2))

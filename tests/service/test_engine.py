@@ -1,0 +1,221 @@
+"""The study engine end to end: a real local Ray, a real MLflow server on loopback, a real SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from service.spec import StudySpec
+from tests.service.conftest import TINY, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def child_runs(uri: str, exp_id: str, parent: str) -> list:
+    client = MlflowClient(uri)
+    return client.search_runs(
+        [exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=1000
+    )
+
+
+def grid_spec(**kw) -> StudySpec:
+    data = {
+        "name": "tiny-grid",
+        "space": {
+            "models": {
+                "chain": {"fixed": {"init": "chain"}, "dims": {"lr": [1e-3, 50.0]}},
+                "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [1e-3, 50.0]}},
+            }
+        },
+        "base": {**TINY, "clip_norm": None},  # lr 50 without clipping diverges: failed trials with a reason
+        "seeds": [1, 2],
+        "success_fraction": 2.0,  # a loose criterion, so that some trials succeed
+    }
+    data.update(kw)
+    return StudySpec.model_validate(data)
+
+
+def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_uri):
+    study = engine.create_study(grid_spec())
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert len(trials) == 8 and summary["state"] == "done"
+    assert all(t.runs == 1 for t in trials)  # exactly once
+    assert {(t.model, t.params["lr"], t.params["seed"]) for t in trials} == {
+        (m, lr, s) for m in ("chain", "orth") for lr in (1e-3, 50.0) for s in (1, 2)
+    }
+    failed = [t for t in trials if t.status == "failed"]
+    assert (
+        failed and all("diverged" in t.reason for t in failed) and all(t.params["lr"] == 50.0 for t in failed)
+    )
+    done = [t for t in trials if t.status == "done"]
+    assert all(t.history and t.final_val_loss == t.history[-1]["val_loss"] for t in done)
+    assert all(t.success == (t.final_val_loss < t.success_threshold) for t in done)
+
+    exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
+    runs = child_runs(mlflow_uri, exp_id, parent)
+    assert sorted(r.data.tags["memsweep.config_hash"] for r in runs) == sorted(t.config_hash for t in trials)
+    client = MlflowClient(mlflow_uri)
+    parent_metrics = client.get_run(parent).data.metrics
+    succeeded_children = [r for r in runs if r.data.metrics.get("success") == 1.0]
+    assert parent_metrics["succeeded"] == len(succeeded_children) == summary["counts"]["succeeded"] > 0
+    for model in ("chain", "orth"):
+        n = sum(r.data.tags["memsweep.model"] == model for r in succeeded_children)
+        assert parent_metrics[f"success_count.{model}"] == n
+    assert {r.info.status for r in runs if r.data.tags["memsweep.status"] == "failed"} == {"FAILED"}
+    arts = {a.path for a in client.list_artifacts(parent, "plots")}
+    assert {"plots/success_per_model.png", "plots/best_config_curves.png"} <= arts
+    assert any(
+        a.path == "recurrent_matrix.json" for a in client.list_artifacts(succeeded_children[0].info.run_id)
+    )
+    assert succeeded_children[0].data.metrics["henrici_index"] >= 0
+
+
+def test_extend_runs_only_new_points_and_identical_configs_are_reused(engine):
+    study = engine.create_study(grid_spec())
+    engine.run_study(study.id)
+    before = {t.config_hash: (t.final_val_loss, t.runs) for t in engine.ledger.trials(study.id)}
+    added = engine.extend_study(study.id, grid_spec(seeds=[1, 2, 3]))
+    assert added == 4
+    engine.run_study(study.id)
+    after = engine.ledger.trials(study.id)
+    assert len(after) == 12 and all(t.status in ("done", "failed") for t in after)
+    for t in after:
+        if t.config_hash in before:
+            assert (t.final_val_loss, t.runs) == before[t.config_hash]  # not run again
+        else:
+            assert t.runs == 1 and t.params["seed"] == 3
+    # a new study with the same configs reuses the finished results instead of training again
+    again = engine.create_study(grid_spec())
+    engine.run_study(again.id)
+    reused = engine.ledger.trials(again.id)
+    assert all(t.runs == 0 and t.reused_from is not None for t in reused if t.status == "done")
+    assert sum(t.status == "done" for t in reused) == sum(
+        before_status == "done" for before_status in [t.status for t in after if t.params["seed"] < 3]
+    )
+
+
+def test_tpe_study_runs_through_optuna_search(engine):
+    spec = StudySpec.model_validate(
+        {
+            "space": {"dims": {"lr": {"loguniform": [1e-4, 1e-2]}, "init": ["chain", "orthogonal"]}},
+            "base": TINY,
+            "seeds": [1, 2],
+            "sampler": "tpe",
+            "max_trials": 6,
+            "concurrency": 2,
+        }
+    )
+    study = engine.create_study(spec)
+    assert engine.ledger.counts(study.id)["total"] == 0  # points are sampled as the study runs
+    engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert len(trials) == 6 and all(t.status == "done" for t in trials)
+    points = {(t.params["lr"], t.params["init"]) for t in trials}
+    assert len(points) == 3 and all(1e-4 <= lr <= 1e-2 for lr, _ in points)
+    for point in points:  # every sampled point ran for every seed
+        assert sorted(t.params["seed"] for t in trials if (t.params["lr"], t.params["init"]) == point) == [
+            1,
+            2,
+        ]
+
+
+def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)  # fmt: skip
+
+
+def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str):
+    from service.ledger import Ledger
+
+    spec = grid_spec(base={**TINY, "steps": 1500, "eval_every": 500}, success_fraction=0.5,
+                     space={"dims": {"lr": [1e-3, 3e-4, 1e-4], "init": ["chain", "orthogonal"]}})  # fmt: skip
+    path = tmp_path / "spec.json"
+    path.write_text(spec.model_dump_json())
+    env = {
+        **os.environ,
+        "MEMSWEEP_HOME": str(tmp_path / "home"),
+        "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+        "MEMSWEEP_RAY_NUM_CPUS": "2",
+    }
+    proc = memsweep("run", str(path), "--json", env=env)
+    ledger = None
+    deadline = time.monotonic() + 240
+    done_before: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        db = tmp_path / "home" / "ledger.db"
+        if ledger is None and db.exists():
+            ledger = Ledger(f"sqlite:///{db}")
+        if ledger is None or not ledger.list_studies():
+            continue
+        study_id = ledger.list_studies()[0].id
+        if ledger.counts(study_id)["done"] >= 3:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its embedded Ray, mid-study
+            proc.wait()
+            done_before = {t.config_hash: t.final_val_loss for t in ledger.trials(study_id, ["done"])}
+            break
+    assert done_before, "the study never got three trials done"
+    assert ledger.counts(study_id)["total"] == 12 > len(done_before)
+    resumed = memsweep("run", "--study", study_id, "--json", env=env)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["study_id"] == study_id and final["done"] == 12
+    trials = ledger.trials(study_id)
+    for t in trials:
+        assert t.status == "done"
+        if t.config_hash in done_before:
+            assert t.runs == 1 and t.final_val_loss == done_before[t.config_hash]  # not run again
+        else:
+            assert t.runs in (1, 2)  # at most the interrupted ones started twice
+    assert sum(t.runs for t in trials) <= 12 + 2  # concurrency 2: at most two were interrupted
+
+
+def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: str):
+    ray_bin = Path(sys.executable).with_name("ray")
+    port = free_port()
+    # token authentication, as in compose: head and driver share one secret token
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+    }
+    # --block keeps the head's processes in this process group, so the test can stop exactly this
+    # cluster (`ray stop` would stop every Ray on the machine, the test session's own included).
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                             "--disable-usage-stats", "--include-dashboard=false"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert head.poll() is None, head.stdout.read()[-3000:] if head.stdout else "ray start exited"
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(1)
+        spec = grid_spec(space={"dims": {"lr": [1e-3]}}, seeds=[1, 2])
+        path = tmp_path / "spec.json"
+        path.write_text(spec.model_dump_json())
+        run_env = {**env, "MEMSWEEP_HOME": str(tmp_path / "home"), "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+                   "MEMSWEEP_RAY_ADDRESS": f"127.0.0.1:{port}"}  # fmt: skip
+        proc = memsweep("run", str(path), "--json", env=run_env)
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        final = json.loads(out.strip().splitlines()[-1])
+        assert final["done"] == 2 and final["trials"] == 2
+        assert f"127.0.0.1:{port}" in err or "Connecting to existing Ray cluster" in err
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)

@@ -1,0 +1,100 @@
+"""Fast unit tests of the engine's pieces: spec, ledger, summary statistics (no Ray, no MLflow)."""
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from service.engine import StudyError, check_space, grid_rows
+from service.ledger import Ledger
+from service.spec import StudySpec
+from service.summary import best_configs, success_table, wilson_interval
+
+
+def test_wilson_interval_known_values():
+    lo, hi = wilson_interval(46, 462)  # Orhan's chain on copy-500
+    assert (round(lo, 4), round(hi, 4)) == (0.0755, 0.1303)  # by hand: centre 0.10287 ± 0.02739
+    assert wilson_interval(0, 594)[0] == 0.0 and 0.006 < wilson_interval(0, 594)[1] < 0.007
+    lo, hi = wilson_interval(5, 5)
+    assert hi == 1.0 and 0.5 < lo < 0.6
+
+
+def test_spec_needs_a_space_and_max_trials_for_samplers():
+    with pytest.raises(ValidationError, match="preset"):
+        StudySpec()
+    with pytest.raises(ValidationError, match="max_trials"):
+        StudySpec(preset="orhan2020-copy500", sampler="tpe")
+    with pytest.raises(ValidationError, match="sampler"):
+        StudySpec(preset="orhan2020-copy500", sampler="bayes")
+
+
+def test_preset_with_overrides():
+    spec = StudySpec(
+        preset="orhan2020-copy500", models=["chain"], dims={"lr": [1e-4]}, seeds=[1, 2], base={"steps": 10}
+    )
+    space = spec.search_space()
+    assert space.size() == 7 * 2  # 7 α values × 1 lr × 2 seeds
+    assert space.base["steps"] == 10 and space.base["seq_len"] == 500
+
+
+def test_bad_fields_are_named_before_anything_runs():
+    spec = StudySpec(space={"dims": {"lr": [1e-3]}}, base={"task": "addition", "seq_lenn": 20})
+    with pytest.raises(StudyError, match="unknown config field 'seq_lenn'"):
+        check_space(spec.search_space())
+    spec = StudySpec(space={"dims": {"init": ["chain", "spiral"]}})
+    rows_spec = spec.search_space()
+    with pytest.raises(ValueError, match="spiral"):
+        grid_rows(rows_spec)
+
+
+def grid(seeds=(1, 2)):
+    spec = StudySpec(
+        space={"dims": {"lr": [1e-3, 1e-4]}},
+        base={"task": "addition", "seq_len": 10, "steps": 2},
+        seeds=list(seeds),
+    )
+    return grid_rows(spec.search_space())
+
+
+def test_grid_rows_have_distinct_hashes_and_seeds_in_params():
+    rows = grid()
+    assert len(rows) == 4 and len({r["config_hash"] for r in rows}) == 4
+    assert sorted(r["params"]["seed"] for r in rows) == [1, 1, 2, 2]
+
+
+def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    a = ledger.create_study("a", {})
+    assert ledger.add_trials(a.id, grid()) == 4
+    assert ledger.add_trials(a.id, grid(seeds=(1, 2, 3))) == 2  # extending adds only the new points
+    first = ledger.trials(a.id)[0]
+    ledger.update_trial(first.id, status="done", final_val_loss=0.01, success_threshold=0.08, success=True)
+    b = ledger.create_study("b", {})
+    ledger.add_trials(b.id, grid())
+    reused = [t for t in ledger.trials(b.id) if t.reused_from is not None]
+    assert len(reused) == 1 and reused[0].config_hash == first.config_hash and reused[0].status == "done"
+    assert ledger.counts(b.id)["done"] == 1 and ledger.counts(b.id)["pending"] == 3
+
+
+class T:
+    def __init__(self, model, params, loss, status="done", thr=0.1):
+        self.model, self.params, self.final_val_loss, self.status = model, params, loss, status
+        self.success_threshold, self.success, self.history, self.config_hash = thr, None, [], str(id(self))
+
+
+def test_success_table_counts_by_model_and_value():
+    trials = [T("chain", {"lr": 1e-3, "seed": 1}, 0.05), T("chain", {"lr": 1e-3, "seed": 2}, 0.2),
+              T("chain", {"lr": 1e-4, "seed": 1}, None, "failed"), T("orth", {"lr": 1e-3, "seed": 1}, 0.5)]  # fmt: skip
+    table = success_table(trials)
+    assert table["by_model"]["chain"]["succeeded"] == 1 and table["by_model"]["chain"]["trials"] == 3
+    assert table["by_model"]["chain"]["failed"] == 1 and table["total"]["succeeded"] == 1
+    assert table["by_value"]["chain"]["lr"]["0.001"]["succeeded"] == 1
+    assert table["by_value"]["chain"]["lr"]["0.0001"]["trials"] == 1
+
+
+def test_best_configs_pool_seeds():
+    trials = [T("chain", {"lr": 1e-3, "seed": 1}, 0.05), T("chain", {"lr": 1e-3, "seed": 2}, 0.15),
+              T("chain", {"lr": 1e-4, "seed": 1}, 0.08)]  # fmt: skip
+    best = best_configs(trials, k=2)
+    assert best[0]["params"] == {"lr": 1e-4} and best[1]["mean_final_val_loss"] == pytest.approx(0.1)
+    assert best[1]["sem"] == pytest.approx(0.05 / math.sqrt(2) * math.sqrt(2))
