@@ -188,6 +188,7 @@ class Engine:
             "seeds": list(space.seeds),
             "threads": max(1, int(spec.resources.cpus)),
             "finished": finished,
+            "sampled": spec.sampler != "grid",  # sampled points get their ledger rows as they start
         }
         callback = LedgerCallback(self.ledger, tracker, study.id, exp_id, parent, context, cancel)
         if spec.sampler == "grid":
@@ -231,6 +232,7 @@ class Engine:
                 num_samples=num_samples,
                 max_concurrent_trials=spec.concurrency,
                 reuse_actors=True,
+                trial_dirname_creator=_trial_dirname,
             ),
             run_config=RunConfig(
                 name=f"study-{study.id}-{int(time.time())}",
@@ -293,6 +295,10 @@ class Engine:
                 curves, baseline, threshold, "best configuration per model"
             )
         return figures
+
+
+def _trial_dirname(trial: Any) -> str:
+    return str(trial.trial_id)  # Tune's default name embeds the whole config: too long for a path
 
 
 def trial_dict(t: Trial) -> dict[str, Any]:
@@ -439,21 +445,24 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         members = members_of(trial.config, self.context)
+        if self.context["sampled"]:
+            self._add_rows(members)
+        todo = set()
+        for m in members:
+            row_id = self.ledger.start_trial(self.study_id, m["key"])
+            if row_id is None:  # finished already (resume, reuse)
+                continue
+            self.ids[m["key"]] = row_id
+            self.history[m["key"]] = []
+            todo.add(m["key"])
+        self.open[trial.trial_id] = todo
+
+    def _add_rows(self, members: list[dict[str, Any]]) -> None:
         rows = [
             {"config_hash": m["key"], "model": m["model"], "params": m["params"], "config": m["config"]}
             for m in members
         ]
-        self.ledger.add_trials(self.study_id, rows)  # no-op for grid rows, new rows for sampled points
-        todo = set()
-        for m in members:
-            row = self.ledger.get_trial(self.study_id, m["key"])
-            if row is None or row.status in FINISHED:
-                continue
-            self.ids[m["key"]] = row.id
-            self.ledger.mark_started(row.id)
-            self.history[m["key"]] = []
-            todo.add(m["key"])
-        self.open[trial.trial_id] = todo
+        self.ledger.add_trials(self.study_id, rows)
 
     def on_trial_result(
         self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
@@ -476,12 +485,7 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
 
     def _finish(self, ray_trial_id: str, key: str, fields: dict[str, Any], matrix: Any = None) -> None:
         trial_id = self.ids[key]
-        self.ledger.update_trial(trial_id, **fields)
-        row = self.ledger.get_trial(self.study_id, key)
-        assert row is not None
-        success = is_success(row)
-        self.ledger.update_trial(trial_id, success=success)
-        row.success = success
+        row = self.ledger.finish_trial(trial_id, fields, is_success)
         self.tracker.log_trial(
             self.exp_id, self.parent, trial_dict(row), matrix, _setter(self.ledger, trial_id)
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -179,6 +179,29 @@ class Ledger:
                 raise KeyError(trial_id)
             for k, v in fields.items():
                 setattr(trial, k, v)
+
+    def start_trial(self, study_id: str, config_hash: str) -> int | None:
+        """Mark a trial running (one more start); None when it is finished already."""
+        with self.session() as s:
+            trial = s.scalars(
+                select(Trial).where(Trial.study_id == study_id, Trial.config_hash == config_hash)
+            ).first()
+            if trial is None or trial.status in FINISHED:
+                return None
+            trial.status = "running"
+            trial.runs = (trial.runs or 0) + 1
+            return trial.id
+
+    def finish_trial(self, trial_id: int, fields: dict[str, Any], judge: Callable[[Trial], bool]) -> Trial:
+        """Record a trial's result and its success (judged from the stored loss and threshold), at once."""
+        with self.session() as s:
+            trial = s.get(Trial, trial_id)
+            if trial is None:
+                raise KeyError(trial_id)
+            for k, v in fields.items():
+                setattr(trial, k, v)
+            trial.success = judge(trial)
+            return trial
 
     def mark_started(self, trial_id: int) -> None:
         with self.session() as s:

@@ -1,7 +1,9 @@
 """The one MLflow seam: a study is a parent run, each trial a child run (explicit parent id).
 
-All MLflow writes go through `Tracker`, on one background thread (one writer, in order), so a slow
-tracking server never stalls the engine's event loop. `ensure_mlflow_server` starts a local tracking
+All MLflow writes go through `Tracker`, on background threads, so a slow tracking server never
+stalls the engine's event loop. Each child run is written whole by one task (its runs are
+independent, so several go at once); `flush` waits for all of them, and the parent's summary is
+written after the flush. `ensure_mlflow_server` starts a local tracking
 server on loopback (SQLite backend store, artifacts on disk) when no tracking URI is configured.
 """
 
@@ -86,16 +88,16 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 class Tracker:
-    """Parent/child runs of studies; every call is queued to one writer thread."""
+    """Parent/child runs of studies; writes are queued to a small pool of writer threads."""
 
-    def __init__(self, tracking_uri: str, experiment: str) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, writers: int = 4) -> None:
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
         self.client = MlflowClient(tracking_uri)
         self.experiment_name = experiment
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
+        self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="mlflow-writer")
         self._pending: list[Future[Any]] = []
         self._errors: list[str] = []
 
@@ -222,6 +224,7 @@ class Tracker:
     def log_summary(
         self, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
     ) -> None:
+        self.flush()  # the summary describes the finished child runs: write it after them
         self.submit(self._log_summary, parent_run_id, summary, figures, status)
 
     def _log_summary(

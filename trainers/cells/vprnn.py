@@ -40,6 +40,8 @@ def glorot_uniform(fan_out: int, fan_in: int, gen: torch.Generator) -> torch.Ten
 class Rotations(nn.Module):
     """k permuted rotation sublayers on R^N: trainable angles θ [k, N/2], fixed permutations [k, N]."""
 
+    perms: torch.Tensor  # a buffer: saved and moved with the module, never trained
+
     def __init__(self, n: int, k: int, theta_bound: float, gen: torch.Generator) -> None:
         super().__init__()
         if n % 2 or n < 2:
@@ -62,7 +64,9 @@ class Rotations(nn.Module):
 
     def matrix(self) -> torch.Tensor:
         """W [N, N] with W h = sublayers(h): column j is the sublayers applied to e_j (= Keras' layer(I)ᵀ)."""
-        return self(torch.eye(self.perms.shape[1], device=self.theta.device, dtype=self.theta.dtype))
+        eye = torch.eye(self.perms.shape[1], device=self.theta.device, dtype=self.theta.dtype)
+        w: torch.Tensor = self(eye)
+        return w
 
 
 @dataclass(frozen=True)
