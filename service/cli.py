@@ -3,6 +3,7 @@
 memsweep presets [--json]
 memsweep run PRESET|SPEC.yaml [--set KEY=VALUE] [--dim lr=1e-3,3e-4] [--models a,b] [--seeds 1,2] [--json]
 memsweep run --study ID            # resume: only unfinished trials run
+memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
 memsweep best STUDY [--k 5] [--json]
 memsweep success STUDY [--json]
 memsweep train|describe|list …     # one trial, as `python -m trainers`
@@ -40,12 +41,22 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
-def build_spec(args: argparse.Namespace) -> Any:
+def changes_spec(args: argparse.Namespace) -> bool:
+    """Whether the command line changes a spec (beyond naming a study to resume)."""
+    return bool(
+        args.target or args.set or args.dim or args.models or args.seeds or args.sampler or args.max_trials
+    )
+
+
+def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
+    """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
     from service.spec import StudySpec, load_spec
 
     target = args.target
     data: dict[str, Any]
-    if target and (target.endswith((".yaml", ".yml", ".json")) or Path(target).is_file()):
+    if stored is not None:
+        data = dict(stored)
+    elif target and (target.endswith((".yaml", ".yml", ".json")) or Path(target).is_file()):
         data = load_spec(target).model_dump(exclude_unset=True)
     else:
         data = {"preset": target}
@@ -109,6 +120,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         study = engine.ledger.get_study(args.study)
         if study is None:
             raise SystemExit(f"error: no study {args.study!r}")
+        if changes_spec(args):  # extend: only points the study does not hold yet are added
+            added = engine.extend_study(study.id, build_spec(args, stored=study.spec))
+            print(f"study {study.id}: extended by {added} trials", file=sys.stderr)
     else:
         if not args.target:
             raise SystemExit(

@@ -47,7 +47,7 @@ def test_bad_values_name_the_field_and_the_choices():
         resolve({"hidden": "many"})
     with pytest.raises(ConfigError, match="lr"):
         resolve({"lr": -1})
-    with pytest.raises(UnknownNameError, match="valid cells: .*gru, .*rnn"):
+    with pytest.raises(UnknownNameError, match=r"valid cells: .*gru, .*rnn"):
         resolve({"cell": "gru2"})
 
 

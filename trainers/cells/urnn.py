@@ -11,9 +11,9 @@ authors' code does exactly this after every batch (`melikaemami/URNN:urnn_synth_
 `trainers.cells.crnn`.
 
 Initialisation follows their student model, Keras `SimpleRNN(relu)` defaults: W orthogonal (gain 1,
-already on the constraint set, so the first projection changes nothing), V Glorot-uniform, b = 0.
-The fields inherited from the vanilla RNN let a study start from another W (chain, identity, …):
-the first step then projects it.
+so it starts on the constraint set; W is not projected before the first step, as in their code),
+V Glorot-uniform, b = 0. The fields inherited from the vanilla RNN let a study start from another W
+(chain, identity, …); the first step's projection then brings it onto the set.
 """
 
 from __future__ import annotations
