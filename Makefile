@@ -21,12 +21,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job (until the REST service lands): a real study on embedded defaults (local Ray, a local
-# MLflow server on loopback, a SQLite ledger) — Orhan & Pitkow's copy grid reduced to T=100 (100 steps in
-# all), chain against orthogonal, 2 learning rates × 2 seeds, 3,000 steps each. Prints the success
+# MLflow server on loopback, a SQLite ledger) — Orhan & Pitkow's copy grid reduced to T=50 (50 steps in
+# all), chain against orthogonal, 2 learning rates × 2 seeds, 2,000 steps each. Prints the success
 # table, the best configurations and the MLflow URL (the server stays up to browse).
 demo: setup
-	$(VENV)/bin/memsweep run orhan2020-copy500 --name demo-copy100 --models chain,orthogonal \
-		--set seq_len=100 --set steps=3000 --set eval_every=500 --dim lr=3e-4,1e-4 --dim scale=1.0 --seeds 1,2
+	$(VENV)/bin/memsweep run orhan2020-copy500 --name demo-copy50 --models chain,orthogonal \
+		--set seq_len=50 --set steps=2000 --set eval_every=500 --dim lr=1e-3,3e-4 --dim scale=1.0 --seeds 1,2
 
 test: setup
 	$(VENV)/bin/ruff check .

@@ -4,9 +4,15 @@ memsweep presets [--json]
 memsweep run PRESET|SPEC.yaml [--set KEY=VALUE] [--dim lr=1e-3,3e-4] [--models a,b] [--seeds 1,2] [--json]
 memsweep run --study ID            # resume: only unfinished trials run
 memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
-memsweep best STUDY [--k 5] [--json]
-memsweep success STUDY [--json]
+memsweep best STUDY [--k 5] [--json] [--url URL]
+memsweep success STUDY [--json] [--url URL]
 memsweep train|describe|list …     # one trial, as `python -m trainers`
+
+The REST service and its clients (the token, when the server sets one, comes from MEMSWEEP_API_TOKEN;
+--url defaults to MEMSWEEP_API_URL, and with a URL `best` and `success` ask the server):
+memsweep serve [--host H] [--port P]
+memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
+memsweep status STUDY --url URL [--json]
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 TRAINER_COMMANDS = ("train", "describe", "list")
+T = TypeVar("T")
 
 
 def parse_value(raw: str) -> Any:
@@ -265,6 +272,12 @@ def _summary(study_id: str) -> dict[str, Any]:
 def cmd_best(args: argparse.Namespace) -> int:
     from service.summary import best_configs
 
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            best = remote(lambda: client.best(args.study, k=args.k))
+        print(json.dumps(best)) if args.json else print_best(best)
+        return 0
     summary = _summary(args.study)
     if args.k != 5:
         from service.engine import Engine
@@ -279,7 +292,14 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_success(args: argparse.Namespace) -> int:
-    summary = _summary(args.study)
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            study = remote(lambda: client.get(args.study))
+            table = remote(lambda: client.success(args.study))
+        summary = {"name": study["name"], "success": table}
+    else:
+        summary = _summary(args.study)
     if args.json:
         print(json.dumps(summary["success"]))
     else:
@@ -287,22 +307,112 @@ def cmd_success(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in TRAINER_COMMANDS:
-        from trainers.cli import main as trainers_main
+# ----- the REST service and its clients ---------------------------------------------------------------
+def api_url(args: argparse.Namespace) -> str | None:
+    from service.settings import get_settings
 
-        return trainers_main(argv)
-    parser = argparse.ArgumentParser(
-        prog="memsweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    url: str | None = getattr(args, "url", None) or get_settings().api_url
+    return url
+
+
+def client_for(url: str) -> Any:
+    from service.client import MemsweepClient
+    from service.settings import get_settings
+
+    token = get_settings().api_token
+    return MemsweepClient(url, token=token.get_secret_value() if token else None)
+
+
+def remote(call: Callable[[], T]) -> T:
+    """The answer of a server call; its refusal or an unreachable server as a one-line error."""
+    import httpx
+
+    from service.client import MemsweepAPIError
+
+    try:
+        return call()
+    except MemsweepAPIError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    except httpx.TransportError as exc:
+        raise SystemExit(f"error: the server does not answer ({exc}); is `memsweep serve` running?") from None
+
+
+def need_url(args: argparse.Namespace) -> str:
+    url = api_url(args)
+    if not url:
+        raise SystemExit(
+            "error: give the server's --url (or set MEMSWEEP_API_URL), e.g. --url http://127.0.0.1:8000"
+        )
+    return url
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from service.api import create_app
+    from service.settings import get_settings
+
+    settings = get_settings()
+    host = args.host or settings.host
+    port = args.port or settings.port
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.api_token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("memsweep").warning(
+            "serving on %s without MEMSWEEP_API_TOKEN: anyone who reaches it can run studies", host
+        )
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    url = need_url(args)
+    if not args.target:
+        raise SystemExit("error: give a preset name or a spec file (see `memsweep presets`)")
+    spec = build_spec(args)
+    with client_for(url) as client:
+        study = remote(lambda: client.submit(spec, idempotency_key=args.idempotency_key))
+        print(f"study {study['id']}: {study['counts']['total']} trials, {study['state']}", file=sys.stderr)
+        if args.wait:
+            study = remote(lambda: client.wait(study["id"], progress=not args.json))
+    if args.json:
+        print(json.dumps(study))
+    elif args.wait:
+        print_status(study)
+    else:
+        print(study["id"])
+    return 0 if study["state"] != "failed" else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    url = need_url(args)
+    with client_for(url) as client:
+        study = remote(lambda: client.get(args.study))
+    if args.json:
+        print(json.dumps(study))
+    else:
+        print_status(study)
+    return 0
+
+
+def print_status(study: dict[str, Any]) -> None:
+    c = study["counts"]
+    eta = f"{study['eta_seconds']:,.0f} s" if study.get("eta_seconds") is not None else "–"
+    state = "queued" if study.get("queued") else study["state"]
+    print(f"study {study['id']} ({study['name']}): {state}")
+    print(
+        f"  trials {c['total']} (expected {study['expected_trials']}) · finished {c['finished']} · "
+        f"running {c['running']} · done {c['done']} · failed {c['failed']} · successes {c['succeeded']} · ETA {eta}"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("presets", help="the papers' grids")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_presets)
-    p = sub.add_parser("run", help="create and run a study (or resume one with --study)")
-    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
-    p.add_argument("--study", help="resume this study: only unfinished trials run")
+    if study.get("error"):
+        print(f"  error: {study['error']}")
+    if study["mlflow"].get("run_url"):
+        print(f"  MLflow: {study['mlflow']['run_url']}")
+
+
+def add_spec_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that build a spec (shared by `run` and `submit`)."""
     p.add_argument(
         "--set",
         action="append",
@@ -323,17 +433,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cpus", type=float, help="CPUs per Ray trial")
     p.add_argument("--gpus", type=float, help="GPU fraction per Ray trial")
     p.add_argument("--name")
+
+
+def add_url_flag(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--url", help=f"{help} (default: MEMSWEEP_API_URL)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in TRAINER_COMMANDS:
+        from trainers.cli import main as trainers_main
+
+        return trainers_main(argv)
+    parser = argparse.ArgumentParser(
+        prog="memsweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("presets", help="the papers' grids")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_presets)
+    p = sub.add_parser("run", help="create and run a study (or resume one with --study)")
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    p.add_argument("--study", help="resume this study: only unfinished trials run")
+    add_spec_flags(p)
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("best", help="best configurations of a study")
     p.add_argument("study")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--json", action="store_true")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
     p.set_defaults(fn=cmd_best)
     p = sub.add_parser("success", help="success counts by model, with 95 % Wilson intervals")
     p.add_argument("study")
     p.add_argument("--json", action="store_true")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
     p.set_defaults(fn=cmd_success)
+    p = sub.add_parser("serve", help="the REST service (uvicorn): studies run in the background")
+    p.add_argument("--host", help="address to bind (default: MEMSWEEP_HOST, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: MEMSWEEP_PORT, 8000)")
+    p.set_defaults(fn=cmd_serve)
+    p = sub.add_parser("submit", help="create a study on a memsweep server")
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    add_spec_flags(p)
+    add_url_flag(p, "the memsweep server")
+    p.add_argument(
+        "--idempotency-key", dest="idempotency_key", help="repeat a submit safely (default: random)"
+    )
+    p.add_argument("--wait", action="store_true", help="follow the study until it finishes")
+    p.add_argument("--json", action="store_true", help="print the study as JSON")
+    p.set_defaults(fn=cmd_submit)
+    p = sub.add_parser("status", help="a study's state, counts, ETA and MLflow link, from a server")
+    p.add_argument("study")
+    add_url_flag(p, "the memsweep server")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_status)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))

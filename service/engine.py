@@ -132,15 +132,26 @@ class Engine:
     def cancel(self, study_id: str) -> None:
         self._cancel.setdefault(study_id, threading.Event()).set()
 
-    def run_study(self, study_id: str, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
-        """Run every trial of the study that is not finished; returns the study summary."""
+    def run_study(
+        self,
+        study_id: str,
+        on_event: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, Any]:
+        """Run every trial of the study that is not finished; returns the study summary.
+
+        `cancel`: the caller's own event for this run (a cancel set before the run starts is kept);
+        by default the study's event, cleared at the start. `cancel(study_id)` sets either."""
         from service.tracking import Tracker
 
         study = self._study(study_id)
         spec = StudySpec.model_validate(study.spec)
         space = self._space(spec)
-        cancel = self._cancel.setdefault(study_id, threading.Event())
-        cancel.clear()
+        if cancel is None:
+            cancel = self._cancel.setdefault(study_id, threading.Event())
+            cancel.clear()
+        else:
+            self._cancel[study_id] = cancel
         tracker = Tracker(self.tracking_uri(), self.settings.mlflow_experiment)
         exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
         self.ledger.update_study(

@@ -25,9 +25,11 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    func,
     select,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 STUDY_STATES = ("pending", "running", "done", "failed", "cancelled")
@@ -87,6 +89,20 @@ class Trial(Base):
         "status", "reason", "final_val_loss", "final_metric", "baseline_loss", "success_threshold",
         "success", "steps", "seconds", "henrici", "history",
     )  # fmt: skip
+
+
+class IdempotencyKey(Base):
+    """A client's Idempotency-Key: the request it came with and the study that request created."""
+
+    __tablename__ = "idempotency_keys"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    study_id: Mapped[str | None] = mapped_column(String(32), default=None)  # None while being created
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+TRIAL_SORTS = ("id", "final_val_loss", "seconds", "updated_at", "model")
 
 
 class Ledger:
@@ -166,6 +182,31 @@ class Ledger:
                 q = q.where(Trial.status.in_(statuses))
             return list(s.scalars(q.order_by(Trial.id)))
 
+    def page_trials(
+        self,
+        study_id: str,
+        statuses: Sequence[str] | None = None,
+        success: bool | None = None,
+        sort: str = "id",
+        descending: bool = False,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> tuple[int, list[Trial]]:
+        """(how many match, one page of them): filtered by status and success, sorted (empty values last)."""
+        if sort not in TRIAL_SORTS:
+            raise ValueError(f"sort {sort!r}: one of {', '.join(TRIAL_SORTS)}")
+        where = [Trial.study_id == study_id]
+        if statuses:
+            where.append(Trial.status.in_(statuses))
+        if success is not None:
+            where.append(Trial.success.is_(success))
+        column = getattr(Trial, sort)
+        order = [column.is_(None), column.desc() if descending else column.asc(), Trial.id]
+        with self.session() as s:
+            total = s.scalar(select(func.count()).select_from(Trial).where(*where)) or 0
+            rows = s.scalars(select(Trial).where(*where).order_by(*order).offset(offset).limit(limit))
+            return int(total), list(rows)
+
     def get_trial(self, study_id: str, config_hash: str) -> Trial | None:
         with self.session() as s:
             return s.scalars(
@@ -218,6 +259,33 @@ class Ledger:
             out["succeeded"] += int(bool(t.success))
         out["total"] = sum(out[s] for s in TRIAL_STATES)
         return out
+
+    # ----- idempotency keys ------------------------------------------------------------------------
+    def claim_key(self, key: str, request_hash: str) -> tuple[bool, IdempotencyKey]:
+        """(True, row) when this call claimed the key; (False, the existing row) when it was taken."""
+        try:
+            with self.session() as s:
+                row = IdempotencyKey(key=key, request_hash=request_hash)
+                s.add(row)
+            return True, row
+        except IntegrityError:
+            with self.session() as s:
+                existing = s.get(IdempotencyKey, key)
+            if existing is None:  # released between the two statements: claim again
+                return self.claim_key(key, request_hash)
+            return False, existing
+
+    def bind_key(self, key: str, study_id: str) -> None:
+        with self.session() as s:
+            row = s.get(IdempotencyKey, key)
+            if row is not None:
+                row.study_id = study_id
+
+    def release_key(self, key: str) -> None:
+        with self.session() as s:
+            row = s.get(IdempotencyKey, key)
+            if row is not None and row.study_id is None:
+                s.delete(row)
 
 
 def _chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:

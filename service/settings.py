@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -27,7 +28,33 @@ class Settings(BaseSettings):
     )
     mlflow_port: int = Field(default=5005, description="port of the MLflow server started on loopback")
     mlflow_experiment: str = Field(default="memsweep", description="MLflow experiment that holds the studies")
+    mlflow_ui_url: str | None = Field(
+        default=None, description="MLflow as users' browsers reach it, for links (default: the tracking URI)"
+    )
     max_grid_size: int = Field(default=50_000, description="largest number of trials one study may hold")
+
+    # ----- the REST service (`memsweep serve`) and its clients -------------------------------------
+    host: str = Field(default="127.0.0.1", description="address `memsweep serve` binds")
+    port: int = Field(default=8000, ge=1, le=65535, description="port `memsweep serve` listens on")
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="bearer token every route but /health requires (server), and that clients send",
+    )
+    api_url: str | None = Field(default=None, description="the server `memsweep submit/status --url` asks")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="origins allowed by CORS, comma-separated; none by default"
+    )
+    max_request_bytes: int = Field(default=1_000_000, ge=1_000, description="largest request body accepted")
+    max_parallel_studies: int = Field(
+        default=2, ge=0, description="studies the server runs at once (0: accept and queue, run none)"
+    )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [o.strip() for o in v.split(",") if o.strip()]
+        return v
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'ledger.db'}"

@@ -1,0 +1,57 @@
+"""The routes' dependencies as `Annotated` aliases: settings, the study service, the bearer token."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.api.studies import StudyService
+from service.engine import Engine
+from service.settings import Settings, get_settings
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_studies(request: Request) -> StudyService:
+    studies: StudyService = request.app.state.studies
+    return studies
+
+
+def get_engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+StudiesDep = Annotated[StudyService, Depends(get_studies)]
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="Send `Authorization: Bearer <token>` with the server's MEMSWEEP_API_TOKEN (when it sets one).",
+)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()  # equal lengths: the comparison leaks nothing
+
+
+def require_token(
+    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> None:
+    """401 unless the request carries the configured bearer token (no token configured: open)."""
+    if settings.api_token is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(_digest(given), _digest(settings.api_token.get_secret_value())):
+        raise HTTPException(
+            status_code=status.HTTP_401_UNAUTHORIZED,
+            detail="missing or wrong bearer token: send `Authorization: Bearer <MEMSWEEP_API_TOKEN>`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+Authorized = Depends(require_token)

@@ -1,0 +1,117 @@
+"""Error answers that say what went wrong and what to do next: 404, 409, 413, 422 (and a logged 500)."""
+
+from __future__ import annotations
+
+import logging
+import types
+import typing
+from typing import Any, cast
+
+from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.studies import ConflictError, IdempotencyMismatchError, NotFoundError
+from service.engine import StudyError
+
+log = logging.getLogger(__name__)
+
+
+def install_error_handlers(app: FastAPI, max_request_bytes: int) -> None:
+    def detail(code: int, message: str) -> JSONResponse:
+        return JSONResponse(status_code=code, content={"detail": message})
+
+    async def not_found(request: Request, exc: Exception) -> JSONResponse:
+        return detail(status.HTTP_404_NOT_FOUND, str(exc))
+
+    async def conflict(request: Request, exc: Exception) -> JSONResponse:
+        return detail(status.HTTP_409_CONFLICT, str(exc))
+
+    async def unprocessable(request: Request, exc: Exception) -> JSONResponse:
+        return detail(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+
+    async def invalid(request: Request, exc: Exception) -> JSONResponse:
+        content = validation_content(request, cast(RequestValidationError, exc))
+        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=content)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        exc = cast(StarletteHTTPException, exc)
+        message = exc.detail
+        if exc.status_code == status.HTTP_413_CONTENT_TOO_LARGE:
+            message = (
+                f"the request body is over the limit of {max_request_bytes:,} bytes "
+                "(MEMSWEEP_MAX_REQUEST_BYTES); send a smaller spec"
+            )
+        return JSONResponse(status_code=exc.status_code, content={"detail": message}, headers=exc.headers)
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return detail(
+            status.HTTP_500_INTERNAL_SERVER_ERROR,
+            f"internal error ({type(exc).__name__}); the server log has the traceback — please report it",
+        )
+
+    app.add_exception_handler(NotFoundError, not_found)
+    app.add_exception_handler(ConflictError, conflict)
+    app.add_exception_handler(StudyError, unprocessable)
+    app.add_exception_handler(IdempotencyMismatchError, unprocessable)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def validation_content(request: Request, exc: RequestValidationError) -> dict[str, Any]:
+    """FastAPI's list of errors, each with the field's valid names where it has them, and one message."""
+    body_model = _body_model(request)
+    errors, lines = [], []
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        where = ".".join(str(p) for p in loc) or "request"
+        msg = str(e.get("msg", "invalid"))
+        item: dict[str, Any] = {"loc": list(loc), "msg": msg, "type": e.get("type")}
+        if e.get("type") == "extra_forbidden" and loc and loc[0] == "body" and body_model is not None:
+            fields = _fields_at(body_model, loc[1:-1])
+            if fields:
+                item["allowed"] = fields
+                msg = f"unknown field; valid fields here: {', '.join(fields)}"
+        elif e.get("type") == "missing":
+            msg = "required: give a value"
+        errors.append(item)
+        lines.append(f"{where}: {msg}")
+    message = "; ".join(lines) + ". Fix these and send the request again (schemas and examples: GET /docs)."
+    return {"detail": errors, "message": message}
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    route = request.scope.get("route")
+    field = getattr(route, "body_field", None)
+    annotation = getattr(getattr(field, "field_info", None), "annotation", None)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _fields_at(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The field names of the model found by following `path` (field names and dict keys) from `model`."""
+    current: Any = model
+    for part in path:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(part))
+            if info is None:
+                return []
+            current = _unwrap(info.annotation)
+        elif typing.get_origin(current) is dict:
+            current = _unwrap(typing.get_args(current)[1])
+        else:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X | None` → X."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation

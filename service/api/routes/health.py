@@ -1,0 +1,75 @@
+"""/health (liveness, open to all) and /ready (database, Ray and MLflow reachable)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from sqlalchemy import text
+
+from service.api.deps import EngineDep
+from service.api.runner import StudyRunner
+from service.api.schemas import Check, ErrorMessage, Health, Readiness
+from service.tracking import server_healthy
+
+public = APIRouter(tags=["health"])
+router = APIRouter(
+    tags=["health"], responses={401: {"model": ErrorMessage, "description": "missing or wrong bearer token"}}
+)
+
+
+@public.get("/health")
+def health(request: Request) -> Health:
+    """The process answers (no token needed)."""
+    return Health(version=request.app.version)
+
+
+@router.get("/ready", responses={503: {"model": Readiness, "description": "a dependency is not reachable"}})
+def ready(engine: EngineDep, request: Request, response: Response) -> Readiness:
+    """Whether the ledger's database, Ray and MLflow are reachable (503 until they are)."""
+    runner: StudyRunner = request.app.state.runner
+    checks = {"database": _database(engine)}
+    if runner.workers:
+        checks["ray"] = _ray(runner)
+        checks["mlflow"] = _mlflow(runner)
+    else:
+        skipped = Check(
+            ok=True, detail="not needed: MEMSWEEP_MAX_PARALLEL_STUDIES=0 (this server runs no study)"
+        )
+        checks["ray"] = checks["mlflow"] = skipped
+    answer = Readiness(ready=all(c.ok for c in checks.values()), checks=checks)
+    if not answer.ready:
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    return answer
+
+
+def _database(engine: EngineDep) -> Check:
+    try:
+        with engine.ledger.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # the URL may hold a password: name the error, not its text
+        return Check(ok=False, detail=f"unreachable ({type(exc).__name__}); check MEMSWEEP_DATABASE_URL")
+    return Check(ok=True, detail=engine.ledger.engine.dialect.name)
+
+
+def _ray(runner: StudyRunner) -> Check:
+    if runner.prepare_error:
+        return Check(ok=False, detail=f"could not start or join Ray: {runner.prepare_error}")
+    if not runner.prepared.is_set():
+        return Check(ok=False, detail="starting")
+    import ray
+
+    if not ray.is_initialized():
+        return Check(ok=False, detail="not connected")
+    try:
+        cpus = float(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        return Check(ok=False, detail=f"unreachable ({type(exc).__name__})")
+    return Check(ok=True, detail=f"{cpus:g} CPUs")
+
+
+def _mlflow(runner: StudyRunner) -> Check:
+    uri = runner.tracking_uri
+    if uri is None:
+        return Check(ok=False, detail=runner.prepare_error or "starting the MLflow server")
+    if not server_healthy(uri):
+        return Check(ok=False, detail=f"{uri} does not answer /health")
+    return Check(ok=True, detail=uri)

@@ -1,0 +1,145 @@
+"""/studies: create, follow, query, cancel, resume and extend studies."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Header, Query, Response, status
+
+from service.api.deps import StudiesDep
+from service.api.schemas import (
+    STUDY_CREATE_EXAMPLES,
+    BestConfig,
+    ErrorMessage,
+    StudyCreate,
+    StudyExtend,
+    StudyExtended,
+    StudyList,
+    StudyPublic,
+    StudyState,
+    SuccessTable,
+    TrialPage,
+    TrialSort,
+    TrialStatus,
+)
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorMessage, "description": "no such study"}}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorMessage, "description": "the study's state does not allow this"}
+}
+REFUSED: dict[int | str, dict[str, Any]] = {
+    422: {"description": "a field is invalid, or the trainers refuse a value, or the grid is over the limit"}
+}
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorMessage, "description": "missing or wrong bearer token"}
+}
+
+router = APIRouter(prefix="/studies", tags=["studies"], responses=UNAUTHORIZED)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {
+            "model": StudyPublic,
+            "description": "the study an earlier request with this Idempotency-Key made",
+        },
+        **CONFLICT,
+        **REFUSED,
+        413: {"model": ErrorMessage, "description": "the body is over MEMSWEEP_MAX_REQUEST_BYTES"},
+    },
+)
+def create_study(
+    studies: StudiesDep,
+    response: Response,
+    spec: Annotated[StudyCreate, Body(openapi_examples=STUDY_CREATE_EXAMPLES)],
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=200,
+            description="repeat a request safely: the same key gives the same study back",
+        ),
+    ] = None,
+) -> StudyPublic:
+    """Create a study from a spec (or a preset with overrides) and queue it to run."""
+    study, created = studies.create(spec, idempotency_key)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return study
+
+
+@router.get("")
+def list_studies(
+    studies: StudiesDep,
+    state: Annotated[StudyState | None, Query(description="only studies in this state")] = None,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> StudyList:
+    """Studies, newest first."""
+    return studies.list_studies(state, offset, limit)
+
+
+@router.get("/{study_id}", responses=NOT_FOUND)
+def get_study(studies: StudiesDep, study_id: str) -> StudyPublic:
+    """A study's state, trial counts, ETA and MLflow links."""
+    return studies.get(study_id)
+
+
+@router.get("/{study_id}/trials", responses={**NOT_FOUND, **REFUSED})
+def list_trials(
+    studies: StudiesDep,
+    study_id: str,
+    trial_status: Annotated[
+        list[TrialStatus] | None, Query(alias="status", description="any of these statuses (repeatable)")
+    ] = None,
+    success: Annotated[
+        bool | None, Query(description="true: only successes; false: finished without")
+    ] = None,
+    sort: Annotated[TrialSort, Query(description="sort key; empty values come last")] = "id",
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    history: Annotated[bool, Query(description="include every evaluation of each trial")] = False,
+) -> TrialPage:
+    """A study's trials: filtered by status and success, sorted, one page at a time."""
+    return studies.trials(
+        study_id, list(trial_status or []) or None, success, sort, order == "desc", offset, limit, history
+    )
+
+
+@router.get("/{study_id}/best", responses=NOT_FOUND)
+def best(
+    studies: StudiesDep,
+    study_id: str,
+    k: Annotated[int, Query(ge=1, le=1000, description="how many configurations")] = 5,
+    model: Annotated[str | None, Query(max_length=100, description="only this model")] = None,
+) -> list[BestConfig]:
+    """The k best configurations (seeds pooled), by mean final validation loss."""
+    return studies.best(study_id, k, model)
+
+
+@router.get("/{study_id}/success", responses=NOT_FOUND)
+def success(studies: StudiesDep, study_id: str) -> SuccessTable:
+    """Successful runs by model and by hyperparameter value, with 95 % Wilson intervals."""
+    return studies.success(study_id)
+
+
+@router.post("/{study_id}/cancel", responses={**NOT_FOUND, **CONFLICT})
+def cancel(studies: StudiesDep, study_id: str) -> StudyPublic:
+    """Stop a queued or running study; its finished trials stay, the rest can be resumed."""
+    return studies.cancel(study_id)
+
+
+@router.post("/{study_id}/resume", responses={**NOT_FOUND, **CONFLICT})
+def resume(studies: StudiesDep, study_id: str) -> StudyPublic:
+    """Run a cancelled or failed study's unfinished trials (finished ones never run again)."""
+    return studies.resume(study_id)
+
+
+@router.post("/{study_id}/extend", responses={**NOT_FOUND, **CONFLICT, **REFUSED})
+def extend(studies: StudiesDep, study_id: str, changes: StudyExtend) -> StudyExtended:
+    """Add seeds, values, models or trials to a finished or stopped study, and run only the new points."""
+    return studies.extend(study_id, changes)

@@ -1,0 +1,173 @@
+"""Studies in the background: a small pool of threads, each calling `Engine.run_study` for one study.
+
+The ledger stays the source of truth; the runner only knows which studies this process has queued or
+is running, and how fast each one goes (for the ETA). On start it resumes every study the ledger holds
+as pending or running (a crash leaves them so); on shutdown it stops the Tune runs and leaves those
+studies pending, so the next start resumes them. Ray and MLflow are brought up once, before the first
+study, by `prepare` (two studies must not race to start them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+
+from service.engine import Engine, ensure_ray
+
+log = logging.getLogger(__name__)
+
+RESUMABLE = ("pending", "running")
+SHUTDOWN_NOTE = "interrupted by a server shutdown; the next start resumes it"
+
+
+@dataclass
+class Active:
+    """A study this process has queued or is running."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    future: Future[None] | None = None
+    started: float | None = None  # time.monotonic() when its run began
+    finished_at_start: int = 0
+    cancelled_by_user: bool = False
+
+
+class StudyRunner:
+    def __init__(self, engine: Engine, workers: int) -> None:
+        self.engine = engine
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="study") if workers else None
+        self._lock = threading.Lock()
+        self._active: dict[str, Active] = {}
+        self._prepare_lock = threading.Lock()
+        self.prepared = threading.Event()
+        self.prepare_error: str | None = None
+        self.tracking_uri: str | None = engine.settings.mlflow_tracking_uri
+        self._stopping = False
+
+    # ----- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> list[str]:
+        """Bring up Ray and MLflow in the background and queue every unfinished study; their ids."""
+        if not self.workers:
+            return []
+        threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
+        resumed = [s.id for s in self.engine.ledger.list_studies() if s.state in RESUMABLE]
+        for study_id in reversed(resumed):  # oldest first
+            self.submit(study_id)
+        if resumed:
+            log.info("resuming %d unfinished studies: %s", len(resumed), ", ".join(resumed))
+        return resumed
+
+    def _warm_up(self) -> None:
+        try:
+            self.prepare()
+        except Exception:
+            log.exception("could not bring up Ray or MLflow")
+
+    def prepare(self) -> None:
+        """Start (or join) Ray and resolve the MLflow server, once."""
+        with self._prepare_lock:
+            if self.prepared.is_set():
+                return
+            try:
+                ensure_ray(self.engine.settings)
+                self.tracking_uri = self.engine.tracking_uri()
+            except Exception as exc:
+                self.prepare_error = f"{type(exc).__name__}: {exc}"
+                raise
+            self.prepare_error = None
+            self.prepared.set()
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stop the running studies (they stay resumable) and the threads."""
+        with self._lock:
+            self._stopping = True
+            running = []
+            for study_id, a in list(self._active.items()):
+                if a.future is None or a.future.cancel():  # never started: still pending in the ledger
+                    del self._active[study_id]
+                else:
+                    a.cancel.set()
+                    running.append(a.future)
+        if running:
+            log.info("stopping %d running studies; they resume at the next start", len(running))
+            wait_futures(running, timeout=timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ----- studies -----------------------------------------------------------------------------------
+    def is_active(self, study_id: str) -> bool:
+        with self._lock:
+            return study_id in self._active
+
+    def is_queued(self, study_id: str) -> bool:
+        with self._lock:
+            a = self._active.get(study_id)
+            return a is not None and a.started is None
+
+    def submit(self, study_id: str) -> bool:
+        """Queue the study to run; False when it is queued or running already."""
+        with self._lock:
+            if self._stopping or study_id in self._active:
+                return False
+            a = Active()
+            self._active[study_id] = a
+            if self._pool is not None:
+                a.future = self._pool.submit(self._run, study_id, a)
+            return True
+
+    def cancel(self, study_id: str) -> bool:
+        """Stop a queued or running study; False when this process is not running it."""
+        with self._lock:
+            a = self._active.get(study_id)
+            if a is None:
+                return False
+            a.cancelled_by_user = True
+            a.cancel.set()
+            if a.future is None or a.future.cancel():  # it never started: nothing will record it
+                del self._active[study_id]
+                self.engine.ledger.update_study(study_id, state="cancelled")
+            return True
+
+    def eta(self, study_id: str, finished: int, expected: int) -> float | None:
+        """Seconds left at the pace of this run so far; None until a trial finished in it."""
+        with self._lock:
+            a = self._active.get(study_id)
+            if a is None or a.started is None:
+                return None
+            started, before = a.started, a.finished_at_start
+        done_here = finished - before
+        left = expected - finished
+        if left <= 0:
+            return 0.0
+        if done_here <= 0:
+            return None
+        return left * (time.monotonic() - started) / done_here
+
+    def _run(self, study_id: str, a: Active) -> None:
+        ledger = self.engine.ledger
+        try:
+            self.prepare()
+            if a.cancel.is_set():
+                ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
+                return
+            c = ledger.counts(study_id)
+            with self._lock:
+                a.started, a.finished_at_start = time.monotonic(), c["done"] + c["failed"] + c["pruned"]
+            self.engine.run_study(study_id, cancel=a.cancel)
+        except Exception as exc:
+            log.exception("study %s failed", study_id)
+            study = ledger.get_study(study_id)
+            if study is not None and study.state in RESUMABLE:  # failed before the engine could say so
+                ledger.update_study(study_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._active.pop(study_id, None)
+                stopping = self._stopping
+            if stopping and not a.cancelled_by_user:
+                study = ledger.get_study(study_id)
+                if study is not None and study.state == "cancelled":
+                    ledger.update_study(study_id, state="pending", error=SHUTDOWN_NOTE)

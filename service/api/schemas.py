@@ -1,0 +1,314 @@
+"""What the REST API accepts and answers: one schema family per resource (Create / Public / …)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.spec import StudySpec
+
+StudyState = Literal["pending", "running", "done", "failed", "cancelled"]
+TrialStatus = Literal["pending", "running", "done", "failed", "pruned", "cancelled"]
+TrialSort = Literal["id", "final_val_loss", "seconds", "updated_at", "model"]
+# (tests check these literals against the ledger's STUDY_STATES, TRIAL_STATES and TRIAL_SORTS)
+
+# ----- studies -------------------------------------------------------------------------------------
+StudyCreate = StudySpec  # a spec, or a preset with overrides (`models`, `dims`, `base`, `seeds`)
+
+STUDY_CREATE_EXAMPLES: dict[str, Any] = {
+    "preset": {
+        "summary": "a paper's grid, reduced",
+        "description": "Orhan & Pitkow's copy grid: two initialisers, two learning rates, two seeds, T=100.",
+        "value": {
+            "name": "copy100-chain-vs-orthogonal",
+            "preset": "orhan2020-copy500",
+            "models": ["chain", "orthogonal"],
+            "base": {"seq_len": 100, "steps": 3000, "eval_every": 500},
+            "dims": {"lr": [3e-4, 1e-4], "scale": [1.0]},
+            "seeds": [1, 2],
+        },
+    },
+    "space": {
+        "summary": "an explicit grid",
+        "value": {
+            "name": "addition-chain-vs-identity",
+            "space": {
+                "models": {
+                    "chain": {"fixed": {"init": "chain"}, "dims": {"lr": [1e-3, 3e-4]}},
+                    "identity": {"fixed": {"init": "identity"}, "dims": {"lr": [1e-3, 3e-4]}},
+                }
+            },
+            "base": {"task": "addition", "seq_len": 100, "steps": 2000},
+            "seeds": [1, 2, 3],
+        },
+    },
+    "tpe": {
+        "summary": "a model-based search",
+        "value": {
+            "space": {"dims": {"lr": {"loguniform": [1e-5, 1e-3]}, "init": ["chain", "orthogonal"]}},
+            "base": {"task": "copy", "seq_len": 100, "steps": 2000},
+            "seeds": [1, 2],
+            "sampler": "tpe",
+            "max_trials": 40,
+        },
+    },
+}
+
+
+class StudyExtend(BaseModel):
+    """Changes to a study's spec that add points: more seeds, values, models or trials. Only new points run."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"seeds": [1, 2, 3]}, {"dims": {"lr": [3e-4, 1e-4, 3e-5]}}]},
+    )
+    seeds: list[int] | None = Field(default=None, description="the new list of seeds (a superset)")
+    dims: dict[str, Any] | None = Field(default=None, description="dimensions whose values to replace")
+    models: list[str] | None = Field(default=None, description="the preset's models to run")
+    base: dict[str, Any] | None = Field(default=None, description="trial settings to change (new points)")
+    max_trials: int | None = Field(default=None, ge=1, description="a larger budget for a sampled study")
+
+
+class TrialCounts(BaseModel):
+    total: int
+    pending: int
+    running: int
+    done: int
+    failed: int
+    pruned: int
+    cancelled: int
+    succeeded: int
+    finished: int = Field(description="done + failed + pruned")
+
+
+class MlflowLinks(BaseModel):
+    experiment_id: str | None = None
+    run_id: str | None = Field(default=None, description="the study's parent run; trials are its children")
+    experiment_url: str | None = None
+    run_url: str | None = None
+
+
+class StudyPublic(BaseModel):
+    """A study as the ledger holds it, with its progress."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "3f9c2a1b7d4e",
+                    "name": "copy100-chain-vs-orthogonal",
+                    "state": "running",
+                    "error": None,
+                    "queued": False,
+                    "spec": {"preset": "orhan2020-copy500", "models": ["chain", "orthogonal"]},
+                    "counts": {
+                        "total": 8,
+                        "pending": 3,
+                        "running": 2,
+                        "done": 3,
+                        "failed": 0,
+                        "pruned": 0,
+                        "cancelled": 0,
+                        "succeeded": 2,
+                        "finished": 3,
+                    },
+                    "expected_trials": 8,
+                    "eta_seconds": 42.0,
+                    "created_at": "2026-01-01T12:00:00Z",
+                    "updated_at": "2026-01-01T12:01:00Z",
+                    "mlflow": {
+                        "experiment_id": "1",
+                        "run_id": "a1b2c3",
+                        "experiment_url": "http://127.0.0.1:5005/#/experiments/1/runs",
+                        "run_url": "http://127.0.0.1:5005/#/experiments/1/runs/a1b2c3",
+                    },
+                }
+            ]
+        }
+    )
+    id: str
+    name: str
+    state: StudyState
+    error: str | None = Field(description="why the study failed, or what its MLflow writes reported")
+    queued: bool = Field(description="waiting for a free runner (the ledger state is still pending)")
+    spec: dict[str, Any]
+    counts: TrialCounts
+    expected_trials: int = Field(
+        description="trials the study will hold (a sampled study adds them as it runs)"
+    )
+    eta_seconds: float | None = Field(
+        description="time left at the current pace; null before the pace is known"
+    )
+    created_at: datetime
+    updated_at: datetime
+    mlflow: MlflowLinks
+
+
+class StudyList(BaseModel):
+    total: int
+    items: list[StudyPublic]
+
+
+class StudyExtended(BaseModel):
+    added: int = Field(description="new trials in the ledger (0 for a sampled study: they come as it runs)")
+    study: StudyPublic
+
+
+# ----- trials --------------------------------------------------------------------------------------
+class Evaluation(BaseModel):
+    step: int
+    epoch: float | None = None
+    train_loss: float | None = None
+    val_loss: float | None = None
+    metric: float | None = None
+    seconds: float | None = None
+
+
+class TrialPublic(BaseModel):
+    id: int
+    config_hash: str = Field(description="identity of the trial: the hash of its full resolved config")
+    model: str
+    params: dict[str, Any] = Field(description="the point's varied settings, seed included")
+    status: TrialStatus
+    reason: str | None
+    final_val_loss: float | None
+    final_metric: float | None
+    baseline_loss: float | None
+    success_threshold: float | None
+    success: bool | None = Field(description="final_val_loss < success_threshold; null until finished")
+    henrici: float | None = Field(description="Henrici departure from normality of the trained W")
+    steps: int | None
+    seconds: float | None
+    runs: int = Field(description="times the trial was started (1 for a trial run once, 0 when reused)")
+    reused_from: int | None = Field(description="the trial whose finished result this one reuses")
+    mlflow_run_id: str | None
+    updated_at: datetime
+    config: dict[str, Any] = Field(description="the full resolved trial config")
+    history: list[Evaluation] | None = Field(
+        default=None, description="every evaluation (with ?history=true)"
+    )
+
+
+class TrialPage(BaseModel):
+    total: int = Field(description="trials that match the filters")
+    offset: int
+    limit: int
+    items: list[TrialPublic]
+
+
+# ----- answers -------------------------------------------------------------------------------------
+class SuccessCell(BaseModel):
+    trials: int
+    finished: int
+    failed: int
+    succeeded: int
+    rate: float = Field(description="succeeded / trials")
+    ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
+
+
+class SuccessTable(BaseModel):
+    """Successful runs (final validation loss < threshold), counted over every trial of the study."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "total": {
+                        "trials": 4,
+                        "finished": 4,
+                        "failed": 0,
+                        "succeeded": 2,
+                        "rate": 0.5,
+                        "ci95": [0.15, 0.85],
+                    },
+                    "by_model": {
+                        "chain": {
+                            "trials": 2,
+                            "finished": 2,
+                            "failed": 0,
+                            "succeeded": 2,
+                            "rate": 1.0,
+                            "ci95": [0.34, 1.0],
+                        },
+                    },
+                    "by_value": {
+                        "chain": {
+                            "lr": {
+                                "0.0003": {
+                                    "trials": 2,
+                                    "finished": 2,
+                                    "failed": 0,
+                                    "succeeded": 2,
+                                    "rate": 1.0,
+                                    "ci95": [0.34, 1.0],
+                                }
+                            }
+                        }
+                    },
+                }
+            ]
+        }
+    )
+    total: SuccessCell
+    by_model: dict[str, SuccessCell]
+    by_value: dict[str, dict[str, dict[str, SuccessCell]]] = Field(
+        description="model → hyperparameter → value → counts"
+    )
+
+
+class BestConfig(BaseModel):
+    """One point of the space, its seeds pooled, ranked by mean final validation loss."""
+
+    model: str
+    params: dict[str, Any]
+    mean_final_val_loss: float
+    sem: float = Field(description="standard error of the mean over the finished seeds")
+    seeds: list[int]
+    succeeded: int
+    trials: int
+    config_hashes: list[str]
+
+
+# ----- presets -------------------------------------------------------------------------------------
+class PresetSummary(BaseModel):
+    name: str
+    size: int | None = Field(description="trials (points × seeds); null for a space with ranges")
+    size_per_model: dict[str, int] | None
+    citation: str
+    description: str
+
+
+class PresetModel(BaseModel):
+    fixed: dict[str, Any]
+    dims: dict[str, Any] = Field(description='field → {"values": [...]} or a range')
+
+
+class PresetPublic(PresetSummary):
+    """A paper's grid: its size, citation and every value."""
+
+    seeds: list[int]
+    base: dict[str, Any]
+    is_grid: bool
+    models: dict[str, PresetModel]
+
+
+# ----- health --------------------------------------------------------------------------------------
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: dict[str, Check] = Field(description="database, ray, mlflow")
+
+
+class ErrorMessage(BaseModel):
+    detail: str = Field(description="what went wrong and what to do next")

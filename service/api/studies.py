@@ -1,0 +1,236 @@
+"""What the study routes do: one method per route, over the engine (creation, extension), the runner
+(background runs) and the ledger (every read). Errors are the exceptions below, which `app.py` turns
+into 404 / 409 / 422 answers that say what to do next."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from service.api.runner import StudyRunner
+from service.api.schemas import (
+    BestConfig,
+    MlflowLinks,
+    StudyExtend,
+    StudyExtended,
+    StudyList,
+    StudyPublic,
+    SuccessTable,
+    TrialCounts,
+    TrialPage,
+    TrialPublic,
+)
+from service.engine import Engine, StudyError
+from service.ledger import FINISHED, Study, Trial
+from service.spec import StudySpec
+from service.summary import best_configs, success_table
+
+
+class NotFoundError(LookupError):
+    """No such study (or preset); the message names it and where to find valid ones."""
+
+
+class ConflictError(RuntimeError):
+    """The study's state does not allow the change; the message says which state would."""
+
+
+class IdempotencyMismatchError(ValueError):
+    """An Idempotency-Key reused with a different request."""
+
+
+class StudyService:
+    def __init__(self, engine: Engine, runner: StudyRunner) -> None:
+        self.engine = engine
+        self.runner = runner
+        self.ledger = engine.ledger
+
+    # ----- creation ----------------------------------------------------------------------------------
+    def create(self, spec: StudySpec, idempotency_key: str | None = None) -> tuple[StudyPublic, bool]:
+        """Create the study and queue it; (study, created). A repeated key gives the first study back."""
+        if idempotency_key is None:
+            return self.public(self._create(spec)), True
+        digest = spec_digest(spec)
+        claimed, row = self.ledger.claim_key(idempotency_key, digest)
+        if not claimed:
+            if row.request_hash != digest:
+                raise IdempotencyMismatchError(
+                    "this Idempotency-Key came with a different study spec before; "
+                    "send a new key for a new study, or repeat the first request unchanged"
+                )
+            if row.study_id is None:
+                raise ConflictError(
+                    "a request with this Idempotency-Key is still being processed; retry in a moment"
+                )
+            return self.public(self._get(row.study_id)), False
+        try:
+            study = self._create(spec)
+        except BaseException:
+            self.ledger.release_key(idempotency_key)
+            raise
+        self.ledger.bind_key(idempotency_key, study.id)
+        return self.public(study), True
+
+    def _create(self, spec: StudySpec) -> Study:
+        try:
+            study = self.engine.create_study(spec)
+        except StudyError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:  # a value the trainers refuse, met in a later point
+            raise StudyError(
+                f"{exc}; fix the spec's values (GET /presets/{{name}} shows valid ones)"
+            ) from None
+        self.runner.submit(study.id)
+        return study
+
+    def extend(self, study_id: str, changes: StudyExtend) -> StudyExtended:
+        study = self._get(study_id)
+        if self.runner.is_active(study_id) or study.state == "running":
+            raise ConflictError(
+                f"study {study_id} is {self._state_word(study)}; extend it once it has finished, "
+                f"or POST /studies/{study_id}/cancel first"
+            )
+        data = dict(study.spec)
+        for key, value in changes.model_dump(exclude_none=True).items():
+            data[key] = {**(data.get(key) or {}), **value} if key in ("dims", "base") else value
+        try:
+            spec = StudySpec.model_validate(data)
+            added = self.engine.extend_study(study_id, spec)
+        except StudyError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StudyError(f"{exc}; fix the extension's values") from None
+        self.runner.submit(study_id)
+        return StudyExtended(added=added, study=self.public(self._get(study_id)))
+
+    # ----- state changes -----------------------------------------------------------------------------
+    def cancel(self, study_id: str) -> StudyPublic:
+        study = self._get(study_id)
+        if not self.runner.cancel(study_id):
+            if study.state in ("pending", "running"):
+                raise ConflictError(
+                    f"study {study_id} is {study.state} in the ledger but this server is not running it "
+                    f"(another process is, or it waits for a restart); cancel it where it runs"
+                )
+            raise ConflictError(
+                f"study {study_id} is {study.state}: there is nothing to cancel"
+                + (
+                    f"; POST /studies/{study_id}/resume runs its unfinished trials"
+                    if study.state != "done"
+                    else ""
+                )
+            )
+        return self.public(self._get(study_id))
+
+    def resume(self, study_id: str) -> StudyPublic:
+        study = self._get(study_id)
+        if self.runner.is_active(study_id):
+            raise ConflictError(
+                f"study {study_id} is {self._state_word(study)} already; "
+                f"GET /studies/{study_id} follows it, POST /studies/{study_id}/cancel stops it"
+            )
+        if study.state == "running":
+            raise ConflictError(
+                f"study {study_id} is running in another process; resume it there once it stops"
+            )
+        if study.state == "done" and not self._unfinished(study_id):
+            raise ConflictError(
+                f"study {study_id} is done: every trial finished. POST /studies/{study_id}/extend adds points"
+            )
+        if not self.runner.submit(study_id):
+            raise ConflictError("the server is shutting down; resume the study after it restarts")
+        return self.public(self._get(study_id))
+
+    # ----- reads -------------------------------------------------------------------------------------
+    def get(self, study_id: str) -> StudyPublic:
+        return self.public(self._get(study_id))
+
+    def list_studies(self, state: str | None, offset: int, limit: int) -> StudyList:
+        studies = [s for s in self.ledger.list_studies() if state is None or s.state == state]
+        return StudyList(total=len(studies), items=[self.public(s) for s in studies[offset : offset + limit]])
+
+    def trials(
+        self,
+        study_id: str,
+        statuses: list[str] | None,
+        success: bool | None,
+        sort: str,
+        descending: bool,
+        offset: int,
+        limit: int,
+        history: bool,
+    ) -> TrialPage:
+        self._get(study_id)
+        total, rows = self.ledger.page_trials(study_id, statuses, success, sort, descending, offset, limit)
+        return TrialPage(
+            total=total, offset=offset, limit=limit, items=[trial_public(t, history) for t in rows]
+        )
+
+    def best(self, study_id: str, k: int, model: str | None) -> list[BestConfig]:
+        self._get(study_id)
+        rows = best_configs(self.ledger.trials(study_id), k=k, model=model)
+        return [BestConfig.model_validate(r) for r in rows]
+
+    def success(self, study_id: str) -> SuccessTable:
+        self._get(study_id)
+        return SuccessTable.model_validate(success_table(self.ledger.trials(study_id)))
+
+    # ----- helpers -----------------------------------------------------------------------------------
+    def _get(self, study_id: str) -> Study:
+        study = self.ledger.get_study(study_id)
+        if study is None:
+            raise NotFoundError(f"no study {study_id!r}; GET /studies lists the studies")
+        return study
+
+    def _unfinished(self, study_id: str) -> bool:
+        c = self.ledger.counts(study_id)
+        return c["total"] > sum(c[s] for s in FINISHED)
+
+    def _state_word(self, study: Study) -> str:
+        return "queued" if self.runner.is_queued(study.id) else "running"
+
+    def public(self, study: Study) -> StudyPublic:
+        c = self.ledger.counts(study.id)
+        finished = sum(c[s] for s in FINISHED)
+        expected = c["total"]
+        max_trials = study.spec.get("max_trials")
+        if study.spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
+            expected = max(expected, max_trials)
+        eta = self.runner.eta(study.id, finished, expected) if study.state == "running" else None
+        return StudyPublic(
+            id=study.id,
+            name=study.name,
+            state=study.state,  # type: ignore[arg-type]  # the ledger holds only STUDY_STATES
+            error=study.error,
+            queued=self.runner.is_queued(study.id),
+            spec=study.spec,
+            counts=TrialCounts(**c, finished=finished),
+            expected_trials=expected,
+            eta_seconds=eta,
+            created_at=study.created_at,
+            updated_at=study.updated_at,
+            mlflow=self.links(study),
+        )
+
+    def links(self, study: Study) -> MlflowLinks:
+        ui = self.engine.settings.mlflow_ui_url or self.runner.tracking_uri
+        exp, run = study.mlflow_experiment_id, study.mlflow_run_id
+        base = ui.rstrip("/") if ui else None
+        return MlflowLinks(
+            experiment_id=exp,
+            run_id=run,
+            experiment_url=f"{base}/#/experiments/{exp}/runs" if base and exp else None,
+            run_url=f"{base}/#/experiments/{exp}/runs/{run}" if base and exp and run else None,
+        )
+
+
+def trial_public(t: Trial, history: bool = False) -> TrialPublic:
+    fields: dict[str, Any] = {
+        name: getattr(t, name) for name in TrialPublic.model_fields if name != "history"
+    }
+    fields["history"] = (t.history or []) if history else None
+    return TrialPublic.model_validate(fields)
+
+
+def spec_digest(spec: StudySpec) -> str:
+    return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
