@@ -1,4 +1,4 @@
-"""`python -m trainers`: describe a trial config, train one trial, list components. JSON with --json."""
+"""`python -m trainers`: describe a trial config, train one trial, list components, analyse a network. JSON with --json."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trainers.analysis.cli import add_analyze_parser
 from trainers.cells import list_cells
 from trainers.config import TrainConfig, apply_overrides, resolve
 from trainers.initializers import INITIALIZERS
@@ -92,15 +93,33 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def cmd_describe(args: argparse.Namespace) -> int:
     resolved = resolve(config_from_args(args))
     task = resolved.make_task()
-    model = build_model(resolved, task)
+    model = build_model(
+        resolved, task
+    )  # shapes only: file-backed tasks need their data just for a vocabulary
+    try:
+        info = task.describe()
+        baseline: float | None = task.baseline_loss
+        threshold: float | None = task.success_threshold(resolved.config.success_fraction)
+        missing = None
+    except FileNotFoundError as exc:  # the baseline of a file-backed task comes from its data
+        info = {
+            "seq_len": task.seq_len,
+            "input_dim": task.input_dim,
+            "output_dim": task.output_dim,
+            "metric": task.metric_name,
+        }
+        baseline = threshold = None
+        missing = str(exc)
     out = {
         "params": count_params(model),
-        "baseline_loss": task.baseline_loss,
-        "success_threshold": task.success_threshold(resolved.config.success_fraction),
-        **task.describe(),
+        "baseline_loss": baseline,
+        "success_threshold": threshold,
+        **info,
         "config_hash": resolved.config_hash(),
         "config": resolved.to_dict(),
     }
+    if missing:
+        out["data_missing"] = missing
     if args.json:
         print(json.dumps(out))
     else:
@@ -157,9 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("list", help="registered tasks, cells and initialisers")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_list)
+    add_analyze_parser(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))
-    except (ConfigError, UnknownNameError, ValueError) as exc:
+    except (ConfigError, UnknownNameError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -16,8 +16,26 @@ import math
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from trainers.registry import Registry
+
+
+def glorot_uniform(fan_out: int, fan_in: int, gen: torch.Generator) -> torch.Tensor:
+    """Keras `glorot_uniform` for a [fan_out, fan_in] matrix: U(±√(6 / (fan_in + fan_out)))."""
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    return torch.empty(fan_out, fan_in).uniform_(-bound, bound, generator=gen)
+
+
+def torch_default_linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
+    """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
+    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")  # no draw from the global RNG
+    bound = 1.0 / math.sqrt(n_in)
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
+        nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
+    return layer
+
 
 # (hidden N, input d, scale, forward weight of fbchain, input gain, generator) → (W [N, N], V [N, d])
 Initializer = Callable[[int, int, float, float, float, torch.Generator], tuple[torch.Tensor, torch.Tensor]]

@@ -7,6 +7,7 @@ from torch import nn
 
 from trainers.cells import Cell
 from trainers.config import Resolved
+from trainers.initializers import glorot_uniform
 from trainers.seeding import generator
 from trainers.tasks import Task
 
@@ -25,9 +26,8 @@ class SequenceModel(nn.Module):
                 self.embedding.weight.normal_(0.0, 1.0, generator=gen)
         self.readout = nn.Linear(cell.hidden_size, output_dim)
         # Keras Dense: Glorot-uniform kernel, zero bias (Orhan's train.py)
-        bound = (6.0 / (cell.hidden_size + output_dim)) ** 0.5
         with torch.no_grad():
-            self.readout.weight.uniform_(-bound, bound, generator=gen)
+            self.readout.weight.copy_(glorot_uniform(output_dim, cell.hidden_size, gen))
             self.readout.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,8 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from trainers.tasks import list_tasks
 
 
@@ -81,3 +83,22 @@ def test_unknown_names_fail_with_the_valid_ones():
     assert p.returncode == 2 and "chain, fbchain, identity, orthogonal" in p.stderr
     p = run("describe", "--set", "lrate=1")
     assert p.returncode == 2 and "unknown config field 'lrate'" in p.stderr
+
+
+# SGORNN paper, Tables 1 and 2: (task, cell, hidden) → parameters; HAR-2 counts need no data files.
+SGORNN_COUNTS = [
+    ("addition", "sgornn", 128, 1411), ("addition", "vprnn", 128, 1409),
+    ("addition", "fastrnn", 128, 16899), ("addition", "lstm", 128, 67201),
+    ("har2", "sgornn", 128, 2307), ("har2", "vprnn", 128, 2305),
+    ("har2", "fastrnn", 128, 17795), ("har2", "lstm", 64, 19009),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("task,cell,hidden,params", SGORNN_COUNTS)
+def test_describe_gives_the_sgornn_papers_parameter_counts(task, cell, hidden, params, capsys, tmp_path):
+    from trainers.cli import main
+
+    code = main(["describe", "--task", task, "--cell", cell, "--hidden", str(hidden), "--set", f"root={tmp_path}", "--json"]
+                if task == "har2" else ["describe", "--task", task, "--cell", cell, "--hidden", str(hidden), "--json"])  # fmt: skip
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["params"] == params

@@ -25,8 +25,7 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
-from trainers.cells.vprnn import glorot_uniform
-from trainers.initializers import random_orthogonal
+from trainers.initializers import glorot_uniform, random_orthogonal
 from trainers.kernels import ACTIVATIONS, _act_, _act_grad
 
 

@@ -23,7 +23,22 @@ Initialisers (`init`):
 - mytorch  the NRU authors' LSTM (`apsarath/myTorch:myTorch/memory/LSTMCell.py`) without its peepholes:
            Xavier-normal input weights and an orthogonal N×N recurrent matrix per gate, b_f = 1, other
            biases 0. Their LSTM has peephole weights W_c2i/W_c2f/W_c2o (§3.4); this cell has none.
-`init` is a Literal meant to grow (issue 8: the Orhan-style `orthogonal` / `chain` / `mixed` gates).
+Orhan & Pitkow's Table 3 initialisers (§3.3: "we treated the input, forget, output, and update gates of the
+LSTM architecture as analogous to vanilla RNNs and initialized the recurrent and input matrices inside these
+gates in the same way as in the chain or the orthogonal initialization of vanilla RNNs"). Each gate's block
+comes from `trainers.initializers` (W_ij from unit j to unit i, the chain on the sub-diagonal, §0a item 5):
+- orthogonal  every gate: W = λ Q (its own Haar-random Q), V ~ N(0, std 0.9/√N); λ = `scale` (default 1).
+- chain       every gate: W_ij = α δ_{j,i−1}, V = 0.9·I_{N×d} (the same block four times, as the authors'
+              `NonnormalInit_torchlstm.py:chain_init` / `nonnormal_source_init`); α = `scale` (default 1.02,
+              their default).
+- mixed       "a chain initializer for the update gate and a monotonically increasing recurrent weight
+              profile for the other gates" (§3.3, Table 3): g gets the chain (α = `scale`, default 1.02);
+              i, f, o get the ramp W_ij = ε (i − j)/(N − 1), ε = 0.01 (the authors' `ramp_init`, a Toeplitz
+              matrix from −ε to ε, there built for their reversed torch orientation; we mirror it with the
+              chain, so the profile rises along the chain's direction); V = 0.9·I_{N×d} for every gate.
+The paper gives no bias for these; its LSTMs ran in PyTorch (awd-lstm-lm), whose nn.LSTM keeps its default
+biases when only the weight matrices are replaced, so b ~ U(−1/√N, 1/√N) as in `plain` (`forget_bias` and
+`chrono_tmax` override it as for every init).
 
 `forget_bias` sets b_f after the init (None: the init's own value). `chrono_tmax` applies the chrono
 initialisation as the NRU authors' code does it (`LSTMCell.py:138-142`; §3.4, decision §0a item 7):
@@ -40,14 +55,43 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.initializers import chain, orthogonal, source_input
 from trainers.params import ConfigError
+
+INITS = ("keras", "plain", "mytorch", "orthogonal", "chain", "mixed")
+CHAIN_ALPHA = 1.02  # the authors' LSTM chain weight (`chain_init` offdiag_gain, `ramp_init` diag_gain)
+RAMP_END = 0.01  # the authors' `ramp_init` end_gain ε: the sigmoid gates' W_ij = ε (i − j)/(N − 1)
+INPUT_GAIN = 0.9  # V = 0.9·I (chain, mixed) or std 0.9/√N (orthogonal), as for the vanilla RNN
 
 
 @dataclass(frozen=True)
 class LSTMConfig:
-    init: Literal["keras", "plain", "mytorch"] = "keras"
+    init: Literal["keras", "plain", "mytorch", "orthogonal", "chain", "mixed"] = "keras"
     forget_bias: float | None = None  # b_f at init; None: the init's own (keras, mytorch 1; plain drawn)
     chrono_tmax: int | None = None  # chrono init b_f = log U{1..t_max}, b_i = −b_f; None: off
+    scale: float | None = None  # orthogonal λ (default 1.0); chain, mixed: the chain's α (default 1.02)
+
+
+def ramp(n: int, end: float = RAMP_END) -> torch.Tensor:
+    """W [n, n] with W_ij = end·(i − j)/(n − 1): a weight profile rising linearly in i − j from −end to end."""
+    idx = torch.arange(n, dtype=torch.float64)
+    return (end * (idx[:, None] - idx[None, :]) / max(n - 1, 1)).float()
+
+
+def gate_blocks(
+    init: str, n: int, d: int, scale: float | None, gen: torch.Generator
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Orhan & Pitkow's per-gate (W [n, n], V [n, d]) blocks in gate order i, f, g, o (Table 3)."""
+    if init == "orthogonal":
+        lam = 1.0 if scale is None else scale
+        pairs = [orthogonal(n, d, lam, 0.0, INPUT_GAIN, gen) for _ in range(4)]  # each gate its own Q
+        return [w for w, _ in pairs], [v for _, v in pairs]
+    alpha = CHAIN_ALPHA if scale is None else scale
+    w_chain, v_source = chain(n, d, alpha, 0.0, INPUT_GAIN, gen)  # W_ij = α δ_{j,i−1}, V = 0.9·I
+    if init == "chain":
+        return [w_chain] * 4, [v_source] * 4
+    w_ramp = ramp(n)
+    return [w_ramp, w_ramp, w_chain, w_ramp], [source_input(n, d, INPUT_GAIN)] * 4  # mixed: chain in g only
 
 
 def check_chrono_tmax(t_max: int | None) -> None:
@@ -89,8 +133,14 @@ class LSTMCell(Cell):
                 for rows in gates:
                     nn.init.orthogonal_(self.weight_hh[rows], generator=gen)  # [N, N]
                 self.bias[N : 2 * N] = 1.0
+            elif config.init in ("orthogonal", "chain", "mixed"):  # Orhan & Pitkow Table 3
+                k = 1.0 / math.sqrt(N)
+                nn.init.uniform_(self.bias, -k, k, generator=gen)  # nn.LSTM's default bias (see above)
+                ws, vs = gate_blocks(config.init, N, d, config.scale, gen)
+                self.weight_hh.copy_(torch.cat(ws))  # [4N, N]
+                self.weight_ih.copy_(torch.cat(vs))  # [4N, d]
             else:
-                raise ConfigError(f"lstm: unknown init {config.init!r}; choose one of keras, plain, mytorch")
+                raise ConfigError(f"lstm: unknown init {config.init!r}; choose one of {', '.join(INITS)}")
             if config.forget_bias is not None:
                 self.bias[N : 2 * N] = config.forget_bias
             if config.chrono_tmax is not None:
@@ -101,6 +151,11 @@ class LSTMCell(Cell):
     @classmethod
     def resolve(cls, config: LSTMConfig, default_nonlinearity: str) -> LSTMConfig:
         check_chrono_tmax(config.chrono_tmax)  # fail at config time, not in the trial
+        if config.scale is not None and config.init not in ("orthogonal", "chain", "mixed"):
+            raise ConfigError(
+                f"lstm: scale = {config.scale} has no effect with init {config.init!r}; it is λ of "
+                "init=orthogonal and α of init=chain / mixed (or leave scale unset)"
+            )
         return config
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

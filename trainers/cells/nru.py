@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.initializers import torch_default_linear
 from trainers.params import ConfigError
 
 
@@ -57,16 +58,6 @@ class NRUConfig:
             )
 
 
-def _linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
-    """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
-    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")  # no draw from the global RNG
-    bound = 1.0 / math.sqrt(n_in)
-    with torch.no_grad():
-        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
-        nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
-    return layer
-
-
 class NRUCell(Cell):
     name = "nru"
     Config = NRUConfig
@@ -78,12 +69,16 @@ class NRUCell(Cell):
         s = math.isqrt(M * k)  # √(m·k)
         self.sqrt_mk = s
         # the authors' construction order (hence the order of draws from `gen`)
-        self.hm2v_alpha = _linear(N + M, 2 * s, gen)  # write direction factors p^w, q^w (eqs. 15-16)
-        self.hm2v_beta = _linear(N + M, 2 * s, gen)  # erase direction factors p^e, q^e
-        self.hm2alpha = _linear(N + M, k, gen)  # α (eq. 11)
-        self.hm2beta = _linear(N + M, k, gen)  # β (eq. 12)
+        self.hm2v_alpha = torch_default_linear(
+            N + M, 2 * s, gen
+        )  # write direction factors p^w, q^w (eqs. 15-16)
+        self.hm2v_beta = torch_default_linear(N + M, 2 * s, gen)  # erase direction factors p^e, q^e
+        self.hm2alpha = torch_default_linear(N + M, k, gen)  # α (eq. 11)
+        self.hm2beta = torch_default_linear(N + M, k, gen)  # β (eq. 12)
         self.ln = nn.LayerNorm(N) if config.layer_norm else None
-        self.hmi2h = _linear(d + N + M, N, gen)  # W = [W_i | W_h | W_c] over [x_t, h_{t−1}, m_{t−1}] (eq. 9)
+        self.hmi2h = torch_default_linear(
+            d + N + M, N, gen
+        )  # W = [W_i | W_h | W_c] over [x_t, h_{t−1}, m_{t−1}] (eq. 9)
 
     def head_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The four head layers over [h_t, m_{t−1}] stacked as one: W [2k + 4s, N+m], b [2k + 4s]."""

@@ -20,7 +20,8 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.cells.fastrnn import ScalarGates, fast_rnn
-from trainers.cells.vprnn import Rotations, glorot_uniform
+from trainers.cells.vprnn import Rotations
+from trainers.initializers import glorot_uniform
 
 
 @dataclass(frozen=True)

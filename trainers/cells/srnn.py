@@ -14,7 +14,6 @@ per step, in `ShiftScan` below (one autograd node for the whole sequence).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.initializers import torch_default_linear
 from trainers.params import ConfigError
 
 
@@ -35,16 +35,6 @@ class SRNNConfig:
         for name in ("hyper_size", "n_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"srnn: {name} = {getattr(self, name)} must be at least 1, e.g. {name}=1")
-
-
-def _linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
-    """nn.Linear with PyTorch's default init (U(±1/√fan_in) for weight and bias), drawn from `gen`."""
-    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")  # no draw from the global RNG
-    bound = 1.0 / math.sqrt(n_in)
-    with torch.no_grad():
-        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)  # = U(±bound)
-        nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
-    return layer
 
 
 class ShiftScan(torch.autograd.Function):
@@ -85,12 +75,12 @@ class SRNNCell(Cell):
     def __init__(self, config: SRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
         super().__init__(config, input_size, hidden_size)
         d, H, N = input_size, config.hyper_size, hidden_size
-        layers: list[nn.Module] = [_linear(d, H, gen), nn.ReLU()]
+        layers: list[nn.Module] = [torch_default_linear(d, H, gen), nn.ReLU()]
         for _ in range(config.n_layers - 1):
-            layers += [_linear(H, H, gen), nn.ReLU()]
-        layers.append(_linear(H, N, gen))
+            layers += [torch_default_linear(H, H, gen), nn.ReLU()]
+        layers.append(torch_default_linear(H, N, gen))
         self.f_r = nn.Sequential(*layers)  # the primary branch, d → N
-        self.gate = None if config.no_gate else _linear(d, N, gen)  # W_s [N, d], b_s [N]
+        self.gate = None if config.no_gate else torch_default_linear(d, N, gen)  # W_s [N, d], b_s [N]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
         b = self.f_r(x)  # [T, B, N], one batched MLP over all T·B rows

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from trainers.cells.rnn import RNNCell, RNNConfig
-from trainers.cells.vprnn import glorot_uniform
+from trainers.initializers import glorot_uniform
 
 Projection = Literal["orthogonal", "contractive"]
 

@@ -20,7 +20,6 @@ The matrix is materialised once per forward pass, then the recurrence runs throu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,13 +27,8 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.initializers import glorot_uniform
 from trainers.kernels import elman_rnn
-
-
-def glorot_uniform(fan_out: int, fan_in: int, gen: torch.Generator) -> torch.Tensor:
-    """Keras `glorot_uniform` for a [fan_out, fan_in] matrix: U(±√(6 / (fan_in + fan_out)))."""
-    bound = math.sqrt(6.0 / (fan_in + fan_out))
-    return torch.empty(fan_out, fan_in).uniform_(-bound, bound, generator=gen)
 
 
 class Rotations(nn.Module):
