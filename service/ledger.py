@@ -140,12 +140,7 @@ class Ledger:
             return list(s.scalars(select(Study).order_by(Study.created_at.desc())))
 
     def update_study(self, study_id: str, **fields: Any) -> None:
-        with self.session() as s:
-            study = s.get(Study, study_id)
-            if study is None:
-                raise KeyError(study_id)
-            for k, v in fields.items():
-                setattr(study, k, v)
+        self._update(Study, study_id, fields)
 
     # ----- trials ----------------------------------------------------------------------------------
     def add_trials(self, study_id: str, rows: Sequence[dict[str, Any]]) -> int:
@@ -214,12 +209,15 @@ class Ledger:
             ).first()
 
     def update_trial(self, trial_id: int, **fields: Any) -> None:
+        self._update(Trial, trial_id, fields)
+
+    def _update(self, table: type[Study] | type[Trial], key: str | int, fields: dict[str, Any]) -> None:
         with self.session() as s:
-            trial = s.get(Trial, trial_id)
-            if trial is None:
-                raise KeyError(trial_id)
+            row = s.get(table, key)
+            if row is None:
+                raise KeyError(key)
             for k, v in fields.items():
-                setattr(trial, k, v)
+                setattr(row, k, v)
 
     def start_trial(self, study_id: str, config_hash: str) -> int | None:
         """Mark a trial running (one more start); None when it is finished already."""
@@ -243,13 +241,6 @@ class Ledger:
                 setattr(trial, k, v)
             trial.success = judge(trial)
             return trial
-
-    def mark_started(self, trial_id: int) -> None:
-        with self.session() as s:
-            trial = s.get(Trial, trial_id)
-            if trial is not None:
-                trial.status = "running"
-                trial.runs = (trial.runs or 0) + 1
 
     def counts(self, study_id: str) -> dict[str, int]:
         out = dict.fromkeys(TRIAL_STATES, 0)
