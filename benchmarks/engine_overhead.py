@@ -30,7 +30,7 @@ def main() -> None:
     from service.engine import Engine, ensure_ray
     from service.settings import Settings
     from service.spec import StudySpec
-    from service.tracking import start_mlflow_server
+    from service.tracking import start_mlflow_server, stop_mlflow_server
 
     home = Path(tempfile.mkdtemp(prefix="memsweep-bench-"))
     with socket.socket() as s:
@@ -45,7 +45,14 @@ def main() -> None:
         spec = StudySpec.model_validate(
             {
                 "space": {"dims": {"lr": lrs}},
-                "base": {"task": "addition", "seq_len": 10, "n_train": 16, "n_val": 16, "hidden": 8, "steps": 5},
+                "base": {
+                    "task": "addition",
+                    "seq_len": 10,
+                    "n_train": 16,
+                    "n_val": 16,
+                    "hidden": 8,
+                    "steps": 5,
+                },
                 "seeds": [1],
                 "concurrency": args.concurrency,
             }
@@ -58,10 +65,14 @@ def main() -> None:
         train = sum(t.seconds or 0.0 for t in trials)
         n = len(trials)
         overhead = (wall * args.concurrency - train) / n
-        print(f"{n} trials at concurrency {args.concurrency}: study wall {wall:.1f} s, training {train:.1f} s in all")
-        print(f"overhead: {overhead:.3f} slot-seconds per trial (target ≤ 0.3), {3600 * n / wall:,.0f} trials per hour")
+        print(
+            f"{n} trials at concurrency {args.concurrency}: study wall {wall:.1f} s, training {train:.1f} s in all"
+        )
+        print(
+            f"overhead: {overhead:.3f} slot-seconds per trial (target ≤ 0.3), {3600 * n / wall:,.0f} trials per hour"
+        )
     finally:
-        server.terminate()
+        stop_mlflow_server(server)
 
 
 if __name__ == "__main__":

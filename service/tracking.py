@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,8 +48,13 @@ def start_mlflow_server(
         "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
         "--artifacts-destination", str(home / "mlartifacts"),
         "--host", host, "--port", str(port),
+        "--workers", "2",  # enough for one engine on loopback; each uvicorn worker holds ~200 MB
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
+    # The GenAI job runners (several huey consumer processes) are of no use to memsweep and cost CPU.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(
+        cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home, env=env
+    )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if server_healthy(uri):
@@ -63,6 +69,18 @@ def start_mlflow_server(
     raise RuntimeError(
         f"mlflow server did not answer /health within {wait:.0f} s; see {home / 'mlflow-server.log'}"
     )
+
+
+def stop_mlflow_server(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Stop a server from `start_mlflow_server` and its uvicorn workers (its whole process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
 
 
 def ensure_mlflow_server(tracking_uri: str | None, home: Path, port: int) -> str:

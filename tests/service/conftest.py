@@ -26,12 +26,11 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real MLflow tracking server on loopback (SQLite backend store, artifacts on disk)."""
-    from service.tracking import start_mlflow_server
+    from service.tracking import start_mlflow_server, stop_mlflow_server
 
     uri, proc = start_mlflow_server(tmp_path_factory.mktemp("mlflow"), free_port())
     yield uri
-    proc.terminate()
-    proc.wait(timeout=30)
+    stop_mlflow_server(proc)
 
 
 @pytest.fixture(scope="session")

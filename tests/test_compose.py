@@ -1,0 +1,90 @@
+"""The compose file's structure: services, GPU reservation, healthchecks, start order, no secret in it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+DOCKER = Path(__file__).resolve().parents[1] / "docker"
+COMPOSE = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+SERVICES = COMPOSE["services"]
+SECRET_KEY = re.compile(r"(PASSWORD|TOKEN|SECRET)", re.IGNORECASE)
+REQUIRED_VAR = re.compile(r"\$\{(\w+):\?[^}]+\}")
+
+
+def test_services():
+    assert set(SERVICES) == {"postgres", "mlflow", "ray-head", "ray-worker", "api"}
+    for name in ("mlflow", "ray-head", "ray-worker", "api"):  # one image for all of ours
+        assert SERVICES[name]["image"] == "memsweep:latest"
+        assert SERVICES[name]["build"]["dockerfile"] == "docker/Dockerfile"
+
+
+def test_ray_worker_reserves_gpus_and_scales():
+    devices = SERVICES["ray-worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+    assert "container_name" not in SERVICES["ray-worker"]  # `--scale ray-worker=N` needs no fixed name
+    assert "ports" not in SERVICES["ray-worker"]
+    assert "--address=ray-head:6379" in SERVICES["ray-worker"]["command"]
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_every_service_has_a_healthcheck(name):
+    check = SERVICES[name]["healthcheck"]
+    assert check["test"] and check["interval"] and check["retries"] >= 3
+
+
+def test_start_order_waits_for_health():
+    api = SERVICES["api"]["depends_on"]
+    assert {k: v["condition"] for k, v in api.items()} == {
+        "postgres": "service_healthy", "mlflow": "service_healthy", "ray-head": "service_healthy",
+    }  # fmt: skip
+    assert SERVICES["mlflow"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert SERVICES["ray-worker"]["depends_on"]["ray-head"]["condition"] == "service_healthy"
+
+
+def test_api_joins_the_cluster_and_uses_postgres_and_mlflow():
+    env = SERVICES["api"]["environment"]
+    assert env["MEMSWEEP_RAY_ADDRESS"] == "ray-head:6379"
+    assert env["MEMSWEEP_DATABASE_URL"].startswith("postgresql+psycopg2://")
+    assert env["MEMSWEEP_MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    for name in ("api", "ray-head", "ray-worker"):
+        assert SERVICES[name]["environment"]["RAY_AUTH_MODE"] == "token"
+
+
+def walk(node, path=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from walk(v, f"{path}[{i}]")
+    else:
+        yield path, node
+
+
+def test_no_secret_is_written_in_the_compose_file():
+    for path, value in walk(COMPOSE):
+        key = path.rsplit(".", 1)[-1]
+        if SECRET_KEY.search(key):
+            assert isinstance(value, str) and REQUIRED_VAR.fullmatch(value), (
+                f"{path} must be ${{VAR:?…}}, not a value"
+            )
+    text = (DOCKER / "compose.yaml").read_text()
+    for url in re.findall(r"postgresql\+psycopg2://[^\s\"']+", text):
+        password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+        assert password.startswith("${POSTGRES_PASSWORD"), url
+
+
+def test_env_example_lists_every_required_variable():
+    text = (DOCKER / "compose.yaml").read_text()
+    required = set(REQUIRED_VAR.findall(text))
+    example = {
+        line.split("=", 1)[0]
+        for line in (DOCKER / ".env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    }
+    assert required == {"POSTGRES_PASSWORD", "RAY_AUTH_TOKEN", "MEMSWEEP_API_TOKEN"}
+    assert required <= example
