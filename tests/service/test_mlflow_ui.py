@@ -38,15 +38,16 @@ def test_mlflow_ui_shows_the_study_and_its_trials(engine, mlflow_uri):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         # the experiment's runs table: the parent run, with its child runs folded under it
-        page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs", wait_until="networkidle")
+        page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs", wait_until="load")
         page.get_by_text(f"study ui-demo [{study.id}]").first.wait_for(timeout=60_000)
-        expand = page.locator("[data-testid='runs-table-expand-button'], button[aria-label*='xpand']").first
-        if expand.count():
-            expand.click()
-        page.get_by_text("chain lr=0.001 scale=1.0 seed=1").first.wait_for(timeout=60_000)
+        parent_row = page.locator("[role='row']", has_text=f"study ui-demo [{study.id}]").first
+        parent_row.locator("button[data-component-id*='runnamecellrenderer']").first.click()  # unfold children
+        for model in ("chain", "orthogonal"):
+            for seed in (1, 2):
+                page.get_by_text(f"{model} lr=0.001 scale=1.0 seed={seed}").first.wait_for(timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "mlflow-runs.png"), full_page=True)
         # the parent run's page: its success metrics
-        page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent}", wait_until="networkidle")
+        page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent}", wait_until="load")
         page.get_by_text("success_count.chain").first.wait_for(timeout=60_000)
         page.get_by_text("succeeded").first.wait_for(timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "mlflow-parent-run.png"), full_page=True)
