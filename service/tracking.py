@@ -65,7 +65,7 @@ def start_mlflow_server(
                 f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}"
             )
         time.sleep(0.5)
-    proc.terminate()
+    stop_mlflow_server(proc)
     raise RuntimeError(
         f"mlflow server did not answer /health within {wait:.0f} s; see {home / 'mlflow-server.log'}"
     )

@@ -8,8 +8,9 @@
 | `decoding`   | linear decoding of s_1 from h_100 (R²)                          | §2.2, Fig. 2, App. A     |
 | `profile`    | weight profile of units ordered by peak time                    | §3.2, Figs. 5–6          |
 | `figures`    | the panels as PNG (matplotlib imported inside each function)    |                          |
+| `cli`        | `python -m trainers analyze fisher|decode|henrici|profile`      |                          |
 
-Everything here is torch only; `python -m trainers analyze …` is the command line.
+Everything here is torch only.
 """
 
 from trainers.analysis.decoding import Decoding, decode_first_signal

@@ -28,7 +28,7 @@ def add_network_args(p: argparse.ArgumentParser, hidden: int, scale_help: str) -
     p.add_argument(
         "--init",
         default="chain",
-        help=f"initialiser: {', '.join(INITIALIZERS.names())} (fisher, decode: a comma-separated list too)",
+        help=f"initialiser: {', '.join(INITIALIZERS.names())}; a comma-separated list for several",
     )
     p.add_argument("--scale", type=float, help=scale_help)
     p.add_argument("--hidden", type=int, default=hidden, help=f"units N (default {hidden})")
@@ -133,7 +133,7 @@ def cmd_analyze_fisher(args: argparse.Namespace) -> int:
             f"peak ‖Wᵏv‖² = {fm.amplification[k_peak]:.4g} at k = {k_peak}"
         )
     if args.png:
-        figures.plot_fisher(curves, args.png)
+        figures.plot_fisher(curves, args.png, k_max=2 * args.hidden)  # Fig. 1: N = 100
     emit(args, rows, lines)
     return 0
 
@@ -149,6 +149,7 @@ def cmd_analyze_decode(args: argparse.Namespace) -> int:
         lines.append(
             f"{net.init} (scale {net.scale:g}, N = {net.hidden}), {d.nonlinearity}, σ = {d.sigma}: "
             f"R² = {d.r2:.4f} (in-sample over {d.trials} trials, as Appendix A), held out {d.r2_heldout:.4f}"
+            + (f", optimal {d.r2_optimal:.4f}" if d.r2_optimal is not None else "")
         )
     if args.png:
         figures.plot_decoding(results, args.png)

@@ -19,8 +19,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_fisher(curves: Mapping[str, FisherMemory], path: str) -> None:
-    """Fig. 1b–c: memory curves J(k) and transient amplification ‖Wᵏv‖², one line per network."""
+def plot_fisher(curves: Mapping[str, FisherMemory], path: str, k_max: int | None = None) -> None:
+    """Fig. 1b–c: memory curves J(k) and transient amplification ‖Wᵏv‖², one line per network, k ≤ k_max."""
     plt = _pyplot()
     fig, (ax_j, ax_a) = plt.subplots(1, 2, figsize=(9, 3.5))
     for name, fm in curves.items():
@@ -29,6 +29,9 @@ def plot_fisher(curves: Mapping[str, FisherMemory], path: str) -> None:
         ax_a.plot(ks, fm.amplification, label=name)
     ax_j.set(xlabel="k (steps in the past)", ylabel="J(k)", title="Fisher memory curve (eq. 3)")
     ax_a.set(xlabel="k", ylabel="‖Wᵏv‖²", yscale="log", title="transient amplification")
+    if k_max is not None:
+        ax_j.set_xlim(0, k_max)
+        ax_a.set_xlim(0, k_max)
     ax_j.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -57,6 +57,7 @@ class FisherMemory:
 def power_series(w: torch.Tensor, m: torch.Tensor, tol: float = TOL) -> tuple[torch.Tensor, int, bool]:
     """Σ_{k≥0} Wᵏ M (Wᵏ)ᵀ by doubling; returns (sum [N, N], terms summed, exact)."""
     a, x = w.to(torch.float64), m.to(torch.float64)  # A_0 = W, X_0 = M
+    overflow = False
     for j in range(MAX_DOUBLINGS):
         x = x + a @ x @ a.T  # X_{j+1} = Σ_{k < 2^{j+1}} Wᵏ M (Wᵏ)ᵀ
         a = a @ a  # A_{j+1} = W^(2^{j+1})
@@ -66,10 +67,16 @@ def power_series(w: torch.Tensor, m: torch.Tensor, tol: float = TOL) -> tuple[to
         if size <= tol:
             return x, 2 ** (j + 1), False
         if not torch.isfinite(x).all() or size > 1e200:
+            overflow = True
             break
-    rho = spectral_radius(w)
+    rho = spectral_radius(w)  # eigenvalues of a strongly non-normal W are inexact: a hint, not a verdict
+    if overflow and rho < 1:
+        raise DivergentSeriesError(
+            f"Σ_k Wᵏ(Wᵏ)ᵀ overflows float64 (‖Wᵏ‖ grows past 1e100 before it decays, ρ(W) ≈ {rho:.6g}): "
+            "use a smaller scale (e.g. a chain's α of a few units at most)"
+        )
     raise DivergentSeriesError(
-        f"Σ_k Wᵏ(Wᵏ)ᵀ does not converge: spectral radius ρ(W) = {rho:.6g} (needs ρ < 1). The Fisher "
+        f"Σ_k Wᵏ(Wᵏ)ᵀ does not converge: spectral radius ρ(W) ≈ {rho:.6g} (needs ρ < 1). The Fisher "
         "memory (eq. 3–4) is defined only for stable W: scale identity/orthogonal below 1 (e.g. λ = 0.99) "
         "and keep fbchain's 2√(αβ) < 1; chains are nilpotent and converge for any α."
     )
@@ -90,6 +97,8 @@ def fisher_memory(
     """
     w64, v64 = w.detach().to(torch.float64).cpu(), v.detach().to(torch.float64).cpu().reshape(-1)
     n = w64.shape[0]
+    if horizon is not None and horizon < 1:
+        raise ValueError(f"horizon = {horizon} must be at least 1 (or None to follow J_tot)")
     if w64.shape != (n, n) or v64.shape != (n,):
         raise ValueError(f"W must be [N, N] and v [N]; got {tuple(w.shape)} and {tuple(v.shape)}")
     c, terms, exact_c = power_series(w64, torch.eye(n, dtype=torch.float64), tol)  # C [N, N]
