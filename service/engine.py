@@ -24,7 +24,15 @@ from search_spaces import SearchSpace, Uniform, Values
 from service.ledger import FINISHED, Ledger, Study, Trial
 from service.settings import Settings
 from service.spec import StudySpec, materialize
-from service.summary import best_configs, is_success, mean_curve, success_table
+from service.summary import (
+    best_configs,
+    henrici_table,
+    is_success,
+    loss_by_scale,
+    mean_curve,
+    profile_table,
+    success_table,
+)
 from service.trial import members_of, objective, run_unit
 
 log = logging.getLogger(__name__)
@@ -280,11 +288,12 @@ class Engine:
             "success": table,
             "best": best_configs(trials, k=5),
             "best_per_model": {m: best_configs(trials, k=1, model=m) for m in table["by_model"]},
+            "henrici": henrici_table(trials),  # Orhan Table 2: d(W) of successful trials
             "mlflow": {"experiment_id": study.mlflow_experiment_id, "run_id": study.mlflow_run_id},
         }
 
     def _figures(self, study_id: str, summary: dict[str, Any]) -> dict[str, bytes]:
-        from service.plots import best_curves, success_bars
+        from service.plots import best_curves, loss_vs_scale, success_bars, weight_profiles
 
         trials = self.ledger.trials(study_id)
         figures = {
@@ -304,6 +313,17 @@ class Engine:
         if curves:
             figures["best_config_curves.png"] = best_curves(
                 curves, baseline, threshold, "best configuration per model"
+            )
+        profiles = profile_table(trials)
+        if profiles:
+            figures["weight_profiles.png"] = weight_profiles(
+                profiles, "weight profiles of successful runs (Figs. 5-6)"
+            )
+        baseline_of = next((t.baseline_loss for t in trials if t.baseline_loss), None)
+        by_scale = loss_by_scale(trials, below=baseline_of)
+        if by_scale:
+            figures["loss_vs_scale.png"] = loss_vs_scale(
+                by_scale, "final validation loss vs initialiser scale (Fig. 9)"
             )
         return figures
 
@@ -490,7 +510,7 @@ class LedgerCallback(_callback_base()):  # type: ignore[misc]
             "status": status, "reason": result.get("reason"), "final_val_loss": result.get("final_val_loss"),
             "final_metric": result.get("final_metric"), "baseline_loss": result.get("baseline_loss"),
             "success_threshold": result.get("success_threshold"), "steps": result.get("steps"),
-            "seconds": result.get("train_seconds"), "henrici": result.get("henrici"), "history": self.history.pop(key, []),
+            "seconds": result.get("train_seconds"), "henrici": result.get("henrici"), "profile": result.get("profile"), "history": self.history.pop(key, []),
         }  # fmt: skip
         self._finish(trial.trial_id, key, fields, result.get("recurrent_matrix"))
 

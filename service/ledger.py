@@ -79,6 +79,7 @@ class Trial(Base):
     steps: Mapped[int | None] = mapped_column(Integer, default=None)
     seconds: Mapped[float | None] = mapped_column(Float, default=None)
     henrici: Mapped[float | None] = mapped_column(Float, default=None)
+    profile: Mapped[list[float] | None] = mapped_column(JSON, default=None)  # weight profile over i − j
     history: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), default=None)
     reused_from: Mapped[int | None] = mapped_column(Integer, default=None)
@@ -87,7 +88,7 @@ class Trial(Base):
 
     RESULT_FIELDS = (
         "status", "reason", "final_val_loss", "final_metric", "baseline_loss", "success_threshold",
-        "success", "steps", "seconds", "henrici", "history",
+        "success", "steps", "seconds", "henrici", "profile", "history",
     )  # fmt: skip
 
 

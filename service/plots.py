@@ -60,3 +60,33 @@ def best_curves(
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return _png(fig)
+
+
+def weight_profiles(table: dict[str, dict[str, Any]], title: str) -> bytes:
+    """Mean W_ij against i − j (units ordered by peak time) with s.e.m. bands, one line per model."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for model, p in table.items():
+        lo = [m - s for m, s in zip(p["mean"], p["sem"], strict=True)]
+        hi = [m + s for m, s in zip(p["mean"], p["sem"], strict=True)]
+        ax.plot(p["offsets"], p["mean"], label=f"{model} (n={p['n']})")
+        ax.fill_between(p["offsets"], lo, hi, alpha=0.25)
+    ax.axvline(0, color="gray", lw=0.5)
+    ax.set_xlim(-20, 20)
+    ax.set_xlabel("i − j (order by peak time)")
+    ax.set_ylabel("mean recurrent weight W_ij")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def loss_vs_scale(table: dict[str, list[dict[str, float]]], title: str) -> bytes:
+    """Final validation loss against the initialiser's scale, mean ± s.e.m., one panel line per model."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for model, rows in table.items():
+        ax.errorbar([r["scale"] for r in rows], [r["mean"] for r in rows], yerr=[r["sem"] for r in rows],
+                    marker="o", capsize=3, label=model)  # fmt: skip
+    ax.set_xlabel("initialiser scale (α, β or λ)")
+    ax.set_ylabel("final validation loss")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _png(fig)

@@ -141,3 +141,55 @@ def mean_curve(trials: Sequence[TrialLike]) -> list[dict[str, float]]:
         sem = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
         out.append({"step": step, "mean": statistics.fmean(vals), "sem": sem, "n": len(vals)})
     return out
+
+
+def _mean_sem(values: Sequence[float]) -> dict[str, float | int]:
+    mean = statistics.fmean(values)
+    sem = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return {"mean": mean, "sem": sem, "n": len(values)}
+
+
+def henrici_table(trials: Iterable[Any]) -> dict[str, dict[str, float | int]]:
+    """Henrici index d(W) of the successful trials' trained matrices, mean ± s.e.m. per model (Orhan Table 2)."""
+    per_model: dict[str, list[float]] = defaultdict(list)
+    for t in trials:
+        if is_success(t) and t.henrici is not None:
+            per_model[t.model].append(float(t.henrici))
+    return {m: _mean_sem(v) for m, v in sorted(per_model.items())}
+
+
+def profile_table(trials: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """Weight profiles (Orhan Figs. 5-6) of the successful trials, mean ± s.e.m. over trials per model."""
+    per_model: dict[str, list[list[float]]] = defaultdict(list)
+    for t in trials:
+        if is_success(t) and t.profile:
+            per_model[t.model].append(list(t.profile))
+    out: dict[str, dict[str, Any]] = {}
+    for model, profiles in sorted(per_model.items()):
+        if len({len(p) for p in profiles}) != 1:
+            continue  # networks of different sizes are not averaged
+        n_units = (len(profiles[0]) + 1) // 2
+        columns = list(zip(*profiles, strict=True))
+        stats = [_mean_sem(col) for col in columns]
+        out[model] = {
+            "offsets": list(range(-(n_units - 1), n_units)),
+            "mean": [s["mean"] for s in stats],
+            "sem": [s["sem"] for s in stats],
+            "n": len(profiles),
+        }
+    return out
+
+
+def loss_by_scale(trials: Iterable[Any], below: float | None = None) -> dict[str, list[dict[str, float]]]:
+    """Final validation loss against the initialiser's scale (α, β, λ) per model, mean ± s.e.m. over the
+    other dimensions and seeds (Orhan Fig. 9 for fbchain's β), over trials whose loss is below `below`
+    (the paper keeps those under the random baseline)."""
+    per: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in trials:
+        scale = t.params.get("scale")
+        if t.status != "done" or t.final_val_loss is None or scale is None:
+            continue
+        if below is not None and t.final_val_loss >= below:
+            continue
+        per[t.model][float(scale)].append(float(t.final_val_loss))
+    return {m: [{"scale": s, **_mean_sem(v)} for s, v in sorted(by.items())] for m, by in sorted(per.items())}

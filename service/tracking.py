@@ -265,6 +265,11 @@ class Tracker:
                 Metric(f"success_ci95_high.{model}", float(cell["ci95"][1]), ts, 0),
                 Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
             ]
+        for model, h in summary.get("henrici", {}).items():
+            metrics += [
+                Metric(f"henrici_mean.{model}", float(h["mean"]), ts, 0),
+                Metric(f"henrici_sem.{model}", float(h["sem"]), ts, 0),
+            ]
         if summary.get("best"):
             metrics.append(
                 Metric("best_mean_final_val_loss", float(summary["best"][0]["mean_final_val_loss"]), ts, 0)

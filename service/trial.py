@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 import trainers
 from service.spec import materialize
 
@@ -50,7 +52,7 @@ def run_unit(config: dict[str, Any], context: dict[str, Any]) -> None:
     """Ray Tune function trainable: train every member in turn, reporting each evaluation and result."""
     from ray import tune
 
-    from trainers.analysis import henrici_index
+    from trainers.analysis import henrici_index, network_profile
 
     finished: dict[str, float] = dict(context.get("finished", {}))
     objectives: list[float] = []
@@ -82,6 +84,11 @@ def run_unit(config: dict[str, Any], context: dict[str, Any]) -> None:
         result = trainers.train(resolved, report)
         reported = True
         w = result.recurrent_matrix
+        profile = None
+        if w is not None and result.status == "ok":
+            # Orhan & Pitkow Figs. 5-6: a unit pulse into every unit, 100 free steps, units ordered by peak time
+            nonlinearity = str(resolved.config.cell_params.get("nonlinearity") or "linear")
+            profile = network_profile(w, torch.ones(w.shape[0]), nonlinearity=nonlinearity).mean
         objectives.append(objective(result.final_val_loss, baseline, result.status))
         tune.report(
             {
@@ -96,6 +103,7 @@ def run_unit(config: dict[str, Any], context: dict[str, Any]) -> None:
                 "steps": result.steps,
                 "train_seconds": result.seconds,
                 "henrici": henrici_index(w) if w is not None else None,
+                "profile": profile,
                 "recurrent_matrix": w.tolist() if w is not None else None,
                 "objective": sum(objectives) / len(objectives),
             }

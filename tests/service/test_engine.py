@@ -74,7 +74,16 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
         assert parent_metrics[f"success_count.{model}"] == n
     assert {r.info.status for r in runs if r.data.tags["memsweep.status"] == "failed"} == {"FAILED"}
     arts = {a.path for a in client.list_artifacts(parent, "plots")}
-    assert {"plots/success_per_model.png", "plots/best_config_curves.png"} <= arts
+    assert {
+        "plots/success_per_model.png",
+        "plots/best_config_curves.png",
+        "plots/weight_profiles.png",
+    } <= arts
+    # Orhan Table 2 / Figs. 5-6 on the parent run: Henrici index and weight profiles of successful trials
+    chain_ok = [t for t in trials if t.model == "chain" and t.success]
+    assert chain_ok and all(len(t.profile) == 2 * TINY["hidden"] - 1 for t in chain_ok)
+    mean_h = sum(t.henrici for t in chain_ok) / len(chain_ok)
+    assert parent_metrics["henrici_mean.chain"] == pytest.approx(mean_h)
     assert any(
         a.path == "recurrent_matrix.json" for a in client.list_artifacts(succeeded_children[0].info.run_id)
     )

@@ -8,7 +8,14 @@ from pydantic import ValidationError
 from service.engine import StudyError, check_space, grid_rows
 from service.ledger import Ledger
 from service.spec import StudySpec
-from service.summary import best_configs, success_table, wilson_interval
+from service.summary import (
+    best_configs,
+    henrici_table,
+    loss_by_scale,
+    profile_table,
+    success_table,
+    wilson_interval,
+)
 
 
 def test_wilson_interval_known_values():
@@ -77,9 +84,10 @@ def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
 
 
 class T:
-    def __init__(self, model, params, loss, status="done", thr=0.1):
+    def __init__(self, model, params, loss, status="done", thr=0.1, henrici=None, profile=None):
         self.model, self.params, self.final_val_loss, self.status = model, params, loss, status
         self.success_threshold, self.success, self.history, self.config_hash = thr, None, [], str(id(self))
+        self.henrici, self.profile = henrici, profile
 
 
 def test_success_table_counts_by_model_and_value():
@@ -98,3 +106,16 @@ def test_best_configs_pool_seeds():
     best = best_configs(trials, k=2)
     assert best[0]["params"] == {"lr": 1e-4} and best[1]["mean_final_val_loss"] == pytest.approx(0.1)
     assert best[1]["sem"] == pytest.approx(0.05 / math.sqrt(2) * math.sqrt(2))
+
+
+def test_henrici_profiles_and_loss_by_scale_use_the_right_trials():
+    trials = [T("orth", {"scale": 1.0, "seed": 1}, 0.05, henrici=2.0, profile=[0.0, 1.0, 0.0]),
+              T("orth", {"scale": 1.0, "seed": 2}, 0.07, henrici=3.0, profile=[0.0, 3.0, 0.0]),
+              T("orth", {"scale": 0.5, "seed": 1}, 0.5, henrici=9.0, profile=[9.0, 9.0, 9.0])]  # fmt: skip
+    h = henrici_table(trials)["orth"]  # successful trials only (loss < 0.1)
+    assert h["mean"] == 2.5 and h["n"] == 2 and h["sem"] == pytest.approx(0.5)
+    p = profile_table(trials)["orth"]
+    assert p["offsets"] == [-1, 0, 1] and p["mean"] == [0.0, 2.0, 0.0] and p["n"] == 2
+    rows = loss_by_scale(trials)["orth"]
+    assert [r["scale"] for r in rows] == [0.5, 1.0] and rows[1]["mean"] == pytest.approx(0.06)
+    assert [r["scale"] for r in loss_by_scale(trials, below=0.2)["orth"]] == [1.0]
