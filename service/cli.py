@@ -276,7 +276,10 @@ def cmd_best(args: argparse.Namespace) -> int:
     if url:
         with client_for(url) as client:
             best = remote(lambda: client.best(args.study, k=args.k))
-        print(json.dumps(best)) if args.json else print_best(best)
+        if args.json:
+            print(json.dumps(best))
+        else:
+            print_best(best)
         return 0
     summary = _summary(args.study)
     if args.k != 5:
@@ -358,6 +361,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     port = args.port or settings.port
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Tune looks for per-trial result files after each run; the engine turns those loggers off on purpose
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     if settings.api_token is None and host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("memsweep").warning(
             "serving on %s without MEMSWEEP_API_TOKEN: anyone who reaches it can run studies", host
@@ -464,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "ask this memsweep server instead of the local ledger")
     p.set_defaults(fn=cmd_best)
-    p = sub.add_parser("success", help="success counts by model, with 95 % Wilson intervals")
+    p = sub.add_parser("success", help="success counts by model, with 95 %% Wilson intervals")
     p.add_argument("study")
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "ask this memsweep server instead of the local ledger")

@@ -37,11 +37,12 @@ class MemsweepAPIError(RuntimeError):
 
 class MemsweepClient:
     def __init__(
-        self, url: str, token: str | None = None, timeout: float = 30.0, transport: Any = None
+        self, url: str, token: str | None = None, timeout: float = 30.0, http: httpx.Client | None = None
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        """`http`: an httpx.Client to send through (e.g. FastAPI's TestClient); default a new one for `url`."""
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
 
     def __enter__(self) -> MemsweepClient:
         return self
@@ -53,7 +54,8 @@ class MemsweepClient:
         self._http.close()
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
-        response = self._http.request(method, path, **kw)
+        headers = {**self._headers, **kw.pop("headers", {})}
+        response = self._http.request(method, path, headers=headers, **kw)
         if response.status_code >= 400:
             try:
                 body = response.json()
@@ -121,7 +123,7 @@ class MemsweepClient:
                 eta = f"ETA {study['eta_seconds']:,.0f}s" if study.get("eta_seconds") is not None else "ETA –"
                 info = f"{study['state']} · running {c['running']} · failed {c['failed']} · successes {c['succeeded']} · {eta}"
                 bar.update(task, total=study["expected_trials"] or None, completed=c["finished"], info=info)
-                if study["state"] in FINAL_STATES and not study["queued"]:
+                if study["state"] in FINAL_STATES and not study["active"]:
                     return study
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"study {study_id} is still {study['state']} after {timeout:g} s")
@@ -226,7 +228,7 @@ class MemsweepClient:
 
     def ready(self) -> dict[str, Any]:
         """{"ready", "checks"}; a server that is not ready answers 503, returned here, not raised."""
-        response = self._http.get("/ready")
+        response = self._http.get("/ready", headers=self._headers)
         if response.status_code not in (200, 503):
             raise MemsweepAPIError(response.status_code, response.text, "GET", "/ready")
         result: dict[str, Any] = response.json()

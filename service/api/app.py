@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.concurrency import run_in_threadpool
 
 from service.api.errors import install_error_handlers
+from service.api.limits import BodyLimit
 from service.api.routes import api_router
 from service.api.runner import StudyRunner
 from service.api.studies import StudyService
@@ -55,9 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            await run_in_threadpool(runner.shutdown)
-            if settings.max_parallel_studies:
-                await run_in_threadpool(_stop_ray)
+            await run_in_threadpool(runner.shutdown)  # stops the studies, then the embedded Ray
 
     app = FastAPI(
         title="memsweep",
@@ -67,11 +66,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # served by routes/docs.py, behind the token
         redoc_url=None,
         openapi_url=None,
-        max_body_size=settings.max_request_bytes,
     )
     app.dependency_overrides[get_settings] = lambda: settings
-    install_error_handlers(app, settings.max_request_bytes)
+    install_error_handlers(app)
     app.include_router(api_router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -80,10 +79,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
         )
     return app
-
-
-def _stop_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()

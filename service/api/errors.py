@@ -1,4 +1,4 @@
-"""Error answers that say what went wrong and what to do next: 404, 409, 413, 422 (and a logged 500)."""
+"""Error answers that say what went wrong and what to do next: 400, 404, 409, 422 (and a logged 500)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from service.engine import StudyError
 log = logging.getLogger(__name__)
 
 
-def install_error_handlers(app: FastAPI, max_request_bytes: int) -> None:
+def install_error_handlers(app: FastAPI) -> None:
     def detail(code: int, message: str) -> JSONResponse:
         return JSONResponse(status_code=code, content={"detail": message})
 
@@ -39,11 +39,8 @@ def install_error_handlers(app: FastAPI, max_request_bytes: int) -> None:
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         exc = cast(StarletteHTTPException, exc)
         message = exc.detail
-        if exc.status_code == status.HTTP_413_CONTENT_TOO_LARGE:
-            message = (
-                f"the request body is over the limit of {max_request_bytes:,} bytes "
-                "(MEMSWEEP_MAX_REQUEST_BYTES); send a smaller spec"
-            )
+        if exc.status_code == status.HTTP_400_BAD_REQUEST and "parsing the body" in str(message):
+            message = "the body is not JSON (UTF-8 text); send a JSON object (examples: GET /docs)"
         return JSONResponse(status_code=exc.status_code, content={"detail": message}, headers=exc.headers)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

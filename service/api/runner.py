@@ -5,6 +5,10 @@ is running, and how fast each one goes (for the ETA). On start it resumes every 
 as pending or running (a crash leaves them so); on shutdown it stops the Tune runs and leaves those
 studies pending, so the next start resumes them. Ray and MLflow are brought up once, before the first
 study, by `prepare` (two studies must not race to start them).
+
+The embedded Ray is started, and later shut down, by one thread that lives as long as the runner: Ray
+ties its processes to the *thread* that started them (Linux's parent-death signal fires when that thread
+ends), so a Ray started from a short-lived thread dies with it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ class StudyRunner:
         self.prepare_error: str | None = None
         self.tracking_uri: str | None = engine.settings.mlflow_tracking_uri
         self._stopping = False
+        self._ray_thread: threading.Thread | None = None
+        self._ray_up = threading.Event()
+        self._ray_stop = threading.Event()
+        self._ray_error: str | None = None
 
     # ----- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> list[str]:
@@ -73,13 +81,38 @@ class StudyRunner:
             if self.prepared.is_set():
                 return
             try:
-                ensure_ray(self.engine.settings)
+                self._start_ray()
                 self.tracking_uri = self.engine.tracking_uri()
             except Exception as exc:
                 self.prepare_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.prepare_error = None
             self.prepared.set()
+
+    def _start_ray(self) -> None:
+        if self._ray_thread is None:
+            self._ray_up.clear()
+            self._ray_thread = threading.Thread(target=self._keep_ray, name="ray", daemon=True)
+            self._ray_thread.start()
+        self._ray_up.wait()
+        if self._ray_error is not None:
+            raise RuntimeError(self._ray_error)
+
+    def _keep_ray(self) -> None:
+        """Start (or join) Ray, keep this thread alive while it is needed, then shut it down."""
+        import ray
+
+        try:
+            ensure_ray(self.engine.settings)
+            self._ray_error = None
+        except Exception as exc:
+            self._ray_error = f"{type(exc).__name__}: {exc}"
+            self._ray_thread = None  # the next prepare tries again
+            return
+        finally:
+            self._ray_up.set()
+        self._ray_stop.wait()
+        ray.shutdown()
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop the running studies (they stay resumable) and the threads."""
@@ -97,6 +130,9 @@ class StudyRunner:
             wait_futures(running, timeout=timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._ray_thread is not None:
+            self._ray_stop.set()
+            self._ray_thread.join(timeout=timeout)
 
     # ----- studies -----------------------------------------------------------------------------------
     def is_active(self, study_id: str) -> bool:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.spec import StudySpec
 
 StudyState = Literal["pending", "running", "done", "failed", "cancelled"]
 TrialStatus = Literal["pending", "running", "done", "failed", "pruned", "cancelled"]
 TrialSort = Literal["id", "final_val_loss", "seconds", "updated_at", "model"]
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # SQLite drops the zone
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 # (tests check these literals against the ledger's STUDY_STATES, TRIAL_STATES and TRIAL_SORTS)
 
 # ----- studies -------------------------------------------------------------------------------------
@@ -102,6 +109,7 @@ class StudyPublic(BaseModel):
                     "state": "running",
                     "error": None,
                     "queued": False,
+                    "active": True,
                     "spec": {"preset": "orhan2020-copy500", "models": ["chain", "orthogonal"]},
                     "counts": {
                         "total": 8,
@@ -132,7 +140,8 @@ class StudyPublic(BaseModel):
     name: str
     state: StudyState
     error: str | None = Field(description="why the study failed, or what its MLflow writes reported")
-    queued: bool = Field(description="waiting for a free runner (the ledger state is still pending)")
+    queued: bool = Field(description="waiting for a free runner of this server")
+    active: bool = Field(description="queued or running in this server (false once it has stopped)")
     spec: dict[str, Any]
     counts: TrialCounts
     expected_trials: int = Field(
@@ -141,8 +150,8 @@ class StudyPublic(BaseModel):
     eta_seconds: float | None = Field(
         description="time left at the current pace; null before the pace is known"
     )
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
     mlflow: MlflowLinks
 
 
@@ -184,7 +193,7 @@ class TrialPublic(BaseModel):
     runs: int = Field(description="times the trial was started (1 for a trial run once, 0 when reused)")
     reused_from: int | None = Field(description="the trial whose finished result this one reuses")
     mlflow_run_id: str | None
-    updated_at: datetime
+    updated_at: UtcDatetime
     config: dict[str, Any] = Field(description="the full resolved trial config")
     history: list[Evaluation] | None = Field(
         default=None, description="every evaluation (with ?history=true)"

@@ -137,7 +137,10 @@ class StudyService:
             raise ConflictError(
                 f"study {study_id} is done: every trial finished. POST /studies/{study_id}/extend adds points"
             )
+        previous = {"state": study.state, "error": study.error}
+        self.ledger.update_study(study_id, state="pending", error=None)
         if not self.runner.submit(study_id):
+            self.ledger.update_study(study_id, **previous)
             raise ConflictError("the server is shutting down; resume the study after it restarts")
         return self.public(self._get(study_id))
 
@@ -203,6 +206,7 @@ class StudyService:
             state=study.state,  # type: ignore[arg-type]  # the ledger holds only STUDY_STATES
             error=study.error,
             queued=self.runner.is_queued(study.id),
+            active=self.runner.is_active(study.id),
             spec=study.spec,
             counts=TrialCounts(**c, finished=finished),
             expected_trials=expected,

@@ -41,7 +41,9 @@ def test_mlflow_ui_shows_the_study_and_its_trials(engine, mlflow_uri):
         page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs", wait_until="load")
         page.get_by_text(f"study ui-demo [{study.id}]").first.wait_for(timeout=60_000)
         parent_row = page.locator("[role='row']", has_text=f"study ui-demo [{study.id}]").first
-        parent_row.locator("button[data-component-id*='runnamecellrenderer']").first.click()  # unfold children
+        parent_row.locator(
+            "button[data-component-id*='runnamecellrenderer']"
+        ).first.click()  # unfold children
         for model in ("chain", "orthogonal"):
             for seed in (1, 2):
                 page.get_by_text(f"{model} lr=0.001 scale=1.0 seed={seed}").first.wait_for(timeout=60_000)

@@ -30,6 +30,12 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 REFUSED: dict[int | str, dict[str, Any]] = {
     422: {"description": "a field is invalid, or the trainers refuse a value, or the grid is over the limit"}
 }
+BAD_BODY: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorMessage, "description": "the body is not JSON (UTF-8)"}
+}
+TOO_LARGE: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorMessage, "description": "the body is over MEMSWEEP_MAX_REQUEST_BYTES"}
+}
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorMessage, "description": "missing or wrong bearer token"}
 }
@@ -45,9 +51,10 @@ router = APIRouter(prefix="/studies", tags=["studies"], responses=UNAUTHORIZED)
             "model": StudyPublic,
             "description": "the study an earlier request with this Idempotency-Key made",
         },
+        **BAD_BODY,
         **CONFLICT,
         **REFUSED,
-        413: {"model": ErrorMessage, "description": "the body is over MEMSWEEP_MAX_REQUEST_BYTES"},
+        **TOO_LARGE,
     },
 )
 def create_study(
@@ -139,7 +146,7 @@ def resume(studies: StudiesDep, study_id: str) -> StudyPublic:
     return studies.resume(study_id)
 
 
-@router.post("/{study_id}/extend", responses={**NOT_FOUND, **CONFLICT, **REFUSED})
+@router.post("/{study_id}/extend", responses={**BAD_BODY, **NOT_FOUND, **CONFLICT, **REFUSED, **TOO_LARGE})
 def extend(studies: StudiesDep, study_id: str, changes: StudyExtend) -> StudyExtended:
     """Add seeds, values, models or trials to a finished or stopped study, and run only the new points."""
     return studies.extend(study_id, changes)

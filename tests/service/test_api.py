@@ -1,0 +1,312 @@
+"""The REST service end to end: `memsweep serve` (uvicorn) in a subprocess on loopback, with its embedded
+Ray, a real MLflow server and a real SQLite ledger; the Python client and the CLI talk to it over HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import httpx
+import pytest
+from mlflow.tracking import MlflowClient
+
+from service.client import MemsweepAPIError, MemsweepClient
+from service.ledger import Ledger
+from tests.service.conftest import TINY, free_port
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "e2e-token-5c1f0b7d"
+
+
+class Server:
+    """`python -m service.cli serve` in its own process group (its embedded Ray included)."""
+
+    def __init__(self, home: Path, mlflow_uri: str, token: str | None = None) -> None:
+        self.home, self.port = home, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = home / "serve.log"
+        self.env = {
+            **os.environ,
+            "MEMSWEEP_HOME": str(home),
+            "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+            "MEMSWEEP_RAY_NUM_CPUS": "2",
+            "MEMSWEEP_MAX_PARALLEL_STUDIES": "2",
+        }
+        self.env.pop("MEMSWEEP_API_TOKEN", None)
+        if token:
+            self.env["MEMSWEEP_API_TOKEN"] = token
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Server:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"the server did not answer /health in 90 s:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM to the server (a graceful stop: studies stop resumably, Ray shuts down), then clean up."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=90)
+        with contextlib.suppress(ProcessLookupError):  # whatever is left in the group
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("api-home"), mlflow_uri, token=TOKEN).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[MemsweepClient]:
+    with MemsweepClient(server.url, token=TOKEN) as c:
+        yield c
+
+
+def grid_spec(**kw: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": "rest-tiny-grid",
+        "space": {
+            "models": {
+                "chain": {"fixed": {"init": "chain"}, "dims": {"lr": [1e-3, 50.0]}},
+                "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [1e-3, 50.0]}},
+            }
+        },
+        "base": {**TINY, "clip_norm": None},  # lr 50 without clipping diverges: failed trials
+        "seeds": [1, 2],
+        "success_fraction": 2.0,  # loose, so that some trials succeed
+    }
+    spec.update(kw)
+    return spec
+
+
+def slower_grid(name: str, lrs: list[float], seeds: list[int], concurrency: int) -> dict[str, Any]:
+    """Trials of a few seconds each, so that a study can be interrupted midway."""
+    return {
+        "name": name,
+        "space": {"dims": {"lr": lrs, "init": ["chain", "orthogonal"]}},
+        "base": {**TINY, "steps": 1500, "eval_every": 500},
+        "seeds": seeds,
+        "concurrency": concurrency,
+    }
+
+
+def child_runs(uri: str, exp_id: str, parent: str) -> list[Any]:
+    return MlflowClient(uri).search_runs(
+        [exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=1000
+    )
+
+
+def memsweep_cli(*args: str, url: str) -> Any:
+    env = {**os.environ, "MEMSWEEP_API_TOKEN": TOKEN, "MEMSWEEP_HOME": "/nonexistent-not-used"}
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", *args, "--url", url, "--json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_study_over_rest_agrees_with_mlflow(
+    server: Server, client: MemsweepClient, mlflow_uri: str
+) -> None:
+    study = client.submit(grid_spec(), idempotency_key="e2e-tiny")
+    assert client.submit(grid_spec(), idempotency_key="e2e-tiny")["id"] == study["id"]  # a retried submit
+    final = client.wait(study["id"], poll=0.5, timeout=300, progress=False)
+    assert final["state"] == "done", final
+    assert final["counts"]["finished"] == final["counts"]["total"] == 8 and not final["active"]
+    trials = client.trials(study["id"])
+    assert len(trials) == 8 and all(t["runs"] == 1 for t in trials)
+    assert {t["status"] for t in trials} == {"done", "failed"}
+
+    exp_id, parent = final["mlflow"]["experiment_id"], final["mlflow"]["run_id"]
+    assert final["mlflow"]["run_url"] == f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent}"
+    runs = child_runs(mlflow_uri, exp_id, parent)
+    assert sorted(r.data.tags["memsweep.config_hash"] for r in runs) == sorted(
+        t["config_hash"] for t in trials
+    )
+
+    # /best, from MLflow's child runs: mean final loss over the finished seeds of each (model, lr)
+    losses: dict[tuple[str, float], list[float]] = defaultdict(list)
+    for r in runs:
+        if r.data.tags["memsweep.status"] == "done":
+            losses[(r.data.tags["memsweep.model"], float(r.data.params["lr"]))].append(
+                r.data.metrics["final_val_loss"]
+            )
+    expected = sorted(((fmean(v), key, len(v)) for key, v in losses.items()), key=lambda x: x[0])
+    best = client.best(study["id"], k=10)
+    assert [(b["model"], b["params"]["lr"]) for b in best] == [key for _, key, _ in expected]
+    for b, (mean, _, n) in zip(best, expected, strict=True):
+        assert b["mean_final_val_loss"] == pytest.approx(mean) and len(b["seeds"]) == n
+
+    # /success, from MLflow: successes, failures and trials per model and per learning rate
+    table = client.success(study["id"])
+    for model in ("chain", "orth"):
+        mine = [r for r in runs if r.data.tags["memsweep.model"] == model]
+        cell = table["by_model"][model]
+        assert cell["trials"] == len(mine) == 4
+        assert cell["succeeded"] == sum(r.data.metrics.get("success") == 1.0 for r in mine)
+        assert cell["failed"] == sum(r.data.tags["memsweep.status"] == "failed" for r in mine) == 2
+        lo, hi = cell["ci95"]
+        assert 0 <= lo <= cell["rate"] <= hi <= 1
+        for lr in ("0.001", "50"):
+            at = [r for r in mine if f"{float(r.data.params['lr']):g}" == lr]
+            assert table["by_value"][model]["lr"][lr]["succeeded"] == sum(
+                r.data.metrics.get("success") == 1.0 for r in at
+            )
+    assert table["total"]["succeeded"] == final["counts"]["succeeded"] > 0
+    frame = client.success_table(study["id"])
+    assert frame["succeeded"].sum() == table["total"]["succeeded"]
+
+    ready = client.ready()
+    assert (
+        ready["ready"] and ready["checks"]["ray"]["ok"] and ready["checks"]["mlflow"]["detail"] == mlflow_uri
+    )
+
+    # the CLI against the server
+    assert memsweep_cli("status", study["id"], url=server.url)["counts"] == final["counts"]
+    assert memsweep_cli("best", study["id"], "--k", "10", url=server.url) == best
+    assert memsweep_cli("success", study["id"], url=server.url) == table
+    spec_file = server.home / "tiny.json"
+    spec_file.write_text(json.dumps(grid_spec()))
+    resubmitted = memsweep_cli("submit", str(spec_file), "--idempotency-key", "e2e-tiny", url=server.url)
+    assert resubmitted["id"] == study["id"]
+
+    # the token: every route but /health refuses a request without it; the token never reaches the log
+    assert httpx.get(f"{server.url}/health").status_code == 200
+    for path in ("/studies", f"/studies/{study['id']}", "/presets", "/ready", "/openapi.json"):
+        assert httpx.get(f"{server.url}{path}").status_code == 401
+        assert (
+            httpx.get(f"{server.url}{path}", headers={"Authorization": "Bearer wrong-5c1f"}).status_code
+            == 401
+        )
+    log = server.log.read_text()
+    assert "POST /studies" in log and TOKEN not in log and "wrong-5c1f" not in log
+
+
+def test_two_studies_at_once_cancel_and_resume(client: MemsweepClient) -> None:
+    a = client.submit(slower_grid("rest-cancel", [1e-3, 3e-4, 1e-4, 3e-5], [1], concurrency=1))
+    b = client.submit(grid_spec(name="rest-alongside", seeds=[3]))  # seed 3: not reusable from the first test
+    both_running, slowest, cancelled_at = False, 0.0, None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        sa, sb = client.get(a["id"]), client.get(b["id"])
+        slowest = max(slowest, (time.monotonic() - started) / 2)
+        both_running = both_running or (sa["state"] == sb["state"] == "running")
+        if sa["counts"]["done"] >= 2:
+            cancelled_at = client.cancel(a["id"])
+            break
+        time.sleep(0.2)
+    assert cancelled_at is not None, "the study never finished two trials"
+    assert both_running, "the two studies never ran at the same time"
+    assert slowest < 2.0, f"a GET took {slowest:.2f} s while studies ran"
+
+    stopped = client.wait(a["id"], poll=0.5, timeout=120, progress=False)
+    assert stopped["state"] == "cancelled"
+    before = {t["config_hash"]: t for t in client.trials(a["id"], status="done")}
+    assert 2 <= len(before) < 8, "the cancel came too late to interrupt the study"
+    assert stopped["counts"]["pending"] + stopped["counts"]["cancelled"] == 8 - stopped["counts"]["finished"]
+    with pytest.raises(MemsweepAPIError, match="409") as refused:
+        client.cancel(a["id"])
+    assert "nothing to cancel" in str(refused.value)
+
+    assert client.resume(a["id"])["active"]
+    with pytest.raises(MemsweepAPIError, match="409"):
+        client.resume(a["id"])  # running already
+    done = client.wait(a["id"], poll=0.5, timeout=300, progress=False)
+    assert done["state"] == "done" and done["counts"]["done"] == 8
+    after = client.trials(a["id"])
+    for t in after:
+        if t["config_hash"] in before:  # finished before the cancel: never run again
+            assert t["runs"] == 1 and t["final_val_loss"] == before[t["config_hash"]]["final_val_loss"]
+        else:
+            assert t["runs"] in (1, 2)
+    assert sum(t["runs"] for t in after) <= 8 + 1  # concurrency 1: at most one trial was interrupted
+    assert client.wait(b["id"], poll=0.5, timeout=300, progress=False)["state"] == "done"
+
+
+def wait_for_done(url: str, study_id: str, n: int) -> None:
+    deadline = time.monotonic() + 300
+    with MemsweepClient(url) as client:
+        while client.get(study_id)["counts"]["done"] < n:
+            assert time.monotonic() < deadline, f"the study never got {n} trials done"
+            time.sleep(0.3)
+
+
+def test_a_killed_server_resumes_its_study_on_restart(tmp_path: Path, mlflow_uri: str) -> None:
+    server = Server(tmp_path / "home", mlflow_uri).start()
+    ledger = Ledger(f"sqlite:///{tmp_path / 'home' / 'ledger.db'}")
+    try:
+        with MemsweepClient(server.url) as client:
+            study = client.submit(slower_grid("rest-kill", [1e-3, 3e-4, 1e-4], [1, 2], concurrency=2))
+        sid = study["id"]
+        assert study["counts"]["total"] == 12
+        wait_for_done(server.url, sid, 3)
+        server.kill()  # SIGKILL: the server, its study threads and its embedded Ray, mid-study
+        done_before = {t.config_hash: (t.final_val_loss, t.runs) for t in ledger.trials(sid, ["done"])}
+        assert all(runs == 1 for _, runs in done_before.values())
+        assert 3 <= len(done_before) < 12 and ledger.get_study(sid).state == "running"  # type: ignore[union-attr]
+
+        server.start()  # the same home: it finds the unfinished study and resumes it
+        wait_for_done(server.url, sid, len(done_before) + 2)
+        server.stop()  # SIGTERM: a graceful stop leaves the study pending, to resume at the next start
+        stopped = ledger.get_study(sid)
+        assert stopped is not None and stopped.state == "pending" and "shutdown" in (stopped.error or "")
+        done_before.update({t.config_hash: (t.final_val_loss, t.runs) for t in ledger.trials(sid, ["done"])})
+        assert len(done_before) < 12, "the graceful stop came after the study had finished"
+
+        server.start()
+        with MemsweepClient(server.url) as client:
+            final = client.wait(sid, poll=0.5, timeout=300, progress=False)
+        assert final["state"] == "done" and final["counts"]["done"] == 12
+    finally:
+        server.stop()
+    trials = ledger.trials(sid)
+    points = {(t.model, t.params["lr"], t.params["init"], t.params["seed"]) for t in trials}
+    assert len(trials) == len(points) == 12  # every grid point once
+    for t in trials:
+        assert t.status == "done"
+        if t.config_hash in done_before:  # finished before a stop: not run again
+            assert (t.final_val_loss, t.runs) == done_before[t.config_hash]
+        assert t.runs in (1, 2, 3)  # started again only when a stop interrupted it
+    assert sum(t.runs for t in trials) <= 12 + 4  # concurrency 2: at most two interrupted per stop
+    study_row = ledger.get_study(sid)
+    assert study_row is not None and study_row.mlflow_run_id and study_row.error is None
+    runs = child_runs(mlflow_uri, str(study_row.mlflow_experiment_id), study_row.mlflow_run_id)
+    assert {r.data.tags["memsweep.config_hash"] for r in runs} == {t.config_hash for t in trials}
+    assert server.log.read_text().count("resuming 1 unfinished studies") == 2

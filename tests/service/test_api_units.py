@@ -1,0 +1,408 @@
+"""The REST app in-process (FastAPI's TestClient, a real SQLite ledger), without Ray or MLflow: the server
+runs no study here (MEMSWEEP_MAX_PARALLEL_STUDIES=0), and trial results are written to the ledger as the
+engine would write them. The real server under uvicorn, with Ray and MLflow, is in test_api.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from service.api import create_app
+from service.api.routes import docs
+from service.api.schemas import StudyState, TrialSort, TrialStatus
+from service.client import MemsweepAPIError, MemsweepClient
+from service.ledger import STUDY_STATES, TRIAL_SORTS, TRIAL_STATES, Ledger
+from service.settings import Settings
+from service.summary import best_configs, is_success, success_table
+from tests.service.conftest import TINY
+
+TOKEN = "s3cret-token-for-tests"
+
+
+def grid(**kw: Any) -> dict[str, Any]:
+    spec = {
+        "name": "unit-grid",
+        "space": {
+            "models": {
+                "chain": {"fixed": {"init": "chain"}, "dims": {"lr": [1e-3, 1e-2]}},
+                "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [1e-3, 1e-2]}},
+            }
+        },
+        "base": TINY,
+        "seeds": [1, 2],
+    }
+    spec.update(kw)
+    return spec
+
+
+def settings(home: Path, **kw: Any) -> Settings:
+    return Settings(home=home, max_parallel_studies=0, mlflow_tracking_uri="http://127.0.0.1:9", **kw)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(settings(tmp_path))) as c:
+        yield c
+
+
+def ledger_of(c: TestClient) -> Ledger:
+    ledger: Ledger = c.app.state.engine.ledger  # type: ignore[attr-defined]
+    return ledger
+
+
+def finish_all(c: TestClient, study_id: str, state: str = "done") -> None:
+    """Write results the way the engine does: a loss per trial, success judged from loss and threshold."""
+    c.app.state.runner.cancel(study_id)  # type: ignore[attr-defined]  # this server runs nothing
+    ledger = ledger_of(c)
+    for t in ledger.trials(study_id):
+        lr, seed = t.params["lr"], t.params["seed"]
+        diverged = lr == 1e-2 and t.model == "orth"
+        loss = 0.05 * seed if t.model == "chain" else 0.1 + lr * seed
+        fields = {
+            "status": "failed" if diverged else "done",
+            "reason": "training loss diverged (nan) at step 10" if diverged else None,
+            "final_val_loss": None if diverged else loss,
+            "baseline_loss": 1 / 6,
+            "success_threshold": 1 / 12,
+            "steps": 20,
+            "seconds": 0.1 * t.id,
+            "history": [{"step": 10, "val_loss": loss * 2}, {"step": 20, "val_loss": loss}],
+        }
+        ledger.start_trial(study_id, t.config_hash)
+        ledger.finish_trial(t.id, fields, is_success)
+    ledger.update_study(study_id, state=state)
+
+
+# ----- studies ---------------------------------------------------------------------------------------
+def test_health_and_ready_without_a_runner(client: TestClient) -> None:
+    assert client.get("/health").json()["status"] == "ok"
+    ready = client.get("/ready")
+    assert ready.status_code == 200 and ready.json()["checks"]["database"] == {"ok": True, "detail": "sqlite"}
+
+
+def test_a_preset_with_overrides_is_queued_and_listed(client: TestClient) -> None:
+    spec = {"preset": "orhan2020-copy500", "models": ["chain"], "dims": {"lr": [1e-4]}, "seeds": [1, 2]}
+    r = client.post("/studies", json=spec)
+    assert r.status_code == 201, r.text
+    study = r.json()
+    assert study["state"] == "pending" and study["queued"] is True
+    assert study["counts"]["total"] == study["expected_trials"] == 7 * 2  # 7 α values × 1 lr × 2 seeds
+    assert study["name"] == "orhan2020-copy500" and study["eta_seconds"] is None
+    assert study["created_at"].endswith("Z")
+    listed = client.get("/studies").json()
+    assert listed["total"] == 1 and listed["items"][0]["id"] == study["id"]
+    assert client.get("/studies", params={"state": "done"}).json()["total"] == 0
+    assert client.get(f"/studies/{study['id']}").json()["counts"] == study["counts"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/studies/nope"),
+        ("GET", "/studies/nope/trials"),
+        ("GET", "/studies/nope/best"),
+        ("GET", "/studies/nope/success"),
+        ("POST", "/studies/nope/cancel"),
+        ("POST", "/studies/nope/resume"),
+        ("GET", "/presets/nope"),
+    ],
+)
+def test_unknown_ids_are_404_with_where_to_look(client: TestClient, method: str, path: str) -> None:
+    r = client.request(method, path)
+    assert r.status_code == 404
+    assert "'nope'" in r.json()["detail"] and (
+        "GET /studies" in r.json()["detail"] or "presets:" in r.json()["detail"]
+    )
+    r = client.post("/studies/nope/extend", json={"seeds": [1, 2, 3]})
+    assert r.status_code == 404
+
+
+def test_trials_filter_sort_and_paginate(client: TestClient) -> None:
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    base = f"/studies/{study['id']}/trials"
+    page = client.get(base, params={"limit": 3}).json()
+    assert page["total"] == 8 and len(page["items"]) == 3 and page["items"][0]["history"] is None
+    rest = client.get(base, params={"limit": 3, "offset": 6}).json()["items"]
+    assert len(rest) == 2
+    failed = client.get(base, params={"status": "failed"}).json()
+    assert failed["total"] == 2 and all(t["model"] == "orth" and t["reason"] for t in failed["items"])
+    both = client.get(base, params=[("status", "failed"), ("status", "done")]).json()
+    assert both["total"] == 8
+    wins = client.get(base, params={"success": "true"}).json()["items"]
+    assert [t["params"]["seed"] for t in wins] == [1, 1] and all(t["model"] == "chain" for t in wins)
+    assert client.get(base, params={"success": "false"}).json()["total"] == 6
+    by_loss = client.get(base, params={"sort": "final_val_loss", "order": "desc"}).json()["items"]
+    losses = [t["final_val_loss"] for t in by_loss]
+    assert losses[-2:] == [None, None]  # empty values last
+    assert losses[:6] == sorted(losses[:6], reverse=True)
+    with_history = client.get(base, params={"limit": 1, "history": "true"}).json()["items"][0]
+    assert [e["step"] for e in with_history["history"]] == [10, 20]
+    assert with_history["runs"] == 1 and with_history["config"]["task"] == "addition"
+
+
+def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    trials = ledger_of(client).trials(study["id"])
+    best = client.get(f"/studies/{study['id']}/best", params={"k": 2}).json()
+    assert best == json.loads(json.dumps(best_configs(trials, k=2)))
+    assert best[0]["model"] == "chain" and best[0]["seeds"] == [1, 2] and best[0]["succeeded"] == 1
+    only_orth = client.get(f"/studies/{study['id']}/best", params={"model": "orth"}).json()
+    assert [b["params"]["lr"] for b in only_orth] == [1e-3]  # lr 1e-2 failed on every seed
+    table = client.get(f"/studies/{study['id']}/success").json()
+    expected = success_table(trials)
+    assert table["by_model"]["chain"]["succeeded"] == 2 and table["by_model"]["orth"]["failed"] == 2
+    for model, cell in expected["by_model"].items():
+        assert table["by_model"][model]["ci95"] == pytest.approx(list(cell["ci95"]))
+    assert table["by_value"]["orth"]["lr"]["0.01"]["failed"] == 2
+    assert set(table["by_value"]["chain"]) == {"lr"}  # seeds are pooled, not a hyperparameter
+
+
+def test_idempotency_key_gives_the_same_study_back(client: TestClient) -> None:
+    first = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-1"})
+    again = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-1"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    other = client.post("/studies", json=grid(seeds=[3]), headers={"Idempotency-Key": "k-1"})
+    assert other.status_code == 422 and "different study spec" in other.json()["detail"]
+    assert client.post("/studies", json=grid()).json()["id"] != first.json()["id"]  # no key: a new study
+    refused = client.post("/studies", json=grid(base={"seq_lenn": 3}), headers={"Idempotency-Key": "k-2"})
+    assert refused.status_code == 422
+    fixed = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-2"})
+    assert fixed.status_code == 201  # a refused request does not hold on to its key
+    assert client.get("/studies").json()["total"] == 3
+
+
+def test_bad_input_is_422_naming_the_field_the_allowed_values_and_the_fix(client: TestClient) -> None:
+    r = client.post("/studies", json=grid(sampler="bayes", colour="red"))
+    assert r.status_code == 422
+    body = r.json()
+    assert "body.sampler: Input should be 'grid', 'random', 'tpe', 'cmaes' or 'qmc'" in body["message"]
+    extra = next(e for e in body["detail"] if e["loc"] == ["body", "colour"])
+    assert "sampler" in extra["allowed"] and "seeds" in extra["allowed"]
+    assert "send the request again" in body["message"]
+    r = client.post("/studies", json={"preset": "orhan2020-copy999"})
+    assert r.status_code == 422 and "orhan2020-copy500" in r.json()["detail"]  # the valid presets
+    r = client.post("/studies", json=grid(base={**TINY, "seq_lenn": 20}))
+    assert r.status_code == 422 and "unknown config field 'seq_lenn'" in r.json()["detail"]
+    assert "seq_len" in r.json()["detail"]  # the valid fields
+    r = client.post("/studies", json=grid(space={"models": {"a": {"fixd": {"init": "chain"}}}}))
+    assert r.status_code == 422 and r.json()["detail"][0]["allowed"] == ["fixed", "dims"]
+    r = client.post("/studies", json={"space": {"dims": {"init": ["chain", "spiral"]}}, "base": TINY})
+    assert r.status_code == 422 and "spiral" in r.json()["detail"]
+    r = client.post("/studies", json={"preset": "orhan2020-copy500", "sampler": "tpe"})
+    assert r.status_code == 422 and "max_trials" in r.json()["message"]
+    r = client.get("/studies/x/trials", params={"status": "finished"})
+    assert r.status_code == 422 and "'pending', 'running', 'done'" in r.json()["message"]
+    assert client.get("/studies/x/best", params={"k": 0}).status_code == 422
+    assert (
+        client.post(
+            "/studies", content=b"{not json", headers={"content-type": "application/json"}
+        ).status_code
+        == 422
+    )
+    assert client.get("/studies").status_code == 200
+
+
+def test_a_grid_over_the_limit_is_refused_with_its_size_and_the_limit(tmp_path: Path) -> None:
+    with TestClient(create_app(settings(tmp_path, max_grid_size=100))) as c:
+        r = c.post("/studies", json={"preset": "orhan2020-copy500"})
+        assert r.status_code == 422
+        assert "2112 trials" in r.json()["detail"] and "limit of 100" in r.json()["detail"]
+        assert "MEMSWEEP_MAX_GRID_SIZE" in r.json()["detail"]
+        assert c.get("/studies").json()["total"] == 0
+
+
+def test_illegal_state_changes_are_409(client: TestClient) -> None:
+    sid = client.post("/studies", json=grid()).json()["id"]
+    r = client.post(f"/studies/{sid}/resume")
+    assert r.status_code == 409 and "queued already" in r.json()["detail"]
+    r = client.post(f"/studies/{sid}/extend", json={"seeds": [1, 2, 3]})
+    assert r.status_code == 409 and "cancel" in r.json()["detail"]
+    r = client.post(f"/studies/{sid}/cancel")
+    assert r.status_code == 200 and r.json()["state"] == "cancelled" and r.json()["queued"] is False
+    r = client.post(f"/studies/{sid}/cancel")
+    assert (
+        r.status_code == 409 and "nothing to cancel" in r.json()["detail"] and "resume" in r.json()["detail"]
+    )
+    r = client.post(f"/studies/{sid}/extend", json={"seeds": [1, 2, 3]})
+    assert r.status_code == 200 and r.json()["added"] == 4 and r.json()["study"]["counts"]["total"] == 12
+    assert r.json()["study"]["queued"] is True and r.json()["study"]["spec"]["seeds"] == [1, 2, 3]
+    client.post(f"/studies/{sid}/cancel")
+    r = client.post(f"/studies/{sid}/extend", json={"sampler": "tpe"})
+    assert r.status_code == 422 and r.json()["detail"][0]["allowed"]  # extend takes only the growing fields
+    resumed = client.post(f"/studies/{sid}/resume").json()
+    assert resumed["queued"] is True and resumed["state"] == "pending"
+    client.post(f"/studies/{sid}/cancel")
+    finish_all(client, sid)
+    r = client.post(f"/studies/{sid}/resume")
+    assert r.status_code == 409 and "every trial finished" in r.json()["detail"]
+    r = client.post(f"/studies/{sid}/cancel")
+    assert r.status_code == 409 and "done" in r.json()["detail"]
+    ledger_of(client).update_study(sid, state="running")  # as another process would leave it
+    r = client.post(f"/studies/{sid}/resume")
+    assert r.status_code == 409 and "another process" in r.json()["detail"]
+
+
+# ----- security and limits ---------------------------------------------------------------------------
+def concrete(path: str) -> str:
+    return path.replace("{study_id}", "abc123").replace("{name}", "orhan2020-copy500")
+
+
+def test_with_a_token_every_route_but_health_answers_401_without_it(tmp_path: Path) -> None:
+    app = create_app(settings(tmp_path, api_token=SecretStr(TOKEN)))
+    documented = [(m.upper(), path) for path, ops in app.openapi()["paths"].items() for m in ops]
+    hidden = [(m, r.path) for r in docs.router.routes if isinstance(r, APIRoute) for m in r.methods]
+    routes = documented + hidden
+    paths = {p for _, p in routes}
+    assert {"/openapi.json", "/docs", "/redoc", "/studies", "/studies/{study_id}/extend", "/ready"} <= paths
+    assert len(routes) == 16  # 13 documented + the 3 docs routes
+    with TestClient(app) as c:
+        for method, path in routes:
+            url = concrete(path)
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+                r = c.request(method, url, headers=headers, json={})
+                if path == "/health":
+                    assert r.status_code == 200
+                else:
+                    assert r.status_code == 401, (method, path, headers, r.status_code)
+                    assert r.headers["www-authenticate"] == "Bearer"
+            r = c.request(method, url, headers={"Authorization": f"Bearer {TOKEN}"}, json={})
+            assert r.status_code != 401, (method, path)
+        schema = c.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+def test_request_body_limit(tmp_path: Path) -> None:
+    with TestClient(create_app(settings(tmp_path, max_request_bytes=2_000))) as c:
+        big = grid(name="x" * 3_000)
+        r = c.post("/studies", json=big)
+        assert r.status_code == 413 and "limit of 2,000 bytes" in r.json()["detail"]
+        assert c.post("/studies", json=grid()).status_code == 201
+        chunked = c.post(  # no Content-Length: counted as it streams
+            "/studies",
+            content=iter([b'{"name": "', b"x" * 3_000, b'"}']),
+            headers={"content-type": "application/json"},
+        )
+        assert chunked.status_code == 413 and "limit" in chunked.json()["detail"]
+
+
+def test_cors_is_off_unless_configured(tmp_path: Path) -> None:
+    origin = {"Origin": "https://lab.example"}
+    with TestClient(create_app(settings(tmp_path / "a"))) as c:
+        assert "access-control-allow-origin" not in c.get("/health", headers=origin).headers
+    with TestClient(create_app(settings(tmp_path / "b", cors_origins=["https://lab.example"]))) as c:
+        assert (
+            c.get("/health", headers=origin).headers["access-control-allow-origin"] == "https://lab.example"
+        )
+        evil = c.get("/health", headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in evil.headers
+        pre = c.options(
+            "/studies",
+            headers={
+                **origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization",
+            },
+        )
+        assert pre.status_code == 200
+
+
+def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MEMSWEEP_CORS_ORIGINS", "https://a.example, https://b.example")
+    monkeypatch.setenv("MEMSWEEP_API_TOKEN", TOKEN)
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    s = Settings()
+    assert s.cors_origins == ["https://a.example", "https://b.example"]
+    assert s.api_token is not None and s.api_token.get_secret_value() == TOKEN
+    assert TOKEN not in repr(s) and TOKEN not in str(s.model_dump())
+
+
+def test_openapi_documents_examples_errors_and_schema_families(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    create = schema["paths"]["/studies"]["post"]
+    examples = create["requestBody"]["content"]["application/json"]["examples"]
+    assert {"preset", "space", "tpe"} <= set(examples)
+    assert {"200", "201", "409", "413", "422"} <= set(create["responses"])
+    assert {"404", "409"} <= set(schema["paths"]["/studies/{study_id}/cancel"]["post"]["responses"])
+    names = set(schema["components"]["schemas"])
+    assert {
+        "StudySpec",
+        "StudyPublic",
+        "TrialPublic",
+        "TrialPage",
+        "SuccessTable",
+        "BestConfig",
+        "PresetPublic",
+    } <= names
+    assert schema["components"]["schemas"]["StudyPublic"]["examples"]
+
+
+def test_schema_literals_match_the_ledger() -> None:
+    assert set(StudyState.__args__) == set(STUDY_STATES)  # type: ignore[attr-defined]
+    assert set(TrialStatus.__args__) == set(TRIAL_STATES)  # type: ignore[attr-defined]
+    assert set(TrialSort.__args__) == set(TRIAL_SORTS)  # type: ignore[attr-defined]
+
+
+def test_presets_list_and_detail(client: TestClient) -> None:
+    presets = client.get("/presets").json()
+    copy = next(p for p in presets if p["name"] == "orhan2020-copy500")
+    assert copy["size"] == 2112 and copy["size_per_model"]["chain"] == 462 and "Orhan" in copy["citation"]
+    detail = client.get("/presets/orhan2020-copy500").json()
+    assert detail["models"]["chain"]["dims"]["scale"]["values"][0] == 0.99 and detail["seeds"] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
+
+
+# ----- the Python client -------------------------------------------------------------------------------
+def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
+    with TestClient(create_app(settings(tmp_path, api_token=SecretStr(TOKEN)))) as c:
+        client = MemsweepClient("http://testserver", token=TOKEN, http=c)
+        study = client.submit(grid(), idempotency_key="same")
+        assert client.submit(grid(), idempotency_key="same")["id"] == study["id"]
+        finish_all(c, study["id"])
+        assert client.wait(study["id"], poll=0.01, progress=False)["state"] == "done"
+        trials = client.iter_trials(study["id"], page=3)
+        assert [t["id"] for t in trials] == list(range(1, 9))  # three pages
+        assert len(client.trials(study["id"], status=["done"], limit=5)) == 5
+        assert client.best(study["id"], k=1)[0]["model"] == "chain"
+        frame = client.success_table(study["id"])
+        assert list(frame.index) == ["chain", "orth"]
+        assert frame.loc["chain", "succeeded"] == 2 and frame.loc["orth", "failed"] == 2
+        assert (
+            0 < frame.loc["chain", "ci95_low"] < frame.loc["chain", "rate"] < frame.loc["chain", "ci95_high"]
+        )
+        by_value = client.success_table(study["id"], by="value")
+        assert by_value.loc[("orth", "lr", "0.01"), "failed"] == 2
+        with pytest.raises(MemsweepAPIError) as err:
+            client.submit({"preset": "nope"})
+        assert err.value.status == 422 and "presets:" in str(err.value)
+        with pytest.raises(MemsweepAPIError, match="401"):
+            MemsweepClient("http://testserver", token="wrong", http=c).get(study["id"])
+        assert client.ready()["ready"] is True
+
+
+# ----- the CLI ---------------------------------------------------------------------------------------------
+def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert all(cmd in out for cmd in ("serve", "submit", "status", "best", "success", "run"))
+    with pytest.raises(SystemExit, match="--url"):
+        main(["status", "abc"])
