@@ -175,7 +175,11 @@ class Engine:
             raise
         self._backfill_tracking(study.id, tracker, exp_id, parent)
         summary = self.summary(study.id)
-        figures = self._figures(study.id, summary)
+        try:
+            figures = self._figures(study.id, summary)
+        except Exception as exc:  # a plot never fails a finished study
+            log.warning("study %s: plots failed: %s", study.id, exc)
+            figures = {}
         tracker.log_summary(parent, summary, figures, "FINISHED" if state == "done" else "KILLED")
         errors = tracker.flush()
         tracker.close()

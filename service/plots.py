@@ -23,8 +23,15 @@ def success_bars(table: dict[str, Any], title: str) -> bytes:
     models = list(table["by_model"])
     counts = [table["by_model"][m]["succeeded"] for m in models]
     totals = [table["by_model"][m]["trials"] for m in models]
-    lo = [c - n * table["by_model"][m]["ci95"][0] for m, c, n in zip(models, counts, totals, strict=True)]
-    hi = [n * table["by_model"][m]["ci95"][1] - c for m, c, n in zip(models, counts, totals, strict=True)]
+    # error bars from the Wilson interval; max(0, …) absorbs rounding at k = 0 and k = n
+    lo = [
+        max(0.0, c - n * table["by_model"][m]["ci95"][0])
+        for m, c, n in zip(models, counts, totals, strict=True)
+    ]
+    hi = [
+        max(0.0, n * table["by_model"][m]["ci95"][1] - c)
+        for m, c, n in zip(models, counts, totals, strict=True)
+    ]
     fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(models), 3.2))
     ax.bar(models, counts, yerr=[lo, hi], capsize=4, color="#4c72b0")
     for i, (c, n) in enumerate(zip(counts, totals, strict=True)):

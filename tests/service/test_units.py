@@ -119,3 +119,13 @@ def test_henrici_profiles_and_loss_by_scale_use_the_right_trials():
     rows = loss_by_scale(trials)["orth"]
     assert [r["scale"] for r in rows] == [0.5, 1.0] and rows[1]["mean"] == pytest.approx(0.06)
     assert [r["scale"] for r in loss_by_scale(trials, below=0.2)["orth"]] == [1.0]
+
+
+def test_success_plot_accepts_all_and_none_successful():
+    from service.plots import success_bars
+
+    trials = [T("chain", {"seed": s}, 0.01) for s in range(4)] + [
+        T("orth", {"seed": s}, 0.5) for s in range(4)
+    ]
+    png = success_bars(success_table(trials), "all or nothing")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
