@@ -11,10 +11,15 @@ Two implementations, chosen by `elman_rnn`:
   computes ∂W with one large matmul after the loop. `auto` picks it on the CPU for every f: measured
   by `benchmarks/rnn_loop.py`, it is faster than torch's native CPU kernel even for relu.
 Shapes are time-major: xp [T, B, N] (input projection + bias, hoisted out of the loop), h0 [B, N].
+
+`FusedElmanScan` (via `fused_elman_rnn`) runs K independent networks of one shape at once — a
+fused trial bundle (`trainers.fused`) — with one batched matmul per step for all K, and each
+member's numbers bit for bit those `ElmanScan` computes for it alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,13 +37,58 @@ def _act_(a: torch.Tensor, nonlinearity: str) -> torch.Tensor:
     return a.tanh_()
 
 
-def _act_grad(h: torch.Tensor, nonlinearity: str) -> torch.Tensor:
-    """f'(a) written through h = f(a): elu' = 1 (h > 0) or h + 1; relu' = [h > 0]; tanh' = 1 − h²."""
+def _act_as_solo_(a: torch.Tensor, nonlinearity: str) -> torch.Tensor:
+    """f in place on [K, B, N], splitting each member's B·N elements between torch's vectorised body
+    and its scalar tail exactly as one [B, N] call of `ElmanScan` splits them: the two paths may
+    round differently (elu's expm1 does). On the CPU the body takes whole blocks of two vectors.
+    """
+    if a.device.type != "cpu" or nonlinearity == "relu":  # one path for every element
+        return _act_(a, nonlinearity)
+    rows = a.view(a.shape[0], -1)  # [K, B·N]
+    block = _CPU_BLOCK.get(torch.backends.cpu.get_cpu_capability())
+    if block is None:  # an unknown vector width: one call per member, as alone
+        for row in rows:
+            _act_(row, nonlinearity)
+        return a
+    body = rows.shape[1] // block * block
+    if body in (0, rows.shape[1]):
+        return _act_(a, nonlinearity)
+    _act_(rows[:, :body], nonlinearity)
+    _act_(rows[:, body:], nonlinearity)
+    return a
+
+
+#: float32 elements per vectorised iteration of torch's CPU elementwise loops (two vectors)
+_CPU_BLOCK = {"AVX512": 32, "AVX2": 16, "DEFAULT": 16}
+
+
+def _elu_by_exp_(a: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """elu in place as max(a, 0) + (exp(min(a, 0)) − 1), with `scratch` like a.
+
+    torch's elu spends about 8 ns an element in float32 expm1 on the CPU, exp about 1 ns. Exact for
+    a > 0; for a ≤ 0 within about 1e-7 (absolute) of expm1, whose rounding also differs between
+    its vectorised body and its scalar tail.
+    """
+    torch.clamp_max(a, 0.0, out=scratch).exp_().sub_(1.0)
+    return a.clamp_min_(0.0).add_(scratch)
+
+
+def _act_grad(h: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """f'(a) written through h = f(a): elu' = 1 (h > 0) or h + 1; relu' = [h > 0]; tanh' = 1 − h².
+
+    With `out`, written into it (the same numbers: for h ≤ 0, h + 1 ≤ 1, and for h > 0, h + 1 > 1).
+    """
+    if out is None:
+        if nonlinearity == "elu":
+            return torch.where(h > 0, torch.ones_like(h), h + 1.0)
+        if nonlinearity == "relu":
+            return (h > 0).to(h.dtype)
+        return 1.0 - h * h
     if nonlinearity == "elu":
-        return torch.where(h > 0, torch.ones_like(h), h + 1.0)
+        return torch.add(h, 1.0, out=out).clamp_max_(1.0)
     if nonlinearity == "relu":
-        return (h > 0).to(h.dtype)
-    return 1.0 - h * h
+        return torch.gt(h, 0, out=out)
+    return torch.mul(h, h, out=out).neg_().add_(1.0)
 
 
 class ElmanScan(torch.autograd.Function):
@@ -103,3 +153,133 @@ def elman_rnn(
     if bias is not None:
         xp = xp + bias
     return ElmanScan.apply(xp, h0, w_rec, nonlinearity)  # type: ignore[no-any-return]
+
+
+class Workspace:
+    """Named buffers a caller reuses across calls of `FusedElmanScan`.
+
+    A fresh [K, T, B, N] tensor per call (tens of MB: malloc maps fresh pages above 32 MB) costs a
+    page fault per 4 KB touched — about 2 µs each on this VM, more than the arithmetic on it: it
+    doubled a psMNIST-shaped step. With a workspace, a call's outputs are valid until its next call.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self.buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return buf
+
+
+class FusedElmanScan(torch.autograd.Function):
+    """`ElmanScan` for K independent networks at once (a fused trial bundle, `trainers.fused`).
+
+    Inputs: h0 [K, B, N], input weights V [K, N, d], W [K, N, N], bias b [K, N] or None, and member
+    k's inputs xs[k] [T, B, d] (no gradient). Outputs: member k's states [T, B, N], or with `last`
+    only the last one [B, N] (a last-step readout then sends no [T, B, N] of zeros back).
+
+    Per step: one baddbmm over all members and f on a contiguous [K, B, N] block, then a copy into
+    the member-major store hs [K, T+1, B, N]; backward f', one mul and one (b)addbmm per step.
+    Member-major storage keeps each member's outputs, ∂a and h_{t−1} rows contiguous, so nothing
+    is transposed after the loop. Once per sequence, per member: the input projection, and ∂W, ∂V,
+    ∂b, with the very ops `elman_rnn` and its autograd run. The batched matmul runs the same GEMM
+    per member as `ElmanScan`'s addmm, and f splits each member's elements between torch's
+    vectorised and scalar paths as a solo call does: each member's numbers are its solo run's
+    (W must be laid out as the solo W: a transposed operand changes a GEMM's rounding). Buffers come
+    from `workspace` (fresh tens of MB per call cost a page fault per 4 KB, 2 µs each on a VM).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        h0: torch.Tensor,
+        w_in: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        nonlinearity: str,
+        last: bool,
+        fast_elu: bool,
+        workspace: Workspace | None,
+        *xs: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        ws = workspace if workspace is not None else Workspace()
+        (T, B, d), K, N = xs[0].shape, len(xs), w.shape[1]
+        xp = ws.get("xp", (K, T, B, N), h0)  # member k's x_t Vᵀ + b
+        for k, x in enumerate(xs):  # `x @ w_in.t() + bias` (addmm rounds as mm then add: checked)
+            out = xp[k].view(T * B, N)
+            if out.data_ptr() % 16:  # MKL's rounding can depend on C's alignment: go via aligned memory
+                out = ws.get("proj", (T * B, N), h0)
+            if bias is None:
+                torch.mm(x.reshape(T * B, d), w_in[k].t(), out=out)
+            else:
+                torch.addmm(bias[k], x.reshape(T * B, d), w_in[k].t(), out=out)
+            if out.data_ptr() != xp[k].data_ptr():
+                xp[k].view(T * B, N).copy_(out)
+        hs = ws.get("hs", (K, T + 1, B, N), h0)  # h_0 … h_T, member-major
+        hs[:, 0].copy_(h0)
+        step = ws.get("step", (2, K, B, N), h0)  # this step's a_t, then h_t, contiguous
+        scratch = ws.get("scratch", (K, B, N), h0)
+        wt = w.transpose(1, 2)
+        h = h0
+        for t in range(T):
+            a = torch.baddbmm(xp[:, t], h, wt, out=step[t % 2])  # a_t = xp_t + h_{t−1} Wᵀ, per member
+            if fast_elu and nonlinearity == "elu":
+                h = _elu_by_exp_(a, scratch)
+            else:
+                h = _act_as_solo_(a, nonlinearity)
+            hs[:, t + 1].copy_(h)
+        ctx.nonlinearity, ctx.last, ctx.workspace, ctx.has_bias = nonlinearity, last, ws, bias is not None
+        ctx.save_for_backward(hs, w, *xs)
+        return tuple(hs[:, T].unbind(0) if last else hs[:, 1:].unbind(0))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        hs, w, *xs = ctx.saved_tensors
+        K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+        ws: Workspace = ctx.workspace
+        outs = hs[:, T].unbind(0) if ctx.last else hs[:, 1:].unbind(0)
+        grads_k = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outs, strict=True)]
+        grad_a = ws.get("grad_a", (K, T, B, N), hs)  # ∂L/∂a_t = ∂L/∂h_t · f'(a_t)
+        dh_buf = ws.get("dh", (2, K, B, N), hs)
+        if ctx.last:  # ∂L/∂h_t arrives only through h_{t+1}, but at the last step
+            grad_hs = None
+            dh = torch.stack(grads_k, out=dh_buf[T % 2])
+        else:
+            grad_hs = torch.stack(grads_k, out=ws.get("grad_hs", (K, T, B, N), hs))
+            dh = grad_hs[:, T - 1]
+        for t in range(T - 1, 0, -1):
+            _act_grad(hs[:, t + 1], ctx.nonlinearity, out=grad_a[:, t]).mul_(dh)  # step by step: in cache
+            if grad_hs is None:
+                dh = torch.bmm(grad_a[:, t], w, out=dh_buf[t % 2])  # ∂L/∂h_{t−1} = ∂a_t·W
+            else:
+                dh = torch.baddbmm(grad_hs[:, t - 1], grad_a[:, t], w, out=dh_buf[t % 2])  # g_{t−1} + ∂a_t·W
+        _act_grad(hs[:, 1], ctx.nonlinearity, out=grad_a[:, 0]).mul_(dh)
+        # Per member, into fresh (aligned) memory — MKL's rounding can depend on where C starts:
+        # ∂W_k = Σ_t ∂a_tᵀ h_{t−1}, one [N, T·B] × [T·B, N] product as ElmanScan's; ∂V_k and ∂b_k
+        # as autograd computes them for `x @ V.t() + b` (mm backward; sum over T and B)
+        rows = [grad_a[k].view(T * B, N) for k in range(K)]
+        grad_w = torch.stack([r.t() @ hs[k, :T].reshape(T * B, N) for k, r in enumerate(rows)])
+        grad_in = torch.stack([r.t() @ x.reshape(T * B, -1) for r, x in zip(rows, xs, strict=True)])
+        grad_b = torch.stack([g.sum((0, 1)) for g in grad_a]) if ctx.has_bias else None
+        grad_h0 = torch.bmm(grad_a[:, 0], w) if ctx.needs_input_grad[0] else None
+        return (grad_h0, grad_in, grad_w, grad_b, None, None, None, None, *([None] * len(xs)))
+
+
+def fused_elman_rnn(
+    xs: Sequence[torch.Tensor],
+    h0: torch.Tensor,
+    w_in: torch.Tensor,
+    w_rec: torch.Tensor,
+    bias: torch.Tensor | None,
+    nonlinearity: str,
+    last: bool = False,
+    fast_elu: bool = False,
+    workspace: Workspace | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """K networks h_t = f(W_k h_{t−1} + V_k x_t + b_k) on xs[k] [T, B, d]: member k's states [T, B, N]
+    (or [B, N], the last step only, with `last`). Outputs live in `workspace` until its next use."""
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
+    return FusedElmanScan.apply(h0, w_in, w_rec, bias, nonlinearity, last, fast_elu, workspace, *xs)  # type: ignore[no-any-return]

@@ -1,0 +1,516 @@
+"""Fused trial bundles (issue 7): K same-shape `rnn` trials trained as one model in one process.
+
+A bundle is K configs that agree on every shape and schedule field (`fusable_key`); members may
+differ in seed (so data, permutation and weights), learning rate and the optimiser's constants,
+clip norm, initialiser and its scale, and the early-stop / divergence / success thresholds. Their
+weights are stacked [K, …] and the recurrence runs as batched matmuls (`FusedElmanScan`); the
+optimiser (RMSprop or Adam) and the global-norm clip are written over the stacked tensors with
+per-member constants.
+
+Each member sees the very batches it would see alone (`training_batches` of its own task and seed;
+members with the same seed share one stream), is evaluated on its own validation set by the loop's
+own `evaluate`, and returns its own `TrainResult` (same config dict, hash, history, final loss,
+success and recurrent matrix). A member that diverges or stops early leaves the bundle: its rows
+are removed from every stacked tensor, and the others go on untouched.
+
+Equivalence with `train`, bit for bit: every float32 operation a member's solo run performs is
+performed on its slice with the same rounding — the input projection, readout, loss and their
+gradients per member with the solo ops; the recurrence's batched GEMMs run per member the kernel
+`addmm` runs; f splits each member's elements between torch's vectorised and scalar paths as a
+solo call does; clip and optimiser repeat torch's arithmetic (`max_norm / total` is a reciprocal
+then a product). A GEMM also rounds by its operands' memory layout, so each member's parameters
+keep their solo layout: the orthogonal initialiser's W comes out of QR column-major, the others'
+row-major, and a bundle that mixes them trains as one sub-bundle per layout, one after the other.
+Bit for bit matters: a copy run at lr 3e-3 turned a 1e-7 difference into 40 % of its loss within
+400 steps. `fast_elu=True` trades it for speed (elu through exp instead of torch's slow float32
+expm1; each step then matches to ~1e-7, and a chaotic stretch of training can amplify that).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainers.config import Resolved, TrainConfig, resolve
+from trainers.kernels import Workspace, fused_elman_rnn
+from trainers.loop import Evaluation, TrainResult, evaluate, resolve_device, training_batches
+from trainers.model import SequenceModel, build_model, count_params
+from trainers.tasks import Task
+from trainers.tasks.base import Split
+
+#: cells the fused trainer supports
+FUSED_CELLS = ("rnn",)
+#: rnn cell fields every member of a bundle must share (the others only set initial weights)
+SHARED_CELL_FIELDS = ("nonlinearity", "bias", "backend")
+#: trial fields every member must share: shapes, budget, schedule, optimiser kind, execution
+SHARED_FIELDS = (
+    "task",
+    "cell",
+    "hidden",
+    "batch_size",
+    "optimizer",
+    "eval_every",
+    "eval_batch_size",
+    "device",
+    "threads",
+)
+
+FusedReport = Callable[[int, Evaluation], Any]
+
+
+def fusable_key(resolved: Resolved) -> tuple[tuple[str, Any], ...] | None:
+    """What a bundle's members must share, as (field, value) pairs; None when the config can't be fused.
+
+    Configs with equal keys train together in `train_fused`. The budget enters as steps, or as
+    epochs when no step budget is set.
+    """
+    cfg = resolved.config
+    if cfg.cell not in FUSED_CELLS or getattr(resolved.task_cls, "input_vocab", None) is not None:
+        return None  # another cell, or a token task (an embedding before the cell)
+    key: list[tuple[str, Any]] = [(name, getattr(cfg, name)) for name in SHARED_FIELDS]
+    key.append(("budget", ("steps", cfg.steps) if cfg.steps is not None else ("epochs", cfg.epochs)))
+    key.append(("task_params", json.dumps(dict(cfg.task_params), sort_keys=True, default=str)))
+    key.extend((f"cell_params.{name}", cfg.cell_params.get(name)) for name in SHARED_CELL_FIELDS)
+    return tuple(key)
+
+
+def check_fusable(resolved: Sequence[Resolved]) -> None:
+    """Raise ValueError naming the first field on which a config differs from the first one."""
+    keys = [fusable_key(r) for r in resolved]
+    for i, (r, key) in enumerate(zip(resolved, keys, strict=True)):
+        if key is None:
+            raise ValueError(
+                f"config {i} (cell {r.config.cell!r}, task {r.config.task!r}) can't be fused: the fused "
+                f"trainer supports cells {', '.join(FUSED_CELLS)} on tasks with real-valued inputs; "
+                "train it with trainers.train"
+            )
+    first = keys[0]
+    assert first is not None
+    for i, key in enumerate(keys[1:], start=1):
+        assert key is not None
+        for (name, a), (_, b) in zip(first, key, strict=True):
+            if a != b:
+                raise ValueError(
+                    f"configs 0 and {i} differ in {name!r} ({a!r} vs {b!r}); a fused bundle shares "
+                    "every shape and schedule field: group configs by trainers.fused.fusable_key"
+                )
+
+
+# ----- stacked tensors -----------------------------------------------------------------------------
+# Member k's slice keeps the memory layout of the solo parameter (orthogonal W comes out of QR
+# column-major): a GEMM's rounding depends on the operands' layout, and the gradient norm's on
+# the order in which it reads memory.
+
+
+def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """[K, …] stack whose slices take the layout (strides) most of the tensors have."""
+    dense = [t.stride() for t in tensors if t.is_contiguous() or (t.dim() == 2 and t.t().is_contiguous())]
+    first = tensors[0]
+    layout = max(dense, key=dense.count) if dense else torch.empty(first.shape).stride()
+    out = torch.empty_strided(
+        (len(tensors), *first.shape), (first.numel(), *layout), dtype=first.dtype, device=first.device
+    )
+    for k, t in enumerate(tensors):
+        out[k].copy_(t)
+    return out
+
+
+def _take(stacked: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` of a stacked tensor, keeping the slices' layout."""
+    out = torch.empty_strided(
+        (len(index), *stacked.shape[1:]), stacked.stride(), dtype=stacked.dtype, device=stacked.device
+    )
+    return out.copy_(stacked[index])
+
+
+def _flat(stacked: torch.Tensor) -> torch.Tensor:
+    """[K, numel] view of a stacked tensor with each row in memory order (no copy)."""
+    dims = sorted(range(1, stacked.dim()), key=lambda d: -stacked.stride()[d])
+    return stacked.permute(0, *dims).reshape(stacked.shape[0], -1)
+
+
+# ----- the stacked model ---------------------------------------------------------------------------
+
+
+class FusedRNN:
+    """K `rnn` SequenceModels as stacked leaf tensors [K, …], in the solo model's parameter order."""
+
+    NAMES = ("cell.weight_hh", "cell.weight_ih", "cell.bias", "readout.weight", "readout.bias")
+
+    def __init__(
+        self, models: Sequence[SequenceModel], nonlinearity: str, output: str, fast_elu: bool = False
+    ) -> None:
+        named = [dict(m.named_parameters()) for m in models]
+        self.names = [n for n in self.NAMES if n in named[0]]
+        if list(named[0]) != self.names:
+            raise ValueError(f"unexpected rnn model parameters {list(named[0])}; expected {self.names}")
+        # W [K, N, N], V [K, N, d], b [K, N], readout [K, C, N] and [K, C]
+        self.params = [_stack([p[n].detach() for p in named]).requires_grad_() for n in self.names]
+        self.nonlinearity = nonlinearity
+        self.output = output
+        self.fast_elu = fast_elu
+        self.workspace = Workspace()  # the recurrence's big buffers, reused every step
+
+    def __getitem__(self, name: str) -> torch.Tensor | None:
+        return self.params[self.names.index(name)] if name in self.names else None
+
+    def forward(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Member k's output for its input xs[k] [T, B, d]: [B, C] or [T, B, C], as SequenceModel."""
+        w_hh, w_ih, bias, w_out, b_out = (self[n] for n in self.NAMES)
+        assert w_hh is not None and w_ih is not None and w_out is not None and b_out is not None
+        K, N = w_hh.shape[0], w_hh.shape[1]
+        h0 = xs[0].new_zeros(K, xs[0].shape[1], N)  # [K, B, N]
+        last = self.output == "last"
+        hs = fused_elman_rnn(xs, h0, w_ih, w_hh, bias, self.nonlinearity, last, self.fast_elu, self.workspace)
+        # member k's readout of its last state [B, N] or of every state [T, B, N]
+        return [F.linear(h, w, b) for h, w, b in zip(hs, w_out.unbind(0), b_out.unbind(0), strict=True)]
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only the members at `index` (rows of every stacked tensor)."""
+        self.params = [_take(p.detach(), index).requires_grad_() for p in self.params]
+
+    @torch.no_grad()
+    def load_into(self, k: int, model: SequenceModel) -> None:
+        """Copy member k's weights into its own SequenceModel (for evaluation and the result)."""
+        for target, p in zip(model.parameters(), self.params, strict=True):
+            target.copy_(p[k])
+
+
+# ----- the stacked optimiser -----------------------------------------------------------------------
+
+
+class FusedOptimizer:
+    """RMSprop or Adam over stacked [K, …] tensors with per-member constants and global-norm clip.
+
+    Each line repeats the float32 arithmetic of torch's single-tensor RMSprop / Adam (what
+    `torch.optim` runs on the CPU) and of `clip_grad_norm_`, with the constants as [K, 1, …] columns.
+    """
+
+    def __init__(self, kind: str, configs: Sequence[TrainConfig], params: Sequence[torch.Tensor]) -> None:
+        self.kind = kind
+        self.step_count = 0
+        device = params[0].device
+        self.f64 = {  # per-member constants as Python floats (bias corrections are computed in double)
+            "lr": [c.lr for c in configs],
+            "beta1": [c.betas[0] for c in configs],
+            "beta2": [c.betas[1] for c in configs],
+        }
+
+        def column(values: Sequence[float]) -> torch.Tensor:  # double → float32, as a Python scalar is
+            return torch.tensor(values, dtype=torch.float64).to(device=device, dtype=torch.float32)
+
+        self.consts = {
+            "neg_lr": column([-c.lr for c in configs]),
+            "rho": column([c.rho for c in configs]),
+            "one_minus_rho": column([1 - c.rho for c in configs]),
+            "eps": column([c.eps for c in configs]),
+            "one_minus_beta1": column([1 - c.betas[0] for c in configs]),
+            "beta2": column([c.betas[1] for c in configs]),
+            "one_minus_beta2": column([1 - c.betas[1] for c in configs]),
+            "clip": column([c.clip_norm if c.clip_norm else math.inf for c in configs]),
+        }
+        self.clipped = torch.tensor([bool(c.clip_norm) for c in configs], device=device)
+        self.state = [[torch.zeros_like(p) for p in params] for _ in range(1 if kind == "rmsprop" else 2)]
+
+    def keep(self, index: torch.Tensor) -> None:
+        idx = index.tolist()
+        self.f64 = {name: [values[i] for i in idx] for name, values in self.f64.items()}
+        self.consts = {name: c[index] for name, c in self.consts.items()}
+        self.clipped = self.clipped[index]
+        self.state = [[s[index] for s in states] for states in self.state]
+
+    @staticmethod
+    def _col(c: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return c.view(-1, *([1] * (like.dim() - 1)))  # [K] → [K, 1, …]
+
+    @torch.no_grad()
+    def step(self, params: Sequence[torch.Tensor]) -> None:
+        grads = [p.grad for p in params]
+        assert all(g is not None for g in grads)
+        gs: list[torch.Tensor] = [g for g in grads if g is not None]
+        # clip_grad_norm_: total = ‖(‖g_1‖, …, ‖g_P‖)‖ per member; g ← g·min(clip / (total + 1e-6), 1)
+        norms = torch.stack([torch.linalg.vector_norm(_flat(g), 2.0, dim=1) for g in gs], 1)
+        total = torch.linalg.vector_norm(norms, 2.0, dim=1)  # [K]
+        # max_norm / tensor is Tensor.__rtruediv__: reciprocal, then a product (two roundings)
+        coef = torch.clamp(torch.reciprocal(total + 1e-6) * self.consts["clip"], max=1.0)
+        coef = torch.where(self.clipped, coef, torch.ones_like(coef))
+        for g in gs:
+            g.mul_(self._col(coef, g))
+        self.step_count += 1
+        c = self.consts
+        if self.kind == "rmsprop":
+            for p, g, sq in zip(params, gs, self.state[0], strict=True):
+                # a ← ρa + (1−ρ)g²;  p ← p − lr·g/(√a + ε)
+                sq.mul_(self._col(c["rho"], g)).addcmul_(g * self._col(c["one_minus_rho"], g), g)
+                avg = sq.sqrt().add_(self._col(c["eps"], g))
+                p.add_((g * self._col(c["neg_lr"], g)).div_(avg))
+            return
+        n = self.step_count
+        f = self.f64
+        neg_step = torch.tensor(
+            [-lr / (1 - b1**n) for lr, b1 in zip(f["lr"], f["beta1"], strict=True)], dtype=torch.float64
+        ).to(gs[0].device, torch.float32)
+        bc2_sqrt = torch.tensor([(1 - b2**n) ** 0.5 for b2 in f["beta2"]], dtype=torch.float64).to(
+            gs[0].device, torch.float32
+        )
+        for p, g, m, v in zip(params, gs, self.state[0], self.state[1], strict=True):
+            # m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p − lr/(1−β1ⁿ) · m / (√v / √(1−β2ⁿ) + ε)
+            m.lerp_(g, self._col(c["one_minus_beta1"], g))
+            v.mul_(self._col(c["beta2"], g)).addcmul_(g * self._col(c["one_minus_beta2"], g), g)
+            denom = v.sqrt().div_(self._col(bc2_sqrt, g)).add_(self._col(c["eps"], g))
+            p.add_((m * self._col(neg_step, g)).div_(denom))
+
+
+# ----- the bundle's members ------------------------------------------------------------------------
+
+
+@dataclass
+class _Data:
+    """One seed's task and validation set, shared by the members with that seed."""
+
+    task: Task
+    val_split: Split
+
+
+@dataclass
+class _Member:
+    index: int  # position in the caller's list
+    config: TrainConfig
+    result: TrainResult
+    data: _Data
+    model: SequenceModel  # its own model: initial weights, then evaluation and the result
+    limit: float  # divergence: a loss above this fails the member
+    done: bool = False
+
+
+def _new_result(resolved: Resolved) -> TrainResult:
+    return TrainResult(
+        status="ok",
+        reason=None,
+        final_val_loss=None,
+        final_metric=None,
+        metric_name=None,
+        success=False,
+        baseline_loss=math.nan,
+        success_threshold=math.nan,
+        steps=0,
+        budget_steps=0,
+        early_stopped=False,
+        seconds=0.0,
+        params=0,
+        config=resolved.to_dict(),
+        config_hash=resolved.config_hash(),
+    )
+
+
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=-3))
+
+
+def train_fused(
+    configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved],
+    report: FusedReport | None = None,
+    *,
+    fast_elu: bool = False,
+) -> list[TrainResult]:
+    """Train K fusable configs as one model; result k is what `train(configs[k])` returns.
+
+    `report(k, evaluation)` is called for member k's every evaluation. Raises ValueError when the
+    configs can't share a bundle (see `fusable_key`) and ConfigError for an invalid config; training
+    problems of one member make that member's result `failed` and leave the others running.
+    `fast_elu` computes elu as exp(a) − 1 instead of torch's expm1 (several times faster on the
+    CPU): each step then differs from the solo run's in the last bits, and a run that amplifies
+    such differences (a chaotic stretch of training) can separate from its solo curve.
+    """
+    resolved = [c if isinstance(c, Resolved) else resolve(c) for c in configs]
+    if not resolved:
+        return []
+    check_fusable(resolved)
+    started = time.perf_counter()
+    results = [_new_result(r) for r in resolved]
+    groups: list[list[_Member]] = []
+    try:
+        groups = _layout_groups(_setup(resolved, results))
+    except Exception as exc:  # a bundle never takes its caller down
+        _fail_unfinished(results, [], _failure(exc), started)
+    for group in groups:
+        try:
+            _run(group, report, started, fast_elu)
+        except Exception as exc:  # this group's unfinished members fail; the next group still runs
+            _fail_unfinished([m.result for m in group], [m.done for m in group], _failure(exc), started)
+    for r in results:
+        r.success = (
+            r.status == "ok" and r.final_val_loss is not None and r.final_val_loss < r.success_threshold
+        )
+    return results
+
+
+def _fail_unfinished(results: list[TrainResult], done: list[bool], reason: str, started: float) -> None:
+    for i, r in enumerate(results):
+        if r.status == "ok" and not (i < len(done) and done[i]):
+            r.status, r.reason = "failed", reason
+            r.seconds = time.perf_counter() - started
+
+
+def _layout_groups(members: list[_Member]) -> list[list[_Member]]:
+    """Members by the memory layout of their recurrent matrix, each group trained as one bundle.
+
+    A GEMM rounds differently when an operand is stored transposed, and the orthogonal
+    initialiser's W comes out of QR column-major while the others' are row-major: a member keeps
+    its solo run's numbers only in a bundle whose W slices are laid out as its own.
+    """
+    groups: dict[tuple[int, ...], list[_Member]] = {}
+    for m in members:
+        groups.setdefault(dict(m.model.named_parameters())["cell.weight_hh"].stride(), []).append(m)
+    return list(groups.values())
+
+
+def _setup(resolved: list[Resolved], results: list[TrainResult]) -> list[_Member]:
+    """Each member's task (one per seed), model and thresholds, as `train` makes them."""
+    cfg = resolved[0].config  # shared fields only
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(cfg.threads)
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)  # denormals in decaying states cost 5–25× on CPU
+    data: dict[int, _Data] = {}
+    members = []
+    for i, (r, result) in enumerate(zip(resolved, results, strict=True)):
+        c = r.config
+        started = time.perf_counter()
+        try:
+            if c.seed not in data:
+                task = r.make_task()  # may read data files: a missing file fails this member only
+                data[c.seed] = _Data(task, task.val_split())
+            task = data[c.seed].task
+            result.metric_name = task.metric_name
+            result.baseline_loss = task.baseline_loss
+            result.success_threshold = task.success_threshold(c.success_fraction)
+            model = build_model(r, task).to(device)
+            result.params = count_params(model)
+        except Exception as exc:
+            result.status, result.reason = "failed", _failure(exc)
+            result.seconds = time.perf_counter() - started
+            continue
+        limit = math.inf if c.divergence_factor is None else c.divergence_factor * task.baseline_loss
+        members.append(_Member(i, c, result, data[c.seed], model, limit))
+    return members
+
+
+def _run(members: list[_Member], report: FusedReport | None, started: float, fast_elu: bool) -> None:
+    if not members:
+        return
+    cfg = members[0].config  # shared fields only
+    task = members[0].data.task
+    device = next(members[0].model.parameters()).device
+    nonlinearity = members[0].model.cell.config.nonlinearity or "tanh"  # as RNNCell.forward
+    model = FusedRNN([m.model for m in members], nonlinearity, task.output, fast_elu)
+    optimizer = FusedOptimizer(cfg.optimizer, [m.config for m in members], model.params)
+
+    steps_per_epoch = math.ceil(task.train_size / cfg.batch_size)
+    budget = cfg.steps if cfg.steps is not None else cfg.epochs * steps_per_epoch
+    eval_every = cfg.eval_every or steps_per_epoch
+    for m in members:
+        m.result.budget_steps = budget
+
+    # each seed's batch stream, as `train` draws it; members with one seed share its batches
+    streams = {m.config.seed: training_batches(m.data.task, cfg.batch_size, m.config.seed) for m in members}
+    active = members  # in the order of the stacked tensors' rows
+    running = torch.zeros(len(active), device=device)  # [K] training loss summed since the last evaluation
+    n_running = 0
+    for step in range(1, budget + 1):
+        seeds = {m.config.seed: m.data.task for m in active}
+        batch = {seed: task.encode(next(streams[seed]), device) for seed, task in seeds.items()}
+        outs = model.forward([batch[m.config.seed][0] for m in active])
+        losses = torch.stack(
+            [m.data.task.loss(o, batch[m.config.seed][1]) for m, o in zip(active, outs, strict=True)]
+        )  # [K]: member k's loss, the mean over its batch
+        for p in model.params:
+            p.grad = None
+        losses.sum().backward()  # type: ignore[no-untyped-call]
+        optimizer.step(model.params)
+        running += losses.detach()
+        n_running += 1
+        for m in active:
+            m.result.steps = step
+
+        is_eval = step % eval_every == 0 or step == budget
+        if not is_eval and step % 50:
+            continue
+        train_losses = [v / n_running for v in running.tolist()]
+        for k, (m, train_loss) in enumerate(zip(active, train_losses, strict=True)):
+            if not math.isfinite(train_loss) or train_loss > m.limit:
+                m.result.status = "failed"
+                m.result.reason = f"training loss diverged ({train_loss:.4g}) at step {step}"
+                m.done = True
+            elif is_eval:
+                _evaluate(m, k, model, step, step / steps_per_epoch, train_loss, report, started)
+        if is_eval:
+            running.zero_()
+            n_running = 0
+        if any(m.done for m in active):  # members that failed or stopped early leave the bundle
+            now = time.perf_counter() - started
+            for m in active:
+                if m.done:
+                    m.result.seconds = now
+            keep = torch.tensor([k for k, m in enumerate(active) if not m.done], device=device)
+            active = [m for m in active if not m.done]
+            if not active:
+                return
+            model.keep(keep)
+            optimizer.keep(keep)
+            running = running[keep]
+    now = time.perf_counter() - started
+    for k, m in enumerate(active):
+        _finish(m, k, model)
+        m.result.seconds = now
+
+
+def _evaluate(
+    m: _Member,
+    k: int,
+    model: FusedRNN,
+    step: int,
+    epoch: float,
+    train_loss: float,
+    report: FusedReport | None,
+    started: float,
+) -> None:
+    """Member k's evaluation, by the solo loop's own `evaluate` on its own model and validation set."""
+    model.load_into(k, m.model)
+    device = next(m.model.parameters()).device
+    val_loss, metric = evaluate(m.model, m.data.task, m.data.val_split, m.config.eval_batch_size, device)
+    evaluation = Evaluation(
+        step=step,
+        epoch=epoch,
+        train_loss=train_loss,
+        val_loss=val_loss,
+        metric=metric,
+        seconds=time.perf_counter() - started,
+    )
+    r = m.result
+    r.history.append(evaluation)
+    r.final_val_loss, r.final_metric = val_loss, metric
+    if report is not None:
+        report(m.index, evaluation)
+    if not math.isfinite(val_loss) or val_loss > m.limit:
+        r.status, r.reason = "failed", f"validation loss diverged ({val_loss:.4g}) at step {step}"
+        m.done = True
+    elif m.config.early_stop_loss is not None and val_loss < m.config.early_stop_loss:
+        r.early_stopped = step < r.budget_steps
+        _finish(m, k, model)
+
+
+def _finish(m: _Member, k: int, model: FusedRNN) -> None:
+    """Member k leaves the bundle with status ok: its trained recurrent matrix goes in the result."""
+    model.load_into(k, m.model)
+    matrix = m.model.cell.recurrent_matrix()
+    m.result.recurrent_matrix = matrix.cpu().clone() if matrix is not None else None
+    m.done = True
