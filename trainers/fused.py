@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,14 @@ import torch.nn.functional as F
 
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.kernels import Workspace, fused_elman_rnn
-from trainers.loop import Evaluation, TrainResult, evaluate, resolve_device, training_batches
+from trainers.loop import (
+    Evaluation,
+    TrainResult,
+    evaluate,
+    failure_reason,
+    resolve_device,
+    training_batches,
+)
 from trainers.model import SequenceModel, build_model, count_params
 from trainers.tasks import Task
 from trainers.tasks.base import Split
@@ -291,30 +297,6 @@ class _Member:
     done: bool = False
 
 
-def _new_result(resolved: Resolved) -> TrainResult:
-    return TrainResult(
-        status="ok",
-        reason=None,
-        final_val_loss=None,
-        final_metric=None,
-        metric_name=None,
-        success=False,
-        baseline_loss=math.nan,
-        success_threshold=math.nan,
-        steps=0,
-        budget_steps=0,
-        early_stopped=False,
-        seconds=0.0,
-        params=0,
-        config=resolved.to_dict(),
-        config_hash=resolved.config_hash(),
-    )
-
-
-def _failure(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=-3))
-
-
 def train_fused(
     configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved],
     report: FusedReport | None = None,
@@ -335,17 +317,17 @@ def train_fused(
         return []
     check_fusable(resolved)
     started = time.perf_counter()
-    results = [_new_result(r) for r in resolved]
+    results = [TrainResult.pending(r) for r in resolved]
     groups: list[list[_Member]] = []
     try:
         groups = _layout_groups(_setup(resolved, results))
     except Exception as exc:  # a bundle never takes its caller down
-        _fail_unfinished(results, [], _failure(exc), started)
+        _fail_unfinished(results, [], failure_reason(exc), started)
     for group in groups:
         try:
             _run(group, report, started, fast_elu)
         except Exception as exc:  # this group's unfinished members fail; the next group still runs
-            _fail_unfinished([m.result for m in group], [m.done for m in group], _failure(exc), started)
+            _fail_unfinished([m.result for m in group], [m.done for m in group], failure_reason(exc), started)
     for r in results:
         r.success = (
             r.status == "ok" and r.final_val_loss is not None and r.final_val_loss < r.success_threshold
@@ -396,7 +378,7 @@ def _setup(resolved: list[Resolved], results: list[TrainResult]) -> list[_Member
             model = build_model(r, task).to(device)
             result.params = count_params(model)
         except Exception as exc:
-            result.status, result.reason = "failed", _failure(exc)
+            result.status, result.reason = "failed", failure_reason(exc)
             result.seconds = time.perf_counter() - started
             continue
         limit = math.inf if c.divergence_factor is None else c.divergence_factor * task.baseline_loss

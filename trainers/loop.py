@@ -59,6 +59,15 @@ class TrainResult:
     history: list[Evaluation] = field(default_factory=list)
     recurrent_matrix: torch.Tensor | None = None  # the trained W [N, N], for analysis
 
+    @classmethod
+    def pending(cls, resolved: Resolved) -> TrainResult:
+        """The result of a trial that has not run yet (filled in as it trains)."""
+        return cls(
+            status="ok", reason=None, final_val_loss=None, final_metric=None, metric_name=None, success=False,
+            baseline_loss=math.nan, success_threshold=math.nan, steps=0, budget_steps=0, early_stopped=False,
+            seconds=0.0, params=0, config=resolved.to_dict(), config_hash=resolved.config_hash(),
+        )  # fmt: skip
+
     def summary(self, with_history: bool = False) -> dict[str, Any]:
         """JSON-ready result (no tensors)."""
         out = {k: v for k, v in asdict(self).items() if k not in ("history", "recurrent_matrix", "config")}
@@ -69,6 +78,11 @@ class TrainResult:
 
 
 Report = Callable[[Evaluation], Any]
+
+
+def failure_reason(exc: Exception) -> str:
+    """A failed trial's reason: the exception and the last frames of its traceback."""
+    return f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=-3))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -124,23 +138,7 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
     resolved = config if isinstance(config, Resolved) else resolve(config)
     cfg = resolved.config
     started = time.perf_counter()
-    result = TrainResult(
-        status="ok",
-        reason=None,
-        final_val_loss=None,
-        final_metric=None,
-        metric_name=None,
-        success=False,
-        baseline_loss=math.nan,
-        success_threshold=math.nan,
-        steps=0,
-        budget_steps=0,
-        early_stopped=False,
-        seconds=0.0,
-        params=0,
-        config=resolved.to_dict(),
-        config_hash=resolved.config_hash(),
-    )
+    result = TrainResult.pending(resolved)
     try:
         task = resolved.make_task()  # may read data files: a missing file is a failed trial, with its fix
         result.metric_name = task.metric_name
@@ -148,8 +146,7 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
         result.success_threshold = task.success_threshold(cfg.success_fraction)
         _run(resolved, task, result, report, started)
     except Exception as exc:  # a trial never takes its caller down
-        result.status, result.reason = "failed", f"{type(exc).__name__}: {exc}"
-        result.reason += "\n" + "".join(traceback.format_exc(limit=-3))
+        result.status, result.reason = "failed", failure_reason(exc)
     result.seconds = time.perf_counter() - started
     result.success = (
         result.status == "ok"
