@@ -19,7 +19,8 @@ member's numbers bit for bit those `ElmanScan` computes for it alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -45,47 +46,56 @@ def _elu_(
     torch's own elu uses expm1, about 8 ns an element in float32 on the CPU against ~1 ns for exp;
     the two differ by ~1e-7 (absolute) for a < 0. Only exp may round differently between torch's
     vectorised and scalar paths; clamp, add and subtract are exact on either (`exp_`: how to take
-    exp in place, e.g. split per member as `_act_as_solo_` does).
+    exp in place, e.g. per member as `_member_acts` does).
     """
     s = torch.clamp_max(a, 0.0, out=scratch) if scratch is not None else a.clamp_max(0.0)
     exp_(s).sub_(1.0)
     return a.clamp_min_(0.0).add_(s)
 
 
-def _act_as_solo_(a: torch.Tensor, nonlinearity: str, scratch: torch.Tensor) -> torch.Tensor:
-    """f in place on [K, B, N], each member's elements rounded as one [B, N] call of `ElmanScan`
-    rounds them. Only exp and tanh may round differently between torch's vectorised body and its
-    scalar tail (clamp, add and subtract are exact on either path), so only they are split per
-    member (`_as_solo_`); the rest runs once on the whole block.
+def _solo_parts(x: torch.Tensor) -> list[torch.Tensor]:
+    """Views of x [K, B, N] on which to call an in-place elementwise op so that each member's
+    elements round as one [B, N] call of `ElmanScan` rounds them.
+
+    Only exp and tanh may round differently between torch's vectorised body and its scalar tail
+    (clamp, add and subtract are exact on either path). On the CPU the body takes whole blocks of
+    two vectors, so a member's last B·N mod block elements go the scalar way alone: the op runs on
+    every member's body at once, then on every member's tail. Elsewhere one call suffices.
     """
-    if a.device.type != "cpu" or nonlinearity == "relu":  # one path for every element
-        return _act_(a, nonlinearity, scratch)
-    if nonlinearity == "elu":
-        return _elu_(a, scratch, exp_=lambda s: _as_solo_(s, torch.Tensor.exp_))
-    return _as_solo_(a, torch.Tensor.tanh_)
-
-
-def _as_solo_(a: torch.Tensor, op: Any) -> torch.Tensor:
-    """`op` in place on [K, B, N], splitting each member's B·N elements between torch's vectorised
-    body and its scalar tail as one [B, N] call splits them. On the CPU the body takes whole blocks
-    of two vectors."""
-    rows = a.view(a.shape[0], -1)  # [K, B·N]
+    if x.device.type != "cpu":
+        return [x]
+    rows = x.view(x.shape[0], -1)  # [K, B·N]
     block = _CPU_BLOCK.get(torch.backends.cpu.get_cpu_capability())
     if block is None:  # an unknown vector width: one call per member, as alone
-        for row in rows:
-            op(row)
-        return a
+        return list(rows.unbind(0))
     body = rows.shape[1] // block * block
-    if body in (0, rows.shape[1]):
-        op(a)
-        return a
-    op(rows[:, :body])
-    op(rows[:, body:])
-    return a
+    return [x] if body in (0, rows.shape[1]) else [rows[:, :body], rows[:, body:]]
 
 
 #: float32 elements per vectorised iteration of torch's CPU elementwise loops (two vectors)
 _CPU_BLOCK = {"AVX512": 32, "AVX2": 16, "DEFAULT": 16}
+
+
+def _member_acts(
+    nonlinearity: str, blocks: Sequence[torch.Tensor], scratch: torch.Tensor
+) -> list[Callable[[], torch.Tensor]]:
+    """For each [K, B, N] block, a call that applies f to it in place and returns it, each member's
+    elements rounded as one [B, N] call of `ElmanScan` rounds them (`scratch`: elu's buffer, like a
+    block). The views are made once: a fused step's cost is mostly dispatch, not arithmetic."""
+    if nonlinearity == "relu":  # one path for every element
+        return [b.relu_ for b in blocks]
+    if nonlinearity == "tanh":
+        return [partial(_each_, _solo_parts(b), torch.Tensor.tanh_, b) for b in blocks]
+    exp_ = partial(_each_, _solo_parts(scratch), torch.Tensor.exp_)
+    return [partial(_elu_, b, scratch, exp_) for b in blocks]
+
+
+def _each_(
+    parts: Sequence[torch.Tensor], op: Callable[[torch.Tensor], Any], whole: torch.Tensor
+) -> torch.Tensor:
+    for part in parts:
+        op(part)
+    return whole
 
 
 def _act_grad(h: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,14 +121,15 @@ class ElmanScan(torch.autograd.Function):
     def forward(
         ctx: Any, xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, nonlinearity: str
     ) -> torch.Tensor:
-        T = xp.shape[0]
         hs = torch.empty_like(xp)  # [T, B, N]
         wt = w.t()
         h = h0
         scratch = torch.empty_like(h0)
-        for t in range(T):
-            torch.addmm(xp[t], h, wt, out=hs[t])  # a_t = xp_t + h_{t−1} Wᵀ
-            h = _act_(hs[t], nonlinearity, scratch)  # h_t = f(a_t), in place
+        act = partial(_act_, nonlinearity=nonlinearity, scratch=scratch)
+        addmm = torch.addmm
+        for xp_t, hs_t in zip(xp.unbind(0), hs.unbind(0), strict=True):  # views made once
+            addmm(xp_t, h, wt, out=hs_t)  # a_t = xp_t + h_{t−1} Wᵀ
+            h = act(hs_t)  # h_t = f(a_t), in place
         ctx.nonlinearity = nonlinearity
         ctx.save_for_backward(hs, h0, w)
         return hs
@@ -130,11 +141,13 @@ class ElmanScan(torch.autograd.Function):
         fprime = _act_grad(hs, ctx.nonlinearity)  # [T, B, N], all steps at once
         grad_a = torch.empty_like(hs)  # ∂L/∂a_t
         grad_hs = grad_hs.contiguous()
-        dh = grad_hs[T - 1]
+        g, fp, ga = grad_hs.unbind(0), fprime.unbind(0), grad_a.unbind(0)
+        mul, addmm = torch.mul, torch.addmm
+        dh = g[T - 1]
         for t in range(T - 1, 0, -1):
-            torch.mul(dh, fprime[t], out=grad_a[t])
-            dh = torch.addmm(grad_hs[t - 1], grad_a[t], w)  # ∂L/∂h_{t−1} = g_{t−1} + ∂a_t·W
-        torch.mul(dh, fprime[0], out=grad_a[0])
+            mul(dh, fp[t], out=ga[t])
+            dh = addmm(g[t - 1], ga[t], w)  # ∂L/∂h_{t−1} = g_{t−1} + ∂a_t·W
+        mul(dh, fp[0], out=ga[0])
         # ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [N, T·B] × [T·B, N] matmul instead of T small ones
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])  # [T, B, N]
         grad_w = grad_a.reshape(-1, N).t() @ h_prev.reshape(-1, N)
@@ -237,11 +250,15 @@ class FusedElmanScan(torch.autograd.Function):
         step = ws.get("step", (2, K, B, N), h0)  # this step's a_t, then h_t, contiguous
         scratch = ws.get("scratch", (K, B, N), h0)
         wt = w.transpose(1, 2)
+        # every view the loop touches, made up front (indexing in the loop cost ~15 % of the step)
+        xps, states, steps = xp.unbind(1), hs.unbind(1), step.unbind(0)
+        acts = _member_acts(nonlinearity, steps, scratch)  # f in place on steps[0] or steps[1]
+        baddbmm = torch.baddbmm
         h = h0
         for t in range(T):
-            a = torch.baddbmm(xp[:, t], h, wt, out=step[t % 2])  # a_t = xp_t + h_{t−1} Wᵀ, per member
-            h = _act_as_solo_(a, nonlinearity, scratch)
-            hs[:, t + 1].copy_(h)
+            baddbmm(xps[t], h, wt, out=steps[t & 1])  # a_t = xp_t + h_{t−1} Wᵀ, per member
+            h = acts[t & 1]()  # h_t = f(a_t)
+            states[t + 1].copy_(h)
         ctx.nonlinearity, ctx.last, ctx.workspace, ctx.has_bias = nonlinearity, last, ws, bias is not None
         ctx.save_for_backward(hs, w, *xs)
         return tuple(hs[:, T].unbind(0) if last else hs[:, 1:].unbind(0))
@@ -261,12 +278,15 @@ class FusedElmanScan(torch.autograd.Function):
         else:
             grad_hs = torch.stack(grads_k, out=ws.get("grad_hs", (K, T, B, N), hs))
             dh = grad_hs[:, T - 1]
+        states, grads_a, dhs = hs.unbind(1), grad_a.unbind(1), dh_buf.unbind(0)
+        nonlinearity, bmm, baddbmm = ctx.nonlinearity, torch.bmm, torch.baddbmm
+        g_prev = grad_hs.unbind(1) if grad_hs is not None else None
         for t in range(T - 1, 0, -1):
-            _act_grad(hs[:, t + 1], ctx.nonlinearity, out=grad_a[:, t]).mul_(dh)  # step by step: in cache
-            if grad_hs is None:
-                dh = torch.bmm(grad_a[:, t], w, out=dh_buf[t % 2])  # ∂L/∂h_{t−1} = ∂a_t·W
+            ga = _act_grad(states[t + 1], nonlinearity, out=grads_a[t]).mul_(dh)  # step by step: in cache
+            if g_prev is None:
+                dh = bmm(ga, w, out=dhs[t & 1])  # ∂L/∂h_{t−1} = ∂a_t·W
             else:
-                dh = torch.baddbmm(grad_hs[:, t - 1], grad_a[:, t], w, out=dh_buf[t % 2])  # g_{t−1} + ∂a_t·W
+                dh = baddbmm(g_prev[t - 1], ga, w, out=dhs[t & 1])  # g_{t−1} + ∂a_t·W
         _act_grad(hs[:, 1], ctx.nonlinearity, out=grad_a[:, 0]).mul_(dh)
         # Per member, into fresh (aligned) memory — MKL's rounding can depend on where C starts:
         # ∂W_k = Σ_t ∂a_tᵀ h_{t−1}, one [N, T·B] × [T·B, N] product as ElmanScan's; ∂V_k and ∂b_k
