@@ -22,7 +22,9 @@ from trainers.tasks import TASKS, Task
 
 #: Bumped whenever a change alters what a given config computes (results keyed by hash + version).
 #: 2: elu as TensorFlow computes it, exp(a) − 1 (torch's elu uses expm1; ~1e-7 apart), in every kernel.
-TRAINER_VERSION = "2"
+#: 3: the scan's ∂V as (xᵀ∂a)ᵀ and per-step cross-entropy over a [1, C, T·B] view (few classes): the
+#:    same gradients and losses, summed in another order (faster on the CPU).
+TRAINER_VERSION = "3"
 
 
 @dataclass(frozen=True)

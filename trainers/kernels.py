@@ -8,9 +8,10 @@ Two implementations, chosen by `elman_rnn`:
 - `scan`: a hand-written autograd Function for any f whose derivative is a function of f's output
   (elu, relu, tanh). Autograd would record ~6 nodes per step; this records one node for the whole
   sequence, runs 2 ops per step forward (addmm, f) and 2 per step backward (mul, addmm), and
-  computes ∂W with one large matmul after the loop. `auto` picks it on the CPU for every f: measured
+  computes ∂W, ∂V and ∂b with one large product or sum each after the loop. `auto` picks it on the CPU for every f: measured
   by `benchmarks/rnn_loop.py`, it is faster than torch's native CPU kernel even for relu.
-Shapes are time-major: xp [T, B, N] (input projection + bias, hoisted out of the loop), h0 [B, N].
+Shapes are time-major: x [T, B, d], h0 [B, N]; the input projection xp = x Vᵀ + b [T, B, N] is
+one matmul over all steps, hoisted out of the loop.
 
 `FusedElmanScan` (via `fused_elman_rnn`) runs K independent networks of one shape at once — a
 fused trial bundle (`trainers.fused`) — with one batched matmul per step for all K, and each
@@ -119,9 +120,18 @@ def _act_grad(h: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = Non
 class ElmanScan(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, nonlinearity: str
+        ctx: Any,
+        x: torch.Tensor,
+        w_in: torch.Tensor,
+        bias: torch.Tensor | None,
+        h0: torch.Tensor,
+        w: torch.Tensor,
+        nonlinearity: str,
     ) -> torch.Tensor:
-        hs = torch.empty_like(xp)  # [T, B, N]
+        xp = x @ w_in.t()  # [T, B, N]: the input projection, hoisted out of the loop
+        if bias is not None:
+            xp = xp + bias
+        hs = torch.empty_like(xp)
         wt = w.t()
         h = h0
         scratch = torch.empty_like(h0)
@@ -131,12 +141,12 @@ class ElmanScan(torch.autograd.Function):
             addmm(xp_t, h, wt, out=hs_t)  # a_t = xp_t + h_{t−1} Wᵀ
             h = act(hs_t)  # h_t = f(a_t), in place
         ctx.nonlinearity = nonlinearity
-        ctx.save_for_backward(hs, h0, w)
+        ctx.save_for_backward(x, w_in, hs, h0, w)
         return hs
 
     @staticmethod
     def backward(ctx: Any, grad_hs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        hs, h0, w = ctx.saved_tensors
+        x, w_in, hs, h0, w = ctx.saved_tensors
         T, _B, N = hs.shape
         fprime = _act_grad(hs, ctx.nonlinearity)  # [T, B, N], all steps at once
         grad_a = torch.empty_like(hs)  # ∂L/∂a_t
@@ -151,8 +161,14 @@ class ElmanScan(torch.autograd.Function):
         # ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [N, T·B] × [T·B, N] matmul instead of T small ones
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])  # [T, B, N]
         grad_w = grad_a.reshape(-1, N).t() @ h_prev.reshape(-1, N)
-        grad_h0 = grad_a[0] @ w if ctx.needs_input_grad[1] else None
-        return grad_a, grad_h0, grad_w, None
+        # ∂V = (xᵀ ∂a)ᵀ: [d, T·B] × [T·B, N]; the other order, ∂aᵀ x, is 5× slower in MKL at d = 10
+        grad_in = (
+            (x.reshape(-1, x.shape[-1]).t() @ grad_a.view(-1, N)).t() if ctx.needs_input_grad[1] else None
+        )
+        grad_b = grad_a.sum((0, 1)) if ctx.needs_input_grad[2] else None
+        grad_h0 = grad_a[0] @ w if ctx.needs_input_grad[3] else None
+        grad_x = grad_a @ w_in if ctx.needs_input_grad[0] else None  # e.g. an embedding before the cell
+        return grad_x, grad_in, grad_b, grad_h0, grad_w, None
 
 
 def elman_rnn(
@@ -178,10 +194,7 @@ def elman_rnn(
         fn = torch._VF.rnn_relu if nonlinearity == "relu" else torch._VF.rnn_tanh
         out, _ = fn(x, h0.unsqueeze(0), params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
         return out
-    xp = x @ w_in.t()  # [T, B, N]: the input projection, hoisted out of the loop
-    if bias is not None:
-        xp = xp + bias
-    return ElmanScan.apply(xp, h0, w_rec, nonlinearity)  # type: ignore[no-any-return]
+    return ElmanScan.apply(x, w_in, bias, h0, w_rec, nonlinearity)  # type: ignore[no-any-return]
 
 
 class Workspace:
@@ -289,11 +302,11 @@ class FusedElmanScan(torch.autograd.Function):
                 dh = baddbmm(g_prev[t - 1], ga, w, out=dhs[t & 1])  # g_{t−1} + ∂a_t·W
         _act_grad(hs[:, 1], ctx.nonlinearity, out=grad_a[:, 0]).mul_(dh)
         # Per member, into fresh (aligned) memory — MKL's rounding can depend on where C starts:
-        # ∂W_k = Σ_t ∂a_tᵀ h_{t−1}, one [N, T·B] × [T·B, N] product as ElmanScan's; ∂V_k and ∂b_k
-        # as autograd computes them for `x @ V.t() + b` (mm backward; sum over T and B)
+        # ∂W_k = Σ_t ∂a_tᵀ h_{t−1}, ∂V_k = (x_kᵀ ∂a)ᵀ and ∂b_k = Σ ∂a, each product and sum as
+        # ElmanScan's
         rows = [grad_a[k].view(T * B, N) for k in range(K)]
         grad_w = torch.stack([r.t() @ hs[k, :T].reshape(T * B, N) for k, r in enumerate(rows)])
-        grad_in = torch.stack([r.t() @ x.reshape(T * B, -1) for r, x in zip(rows, xs, strict=True)])
+        grad_in = torch.stack([(x.reshape(T * B, -1).t() @ r).t() for r, x in zip(rows, xs, strict=True)])
         grad_b = torch.stack([g.sum((0, 1)) for g in grad_a]) if ctx.has_bias else None
         grad_h0 = torch.bmm(grad_a[:, 0], w) if ctx.needs_input_grad[0] else None
         return (grad_h0, grad_in, grad_w, grad_b, None, None, None, *([None] * len(xs)))

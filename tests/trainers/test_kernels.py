@@ -19,8 +19,8 @@ def inputs(seed: int = 0, T: int = 6, B: int = 3, N: int = 5, d: int = 2):
 @pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
 def test_scan_gradients_match_finite_differences(nonlinearity):
     x, h0, wi, wr, b = inputs()
-    fn = lambda h0, wi, wr, b: elman_rnn(x, h0, wi, wr, b, nonlinearity, "scan")  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (h0, wi, wr, b))
+    fn = lambda x, h0, wi, wr, b: elman_rnn(x, h0, wi, wr, b, nonlinearity, "scan")  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x.requires_grad_(), h0, wi, wr, b))
 
 
 @pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])

@@ -4,9 +4,11 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from trainers.tasks import get_task, list_tasks
 from trainers.tasks.addition import AdditionConfig, AdditionTask
+from trainers.tasks.base import step_cross_entropy
 from trainers.tasks.copy import CopyConfig, CopyTask
 
 CPU = torch.device("cpu")
@@ -82,3 +84,19 @@ def test_fixed_splits_are_a_function_of_the_seed(name, tiny_task_params):
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
     assert x1.shape[0] == a.seq_len
     assert x1.dim() == 2 if a.input_vocab is not None else x1.shape[2] == a.input_dim  # token ids or vectors
+
+
+@pytest.mark.parametrize("classes", [9, 50])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_step_cross_entropy_is_torchs_cross_entropy_over_every_step(classes, reduction):
+    g = torch.Generator().manual_seed(classes)
+    out = torch.randn(7, 5, classes, generator=g, dtype=torch.double, requires_grad=True)
+    y = torch.randint(0, classes, (7, 5), generator=g)
+    y[0, :2] = -100  # ignored steps (varcopy's padding)
+    ours = step_cross_entropy(out, y, ignore_index=-100, reduction=reduction)
+    ref = F.cross_entropy(out.reshape(-1, classes), y.reshape(-1), ignore_index=-100, reduction=reduction)
+    assert ours.shape == (() if reduction == "mean" else y.shape)
+    assert torch.allclose(ours.reshape(-1), ref.reshape(-1), rtol=1e-12, atol=1e-12)
+    (g_ours,) = torch.autograd.grad(ours.sum(), out)
+    (g_ref,) = torch.autograd.grad(ref.sum(), out)
+    assert torch.allclose(g_ours, g_ref, rtol=1e-12, atol=1e-12)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors, copy_baseline
+from trainers.tasks.base import Split, Task, Tensors, copy_baseline, step_cross_entropy
 
 N_DATA = 10  # symbols to remember
 N_SYMBOLS = 8  # data alphabet 1..8
@@ -91,7 +91,7 @@ class CopyTask(Task):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [L, B, 9] logits; mean over every step and example
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        return step_cross_entropy(out, y)
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         hit = out[-N_DATA:].argmax(-1) == y[-N_DATA:]  # [10, B]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors
+from trainers.tasks.base import Split, Task, Tensors, step_cross_entropy
 from trainers.tasks.copy import MARKER, N_DATA, N_SYMBOLS
 
 
@@ -91,7 +91,7 @@ class DenoiseTask(Task):
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [T+11, B, 9]; only the last 10 steps are scored (myTorch's mask)
         recall = out[-N_DATA:]
-        return F.cross_entropy(recall.reshape(-1, recall.shape[-1]), y[-N_DATA:].reshape(-1))
+        return step_cross_entropy(recall, y[-N_DATA:])
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         hit = out[-N_DATA:].argmax(-1) == y[-N_DATA:]  # [10, B]

@@ -36,9 +36,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 
-from trainers.tasks.base import Split, Task, Tensors
+from trainers.tasks.base import Split, Task, Tensors, step_cross_entropy
 from trainers.tasks.mnist_files import default_root
 
 EOS = "<eos>"
@@ -172,11 +171,11 @@ class PTBTask(Task):
         return w[:, :-1].T.contiguous(), w[:, 1:].T.contiguous()  # x, y: ids [bptt, B]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))  # out [T, B, V]
+        return step_cross_entropy(out, y)  # out [T, B, V]
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
-        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none")
-        return float(ce.view(y.shape).mean(0).sum() / math.log(2))  # Σ over windows of bits per token
+        ce = step_cross_entropy(out, y, reduction="none")  # [T, B]
+        return float(ce.mean(0).sum() / math.log(2))  # Σ over windows of bits per token
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "level": self.config.level, "vocab_size": len(self.corpus.vocab)}

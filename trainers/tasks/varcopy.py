@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors, copy_baseline
+from trainers.tasks.base import Split, Task, Tensors, copy_baseline, step_cross_entropy
 from trainers.tasks.copy import MARKER, N_DATA, N_SYMBOLS
 
 IGNORE = -100  # target of a padded step (F.cross_entropy's ignore_index)
@@ -122,11 +122,9 @@ class VarCopyTask(Task):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [L, B, 9]; each example's mean over its own steps, then the mean over examples
-        ce = F.cross_entropy(
-            out.reshape(-1, out.shape[-1]), y.reshape(-1), ignore_index=IGNORE, reduction="none"
-        )
+        ce = step_cross_entropy(out, y, ignore_index=IGNORE, reduction="none")  # [L, B]
         steps = (y != IGNORE).sum(0)  # [B]
-        return (ce.view(y.shape).sum(0) / steps).mean()
+        return (ce.sum(0) / steps).mean()
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         lengths = (y != IGNORE).sum(0)  # [B]
