@@ -8,10 +8,11 @@ optimiser (RMSprop or Adam) and the global-norm clip are written over the stacke
 per-member constants.
 
 Each member sees the very batches it would see alone (`training_batches` of its own task and seed;
-members with the same seed share one stream), is evaluated on its own validation set by the loop's
-own `evaluate`, and returns its own `TrainResult` (same config dict, hash, history, final loss,
-success and recurrent matrix). A member that diverges or stops early leaves the bundle: its rows
-are removed from every stacked tensor, and the others go on untouched.
+members with the same seed share one stream), is evaluated on its own validation set batch by batch
+as the loop's `evaluate` does, in fused forward passes, and returns its own `TrainResult` (same
+config dict, hash, history, final loss, success and recurrent matrix). A member that diverges or
+stops early leaves the bundle: its rows are removed from every stacked tensor, and the others go on
+untouched.
 
 Equivalence with `train`, bit for bit: every float32 operation a member's solo run performs is
 performed on its slice with the same rounding — the input projection, readout, loss and their
@@ -42,7 +43,6 @@ from trainers.kernels import Workspace, fused_elman_rnn
 from trainers.loop import (
     Evaluation,
     TrainResult,
-    evaluate,
     failure_reason,
     resolve_device,
     training_batches,
@@ -160,18 +160,27 @@ class FusedRNN:
         self.nonlinearity = nonlinearity
         self.output = output
         self.workspace = Workspace()  # the recurrence's big buffers, reused every step
+        self.eval_workspace = Workspace()  # the validation passes' (other batch sizes)
 
     def __getitem__(self, name: str) -> torch.Tensor | None:
         return self.params[self.names.index(name)] if name in self.names else None
 
-    def forward(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Member k's output for its input xs[k] [T, B, d]: [B, C] or [T, B, C], as SequenceModel."""
-        w_hh, w_ih, bias, w_out, b_out = (self[n] for n in self.NAMES)
+    def forward(
+        self, xs: Sequence[torch.Tensor], rows: slice = slice(None), workspace: Workspace | None = None
+    ) -> list[torch.Tensor]:
+        """Member k's output for its input xs[k] [T, B, d]: [B, C] or [T, B, C], as SequenceModel.
+
+        `rows`: the members (rows of the stacked tensors) that xs feed, all by default; `workspace`:
+        where the recurrence keeps its buffers (the training one by default)."""
+        w_hh, w_ih, bias, w_out, b_out = (
+            p[rows] if p is not None else None for p in map(self.__getitem__, self.NAMES)
+        )
         assert w_hh is not None and w_ih is not None and w_out is not None and b_out is not None
         K, N = w_hh.shape[0], w_hh.shape[1]
         h0 = xs[0].new_zeros(K, xs[0].shape[1], N)  # [K, B, N]
         last = self.output == "last"
-        hs = fused_elman_rnn(xs, h0, w_ih, w_hh, bias, self.nonlinearity, last, self.workspace)
+        ws = workspace if workspace is not None else self.workspace
+        hs = fused_elman_rnn(xs, h0, w_ih, w_hh, bias, self.nonlinearity, last, ws)
         # member k's readout of its last state [B, N] or of every state [T, B, N]
         return [F.linear(h, w, b) for h, w, b in zip(hs, w_out.unbind(0), b_out.unbind(0), strict=True)]
 
@@ -418,13 +427,26 @@ def _run(members: list[_Member], report: FusedReport | None, started: float) -> 
         if not is_eval and step % 50:
             continue
         train_losses = [v / n_running for v in running.tolist()]
-        for k, (m, train_loss) in enumerate(zip(active, train_losses, strict=True)):
+        for m, train_loss in zip(active, train_losses, strict=True):
             if not math.isfinite(train_loss) or train_loss > m.limit:
                 m.result.status = "failed"
                 m.result.reason = f"training loss diverged ({train_loss:.4g}) at step {step}"
                 m.done = True
-            elif is_eval:
-                _evaluate(m, k, model, step, step / steps_per_epoch, train_loss, report, started)
+        if is_eval:
+            scores = _validate(model, active)  # every row (one that just diverged is ignored)
+            for k, (m, train_loss, (val_loss, metric)) in enumerate(
+                zip(active, train_losses, scores, strict=True)
+            ):
+                if not m.done:
+                    evaluation = Evaluation(
+                        step=step,
+                        epoch=step / steps_per_epoch,
+                        train_loss=train_loss,
+                        val_loss=val_loss,
+                        metric=metric,
+                        seconds=time.perf_counter() - started,
+                    )
+                    _record(m, k, model, evaluation, report)
         if is_eval:
             running.zero_()
             n_running = 0
@@ -446,33 +468,56 @@ def _run(members: list[_Member], report: FusedReport | None, started: float) -> 
         m.result.seconds = now
 
 
-def _evaluate(
-    m: _Member,
-    k: int,
-    model: FusedRNN,
-    step: int,
-    epoch: float,
-    train_loss: float,
-    report: FusedReport | None,
-    started: float,
-) -> None:
-    """Member k's evaluation, by the solo loop's own `evaluate` on its own model and validation set."""
-    model.load_into(k, m.model)
-    device = next(m.model.parameters()).device
-    val_loss, metric = evaluate(m.model, m.data.task, m.data.val_split, m.config.eval_batch_size, device)
-    evaluation = Evaluation(
-        step=step,
-        epoch=epoch,
-        train_loss=train_loss,
-        val_loss=val_loss,
-        metric=metric,
-        seconds=time.perf_counter() - started,
-    )
+#: bytes of recurrence buffers one validation pass may use (members are evaluated in chunks that fit)
+EVAL_BUFFER_BYTES = 256 * 2**20
+
+
+@torch.no_grad()
+def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, float | None]]:
+    """Each member's (mean validation loss, mean metric) as the loop's `evaluate` computes it alone.
+
+    The same batches of its own validation set go through the fused forward (each member's outputs
+    are its solo model's, bit for bit), and its loss and metric are summed batch by batch in the same
+    order. Members go in chunks whose buffers fit `EVAL_BUFFER_BYTES` (a large validation batch may
+    leave one member per pass: then it costs what a solo evaluation costs).
+    """
+    cfg = members[0].config  # shared fields only
+    device = model.params[0].device
+    N = model.params[0].shape[1]
+    n_val, batch_size = len(members[0].data.val_split), cfg.eval_batch_size
+    totals = [[0.0, 0.0, 0] for _ in members]  # loss sum, metric sum, examples
+    for start in range(0, n_val, batch_size):
+        batch = {}  # per seed: members with one seed share a validation set
+        for m in members:
+            if m.config.seed not in batch:
+                batch[m.config.seed] = m.data.task.encode(
+                    m.data.val_split.take(slice(start, start + batch_size)), device
+                )
+        xs = [batch[m.config.seed][0] for m in members]
+        T, b = xs[0].shape[0], xs[0].shape[1]
+        chunk = max(1, EVAL_BUFFER_BYTES // (2 * (T + 1) * b * N * xs[0].element_size()))  # xp and hs
+        for first in range(0, len(members), chunk):
+            rows = slice(first, min(first + chunk, len(members)))
+            outs = model.forward(xs[rows], rows, model.eval_workspace)
+            for m, total, out in zip(members[rows], totals[rows], outs, strict=True):
+                y = batch[m.config.seed][1]
+                total[0] += float(m.data.task.loss(out, y)) * b
+                total[1] += m.data.task.metric_sum(out, y)
+                total[2] += b
+    return [
+        (loss / n, (metric / n if m.data.task.metric_name else None))
+        for m, (loss, metric, n) in zip(members, totals, strict=True)
+    ]
+
+
+def _record(m: _Member, k: int, model: FusedRNN, evaluation: Evaluation, report: FusedReport | None) -> None:
+    """Member k's evaluation, as the solo loop records it: history, report, then failure or early stop."""
     r = m.result
     r.history.append(evaluation)
-    r.final_val_loss, r.final_metric = val_loss, metric
+    r.final_val_loss, r.final_metric = evaluation.val_loss, evaluation.metric
     if report is not None:
         report(m.index, evaluation)
+    step, val_loss = evaluation.step, evaluation.val_loss
     if not math.isfinite(val_loss) or val_loss > m.limit:
         r.status, r.reason = "failed", f"validation loss diverged ({val_loss:.4g}) at step {step}"
         m.done = True

@@ -20,6 +20,7 @@ member's numbers bit for bit those `ElmanScan` computes for it alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -209,10 +210,12 @@ class Workspace:
         self.buffers: dict[str, torch.Tensor] = {}
 
     def get(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """Buffer `name` viewed as `shape` (contiguous, from its start); it grows, never shrinks."""
+        numel = math.prod(shape)
         buf = self.buffers.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != like.dtype or buf.device != like.device:
-            buf = self.buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
-        return buf
+        if buf is None or buf.numel() < numel or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self.buffers[name] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return buf[:numel].view(shape)
 
 
 class FusedElmanScan(torch.autograd.Function):

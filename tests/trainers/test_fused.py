@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+from trainers import fused as fused_module
 from trainers import resolve, train
 from trainers.fused import FusedOptimizer, check_fusable, fusable_key, train_fused
 from trainers.kernels import elman_rnn, fused_elman_rnn
@@ -220,6 +221,18 @@ def test_psmnist_members_each_with_their_own_permutation(tiny_mnist_root):
     fused, solo = run_both(configs)
     for f, s in zip(fused, solo, strict=True):
         assert f.status == "ok" and f.metric_name == "accuracy" and len(f.history) == 4
+        assert_same_run(f, s)
+
+
+@pytest.mark.parametrize("buffer_bytes", [None, 1])  # the default: every member in one pass; 1: one each
+def test_validation_in_batches_and_member_chunks_is_each_members_own(monkeypatch, buffer_bytes):
+    """Validation batches of 24, 24 and 16 (n_val 64), members evaluated together or one by one."""
+    if buffer_bytes is not None:
+        monkeypatch.setattr(fused_module, "EVAL_BUFFER_BYTES", buffer_bytes)
+    members = [*MEMBERS, {"lr": 2e-3, "seed": 1, "cell_params": {"init": "fbchain", "scale": 0.2}}]
+    fused, solo = run_both(bundle(COPY, members, steps=50, eval_every=25, eval_batch_size=24))
+    for f, s in zip(fused, solo, strict=True):
+        assert len(f.history) == 2
         assert_same_run(f, s)
 
 
