@@ -286,7 +286,9 @@ class FusedElmanScan(torch.autograd.Function):
         ws: Workspace = ctx.workspace
         outs = hs[:, T].unbind(0) if ctx.last else hs[:, 1:].unbind(0)
         grads_k = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outs, strict=True)]
-        grad_a = ws.get("grad_a", (K, T, B, N), hs)  # ∂L/∂a_t = ∂L/∂h_t · f'(a_t)
+        # ∂L/∂a_t = ∂L/∂h_t · f'(a_t), in the forward's xp buffer (dead once the loop has run): a
+        # third less memory per bundle
+        grad_a = ws.get("xp", (K, T, B, N), hs)
         dh_buf = ws.get("dh", (2, K, B, N), hs)
         if ctx.last:  # ∂L/∂h_t arrives only through h_{t+1}, but at the last step
             grad_hs = None
