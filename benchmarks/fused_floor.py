@@ -1,0 +1,180 @@
+"""How far can fusing go? A fused step against the arithmetic no bit-exact implementation can skip.
+
+One process, one thread, one shape (psMNIST-like by default: N=25, B=16, T=784, d=1, elu):
+
+- solo: a real training step of `trainers.train`'s model and optimiser (min and median of --steps);
+- fused: a real step of a K-member bundle (`FusedRNN` and `FusedOptimizer`, as `train_fused` runs
+  them), per member;
+- floor: per member-timestep, what every member's recurrence must compute however it is
+  scheduled if its numbers are to stay its solo run's — its GEMMs as `addmm` runs them (the forward
+  and backward recurrence as one batched matmul over K, ∂W as one [N, T·B] × [T·B, N] product per
+  member) and exp over its states — then the elementwise passes on [K, B, N] blocks the scan makes
+  (f and f' written with clamp, add, subtract, multiply; the copy into the state store).
+
+The ceiling (solo time per timestep / floor) bounds the speed-up a fused bundle could reach with no
+dispatch, no Python and no memory stalls at all; the floor leaves out the input projection, readout,
+loss and optimiser, so the true bound is lower still.
+
+    python benchmarks/fused_floor.py [--k 32] [--steps 12] [--shape psmnist|copy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from fused import grid, shapes, synthetic_mnist  # benchmarks/fused.py (run as a script from the repo)
+
+
+def per_call(fn: Callable[[], Any], n: int) -> float:
+    """Min over 3 runs of n calls: seconds per call."""
+    fn()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t) / n)
+    return best
+
+
+def step_times(step: Callable[[], Any], n: int) -> tuple[float, float]:
+    """(min, median) seconds of n steps after two warm-up steps."""
+    step()
+    step()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return min(times), statistics.median(times)
+
+
+def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
+    from trainers.config import resolve
+    from trainers.loop import make_optimizer, training_batches
+    from trainers.model import build_model
+
+    resolved = resolve(configs[0])
+    task = resolved.make_task()
+    model = build_model(resolved, task)
+    params = list(model.parameters())
+    optimizer = make_optimizer(resolved.config, params)
+    batches = training_batches(task, resolved.config.batch_size, resolved.config.seed)
+
+    def step() -> None:
+        x, y = task.encode(next(batches), torch.device("cpu"))
+        loss = task.loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(params, resolved.config.clip_norm)
+        optimizer.step()
+
+    return step
+
+
+def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
+    from trainers.config import resolve
+    from trainers.fused import FusedOptimizer, FusedRNN, TrainResult, _setup
+    from trainers.loop import training_batches
+
+    resolved = [resolve(c) for c in configs]
+    members = _setup(resolved, [TrainResult.pending(r) for r in resolved])
+    task = members[0].data.task
+    model = FusedRNN([m.model for m in members], "elu", task.output)
+    optimizer = FusedOptimizer(configs[0]["optimizer"], [m.config for m in members], model.params)
+    streams = {m.config.seed: training_batches(m.data.task, 16, m.config.seed) for m in members}
+    members_by_seed = {m.config.seed: m for m in members}
+    cpu = torch.device("cpu")
+
+    def step() -> None:
+        batch = {
+            seed: members_by_seed[seed].data.task.encode(next(stream), cpu)
+            for seed, stream in streams.items()
+        }
+        outs = model.forward([batch[m.config.seed][0] for m in members])
+        losses = torch.stack(
+            [m.data.task.loss(o, batch[m.config.seed][1]) for m, o in zip(members, outs, strict=True)]
+        )
+        for p in model.params:
+            p.grad = None
+        losses.sum().backward()  # type: ignore[no-untyped-call]
+        optimizer.step(model.params)
+
+    return step
+
+
+def floor(K: int, T: int, B: int, N: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per member-timestep: (arithmetic every member must do, the scan's elementwise passes)."""
+    g = torch.Generator().manual_seed(0)
+    h, w, out, xp = (torch.randn(K, *s, generator=g) for s in ((B, N), (N, N), (B, N), (B, N)))
+    wt = w.transpose(1, 2)
+    a = torch.randn(K, B, N, generator=g).clamp_max_(0.0)
+    s, v, store = torch.empty_like(a), torch.empty_like(a), torch.empty(K, 8, B, N)
+    rows = torch.randn(T * B, N, generator=g)
+    steps = 2000
+    arithmetic = {
+        "forward GEMM (baddbmm over K)": per_call(lambda: torch.baddbmm(xp, h, wt, out=out), steps) / K,
+        "backward GEMM (bmm over K)": per_call(lambda: torch.bmm(h, w, out=out), steps) / K,
+        "∂W GEMM ([N, T·B] × [T·B, N])": per_call(lambda: rows.t() @ rows, 20) / T,
+        "exp": per_call(lambda: torch.exp(a, out=s), steps) / K,
+    }
+    passes = {  # f forward (clamp, −1, clamp, +), the copy into the store, f' backward (+1, clamp, ×)
+        "f: clamp_max, sub, clamp_min, add": per_call(
+            lambda: (torch.clamp_max(a, 0.0, out=s), s.sub_(1.0), torch.clamp_min(a, 0.0, out=v).add_(s)),
+            steps,
+        )
+        / K,
+        "copy into the store": per_call(lambda: store[:, 3].copy_(a), steps) / K,
+        "f': add, clamp_max, mul": per_call(lambda: torch.add(a, 1.0, out=s).clamp_max_(1.0).mul_(v), steps)
+        / K,
+    }
+    return arithmetic, passes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--k", type=int, default=32, help="bundle size")
+    ap.add_argument("--steps", type=int, default=12, help="timed training steps")
+    ap.add_argument("--shape", default="psmnist", choices=["psmnist", "copy"])
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    base, T = shapes(synthetic_mnist(Path(tempfile.mkdtemp(prefix="memsweep-floor-"))))[args.shape]
+    configs = grid(base, args.k, 10**6)
+    for c in configs:
+        c.update(optimizer="rmsprop", clip_norm=1.0)
+    N, B = base["hidden"], 16
+    solo_min, solo_med = step_times(solo_step(configs), args.steps)
+    fused_min, fused_med = step_times(fused_step(configs), args.steps)
+    arithmetic, passes = floor(args.k, T, B, N)
+    us = 1e6 / T
+    print(f"torch {torch.__version__}, 1 thread, shape {args.shape}: N={N}, B={B}, T={T}, K={args.k}\n")
+    print(
+        f"solo step            {solo_min * 1e3:8.2f} ms (median {solo_med * 1e3:.2f})  {solo_min * us:6.2f} µs/timestep"
+    )
+    per_member = fused_min / args.k
+    print(
+        f"fused step / member  {per_member * 1e3:8.2f} ms (median {fused_med / args.k * 1e3:.2f})"
+        f"  {per_member * us:6.2f} µs/member-timestep   {solo_min / per_member:.2f}× solo"
+    )
+    print("\nfloor of the recurrence, µs per member-timestep:")
+    for name, sec in {**arithmetic, **passes}.items():
+        print(f"  {name:<38}{sec * 1e6:6.3f}")
+    must, scan = sum(arithmetic.values()), sum(passes.values())
+    print(
+        f"  {'arithmetic every member must do':<38}{must * 1e6:6.3f}  → ceiling {solo_min / T / must:.1f}× solo"
+    )
+    print(
+        f"  {'with the elementwise passes':<38}{(must + scan) * 1e6:6.3f}  → ceiling {solo_min / T / (must + scan):.1f}× solo"
+    )
+
+
+if __name__ == "__main__":
+    main()
