@@ -438,16 +438,8 @@ def _run(members: list[_Member], report: FusedReport | None, started: float) -> 
                 zip(active, train_losses, scores, strict=True)
             ):
                 if not m.done:
-                    evaluation = Evaluation(
-                        step=step,
-                        epoch=step / steps_per_epoch,
-                        train_loss=train_loss,
-                        val_loss=val_loss,
-                        metric=metric,
-                        seconds=time.perf_counter() - started,
-                    )
+                    evaluation = Evaluation.at(step, steps_per_epoch, train_loss, val_loss, metric, started)
                     _record(m, k, model, evaluation, report)
-        if is_eval:
             running.zero_()
             n_running = 0
         if any(m.done for m in active):  # members that failed or stopped early leave the bundle

@@ -38,6 +38,19 @@ class Evaluation:
     metric: float | None  # the task's metric on the validation set (e.g. accuracy)
     seconds: float  # since the start of training
 
+    @classmethod
+    def at(
+        cls,
+        step: int,
+        steps_per_epoch: int,
+        train_loss: float,
+        val_loss: float,
+        metric: float | None,
+        started: float,
+    ) -> Evaluation:
+        """The evaluation at `step`, timed now from `started` (a perf_counter reading)."""
+        return cls(step, step / steps_per_epoch, train_loss, val_loss, metric, time.perf_counter() - started)
+
 
 @dataclass
 class TrainResult:
@@ -208,14 +221,7 @@ def _run(resolved: Resolved, task: Task, result: TrainResult, report: Report | N
         if not is_eval:
             continue
         val_loss, metric = evaluate(model, task, val_split, cfg.eval_batch_size, device)
-        evaluation = Evaluation(
-            step=step,
-            epoch=step / steps_per_epoch,
-            train_loss=train_loss,
-            val_loss=val_loss,
-            metric=metric,
-            seconds=time.perf_counter() - started,
-        )
+        evaluation = Evaluation.at(step, steps_per_epoch, train_loss, val_loss, metric, started)
         result.history.append(evaluation)
         result.final_val_loss, result.final_metric = val_loss, metric
         if report is not None:
