@@ -8,8 +8,9 @@ Two implementations, chosen by `elman_rnn`:
 - `scan`: a hand-written autograd Function for any f whose derivative is a function of f's output
   (elu, relu, tanh). Autograd would record ~6 nodes per step; this records one node for the whole
   sequence, runs 2 ops per step forward (addmm, f) and 2 per step backward (mul, addmm), and
-  computes ∂W, ∂V and ∂b with one large product or sum each after the loop. `auto` picks it on the CPU for every f: measured
-  by `benchmarks/rnn_loop.py`, it is faster than torch's native CPU kernel even for relu.
+  computes ∂W, ∂V and ∂b with one large product or sum each after the loop. `auto` picks it on the
+  CPU for every f: measured by `benchmarks/rnn_loop.py`, it is faster than torch's native CPU kernel
+  even for relu.
 Shapes are time-major: x [T, B, d], h0 [B, N]; the input projection xp = x Vᵀ + b [T, B, N] is
 one matmul over all steps, hoisted out of the loop.
 
