@@ -43,6 +43,7 @@ from trainers.kernels import Workspace, fused_elman_rnn
 from trainers.loop import (
     Evaluation,
     TrainResult,
+    ValidationSums,
     failure_reason,
     resolve_device,
     training_batches,
@@ -477,7 +478,7 @@ def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, floa
     device = model.params[0].device
     N = model.params[0].shape[1]
     n_val, batch_size = len(members[0].data.val_split), cfg.eval_batch_size
-    totals = [[0.0, 0.0, 0] for _ in members]  # loss sum, metric sum, examples
+    sums = [ValidationSums() for _ in members]
     for start in range(0, n_val, batch_size):
         batch = {}  # per seed: members with one seed share a validation set
         for m in members:
@@ -491,15 +492,9 @@ def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, floa
         for first in range(0, len(members), chunk):
             rows = slice(first, min(first + chunk, len(members)))
             outs = model.forward(xs[rows], rows, model.eval_workspace)
-            for m, total, out in zip(members[rows], totals[rows], outs, strict=True):
-                y = batch[m.config.seed][1]
-                total[0] += float(m.data.task.loss(out, y)) * b
-                total[1] += m.data.task.metric_sum(out, y)
-                total[2] += b
-    return [
-        (loss / n, (metric / n if m.data.task.metric_name else None))
-        for m, (loss, metric, n) in zip(members, totals, strict=True)
-    ]
+            for m, member_sums, out in zip(members[rows], sums[rows], outs, strict=True):
+                member_sums.add(m.data.task, out, batch[m.config.seed][1], b)
+    return [member_sums.means(m.data.task) for m, member_sums in zip(members, sums, strict=True)]
 
 
 def _record(m: _Member, k: int, model: FusedRNN, evaluation: Evaluation, report: FusedReport | None) -> None:

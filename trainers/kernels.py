@@ -149,7 +149,7 @@ class ElmanScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_hs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, w_in, hs, h0, w = ctx.saved_tensors
-        T, _B, N = hs.shape
+        T = hs.shape[0]
         fprime = _act_grad(hs, ctx.nonlinearity)  # [T, B, N], all steps at once
         grad_a = torch.empty_like(hs)  # ∂L/∂a_t
         grad_hs = grad_hs.contiguous()
@@ -160,17 +160,28 @@ class ElmanScan(torch.autograd.Function):
             mul(dh, fp[t], out=ga[t])
             dh = addmm(g[t - 1], ga[t], w)  # ∂L/∂h_{t−1} = g_{t−1} + ∂a_t·W
         mul(dh, fp[0], out=ga[0])
-        # ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [N, T·B] × [T·B, N] matmul instead of T small ones
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])  # [T, B, N]
-        grad_w = grad_a.reshape(-1, N).t() @ h_prev.reshape(-1, N)
-        # ∂V = (xᵀ ∂a)ᵀ: [d, T·B] × [T·B, N]; the other order, ∂aᵀ x, is 5× slower in MKL at d = 10
-        grad_in = (
-            (x.reshape(-1, x.shape[-1]).t() @ grad_a.view(-1, N)).t() if ctx.needs_input_grad[1] else None
-        )
-        grad_b = grad_a.sum((0, 1)) if ctx.needs_input_grad[2] else None
+        grad_w, grad_in, grad_b = _weight_grads(x, grad_a, h_prev, *ctx.needs_input_grad[1:3])
         grad_h0 = grad_a[0] @ w if ctx.needs_input_grad[3] else None
         grad_x = grad_a @ w_in if ctx.needs_input_grad[0] else None  # e.g. an embedding before the cell
         return grad_x, grad_in, grad_b, grad_h0, grad_w, None
+
+
+def _weight_grads(
+    x: torch.Tensor, grad_a: torch.Tensor, h_prev: torch.Tensor, need_in: bool = True, need_b: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(∂W, ∂V, ∂b) of one network from its whole sequence — x [T, B, d], ∂a and h_{t−1} [T, B, N] —
+    one product or sum each; `ElmanScan` and every member of `FusedElmanScan` call this very code.
+
+    ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [N, T·B] × [T·B, N] matmul instead of T small ones; ∂V = (xᵀ ∂a)ᵀ,
+    [d, T·B] × [T·B, N] (the other order, ∂aᵀ x, is 5× slower in MKL at d = 10); ∂b = Σ ∂a.
+    """
+    N = grad_a.shape[-1]
+    flat = grad_a.reshape(-1, N)
+    grad_w = flat.t() @ h_prev.reshape(-1, N)
+    grad_in = (x.reshape(-1, x.shape[-1]).t() @ flat).t() if need_in else None
+    grad_b = grad_a.sum((0, 1)) if need_b else None
+    return grad_w, grad_in, grad_b
 
 
 def elman_rnn(
@@ -307,13 +318,12 @@ class FusedElmanScan(torch.autograd.Function):
             else:
                 dh = baddbmm(g_prev[t - 1], ga, w, out=dhs[t & 1])  # g_{t−1} + ∂a_t·W
         _act_grad(hs[:, 1], ctx.nonlinearity, out=grad_a[:, 0]).mul_(dh)
-        # Per member, into fresh (aligned) memory — MKL's rounding can depend on where C starts:
-        # ∂W_k = Σ_t ∂a_tᵀ h_{t−1}, ∂V_k = (x_kᵀ ∂a)ᵀ and ∂b_k = Σ ∂a, each product and sum as
-        # ElmanScan's
-        rows = [grad_a[k].view(T * B, N) for k in range(K)]
-        grad_w = torch.stack([r.t() @ hs[k, :T].reshape(T * B, N) for k, r in enumerate(rows)])
-        grad_in = torch.stack([(x.reshape(T * B, -1).t() @ r).t() for r, x in zip(rows, xs, strict=True)])
-        grad_b = torch.stack([g.sum((0, 1)) for g in grad_a]) if ctx.has_bias else None
+        # ∂W_k, ∂V_k, ∂b_k by ElmanScan's own code, per member, into fresh (aligned) memory (MKL's
+        # rounding can depend on where C starts)
+        per_member = [_weight_grads(x, grad_a[k], hs[k, :T], True, ctx.has_bias) for k, x in enumerate(xs)]
+        grad_w = torch.stack([g[0] for g in per_member])
+        grad_in = torch.stack([g[1] for g in per_member if g[1] is not None])
+        grad_b = torch.stack([g[2] for g in per_member if g[2] is not None]) if ctx.has_bias else None
         grad_h0 = torch.bmm(grad_a[:, 0], w) if ctx.needs_input_grad[0] else None
         return (grad_h0, grad_in, grad_w, grad_b, None, None, None, *([None] * len(xs)))
 

@@ -126,22 +126,36 @@ def training_batches(task: Task, batch_size: int, seed: int) -> Iterator[Tensors
             yield split.take(order[start : start + batch_size])
 
 
+@dataclass
+class ValidationSums:
+    """A validation pass's running sums, batch by batch (the solo loop and fused bundles both use it)."""
+
+    loss: float = 0.0
+    metric: float = 0.0
+    n: int = 0
+
+    def add(self, task: Task, out: torch.Tensor, y: torch.Tensor, b: int) -> None:
+        self.loss += float(task.loss(out, y)) * b
+        self.metric += task.metric_sum(out, y)
+        self.n += b
+
+    def means(self, task: Task) -> tuple[float, float | None]:
+        """(mean validation loss, mean metric or None for a task without one)."""
+        return self.loss / self.n, (self.metric / self.n if task.metric_name else None)
+
+
 @torch.no_grad()
 def evaluate(
     model: SequenceModel, task: Task, split: Any, batch_size: int, device: torch.device
 ) -> tuple[float, float | None]:
     """(mean validation loss, mean metric) over the whole validation split."""
     model.eval()
-    total_loss, total_metric, n = 0.0, 0.0, 0
+    sums = ValidationSums()
     for start in range(0, len(split), batch_size):
         x, y = task.encode(split.take(slice(start, start + batch_size)), device)
-        out = model(x)
-        b = x.shape[1]
-        total_loss += float(task.loss(out, y)) * b
-        total_metric += task.metric_sum(out, y)
-        n += b
+        sums.add(task, model(x), y, x.shape[1])
     model.train()
-    return total_loss / n, (total_metric / n if task.metric_name else None)
+    return sums.means(task)
 
 
 def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
