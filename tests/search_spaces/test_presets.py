@@ -108,21 +108,29 @@ def test_every_point_names_a_task_and_a_cell(name: str) -> None:
 def test_first_point_resolves(name: str, model: str) -> None:
     space = get_preset(name)
     point = next(p for m, p in space.points() if m == model)
-    missing = [
-        f"{kind} {point[kind]!r}"
-        for kind, registered in (("task", list_tasks()), ("cell", list_cells()))
-        if point[kind] not in registered
-    ]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not registered yet")
-    resolved = build({**point, "seed": space.seeds[0]})
+    check_point(f"{name}/{model}", point, space.seeds[0])
+
+
+def check_point(where: str, point: dict[str, Any], seed: int) -> None:
+    """The point names a registered task and cell, resolves, and every setting lands where the
+    trainers read it."""
+    for kind, registered in (("task", list_tasks()), ("cell", list_cells())):
+        assert point[kind] in registered, f"{where}: {kind} {point[kind]!r} is not registered ({registered})"
+    resolved = build({**point, "seed": seed})
     full = resolved.to_dict()
     for key, value in point.items():  # every setting landed where the trainers read it
-        where = (
+        where_read = (
             full
             if key in full
             else full["task_params"]
             if key in full["task_params"]
             else full["cell_params"]
         )
-        assert where[key] == value, f"{name}/{model}: {key} = {where[key]!r}, preset says {value!r}"
+        assert where_read[key] == value, f"{where}: {key} = {where_read[key]!r}, preset says {value!r}"
+
+
+def test_a_misspelt_cell_or_task_in_a_preset_fails_the_check() -> None:
+    point = next(p for _, p in get_preset("orhan2020-copy500").points())
+    for kind, typo in (("cell", "rnnn"), ("task", "coppy")):
+        with pytest.raises(AssertionError, match=f"{kind} {typo!r} is not registered"):
+            check_point("typo", {**point, kind: typo}, 1)
