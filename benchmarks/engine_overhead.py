@@ -24,12 +24,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 
 def run_study(uri: str, home: Path, trials: int, concurrency: int, fused: bool) -> dict[str, float]:
     from service.engine import Engine
-    from service.packing import Row, pack
+    from service.packing import pack
     from service.settings import Settings
     from service.spec import StudySpec
 
@@ -46,28 +45,20 @@ def run_study(uri: str, home: Path, trials: int, concurrency: int, fused: bool) 
         }
     )
     study = engine.create_study(spec)
-    rows = [Row(t.config_hash, t.model, t.params, t.config) for t in engine.ledger.trials(study.id)]
-    units = pack(rows, fused=fused, slots=concurrency)  # the engine's own packing, to time each unit
-    marks: dict[str, float] = {}
-    tune = engine._tune
-
-    def timed_tune(*a: Any, **k: Any) -> None:
-        tune(*a, **k)
-        marks["tune_end"] = time.perf_counter()
-
-    engine._tune = timed_tune  # type: ignore[method-assign]
+    planned = [t.spec() for t in engine.ledger.trials(study.id)]
+    units = pack(planned, fused=spec.fuses, slots=concurrency)  # the engine's own packing, to time each unit
     t0 = time.perf_counter()
-    engine.run_study(study.id)
+    summary = engine.run_study(study.id)
     wall = time.perf_counter() - t0
     seconds = {t.config_hash: t.seconds or 0.0 for t in engine.ledger.trials(study.id)}
-    train = sum(max(seconds[r.key] for r in unit) for unit in units)
-    n = len(rows)
+    train = sum(max(seconds[m.config_hash] for m in unit.members) for unit in units)
+    n = len(planned)
     return {
         "n": n,
         "units": len(units),
         "wall": wall,
         "train": train,
-        "tail": t0 + wall - marks["tune_end"],
+        "tail": sum(v for k, v in summary["seconds"].items() if k != "ray_tune"),
         "per_hour": 3600 * n / wall,
         "overhead": (wall * concurrency - train) / n,
     }
@@ -82,8 +73,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("service.engine").setLevel(logging.INFO)  # where each study's time went
 
-    from service.demo import free_port
-    from service.engine import ensure_ray
+    from service.ray_tune import ensure_ray
+    from service.servers import free_port
     from service.settings import Settings
     from service.tracking import start_mlflow_server, stop_mlflow_server
 

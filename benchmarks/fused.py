@@ -111,7 +111,7 @@ def _worker(kind: str, configs: list[dict[str, Any]], barrier: Any, queue: Any) 
     wall, cpu = time.perf_counter(), time.process_time()
     results = run(configs)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    failed = [r.reason for r in results if r.status != "ok"]
+    failed = [r.reason for r in results if r.status != "done"]
     queue.put(f"{kind}: a trial failed: {failed[0]}" if failed else (wall, cpu))
 
 

@@ -81,26 +81,25 @@ def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
 
 def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
-    from trainers.fused import FusedOptimizer, FusedRNN, TrainResult, _setup
+    from trainers.fused import FusedOptimizer, FusedRNN
     from trainers.loop import training_batches
+    from trainers.model import build_model
 
     resolved = [resolve(c) for c in configs]
-    members = _setup(resolved, [TrainResult.pending(r) for r in resolved])
-    task = members[0].data.task
-    model = FusedRNN([m.model for m in members], "elu", task.output)
-    optimizer = FusedOptimizer(configs[0]["optimizer"], [m.config for m in members], model.params)
-    streams = {m.config.seed: training_batches(m.data.task, 16, m.config.seed) for m in members}
-    members_by_seed = {m.config.seed: m for m in members}
+    tasks = {r.config.seed: r.make_task() for r in resolved}  # one per seed, as train_fused shares them
+    models = [build_model(r, tasks[r.config.seed]) for r in resolved]
+    seeds = [r.config.seed for r in resolved]
+    task = tasks[seeds[0]]
+    model = FusedRNN(models, "elu", task.output)
+    optimizer = FusedOptimizer(resolved[0].config.optimizer, [r.config for r in resolved], model.params)
+    streams = {seed: training_batches(t, 16, seed) for seed, t in tasks.items()}
     cpu = torch.device("cpu")
 
     def step() -> None:
-        batch = {
-            seed: members_by_seed[seed].data.task.encode(next(stream), cpu)
-            for seed, stream in streams.items()
-        }
-        outs = model.forward([batch[m.config.seed][0] for m in members])
+        batch = {seed: tasks[seed].encode(next(stream), cpu) for seed, stream in streams.items()}
+        outs = model.forward([batch[seed][0] for seed in seeds])
         losses = torch.stack(
-            [m.data.task.loss(o, batch[m.config.seed][1]) for m, o in zip(members, outs, strict=True)]
+            [tasks[seed].loss(o, batch[seed][1]) for seed, o in zip(seeds, outs, strict=True)]
         )
         for p in model.params:
             p.grad = None

@@ -12,17 +12,11 @@ A memsweep server already answering at the URL is used as it is.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-import httpx
+from service.console import build_spec, client_for, print_best, print_success, remote
+from service.servers import LocalServer, answers, free_port, port_free
 
 DEMO_SPEC: dict[str, Any] = {
     "name": "demo-copy50",
@@ -34,81 +28,7 @@ DEMO_SPEC: dict[str, Any] = {
 }
 
 
-class LocalServer:
-    """`python -m service.cli serve` as a child in its own process group (its embedded Ray included)."""
-
-    def __init__(self, port: int, log: Path, env: dict[str, str] | None = None, host: str = "127.0.0.1"):
-        self.port, self.log = port, log
-        self.url = f"http://{host}:{port}"
-        self.env = dict(os.environ if env is None else env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 120.0) -> LocalServer:
-        """Start it and wait until /health answers; a server that exits early raises with its log."""
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited (code {self.proc.returncode}):\n{self.tail()}")
-            if answers(self.url):
-                return self
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"the server did not answer /health within {timeout:g} s:\n{self.tail()}")
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
-
-    def kill(self) -> None:
-        """SIGKILL to the whole group: a crash, as far as the ledger can tell."""
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self, timeout: float = 90.0) -> None:
-        """SIGTERM (a graceful stop: running studies stay resumable, Ray shuts down), then clean up."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=timeout)
-        with contextlib.suppress(ProcessLookupError):  # whatever is left in the group
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-
-def answers(url: str) -> bool:
-    """Whether a memsweep server answers /health at `url`."""
-    try:
-        r = httpx.get(f"{url}/health", timeout=2)
-        return r.status_code == 200 and r.json().get("status") == "ok"
-    except (httpx.HTTPError, ValueError):
-        return False
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def run_demo(args: argparse.Namespace) -> int:
-    from service.cli import build_spec, client_for, print_best, print_success, remote
     from service.settings import get_settings
 
     settings = get_settings()

@@ -2,20 +2,24 @@
 
 Trials are keyed by the hash of their full resolved config (trainer version included). Resume runs
 what is not finished; extending adds only new hashes; a finished trial of another study with the
-same hash is reused instead of re-run. SQLite by default; any SQLAlchemy URL (Postgres) works.
+same hash is reused instead of re-run. A trial's result columns are the fields of
+`trainers.TrialResult`, under the same names. SQLite by default; any SQLAlchemy URL (PostgreSQL)
+works. The schema is kept by Alembic migrations (`service/migrations/`): opening a ledger brings it
+to this version's schema, a ledger written by an older memsweep included.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -26,11 +30,18 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     select,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from service.trial import TrialSpec, objective
+from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult, judge_success
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 STUDY_STATES = ("pending", "running", "done", "failed", "cancelled")
 TRIAL_STATES = ("pending", "running", "done", "failed", "pruned", "cancelled")
@@ -60,6 +71,9 @@ class Study(Base):
 
 
 class Trial(Base):
+    """A study's trial: its identity (hash, model, varied values, config) and, once it finished, its
+    result in the columns `status` … `history`, named as `trainers.TrialResult`'s fields."""
+
     __tablename__ = "trials"
     __table_args__ = (UniqueConstraint("study_id", "config_hash", name="uq_trial_study_hash"),)
 
@@ -69,27 +83,41 @@ class Trial(Base):
     model: Mapped[str] = mapped_column(String(100))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)  # the point's varied settings, seed included
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the full resolved trial config
+    # the result (trainers.TrialResult), pending until the trial finishes
     status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     reason: Mapped[str | None] = mapped_column(Text, default=None)
     final_val_loss: Mapped[float | None] = mapped_column(Float, default=None)
     final_metric: Mapped[float | None] = mapped_column(Float, default=None)
+    metric_name: Mapped[str | None] = mapped_column(String(64), default=None)
     baseline_loss: Mapped[float | None] = mapped_column(Float, default=None)
     success_threshold: Mapped[float | None] = mapped_column(Float, default=None)
-    success: Mapped[bool | None] = mapped_column(default=None)
+    success: Mapped[bool | None] = mapped_column(Boolean, default=None)
     steps: Mapped[int | None] = mapped_column(Integer, default=None)
+    budget_steps: Mapped[int | None] = mapped_column(Integer, default=None)
+    early_stopped: Mapped[bool | None] = mapped_column(Boolean, default=None)
     seconds: Mapped[float | None] = mapped_column(Float, default=None)
-    henrici: Mapped[float | None] = mapped_column(Float, default=None)
+    param_count: Mapped[int | None] = mapped_column(Integer, default=None)
+    henrici_index: Mapped[float | None] = mapped_column(Float, default=None)
     profile: Mapped[list[float] | None] = mapped_column(JSON, default=None)  # weight profile over i − j
     history: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
+    # bookkeeping
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), default=None)
     reused_from: Mapped[int | None] = mapped_column(Integer, default=None)
     runs: Mapped[int] = mapped_column(Integer, default=0)  # times it was started (resume evidence)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, onupdate=now)
 
-    RESULT_FIELDS = (
-        "status", "reason", "final_val_loss", "final_metric", "baseline_loss", "success_threshold",
-        "success", "steps", "seconds", "henrici", "profile", "history",
-    )  # fmt: skip
+    def result(self) -> TrialResult:
+        """The stored result as the trainers' record (a pending trial's is empty)."""
+        values = {name: getattr(self, name) for name in RECORDED_FIELDS if name != "history"}
+        values = {k: v for k, v in values.items() if v is not None}
+        if self.status not in ("done", "failed", "pruned"):
+            values.pop("status", None)
+        history = [Evaluation.from_dict(e) for e in self.history or []]
+        return TrialResult(**values, history=history)
+
+    def spec(self) -> TrialSpec:
+        """The trial as it was planned, its stored config resolved again."""
+        return TrialSpec.stored(self.config_hash, self.model, self.params, self.config)
 
 
 class IdempotencyKey(Base):
@@ -117,7 +145,7 @@ class Ledger:
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
+        upgrade(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -144,27 +172,33 @@ class Ledger:
         self._update(Study, study_id, fields)
 
     # ----- trials ----------------------------------------------------------------------------------
-    def add_trials(self, study_id: str, rows: Sequence[dict[str, Any]]) -> int:
-        """Insert trials whose hash the study doesn't hold yet; reuse finished results of other studies.
-        Each row: config_hash, model, params, config. Returns how many were added."""
+    def add_trials(self, study_id: str, trials: Sequence[TrialSpec]) -> int:
+        """Insert trials whose hash the study doesn't hold yet; reuse finished results of other
+        studies. Returns how many were added."""
         added = 0
         with self.session() as s:
             have = set(s.scalars(select(Trial.config_hash).where(Trial.study_id == study_id)))
-            hashes = [r["config_hash"] for r in rows if r["config_hash"] not in have]
+            hashes = [t.config_hash for t in trials if t.config_hash not in have]
             reusable: dict[str, Trial] = {}
             for chunk in _chunks(hashes, 500):
                 for t in s.scalars(
                     select(Trial).where(Trial.config_hash.in_(chunk), Trial.status.in_(("done",)))
                 ):
                     reusable.setdefault(t.config_hash, t)
-            for r in rows:
-                if r["config_hash"] in have:
+            for spec in trials:
+                if spec.config_hash in have:
                     continue
-                have.add(r["config_hash"])
-                trial = Trial(study_id=study_id, **r)
-                prior = reusable.get(r["config_hash"])
+                have.add(spec.config_hash)
+                trial = Trial(
+                    study_id=study_id,
+                    config_hash=spec.config_hash,
+                    model=spec.model,
+                    params=dict(spec.params),
+                    config=spec.config,
+                )
+                prior = reusable.get(spec.config_hash)
                 if prior is not None:
-                    for f in Trial.RESULT_FIELDS:
+                    for f in RECORDED_FIELDS:
                         setattr(trial, f, getattr(prior, f))
                     trial.reused_from = prior.id
                 s.add(trial)
@@ -203,12 +237,6 @@ class Ledger:
             rows = s.scalars(select(Trial).where(*where).order_by(*order).offset(offset).limit(limit))
             return int(total), list(rows)
 
-    def get_trial(self, study_id: str, config_hash: str) -> Trial | None:
-        with self.session() as s:
-            return s.scalars(
-                select(Trial).where(Trial.study_id == study_id, Trial.config_hash == config_hash)
-            ).first()
-
     def update_trial(self, trial_id: int, **fields: Any) -> None:
         self._update(Trial, trial_id, fields)
 
@@ -232,16 +260,35 @@ class Ledger:
             trial.runs = (trial.runs or 0) + 1
             return trial.id
 
-    def finish_trial(self, trial_id: int, fields: dict[str, Any], judge: Callable[[Trial], bool]) -> Trial:
+    def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:
         """Record a trial's result and its success (judged from the stored loss and threshold), at once."""
         with self.session() as s:
             trial = s.get(Trial, trial_id)
             if trial is None:
                 raise KeyError(trial_id)
-            for k, v in fields.items():
-                setattr(trial, k, v)
-            trial.success = judge(trial)
+            for name, value in result.to_dict().items():
+                setattr(trial, name, value)
+            trial.success = judge_success(trial.status, trial.final_val_loss, trial.success_threshold)
             return trial
+
+    def cancel_trial(self, trial_id: int, reason: str, history: Sequence[Evaluation]) -> None:
+        """A trial stopped with its study: cancelled, with the evaluations it made (it runs again on resume)."""
+        self.update_trial(
+            trial_id, status="cancelled", reason=reason, history=[e.to_dict() for e in history] or None
+        )
+
+    def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, float]:
+        """The objective of each of these trials that has a result already: finished in this study,
+        or done in another (reused when the study adds it)."""
+        wanted = list(hashes)
+        out: dict[str, float] = {}
+        with self.session() as s:
+            for chunk in _chunks(wanted, 500):
+                for t in s.scalars(select(Trial).where(Trial.config_hash.in_(chunk))):
+                    mine = t.study_id == study_id and t.status in FINISHED
+                    if mine or t.status == "done":
+                        out.setdefault(t.config_hash, objective(t.final_val_loss, t.baseline_loss, t.status))
+        return out
 
     def counts(self, study_id: str) -> dict[str, int]:
         out = dict.fromkeys(TRIAL_STATES, 0)
@@ -280,6 +327,48 @@ class Ledger:
                 s.delete(row)
 
 
+#: the Alembic revision of a ledger written before memsweep kept migrations
+FIRST_REVISION = "0001"
+
+
+def migrations(connection: Connection) -> AlembicConfig:
+    """Alembic's configuration of the ledger's migrations (`service/migrations/`), on `connection`."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+#: PostgreSQL advisory lock key under which one process at a time migrates a ledger
+MIGRATION_LOCK = 0x6D656D73
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the database to this version's schema, one process at a time (an API and a CLI may
+    open one ledger at once): SQLite takes its write lock first (BEGIN IMMEDIATE, which also makes its
+    DDL transactional), PostgreSQL an advisory lock."""
+    from alembic import command
+
+    migrator = engine
+    if engine.dialect.name == "sqlite":
+        migrator = create_engine(engine.url, connect_args={"timeout": 60, "isolation_level": None})
+        event.listen(migrator, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+    try:
+        with migrator.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            cfg = migrations(connection)
+            tables = set(inspect(connection).get_table_names())
+            if "studies" in tables and "alembic_version" not in tables:  # from before migrations
+                command.stamp(cfg, FIRST_REVISION)
+            command.upgrade(cfg, "head")
+    finally:
+        if migrator is not engine:
+            migrator.dispose()
+
+
 def _chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
@@ -290,7 +379,3 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA journal_mode=WAL")  # readers (the API) don't block the engine's writes
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
-
-
-def to_jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))

@@ -1,6 +1,6 @@
 """Packing a grid's pending trials into Ray units: fused bundles of same-shape trials (issue 7).
 
-A *unit* is what one Ray trial runs (`service.trial.run_unit`); a bundle is a unit of K members
+A *unit* is what one Ray trial runs (`service.ray_tune.run_unit`); a bundle is a unit of K members
 that `trainers.fused.train_fused` trains as one model. Members agree on `fusable_key` (task, cell,
 hidden size, batch, budget, schedule …) and differ in what a paper grid varies: learning rate,
 initialiser and its scale, seed. Each member stays its own trial in the ledger, in MLflow and in
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trainers
+from service.trial import TrialSpec, Unit
 from trainers.fused import fusable_key
 
 #: members per bundle at most when the spec does not say (see the module docstring)
@@ -31,19 +31,6 @@ MAX_BUNDLE = 32
 MEMORY_SHARE = 0.5
 #: a GPU's memory when the driver cannot ask the worker's device (a Ray cluster's GPUs are remote)
 ASSUMED_GPU_BYTES = 16 * 2**30
-
-
-@dataclass(frozen=True)
-class Row:
-    """A pending ledger trial as the packer needs it."""
-
-    key: str  # config hash
-    model: str
-    params: dict[str, Any]
-    config: dict[str, Any]
-
-    def member(self) -> dict[str, Any]:
-        return {"key": self.key, "model": self.model, "params": self.params, "config": self.config}
 
 
 def member_bytes(resolved: trainers.Resolved) -> int:
@@ -78,41 +65,47 @@ def bundle_size(n: int, slots: int, per_member: int, memory: int, cap: int = MAX
 
 
 def pack(
-    rows: Sequence[Row],
+    trials: Sequence[TrialSpec],
     *,
     fused: bool,
     slots: int,
     size: int | None = None,
     device: str = "cpu",
     gpus_per_unit: float = 0.0,
-) -> list[list[Row]]:
-    """The rows as units: fusable rows in bundles, the rest one per unit; every row exactly once.
+) -> list[Unit]:
+    """The trials as units: fusable trials in bundles, the rest one per unit; every trial exactly once.
 
     The size comes from the whole fusable group; bundles are then cut per initialiser (the
     orthogonal initialiser's W has another memory layout and would train as its own sub-bundle,
     one after the other), with neighbouring grid points together."""
     if not fused or size == 1:
-        return [[r] for r in rows]
-    groups: dict[Any, list[tuple[Row, trainers.Resolved]]] = {}
-    singles: list[list[Row]] = []
-    for row in rows:
-        resolved = trainers.resolve(row.config)
-        key = fusable_key(resolved)
+        return [Unit((t,)) for t in trials]
+    groups: dict[Any, list[TrialSpec]] = {}
+    singles: list[Unit] = []
+    for trial in trials:
+        key = fusable_key(trial.resolved)
         if key is None:
-            singles.append([row])
+            singles.append(Unit((trial,)))
         else:
-            groups.setdefault(key, []).append((row, resolved))
-    units: list[list[Row]] = []
+            groups.setdefault(key, []).append(trial)
+    units: list[Unit] = []
     memory = memory_per_slot(device, slots, gpus_per_unit)
     for members in groups.values():
-        k = size or bundle_size(len(members), slots, member_bytes(members[0][1]), memory)
-        by_init: dict[str, list[Row]] = {}
-        for row, _ in sorted(members, key=lambda m: _order(m[0].params)):
-            by_init.setdefault(str(row.config.get("cell_params", {}).get("init")), []).append(row)
+        k = size or bundle_size(len(members), slots, member_bytes(members[0].resolved), memory)
+        by_init: dict[str, list[TrialSpec]] = {}
+        for trial in sorted(members, key=lambda t: _order(t.params)):
+            by_init.setdefault(str(trial.resolved.config.cell_params.get("init")), []).append(trial)
         for same_init in by_init.values():
-            units += [same_init[i : i + k] for i in range(0, len(same_init), k)]
+            units += [Unit(tuple(same_init[i : i + k]), fused=True) for i in range(0, len(same_init), k)]
     return units + singles
 
 
-def _order(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+def bundle(trials: Sequence[TrialSpec], *, fused: bool) -> Unit:
+    """The trials as one unit, fused when fusing is on and they share `fusable_key` (a sampled
+    point's seeds)."""
+    keys = {fusable_key(t.resolved) for t in trials}
+    return Unit(tuple(trials), fused=fused and len(trials) > 1 and len(keys) == 1 and None not in keys)
+
+
+def _order(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))

@@ -4,6 +4,7 @@ configuration's validation curve with its standard error over seeds (Fig. 3a-c).
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -97,3 +98,40 @@ def loss_vs_scale(table: dict[str, list[dict[str, float]]], title: str) -> bytes
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return _png(fig)
+
+
+def study_figures(trials: Sequence[Any], summary: dict[str, Any]) -> dict[str, bytes]:
+    """The parent run's figures of a study (file name → PNG): successful runs per model, the best
+    configuration's curve per model, the weight profiles of successful runs, loss against scale."""
+    from service.summary import loss_by_scale, mean_curve, profile_table
+
+    figures = {
+        "success_per_model.png": success_bars(
+            summary["success"], f"study {summary['name']}: successful runs per model"
+        )
+    }
+    curves = {}
+    baseline = threshold = None
+    for model, rows in summary["best_per_model"].items():
+        if rows:
+            members = [t for t in trials if t.config_hash in set(rows[0]["config_hashes"])]
+            label = f"{model} " + " ".join(f"{k}={v}" for k, v in rows[0]["params"].items())
+            curves[label] = mean_curve(members)
+            baseline = baseline or (members[0].baseline_loss if members else None)
+            threshold = threshold or (members[0].success_threshold if members else None)
+    if curves:
+        figures["best_config_curves.png"] = best_curves(
+            curves, baseline, threshold, "best configuration per model"
+        )
+    profiles = profile_table(trials)
+    if profiles:
+        figures["weight_profiles.png"] = weight_profiles(
+            profiles, "weight profiles of successful runs (Figs. 5-6)"
+        )
+    baseline_of = next((t.baseline_loss for t in trials if t.baseline_loss), None)
+    by_scale = loss_by_scale(trials, below=baseline_of)
+    if by_scale:
+        figures["loss_vs_scale.png"] = loss_vs_scale(
+            by_scale, "final validation loss vs initialiser scale (Fig. 9)"
+        )
+    return figures

@@ -1,23 +1,24 @@
 """A study spec: what to search (a preset or an explicit space, with overrides), how, and with what.
 
-Readable from JSON or YAML. `StudySpec.space()` gives the `SearchSpace`; `materialize` turns one
-point of it (flat settings + seed) into a resolved trial config, checked against the trainers.
+Readable from JSON or YAML. `StudySpec.search_space()` gives the `SearchSpace`; `service.search`
+turns it into trials.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-import trainers
 from search_spaces import Model, SearchSpace, SpaceError, dim_from_dict, get_preset
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
-SAMPLERS: tuple[str, ...] = ("grid", "random", "tpe", "cmaes", "qmc")
+
+
+class StudyError(ValueError):
+    """A study cannot be created or changed as asked; the message says why and what to do."""
 
 
 class ModelSpec(BaseModel):
@@ -100,6 +101,12 @@ class StudySpec(BaseModel):
             raise ValueError(f"sampler {self.sampler!r} needs `max_trials` (points × seeds to run)")
         return self
 
+    @property
+    def fuses(self) -> bool:
+        """Whether same-shape trials train together as fused bundles (ASHA stops Ray trials one by
+        one, so it needs them alone)."""
+        return self.fused and self.scheduler != "asha" and self.bundle_size != 1
+
     def search_space(self) -> SearchSpace:
         """The space this spec describes, with its overrides applied."""
         models: list[Model] = []
@@ -146,10 +153,3 @@ def load_spec(path: str | Path) -> StudySpec:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of spec fields, got {type(data).__name__}")
     return StudySpec.model_validate(data)
-
-
-def materialize(settings: Mapping[str, Any]) -> trainers.Resolved:
-    """Flat trial settings (task, cell, seed and any field) → a resolved, validated trial config."""
-    settings = dict(settings)
-    base = trainers.TrainConfig(task=str(settings.pop("task", "copy")), cell=str(settings.pop("cell", "rnn")))
-    return trainers.resolve(trainers.apply_overrides(base, settings))

@@ -13,6 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from trainers.result import judge_success
+
 
 class TrialLike(Protocol):
     model: str
@@ -39,12 +41,7 @@ def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 
 def is_success(t: TrialLike) -> bool:
-    return (
-        t.status == "done"
-        and t.final_val_loss is not None
-        and t.success_threshold is not None
-        and t.final_val_loss < t.success_threshold
-    )
+    return judge_success(t.status, t.final_val_loss, t.success_threshold)
 
 
 def _cell(trials: Sequence[TrialLike]) -> dict[str, Any]:
@@ -155,8 +152,8 @@ def henrici_table(trials: Iterable[Any]) -> dict[str, dict[str, float | int]]:
     """Henrici index d(W) of the successful trials' trained matrices, mean ± s.e.m. per model (Orhan Table 2)."""
     per_model: dict[str, list[float]] = defaultdict(list)
     for t in trials:
-        if is_success(t) and t.henrici is not None:
-            per_model[t.model].append(float(t.henrici))
+        if is_success(t) and t.henrici_index is not None:
+            per_model[t.model].append(float(t.henrici_index))
     return {m: _mean_sem(v) for m, v in sorted(per_model.items())}
 
 

@@ -20,13 +20,22 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
+
+if TYPE_CHECKING:
+    from service.ledger import Trial
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # without it the MLflow 3 UI opens on a GenAI overview
+
+#: a trial's result fields logged as metrics of its child run, under the same names
+METRIC_FIELDS = (
+    "final_val_loss", "final_metric", "baseline_loss", "success_threshold", "success", "steps",
+    "budget_steps", "early_stopped", "seconds", "param_count", "henrici_index",
+)  # fmt: skip
 
 
 def server_healthy(uri: str, timeout: float = 2.0) -> bool:
@@ -175,9 +184,6 @@ class Tracker:
             self.client.log_batch(run.info.run_id, params=batch.params)
         return exp_id, run.info.run_id
 
-    def run_url(self, experiment_id: str, run_id: str) -> str:
-        return f"{self.uri}/#/experiments/{experiment_id}/runs/{run_id}"
-
     # ----- queued writes -------------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         def guarded() -> None:
@@ -199,7 +205,7 @@ class Tracker:
         self,
         experiment_id: str,
         parent_run_id: str,
-        trial: dict[str, Any],
+        trial: Trial,
         matrices: dict[str, Any] | None,
         on_run_id: Callable[[str], None],
     ) -> None:
@@ -210,49 +216,44 @@ class Tracker:
         self,
         experiment_id: str,
         parent_run_id: str,
-        trial: dict[str, Any],
+        trial: Trial,
         matrices: dict[str, Any] | None,
         on_run_id: Callable[[str], None],
     ) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
-        params_label = " ".join(f"{k}={v}" for k, v in trial["params"].items())
+        params_label = " ".join(f"{k}={v}" for k, v in trial.params.items())
         run = self.client.create_run(
             experiment_id,
-            run_name=f"{trial['model']} {params_label}",
+            run_name=f"{trial.model} {params_label}",
             tags={
                 "mlflow.parentRunId": parent_run_id,
-                "memsweep.study_id": trial["study_id"],
-                "memsweep.config_hash": trial["config_hash"],
-                "memsweep.model": trial["model"],
-                "memsweep.status": trial["status"],
+                "memsweep.study_id": trial.study_id,
+                "memsweep.config_hash": trial.config_hash,
+                "memsweep.model": trial.model,
+                "memsweep.status": trial.status,
             },
         )
         run_id = run.info.run_id
         ts = int(time.time() * 1000)
+        result = trial.result()
         metrics: list[Metric] = []
-        for e in trial.get("history") or []:
+        for e in result.history:
             for key in ("val_loss", "train_loss", "metric"):
-                if e.get(key) is not None:
-                    metrics.append(Metric(key, float(e[key]), ts, int(e["step"])))
-        final = {
-            "final_val_loss": trial.get("final_val_loss"),
-            "final_metric": trial.get("final_metric"),
-            "baseline_loss": trial.get("baseline_loss"),
-            "success_threshold": trial.get("success_threshold"),
-            "success": None if trial.get("success") is None else float(bool(trial["success"])),
-            "henrici_index": trial.get("henrici"),
-            "steps": trial.get("steps"),
-            "seconds": trial.get("seconds"),
-        }
-        metrics += [Metric(k, float(v), ts, 0) for k, v in final.items() if v is not None]
+                value = getattr(e, key)
+                if value is not None:
+                    metrics.append(Metric(key, float(value), ts, int(e.step)))
+        # the result's scalar fields, under their own names (booleans as 0/1)
+        metrics += [
+            Metric(name, float(value), ts, 0)
+            for name, value in result.to_dict(history=False).items()
+            if isinstance(value, (int, float)) and name in METRIC_FIELDS
+        ]
         params = [
             Param(k, v)
-            for k, v in flatten(
-                {"model": trial["model"], **trial["params"], "config": trial["config"]}
-            ).items()
+            for k, v in flatten({"model": trial.model, **trial.params, "config": trial.config}).items()
         ]
-        tags = [RunTag("memsweep.reason", (trial.get("reason") or "")[:4000])] if trial.get("reason") else []
+        tags = [RunTag("memsweep.reason", (trial.reason or "")[:4000])] if trial.reason else []
         for batch in batches(params, metrics, tags):
             self.client.log_batch(run_id, metrics=batch.metrics, params=batch.params, tags=batch.tags)
         if matrices is not None and matrices.get("W") is not None:
@@ -263,7 +264,7 @@ class Tracker:
                 {**matrices, "convention": "W_ij: from unit j to unit i; V_ij: from input j to unit i"},
                 "recurrent_matrix.json",
             )
-        status = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}.get(trial["status"], "FINISHED")
+        status = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}.get(trial.status, "FINISHED")
         self.client.set_terminated(run_id, status=status)
         on_run_id(run_id)
 
@@ -302,7 +303,7 @@ class Tracker:
                 Metric(f"success_ci95_high.{model}", float(cell["ci95"][1]), ts, 0),
                 Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
             ]
-        for model, h in summary.get("henrici", {}).items():
+        for model, h in summary.get("henrici_index", {}).items():
             metrics += [
                 Metric(f"henrici_mean.{model}", float(h["mean"]), ts, 0),
                 Metric(f"henrici_sem.{model}", float(h["sem"]), ts, 0),

@@ -6,9 +6,10 @@ result = train({"task": "addition", "task_params": {"seq_len": 100}, "steps": 50
 
 from trainers.cells import get_cell, list_cells
 from trainers.config import TRAINER_VERSION, Resolved, TrainConfig, apply_overrides, config_hash, resolve
-from trainers.loop import Evaluation, TrainResult, train
+from trainers.loop import train
 from trainers.params import ConfigError
 from trainers.registry import UnknownNameError
+from trainers.result import Evaluation, TrialResult, judge_success
 from trainers.tasks import get_task, list_tasks
 
 __all__ = [
@@ -17,12 +18,13 @@ __all__ = [
     "Evaluation",
     "Resolved",
     "TrainConfig",
-    "TrainResult",
+    "TrialResult",
     "UnknownNameError",
     "apply_overrides",
     "config_hash",
     "get_cell",
     "get_task",
+    "judge_success",
     "list_cells",
     "list_tasks",
     "resolve",

@@ -10,12 +10,13 @@ from typing import Any
 
 from trainers.analysis.cli import add_analyze_parser
 from trainers.cells import list_cells
-from trainers.config import TrainConfig, apply_overrides, resolve
+from trainers.config import TrainConfig, apply_overrides, from_dict, resolve
 from trainers.initializers import INITIALIZERS
-from trainers.loop import Evaluation, train
+from trainers.loop import train
 from trainers.model import build_model, count_params
 from trainers.params import ConfigError
 from trainers.registry import UnknownNameError
+from trainers.result import Evaluation
 from trainers.tasks import list_tasks
 
 # CLI flag → config field (a trial field, or a task / cell field routed by apply_overrides)
@@ -37,8 +38,12 @@ SHORTCUTS = {
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="copy", help=f"one of: {', '.join(list_tasks())}")
-    p.add_argument("--cell", default="rnn", help=f"one of: {', '.join(list_cells())}")
+    p.add_argument(
+        "--task", help=f"one of: {', '.join(list_tasks())} (default: the --config file's, else copy)"
+    )
+    p.add_argument(
+        "--cell", help=f"one of: {', '.join(list_cells())} (default: the --config file's, else rnn)"
+    )
     p.add_argument("--config", help="JSON file with a trial config (flags override it)")
     p.add_argument("--seq-len", dest="seq_len", help="the task's T (copy: see the task's `layout`)")
     p.add_argument("--init", help=f"initialiser: {', '.join(INITIALIZERS.names())}")
@@ -72,10 +77,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.config:
         with open(args.config) as fh:
             base = json.load(fh)
-    base = {**base, "task": args.task if args.task else base.get("task", "copy")}
-    base["cell"] = args.cell or base.get("cell", "rnn")
-    from trainers.config import from_dict
-
+    base = {
+        **base,
+        "task": args.task or base.get("task", "copy"),
+        "cell": args.cell or base.get("cell", "rnn"),
+    }
     cfg = from_dict(base)
     overrides: dict[str, Any] = {}
     for attr, key in SHORTCUTS.items():
@@ -110,7 +116,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         baseline = threshold = None
         missing = str(exc)
     out = {
-        "params": count_params(model),
+        "param_count": count_params(model),
         "baseline_loss": baseline,
         "success_threshold": threshold,
         **info,
@@ -140,7 +146,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
 
     result = train(resolved, report)
-    summary = result.summary(with_history=args.history)
+    summary = {**result.to_dict(history=args.history), "config_hash": resolved.config_hash(),
+               "config": resolved.to_dict()}  # fmt: skip
     if args.json:
         print(json.dumps(summary))
     else:
@@ -150,10 +157,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             else ("FAILED: " + (result.reason or "") if result.status == "failed" else "no success")
         )
         print(
-            f"final val loss {result.final_val_loss}  (baseline {result.baseline_loss:.6f}, "
-            f"threshold {result.success_threshold:.6f})  {verdict}  steps {result.steps}  {result.seconds:.1f}s"
+            f"final val loss {result.final_val_loss}  (baseline {result.baseline_loss}, "
+            f"threshold {result.success_threshold})  {verdict}  steps {result.steps}  {result.seconds:.1f}s"
         )
-    return 0 if result.status == "ok" else 1
+    return 0 if result.status == "done" else 1
 
 
 def cmd_list(args: argparse.Namespace) -> int:

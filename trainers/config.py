@@ -3,7 +3,7 @@
 A trial is fully described by a `TrainConfig`: the trial-level fields below plus the task's and the
 cell's own config dataclasses (as dicts). `resolve` fills every default, so the resolved dict is the
 trial's identity (the ledger keys trials by `config_hash`). Defaults are Orhan & Pitkow's protocol
-(seed-code-facts §0a item 4, §2.1): RMSprop (ρ 0.9, ε 1e-7), global gradient-norm clip 10,
+(docs/protocol.md §1.5): RMSprop (ρ 0.9, ε 1e-7), global gradient-norm clip 10,
 batch 16, 100 epochs with validation once per epoch, early stop once validation loss < 0.0025.
 """
 

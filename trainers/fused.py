@@ -41,14 +41,16 @@ import torch.nn.functional as F
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.kernels import Workspace, fused_elman_rnn
 from trainers.loop import (
-    Evaluation,
-    TrainResult,
     ValidationSums,
     failure_reason,
+    keep_network,
+    record_task,
     resolve_device,
     training_batches,
 )
 from trainers.model import SequenceModel, build_model, count_params
+from trainers.result import Evaluation, TrialResult, judge_success
+from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split
 
@@ -296,17 +298,17 @@ class _Data:
 class _Member:
     index: int  # position in the caller's list
     config: TrainConfig
-    result: TrainResult
+    result: TrialResult
     data: _Data
     model: SequenceModel  # its own model: initial weights, then evaluation and the result
-    limit: float  # divergence: a loss above this fails the member
+    watch: Watch  # its course under the schedule's rules, as its solo run's
     done: bool = False
 
 
 def train_fused(
     configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved],
     report: FusedReport | None = None,
-) -> list[TrainResult]:
+) -> list[TrialResult]:
     """Train K fusable configs as one model; result k is what `train(configs[k])` returns.
 
     `report(k, evaluation)` is called for member k's every evaluation. Raises ValueError when the
@@ -318,27 +320,25 @@ def train_fused(
         return []
     check_fusable(resolved)
     started = time.perf_counter()
-    results = [TrainResult.pending(r) for r in resolved]
+    results = [TrialResult() for _ in resolved]
     groups: list[list[_Member]] = []
     try:
-        groups = _layout_groups(_setup(resolved, results))
+        groups = _layout_groups(_members(resolved, results, report))
     except Exception as exc:  # a bundle never takes its caller down
         _fail_unfinished(results, [], failure_reason(exc), started)
     for group in groups:
         try:
-            _run(group, report, started)
+            _run(group, started)
         except Exception as exc:  # this group's unfinished members fail; the next group still runs
             _fail_unfinished([m.result for m in group], [m.done for m in group], failure_reason(exc), started)
     for r in results:
-        r.success = (
-            r.status == "ok" and r.final_val_loss is not None and r.final_val_loss < r.success_threshold
-        )
+        r.success = judge_success(r.status, r.final_val_loss, r.success_threshold)
     return results
 
 
-def _fail_unfinished(results: list[TrainResult], done: list[bool], reason: str, started: float) -> None:
+def _fail_unfinished(results: list[TrialResult], done: list[bool], reason: str, started: float) -> None:
     for i, r in enumerate(results):
-        if r.status == "ok" and not (i < len(done) and done[i]):
+        if r.status == "done" and not (i < len(done) and done[i]):
             r.status, r.reason = "failed", reason
             r.seconds = time.perf_counter() - started
 
@@ -356,8 +356,10 @@ def _layout_groups(members: list[_Member]) -> list[list[_Member]]:
     return list(groups.values())
 
 
-def _setup(resolved: list[Resolved], results: list[TrainResult]) -> list[_Member]:
-    """Each member's task (one per seed), model and thresholds, as `train` makes them."""
+def _members(
+    resolved: list[Resolved], results: list[TrialResult], report: FusedReport | None
+) -> list[_Member]:
+    """Each member's task (one per seed), model and schedule watch, as `train` makes them."""
     cfg = resolved[0].config  # shared fields only
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.threads)
@@ -373,21 +375,23 @@ def _setup(resolved: list[Resolved], results: list[TrainResult]) -> list[_Member
                 task = r.make_task()  # may read data files: a missing file fails this member only
                 data[c.seed] = _Data(task, task.val_split())
             task = data[c.seed].task
-            result.metric_name = task.metric_name
-            result.baseline_loss = task.baseline_loss
-            result.success_threshold = task.success_threshold(c.success_fraction)
+            record_task(result, task, c)
             model = build_model(r, task).to(device)
-            result.params = count_params(model)
+            result.param_count = count_params(model)
         except Exception as exc:
             result.status, result.reason = "failed", failure_reason(exc)
             result.seconds = time.perf_counter() - started
             continue
-        limit = math.inf if c.divergence_factor is None else c.divergence_factor * task.baseline_loss
-        members.append(_Member(i, c, result, data[c.seed], model, limit))
+        member_report = None if report is None else _reporter(report, i)
+        members.append(_Member(i, c, result, data[c.seed], model, Watch(c, result, member_report)))
     return members
 
 
-def _run(members: list[_Member], report: FusedReport | None, started: float) -> None:
+def _reporter(report: FusedReport, k: int) -> Callable[[Evaluation], Any]:
+    return lambda evaluation: report(k, evaluation)
+
+
+def _run(members: list[_Member], started: float) -> None:
     if not members:
         return
     cfg = members[0].config  # shared fields only
@@ -396,19 +400,16 @@ def _run(members: list[_Member], report: FusedReport | None, started: float) -> 
     nonlinearity = members[0].model.cell.config.nonlinearity or "tanh"  # as RNNCell.forward
     model = FusedRNN([m.model for m in members], nonlinearity, task.output)
     optimizer = FusedOptimizer(cfg.optimizer, [m.config for m in members], model.params)
-
-    steps_per_epoch = math.ceil(task.train_size / cfg.batch_size)
-    budget = cfg.steps if cfg.steps is not None else cfg.epochs * steps_per_epoch
-    eval_every = cfg.eval_every or steps_per_epoch
+    schedule = Schedule.of(cfg, task.train_size)
     for m in members:
-        m.result.budget_steps = budget
+        m.result.budget_steps = schedule.budget
 
     # each seed's batch stream, as `train` draws it; members with one seed share its batches
     streams = {m.config.seed: training_batches(m.data.task, cfg.batch_size, m.config.seed) for m in members}
     active = members  # in the order of the stacked tensors' rows
     running = torch.zeros(len(active), device=device)  # [K] training loss summed since the last evaluation
     n_running = 0
-    for step in range(1, budget + 1):
+    for step in range(1, schedule.budget + 1):
         seeds = {m.config.seed: m.data.task for m in active}
         batch = {seed: task.encode(next(streams[seed]), device) for seed, task in seeds.items()}
         outs = model.forward([batch[m.config.seed][0] for m in active])
@@ -424,25 +425,26 @@ def _run(members: list[_Member], report: FusedReport | None, started: float) -> 
         for m in active:
             m.result.steps = step
 
-        is_eval = step % eval_every == 0 or step == budget
-        if not is_eval and step % 50:
+        due = schedule.at(step)
+        if due is None:
             continue
         train_losses = [v / n_running for v in running.tolist()]
         for m, train_loss in zip(active, train_losses, strict=True):
-            if not math.isfinite(train_loss) or train_loss > m.limit:
-                m.result.status = "failed"
-                m.result.reason = f"training loss diverged ({train_loss:.4g}) at step {step}"
-                m.done = True
-        if is_eval:
-            scores = _validate(model, active)  # every row (one that just diverged is ignored)
+            m.done = not m.watch.check_training(step, train_loss)
+        if due == "eval":
+            scores = _validate(model, active)  # every row (one that just failed is ignored)
+            running.zero_()
+            n_running = 0
             for k, (m, train_loss, (val_loss, metric)) in enumerate(
                 zip(active, train_losses, scores, strict=True)
             ):
-                if not m.done:
-                    evaluation = Evaluation.at(step, steps_per_epoch, train_loss, val_loss, metric, started)
-                    _record(m, k, model, evaluation, report)
-            running.zero_()
-            n_running = 0
+                if m.done:
+                    continue
+                evaluation = Evaluation.at(
+                    step, schedule.steps_per_epoch, train_loss, val_loss, metric, started
+                )
+                if m.watch.evaluated(evaluation):
+                    _leave(m, k, model)
         if any(m.done for m in active):  # members that failed or stopped early leave the bundle
             now = time.perf_counter() - started
             for m in active:
@@ -457,7 +459,7 @@ def _run(members: list[_Member], report: FusedReport | None, started: float) -> 
             running = running[keep]
     now = time.perf_counter() - started
     for k, m in enumerate(active):
-        _finish(m, k, model)
+        _leave(m, k, model)
         m.result.seconds = now
 
 
@@ -497,26 +499,10 @@ def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, floa
     return [member_sums.means(m.data.task) for m, member_sums in zip(members, sums, strict=True)]
 
 
-def _record(m: _Member, k: int, model: FusedRNN, evaluation: Evaluation, report: FusedReport | None) -> None:
-    """Member k's evaluation, as the solo loop records it: history, report, then failure or early stop."""
-    r = m.result
-    r.history.append(evaluation)
-    r.final_val_loss, r.final_metric = evaluation.val_loss, evaluation.metric
-    if report is not None:
-        report(m.index, evaluation)
-    step, val_loss = evaluation.step, evaluation.val_loss
-    if not math.isfinite(val_loss) or val_loss > m.limit:
-        r.status, r.reason = "failed", f"validation loss diverged ({val_loss:.4g}) at step {step}"
-        m.done = True
-    elif m.config.early_stop_loss is not None and val_loss < m.config.early_stop_loss:
-        r.early_stopped = step < r.budget_steps
-        _finish(m, k, model)
-
-
-def _finish(m: _Member, k: int, model: FusedRNN) -> None:
-    """Member k leaves the bundle with status ok: its trained recurrent matrix goes in the result."""
-    model.load_into(k, m.model)
-    matrix, inputs = m.model.cell.recurrent_matrix(), m.model.cell.input_matrix()
-    m.result.recurrent_matrix = matrix.cpu().clone() if matrix is not None else None
-    m.result.input_matrix = inputs.cpu().clone() if inputs is not None else None
+def _leave(m: _Member, k: int, model: FusedRNN) -> None:
+    """Member k leaves the bundle; one that is still `done` takes its trained weights (and their
+    analyses) into its result, as its solo run does."""
+    if m.result.status == "done":
+        model.load_into(k, m.model)
+        keep_network(m.result, m.model, m.config.cell_params.get("nonlinearity"))
     m.done = True

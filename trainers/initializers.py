@@ -1,7 +1,7 @@
 """Orhan & Pitkow's four initialisers of a vanilla RNN: recurrent matrix W [N, N] and input matrix V [N, d].
 
 Convention: h_t = f(W h_{t−1} + V x_t + b), so W_ij is the weight from unit j to unit i (PyTorch's
-`weight_hh`, applied as h·Wᵀ). Paper §3.1.1 and seed-code-facts §0a item 5 / §3.1:
+`weight_hh`, applied as h·Wᵀ). Paper §3.1.1 and docs/protocol.md §1.4:
 - chain:       W_ij = α δ_{j,i−1}  — the SUB-diagonal: unit i−1 feeds unit i, input enters at unit 0
                (the source end) through V = 0.9·I_{N×d}. (The authors' torch helper used the
                super-diagonal, which sends the chain toward the input's unit; we do not.)

@@ -41,7 +41,7 @@ class SequenceModel(nn.Module):
 def build_model(resolved: Resolved, task: Task) -> SequenceModel:
     """The trial's model, its weights drawn from the trial seed's `init` stream."""
     gen = generator(resolved.config.seed, "init")
-    cell = resolved.cell_cls(resolved.cell_config, task.input_dim, resolved.config.hidden, gen)  # type: ignore[call-arg]
+    cell = resolved.cell_cls(resolved.cell_config, task.input_dim, resolved.config.hidden, gen)
     return SequenceModel(cell, task.output_dim, task.output, gen, task.input_vocab)
 
 

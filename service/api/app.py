@@ -19,7 +19,7 @@ from service.api.errors import install_error_handlers
 from service.api.limits import BodyLimit
 from service.api.routes import api_router
 from service.api.runner import StudyRunner
-from service.api.studies import StudyService
+from service.api.study_service import StudyService
 from service.engine import Engine
 from service.settings import Settings, get_settings
 

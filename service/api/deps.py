@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.api.studies import StudyService
+from service.api.study_service import StudyService
 from service.engine import Engine
 from service.settings import Settings, get_settings
 

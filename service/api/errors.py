@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.studies import ConflictError, IdempotencyMismatchError, NotFoundError
-from service.engine import StudyError
+from service.api.study_service import ConflictError, IdempotencyMismatchError, NotFoundError
+from service.spec import StudyError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 
-from service.engine import Engine, ensure_ray
+from service.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,8 @@ class StudyRunner:
     def _keep_ray(self) -> None:
         """Start (or join) Ray, keep this thread alive while it is needed, then shut it down."""
         import ray
+
+        from service.ray_tune import ensure_ray
 
         try:
             ensure_ray(self.engine.settings)

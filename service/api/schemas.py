@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.spec import StudySpec
+from trainers.result import Evaluation
 
 StudyState = Literal["pending", "running", "done", "failed", "cancelled"]
 TrialStatus = Literal["pending", "running", "done", "failed", "pruned", "cancelled"]
@@ -166,38 +167,38 @@ class StudyExtended(BaseModel):
 
 
 # ----- trials --------------------------------------------------------------------------------------
-class Evaluation(BaseModel):
-    step: int
-    epoch: float | None = None
-    train_loss: float | None = None
-    val_loss: float | None = None
-    metric: float | None = None
-    seconds: float | None = None
-
-
 class TrialPublic(BaseModel):
+    """A trial: its identity, and its result under the names of `trainers.TrialResult`'s fields."""
+
     id: int
     config_hash: str = Field(description="identity of the trial: the hash of its full resolved config")
     model: str
     params: dict[str, Any] = Field(description="the point's varied settings, seed included")
     status: TrialStatus
-    reason: str | None
-    final_val_loss: float | None
+    reason: str | None = Field(description="why it failed, or was stopped")
+    final_val_loss: float | None = Field(description="the last evaluation's validation loss")
     final_metric: float | None
-    baseline_loss: float | None
+    metric_name: str | None = Field(description="what final_metric measures (e.g. accuracy)")
+    baseline_loss: float | None = Field(description="the task's random baseline, from its realised layout")
     success_threshold: float | None
     success: bool | None = Field(description="final_val_loss < success_threshold; null until finished")
-    henrici: float | None = Field(description="Henrici departure from normality of the trained W")
-    steps: int | None
-    seconds: float | None
+    steps: int | None = Field(description="optimiser steps taken")
+    budget_steps: int | None = Field(description="the budget in optimiser steps")
+    early_stopped: bool | None = Field(description="stopped below early_stop_loss before the budget's end")
+    seconds: float | None = Field(description="training time")
+    param_count: int | None = Field(description="trainable parameters")
+    henrici_index: float | None = Field(description="Henrici departure from normality d(W) of the trained W")
+    profile: list[float] | None = Field(
+        default=None, description="weight profile of the trained W over i − j (with ?history=true)"
+    )
+    history: list[Evaluation] | None = Field(
+        default=None, description="every evaluation (with ?history=true)"
+    )
     runs: int = Field(description="times the trial was started (1 for a trial run once, 0 when reused)")
     reused_from: int | None = Field(description="the trial whose finished result this one reuses")
     mlflow_run_id: str | None
     updated_at: UtcDatetime
     config: dict[str, Any] = Field(description="the full resolved trial config")
-    history: list[Evaluation] | None = Field(
-        default=None, description="every evaluation (with ?history=true)"
-    )
 
 
 class TrialPage(BaseModel):

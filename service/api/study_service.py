@@ -21,9 +21,9 @@ from service.api.schemas import (
     TrialPage,
     TrialPublic,
 )
-from service.engine import Engine, StudyError
+from service.engine import Engine
 from service.ledger import FINISHED, Study, Trial
-from service.spec import StudySpec
+from service.spec import StudyError, StudySpec
 from service.summary import best_configs, success_table
 
 
@@ -229,10 +229,12 @@ class StudyService:
 
 
 def trial_public(t: Trial, history: bool = False) -> TrialPublic:
-    fields: dict[str, Any] = {
-        name: getattr(t, name) for name in TrialPublic.model_fields if name != "history"
-    }
-    fields["history"] = (t.history or []) if history else None
+    """A ledger row as REST serves it: every column under its own name; the series with `history`."""
+    fields: dict[str, Any] = {name: getattr(t, name) for name in TrialPublic.model_fields}
+    if history:
+        fields["history"] = t.history or []
+    else:
+        fields["history"] = fields["profile"] = None
     return TrialPublic.model_validate(fields)
 
 

@@ -5,9 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from service.demo import free_port
-
-__all__ = ["TINY", "free_port"]  # free_port: re-exported for the service tests
+from service.servers import free_port
 
 TINY = {
     "task": "addition",

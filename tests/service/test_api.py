@@ -19,9 +19,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from service.client import MemsweepAPIError, MemsweepClient
-from service.demo import LocalServer
 from service.ledger import Ledger
-from tests.service.conftest import TINY, free_port
+from service.servers import LocalServer, free_port
+from tests.service.conftest import TINY
 
 pytestmark = pytest.mark.slow
 
@@ -281,7 +281,8 @@ def test_a_killed_server_resumes_its_study_on_restart(tmp_path: Path, mlflow_uri
 def test_memsweep_demo_runs_the_readme_study_over_rest(tmp_path: Path, mlflow_uri: str) -> None:
     """`memsweep demo` (the README's main job), shortened: it starts a server, submits the demo study
     over REST, prints the success table and the best configs, leaves the MLflow URL, stops its server."""
-    from service.demo import DEMO_SPEC, port_free
+    from service.demo import DEMO_SPEC
+    from service.servers import port_free
 
     port = free_port()
     env = {**os.environ, "MEMSWEEP_HOME": str(tmp_path), "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri}

@@ -26,8 +26,8 @@ from schemathesis.specs.openapi.checks import (
 from service.api import create_app
 from service.ledger import Ledger
 from service.settings import Settings
-from service.summary import is_success
 from tests.service.conftest import TINY
+from trainers import Evaluation, TrialResult
 
 pytestmark = pytest.mark.slow
 
@@ -45,9 +45,9 @@ def seed_study(home: Path) -> str:
     ledger: Ledger = engine.ledger
     for i, t in enumerate(ledger.trials(study.id)):
         ledger.start_trial(study.id, t.config_hash)
-        fields: dict[str, Any] = {"status": "done", "final_val_loss": 0.02 * (i + 1), "baseline_loss": 1 / 6,
-                                  "success_threshold": 1 / 12, "steps": 20, "history": [{"step": 20, "val_loss": 0.1}]}  # fmt: skip
-        ledger.finish_trial(t.id, fields, is_success)
+        result = TrialResult(final_val_loss=0.02 * (i + 1), baseline_loss=1 / 6, success_threshold=1 / 12,
+                             steps=20, history=[Evaluation(20, 1.0, 0.1, 0.1, None, 0.0)])  # fmt: skip
+        ledger.finish_trial(t.id, result)
     ledger.update_study(study.id, state="done")
     return study.id
 

@@ -20,8 +20,9 @@ from service.api.schemas import StudyState, TrialSort, TrialStatus
 from service.client import MemsweepAPIError, MemsweepClient
 from service.ledger import STUDY_STATES, TRIAL_SORTS, TRIAL_STATES, Ledger
 from service.settings import Settings
-from service.summary import best_configs, is_success, success_table
+from service.summary import best_configs, success_table
 from tests.service.conftest import TINY
+from trainers import Evaluation, TrialResult
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -65,18 +66,21 @@ def finish_all(c: TestClient, study_id: str, state: str = "done") -> None:
         lr, seed = t.params["lr"], t.params["seed"]
         diverged = lr == 1e-2 and t.model == "orth"
         loss = 0.05 * seed if t.model == "chain" else 0.1 + lr * seed
-        fields = {
-            "status": "failed" if diverged else "done",
-            "reason": "training loss diverged (nan) at step 10" if diverged else None,
-            "final_val_loss": None if diverged else loss,
-            "baseline_loss": 1 / 6,
-            "success_threshold": 1 / 12,
-            "steps": 20,
-            "seconds": 0.1 * t.id,
-            "history": [{"step": 10, "val_loss": loss * 2}, {"step": 20, "val_loss": loss}],
-        }
+        result = TrialResult(
+            status="failed" if diverged else "done",
+            reason="training loss diverged (nan) at step 10" if diverged else None,
+            final_val_loss=None if diverged else loss,
+            baseline_loss=1 / 6,
+            success_threshold=1 / 12,
+            steps=20,
+            seconds=0.1 * t.id,
+            history=[
+                Evaluation(10, 1.0, loss * 2, loss * 2, None, 0.0),
+                Evaluation(20, 2.0, loss, loss, None, 0.0),
+            ],
+        )
         ledger.start_trial(study_id, t.config_hash)
-        ledger.finish_trial(t.id, fields, is_success)
+        ledger.finish_trial(t.id, result)
     ledger.update_study(study_id, state=state)
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from service.servers import free_port
 from service.spec import StudySpec
-from tests.service.conftest import TINY, free_port
+from tests.service.conftest import TINY
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +83,7 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     # Orhan Table 2 / Figs. 5-6 on the parent run: Henrici index and weight profiles of successful trials
     chain_ok = [t for t in trials if t.model == "chain" and t.success]
     assert chain_ok and all(len(t.profile) == 2 * TINY["hidden"] - 1 for t in chain_ok)
-    mean_h = sum(t.henrici for t in chain_ok) / len(chain_ok)
+    mean_h = sum(t.henrici_index for t in chain_ok) / len(chain_ok)
     assert parent_metrics["henrici_mean.chain"] == pytest.approx(mean_h)
     assert any(
         a.path == "recurrent_matrix.json" for a in client.list_artifacts(succeeded_children[0].info.run_id)
@@ -247,7 +248,12 @@ def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, m
         trials = engine.ledger.trials(study.id)
         assert len(trials) == 12 and all(t.runs == 1 for t in trials)
         results[fused] = {
-            t.config_hash: (t.status, t.final_val_loss, t.henrici, [e["val_loss"] for e in t.history or []])
+            t.config_hash: (
+                t.status,
+                t.final_val_loss,
+                t.henrici_index,
+                [e["val_loss"] for e in t.history or []],
+            )
             for t in trials
         }
         runs = child_runs(mlflow_uri, summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"])

@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 import trainers
-from service.engine import grid_rows
-from service.packing import Row, bundle_size, member_bytes, pack
+from service.packing import bundle, bundle_size, member_bytes, pack
+from service.search import grid_trials
 from service.spec import StudySpec
+from service.trial import TrialSpec, Unit
 from trainers.fused import fusable_key
 
 
-def rows_of(spec: dict[str, Any]) -> list[Row]:
-    space = StudySpec.model_validate(spec).search_space()
-    return [Row(r["config_hash"], r["model"], r["params"], r["config"]) for r in grid_rows(space)]
+def rows_of(spec: dict[str, Any]) -> list[TrialSpec]:
+    return grid_trials(StudySpec.model_validate(spec).search_space(), {})
 
 
 ORHAN_SMALL = {
@@ -27,34 +27,37 @@ ORHAN_SMALL = {
 }
 
 
-def keys(units: list[list[Row]]) -> list[str]:
-    return [r.key for u in units for r in u]
+def keys(units: list[Unit]) -> list[str]:
+    return [r.config_hash for u in units for r in u.members]
 
 
 def test_every_trial_lands_in_exactly_one_unit_and_bundles_share_shapes() -> None:
     rows = rows_of({**ORHAN_SMALL, "seeds": [1, 2, 3]})  # 12 trials
     units = pack(rows, fused=True, slots=2)
-    assert sorted(keys(units)) == sorted(r.key for r in rows)
+    assert sorted(keys(units)) == sorted(r.config_hash for r in rows)
     for unit in units:
-        assert len({fusable_key(trainers.resolve(r.config)) for r in unit}) == 1
-    assert len(units) == 2 and sorted(len(u) for u in units) == [6, 6]  # one bundle per slot
+        assert unit.fused and len({fusable_key(r.resolved) for r in unit.members}) == 1
+    assert len(units) == 2 and sorted(len(u.members) for u in units) == [6, 6]  # one bundle per slot
 
 
 def test_bundles_keep_an_initialiser_together() -> None:
     units = pack(rows_of(ORHAN_SMALL), fused=True, slots=2)  # 4 chain + 4 orthogonal
-    assert [len(u) for u in units] == [4, 4]
-    assert all(len({r.model for r in u}) == 1 for u in units)  # orthogonal's W has its own layout
+    assert [len(u.members) for u in units] == [4, 4]
+    assert all(len({r.model for r in u.members}) == 1 for u in units)  # orthogonal's W has its own layout
 
 
 def test_fusing_off_or_size_one_gives_one_trial_per_unit() -> None:
     rows = rows_of(ORHAN_SMALL)
     for units in (pack(rows, fused=False, slots=2), pack(rows, fused=True, slots=2, size=1)):
-        assert [len(u) for u in units] == [1] * len(rows) and keys(units) == [r.key for r in rows]
+        assert [len(u.members) for u in units] == [1] * len(rows) and keys(units) == [
+            r.config_hash for r in rows
+        ]
+        assert not any(u.fused for u in units)
 
 
 def test_a_fixed_bundle_size_caps_the_bundles() -> None:
     units = pack(rows_of({**ORHAN_SMALL, "seeds": [1, 2, 3]}), fused=True, slots=1, size=5)
-    assert sorted(len(u) for u in units) == [1, 1, 5, 5]  # 6 chain → 5 + 1, 6 orthogonal → 5 + 1
+    assert sorted(len(u.members) for u in units) == [1, 1, 5, 5]  # 6 chain → 5 + 1, 6 orthogonal → 5 + 1
 
 
 def test_cells_the_fused_trainer_lacks_run_alone() -> None:
@@ -64,7 +67,13 @@ def test_cells_the_fused_trainer_lacks_run_alone() -> None:
         "base": {"task": "addition", "cell": "lstm", "seq_len": 20},
     }
     rows = rows_of(spec)
-    assert [len(u) for u in pack(rows, fused=True, slots=1)] == [1, 1, 1, 1]
+    assert [len(u.members) for u in pack(rows, fused=True, slots=1)] == [1, 1, 1, 1]
+    assert not bundle(rows[:2], fused=True).fused  # a sampled point's seeds: alone too
+
+
+def test_a_sampled_points_seeds_fuse_when_they_share_shapes() -> None:
+    seeds = [t for t in rows_of(ORHAN_SMALL) if t.model == "chain" and t.params["lr"] == 1e-3]
+    assert len(seeds) == 2 and bundle(seeds, fused=True).fused and not bundle(seeds, fused=False).fused
 
 
 def test_bundle_size_follows_slots_memory_and_the_cap() -> None:

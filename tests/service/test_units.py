@@ -5,9 +5,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from service.engine import StudyError, check_space, grid_rows
 from service.ledger import Ledger
-from service.spec import StudySpec, materialize
+from service.search import check_space, grid_trials, materialize
+from service.spec import StudyError, StudySpec
 from service.summary import (
     best_configs,
     henrici_table,
@@ -51,7 +51,7 @@ def test_bad_fields_are_named_before_anything_runs():
     spec = StudySpec(space={"dims": {"init": ["chain", "spiral"]}})
     rows_spec = spec.search_space()
     with pytest.raises(ValueError, match="spiral"):
-        grid_rows(rows_spec)
+        grid_trials(rows_spec, {})
 
 
 def grid(seeds=(1, 2)):
@@ -60,13 +60,14 @@ def grid(seeds=(1, 2)):
         base={"task": "addition", "seq_len": 10, "steps": 2},
         seeds=list(seeds),
     )
-    return grid_rows(spec.search_space())
+    return grid_trials(spec.search_space(), {})
 
 
-def test_grid_rows_have_distinct_hashes_and_seeds_in_params():
+def test_grid_trials_have_distinct_hashes_and_seeds_in_params():
     rows = grid()
-    assert len(rows) == 4 and len({r["config_hash"] for r in rows}) == 4
-    assert sorted(r["params"]["seed"] for r in rows) == [1, 1, 2, 2]
+    assert len(rows) == 4 and len({r.config_hash for r in rows}) == 4
+    assert sorted(r.params["seed"] for r in rows) == [1, 1, 2, 2]
+    assert all(r.config_hash == r.resolved.config_hash() for r in rows)
 
 
 def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
@@ -75,7 +76,10 @@ def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
     assert ledger.add_trials(a.id, grid()) == 4
     assert ledger.add_trials(a.id, grid(seeds=(1, 2, 3))) == 2  # extending adds only the new points
     first = ledger.trials(a.id)[0]
-    ledger.update_trial(first.id, status="done", final_val_loss=0.01, success_threshold=0.08, success=True)
+    from trainers import TrialResult
+
+    row = ledger.finish_trial(first.id, TrialResult(final_val_loss=0.01, success_threshold=0.08))
+    assert row.success and row.result().final_val_loss == 0.01
     b = ledger.create_study("b", {})
     ledger.add_trials(b.id, grid())
     reused = [t for t in ledger.trials(b.id) if t.reused_from is not None]
@@ -87,7 +91,7 @@ class T:
     def __init__(self, model, params, loss, status="done", thr=0.1, henrici=None, profile=None):
         self.model, self.params, self.final_val_loss, self.status = model, params, loss, status
         self.success_threshold, self.success, self.history, self.config_hash = thr, None, [], str(id(self))
-        self.henrici, self.profile = henrici, profile
+        self.henrici_index, self.profile = henrici, profile
 
 
 def test_success_table_counts_by_model_and_value():
@@ -150,15 +154,15 @@ def test_log_batch_requests_respect_mlflow_limits_and_lose_nothing() -> None:
 
 
 def test_lstm_table3_initialisers_are_selectable_in_the_preset_and_in_a_spec():
-    rows = grid_rows(StudySpec(preset="orhan2020-lstm-ptbchar").search_space())
-    assert {r["config"]["cell_params"]["init"] for r in rows} == {"plain", "orthogonal", "chain", "mixed"}
-    assert {r["config"]["cell"] for r in rows} == {"lstm"} and len(rows) == 24
+    rows = [r.config for r in grid_trials(StudySpec(preset="orhan2020-lstm-ptbchar").search_space(), {})]
+    assert {r["cell_params"]["init"] for r in rows} == {"plain", "orthogonal", "chain", "mixed"}
+    assert {r["cell"] for r in rows} == {"lstm"} and len(rows) == 24
     spec = StudySpec.model_validate(
         {"space": {"models": {"mixed": {"fixed": {"cell": "lstm", "init": "mixed"}, "dims": {"lr": [1e-3]}}}},
          "base": {"task": "copy", "seq_len": 20}}
     )  # fmt: skip
-    (row,) = grid_rows(spec.search_space())
-    assert row["config"]["cell"] == "lstm" and row["config"]["cell_params"]["init"] == "mixed"
+    (row,) = grid_trials(spec.search_space(), {})
+    assert row.config["cell"] == "lstm" and row.config["cell_params"]["init"] == "mixed"
     with pytest.raises(StudyError, match="init"):
         check_space(StudySpec(space={"dims": {"init": ["chained"]}}, base={"cell": "lstm"}).search_space())
 
@@ -168,15 +172,30 @@ def test_a_trials_weight_profile_comes_from_a_unit_pulse_of_input():
     import torch
 
     import trainers
-    from service.trial import final_event
-    from trainers.analysis import network_profile
+    from trainers.analysis import henrici_index, network_profile
 
     resolved = materialize({"task": "addition", "seq_len": 10, "n_train": 32, "n_val": 16, "hidden": 6,
                             "steps": 4, "init": "orthogonal"})  # fmt: skip
     result = trainers.train(resolved)
-    event = final_event("k", resolved, result)
-    w, v = torch.tensor(event["recurrent_matrix"]), torch.tensor(event["input_matrix"])
+    w, v = result.recurrent_matrix, result.input_matrix
     assert w.shape == (6, 6) and v.shape == (6, 2)
     expected = network_profile(w, v.sum(dim=1), nonlinearity="relu").mean
-    assert event["profile"] == pytest.approx(expected)
-    assert event["profile"] != pytest.approx(network_profile(w, torch.ones(6), nonlinearity="relu").mean)
+    assert result.profile == pytest.approx(expected)
+    assert result.profile != pytest.approx(network_profile(w, torch.ones(6), nonlinearity="relu").mean)
+    assert result.henrici_index == henrici_index(w)
+
+
+def test_grid_and_sampled_points_layer_settings_the_same_way():
+    """base < the model's fixed fields < the point's values < execution settings < the seed."""
+    from search_spaces import Model, SearchSpace, Values
+    from service.search import point_trials
+
+    model = Model("m", {"init": "chain", "lr": 0.5}, {"lr": Values((1e-3,))})
+    space = SearchSpace(
+        "s", (model,), seeds=(3,), base={"task": "addition", "init": "identity", "threads": 4}
+    )
+    (grid,) = grid_trials(space, {"threads": 1})
+    (point,) = point_trials(space, model, {"lr": 1e-3}, {"threads": 1})
+    assert grid == point and grid.params == {"lr": 1e-3, "seed": 3}
+    c = grid.config
+    assert (c["cell_params"]["init"], c["lr"], c["threads"], c["seed"]) == ("chain", 1e-3, 1, 3)

@@ -392,15 +392,19 @@ def test_cli_henrici_of_a_saved_matrix_and_an_lstm_gate(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "henrici", "--matrix", path, "--json")
     assert code == 0
     data = json.loads(out)
-    assert data["henrici"] == pytest.approx(3.0) and data["hidden"] == 10 and data["spectral_radius"] == 0.0
+    assert (
+        data["henrici_index"] == pytest.approx(3.0)
+        and data["hidden"] == 10
+        and data["spectral_radius"] == 0.0
+    )
     lstm = LSTMCell(LSTMConfig(init="mixed"), 2, 10, gen())
     path = write_json(tmp_path, "lstm.json", {"W": lstm.weight_hh.tolist()})
     code, _, err = run_cli(capsys, "henrici", "--matrix", path)
     assert code == 2 and "--gate" in err
     code, out, _ = run_cli(capsys, "henrici", "--matrix", path, "--gate", "g", "--json")
-    assert code == 0 and json.loads(out)["henrici"] == pytest.approx(1.02 * 3.0, rel=1e-6)
+    assert code == 0 and json.loads(out)["henrici_index"] == pytest.approx(1.02 * 3.0, rel=1e-6)
     code, out, _ = run_cli(capsys, "henrici", "--init", "orthogonal", "--json")
-    assert code == 0 and json.loads(out)["henrici"] < 1e-5
+    assert code == 0 and json.loads(out)["henrici_index"] < 1e-5
 
 
 def test_cli_profile_json(tmp_path, capsys):

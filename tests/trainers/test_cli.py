@@ -33,7 +33,7 @@ def test_describe_json():
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["params"] == 100 * 100 + 100 * 10 + 100 + 100 * 9 + 9
+    assert out["param_count"] == 100 * 100 + 100 * 10 + 100 + 100 * 9 + 9
     assert out["baseline_loss"] == math.log(8) * 10 / 500
     assert out["success_threshold"] == out["baseline_loss"] / 2
     assert out["seq_len"] == 500 and out["config"]["cell_params"]["init"] == "chain"
@@ -72,7 +72,7 @@ def test_train_json_last_line():
     out = json.loads(p.stdout.strip().splitlines()[-1])
     for key in ("final_val_loss", "success", "baseline_loss", "steps", "seconds", "status"):
         assert key in out
-    assert out["status"] == "ok" and out["steps"] == 6 and isinstance(out["success"], bool)
+    assert out["status"] == "done" and out["steps"] == 6 and isinstance(out["success"], bool)
     assert "step" in p.stderr  # progress goes to stderr with --json
 
 
@@ -101,4 +101,19 @@ def test_describe_gives_the_sgornn_papers_parameter_counts(task, cell, hidden, p
     code = main(["describe", "--task", task, "--cell", cell, "--hidden", str(hidden), "--set", f"root={tmp_path}", "--json"]
                 if task == "har2" else ["describe", "--task", task, "--cell", cell, "--hidden", str(hidden), "--json"])  # fmt: skip
     assert code == 0
-    assert json.loads(capsys.readouterr().out)["params"] == params
+    assert json.loads(capsys.readouterr().out)["param_count"] == params
+
+
+def test_a_config_file_keeps_its_task_and_cell_unless_a_flag_overrides_them(tmp_path, capsys):
+    from trainers.cli import main
+
+    path = tmp_path / "trial.json"
+    path.write_text(
+        json.dumps({"task": "addition", "cell": "lstm", "hidden": 8, "task_params": {"seq_len": 30}})
+    )
+    assert main(["describe", "--config", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["config"]["task"], out["config"]["cell"], out["seq_len"]) == ("addition", "lstm", 30)
+    assert main(["describe", "--config", str(path), "--cell", "gru", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["config"]["task"], out["config"]["cell"], out["config"]["hidden"]) == ("addition", "gru", 8)

@@ -67,3 +67,37 @@ def test_same_seed_same_model_other_seed_other_data(cell, task, tiny_task_params
     assert torch.equal(m1(x1), m2(x2))
     _, _, _, x3, _ = setup(cell, task, tiny_task_params, seed=6)
     assert not get_task(task).seeded_data or not torch.equal(x1, x3)
+
+
+@pytest.mark.parametrize("cell", list_cells())
+def test_every_cell_is_a_cell_built_from_its_config_and_the_init_generator(cell):
+    """The constructor contract: (config, input_size, hidden_size, gen); `gen` fixes the weights."""
+    import inspect
+
+    from trainers.cells import Cell, get_cell
+
+    cls = get_cell(cell)
+    assert issubclass(cls, Cell) and not inspect.isabstract(cls)
+    assert list(inspect.signature(cls.__init__).parameters)[1:] == [
+        "config",
+        "input_size",
+        "hidden_size",
+        "gen",
+    ]
+    config = cls.resolve(cls.Config(**CELL_PARAMS.get(cell, {})), "tanh")
+    a, b = (cls(config, 3, 12, torch.Generator().manual_seed(7)) for _ in range(2))
+    c = cls(config, 3, 12, torch.Generator().manual_seed(8))
+    same = [torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True)]
+    other = [torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters(), strict=True)]
+    assert all(same) and not all(other)
+
+
+def test_a_cell_without_forward_cannot_be_built():
+    from trainers.cells import Cell
+
+    class Incomplete(Cell):
+        name = "incomplete"
+        Config = dict
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete({}, 1, 2, torch.Generator())

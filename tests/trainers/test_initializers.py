@@ -1,4 +1,4 @@
-"""The four initialisers exactly as Orhan & Pitkow §3.1.1 and seed-code-facts §0a item 5 specify."""
+"""The four initialisers exactly as Orhan & Pitkow §3.1.1 specify (docs/protocol.md §1.4)."""
 
 import math
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainers import train
+from trainers import resolve, train
 from trainers.tasks.addition import AdditionTask
 
 TINY = {"task": "addition", "hidden": 8, "task_params": {"seq_len": 12, "n_train": 64, "n_val": 32}}
@@ -29,14 +29,15 @@ def test_report_gets_every_evaluation_and_the_last_is_at_the_end_of_the_budget()
     seen = []
     r = train(cfg(steps=10, eval_every=4), report=seen.append)
     assert [e.step for e in seen] == [4, 8, 10] == [e.step for e in r.history]
-    assert r.final_val_loss == seen[-1].val_loss and r.steps == 10 and r.status == "ok"
+    assert r.final_val_loss == seen[-1].val_loss and r.steps == 10 and r.status == "done"
 
 
 def test_epoch_budget_and_once_per_epoch_evaluation():
     r = train(cfg(epochs=2, batch_size=16))  # 64 examples / 16 = 4 steps per epoch
     assert r.budget_steps == 8 and [e.step for e in r.history] == [4, 8]
     assert [e.epoch for e in r.history] == [1.0, 2.0]
-    assert r.config["epochs"] == 2 and r.config["steps"] is None  # the shortened budget is visible
+    config = resolve(cfg(epochs=2, batch_size=16)).to_dict()
+    assert config["epochs"] == 2 and config["steps"] is None  # the shortened budget is visible
 
 
 def test_early_stop_when_validation_loss_is_below_the_threshold():
@@ -48,7 +49,7 @@ def test_success_is_final_loss_below_fraction_of_baseline():
     r = train(cfg(steps=4, eval_every=2, success_fraction=100.0))
     assert r.success and r.success_threshold == pytest.approx(100 / 6)
     r = train(cfg(steps=4, eval_every=2, success_fraction=1e-9))
-    assert not r.success and r.status == "ok"
+    assert not r.success and r.status == "done"
 
 
 def test_divergence_is_a_failed_trial_with_its_reason():
@@ -87,7 +88,7 @@ def test_returns_the_trained_recurrent_matrix():
 
 def test_fresh_batches_regime():
     r = train(cfg(steps=6, eval_every=3, task_params={"seq_len": 12, "data": "fresh", "n_val": 16}))
-    assert r.status == "ok" and len(r.history) == 2
+    assert r.status == "done" and len(r.history) == 2
 
 
 @pytest.mark.slow
@@ -103,6 +104,6 @@ def test_chain_rnn_learns_addition_100_below_half_baseline():
             "eval_every": 500,
         }
     )
-    assert r.status == "ok"
+    assert r.status == "done"
     assert r.final_val_loss < 0.5 * (1 / 6), [e.val_loss for e in r.history]
     assert r.success

@@ -275,7 +275,7 @@ def test_teacher_r2_through_the_loop_is_one_minus_loss_over_baseline():
             "task_params": task_params,
         }
     )
-    assert r.status == "ok" and r.metric_name == "r2"
+    assert r.status == "done" and r.metric_name == "r2"
     assert r.final_metric == pytest.approx(1 - r.final_val_loss / r.baseline_loss, rel=1e-5)
 
 
@@ -376,7 +376,7 @@ def test_ptb_metric_is_bits_per_token(tiny_ptb_root):
 def test_ptb_trains_through_the_embedding(tiny_ptb_root):
     params = {"root": str(tiny_ptb_root), "bptt": 5, "embed_dim": 4}
     r = train({"task": "ptb", "hidden": 6, "steps": 2, "batch_size": 4, "task_params": params})
-    assert r.status == "ok" and r.final_metric == pytest.approx(r.final_val_loss / math.log(2), rel=1e-5)
+    assert r.status == "done" and r.final_metric == pytest.approx(r.final_val_loss / math.log(2), rel=1e-5)
 
 
 def test_ptb_missing_files_name_the_folder_and_the_files(tmp_path):
@@ -399,5 +399,5 @@ def test_ptb_validation_token_outside_the_vocabulary_is_an_error(tmp_path):
 @pytest.mark.parametrize("name", NEW)
 def test_trains_through_the_loop(name, tiny_task_params):
     r = train({"task": name, "hidden": 6, "steps": 2, "batch_size": 4, "task_params": tiny_task_params[name]})
-    assert r.status == "ok", r.reason
+    assert r.status == "done", r.reason
     assert r.steps == 2 and math.isfinite(r.final_val_loss) and r.final_metric is not None

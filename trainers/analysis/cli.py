@@ -174,13 +174,13 @@ def cmd_analyze_henrici(args: argparse.Namespace) -> int:
             {
                 "source": name,
                 "hidden": int(w.shape[0]),
-                "henrici": henrici_index(w),
+                "henrici_index": henrici_index(w),
                 "frobenius": float(w.norm().item()),
                 "spectral_radius": spectral_radius(w),
             }
         )
     lines = [
-        f"{r['source']}: d(W) = {r['henrici']:.6g}  ‖W‖_F = {r['frobenius']:.6g}  ρ(W) = {r['spectral_radius']:.6g}"
+        f"{r['source']}: d(W) = {r['henrici_index']:.6g}  ‖W‖_F = {r['frobenius']:.6g}  ρ(W) = {r['spectral_radius']:.6g}"
         for r in rows
     ]
     emit(args, rows, lines)

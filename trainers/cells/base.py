@@ -1,31 +1,38 @@
 """The cell contract: a recurrent layer that maps inputs [T, B, d] to hidden states [T, B, N].
 
 A cell knows nothing about tasks, losses or optimisers. It owns its hyperparameters in a frozen
-dataclass `Config` (registered beside it in `trainers.cells`), is built from
-(config, input_size, hidden_size, default_nonlinearity, generator), and may expose its recurrent matrix
-for analysis and a hook run after each optimiser step (projections, clipping of gates).
+dataclass `Config` (registered beside it in `trainers.cells`), draws its initial weights from the
+trial's `init` generator, and may expose its recurrent and input matrices for analysis and a hook
+run after each optimiser step (projections, clipping of gates).
 """
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 
-class Cell(nn.Module):
+class Cell(nn.Module, metaclass=ABCMeta):
+    """Subclasses set `name` and `Config`, build their parameters in `__init__` from `gen` (the only
+    source of randomness, so a seed fixes the weights) and implement `forward`."""
+
     name: ClassVar[str]
     Config: ClassVar[type]
 
-    def __init__(self, config: Any, input_size: int, hidden_size: int) -> None:
+    def __init__(self, config: Any, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
+        """`config`: an instance of `Config`, resolved (`resolve`); `input_size` d and `hidden_size` N
+        the layer's widths; `gen`: the generator every initial weight is drawn from."""
         super().__init__()
         self.config = config
         self.input_size = input_size
         self.hidden_size = hidden_size
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
-        raise NotImplementedError
+    @abstractmethod
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, B, d] → hidden states [T, B, N]."""
 
     def recurrent_matrix(self) -> torch.Tensor | None:
         """W [N, N] with W_ij the weight from unit j to unit i, or None when the cell has none."""

@@ -2,7 +2,7 @@
 
     after every optimiser step:  W = U S Vᵀ (SVD)  →  W ← U min(S, 1) Vᵀ,   so ‖W‖₂ ≤ 1
 
-The authors' `urnn_pmnist_test.py:ProjectCB(contractive=True)` (seed-code-facts §1.5, §3.6). Everything
+The authors' `urnn_pmnist_test.py:ProjectCB(contractive=True)` (docs/protocol.md §3). Everything
 else — equations, kernel, initialisation (W orthogonal, V Glorot-uniform, b = 0), relu — is the URNN's
 (`trainers.cells.urnn`), which also holds the projection.
 """

@@ -1,6 +1,6 @@
 """FastRNN (Kusupati et al. 2018) as written by the SGORNN authors (`sgornn/layers.py:FastRNNCell`).
 
-seed-code-facts §3.5. An inner Elman cell on the FastRNN state, mixed back through two scalar gates:
+docs/protocol.md §5. An inner Elman cell on the FastRNN state, mixed back through two scalar gates:
 
     z_t = f(W x_t + U h_{t−1} + b)          (the wrapped Keras SimpleRNNCell(relu))
     h_t = a·z_t + β·h_{t−1},   h_0 = 0       (SGORNN paper eq. 1 with U unconstrained)
@@ -138,7 +138,7 @@ class FastRNNCell(Cell):
     def __init__(
         self, config: FastRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator
     ) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W [N, d]
         self.weight_hh = nn.Parameter(random_orthogonal(hidden_size, gen))  # U [N, N], Keras Orthogonal
         self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None

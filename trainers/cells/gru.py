@@ -39,7 +39,7 @@ class GRUCell(Cell):
     config: GRUConfig
 
     def __init__(self, config: GRUConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         N, d = hidden_size, input_size
         self.weight_ih = nn.Parameter(torch.empty(3 * N, d))  # [W_ir; W_iz; W_in]
         self.weight_hh = nn.Parameter(torch.empty(3 * N, N))  # [W_hr; W_hz; W_hn]

@@ -4,12 +4,12 @@
     c_t = f_t ⊙ h_{t−1} + (1 − f_t) ⊙ tanh(W_c [x_t, h_{t−1}] + b_c)
     h_t = c_t,   h_0 = 0
 
-Following `apsarath/myTorch:myTorch/memory/JANETCell.py` (seed-code-facts §3.4): the candidate is
+Following `apsarath/myTorch:myTorch/memory/JANETCell.py` (docs/protocol.md §4): the candidate is
 weighted by 1 − f_t, with no β shift (the JANET paper weights it by 1 − σ(s_t − β), s_t the forget
 gate's pre-activation), and there is no separate cell state, h_t = c_t. Initialisation as there:
 Xavier-normal input weights, an orthogonal N×N recurrent matrix per gate, b_c = 0, b_f = `forget_bias`
 (1), or chrono when `chrono_tmax` is set: b_f = log(k), k drawn uniformly from the integers {1..t_max}
-(the code's `randint(1, t_max + 1)`; decision §0a item 7). myTorch's optional LayerNorm on the
+(the code's `randint(1, t_max + 1)`; docs/protocol.md §4). myTorch's optional LayerNorm on the
 candidate is not implemented.
 
 Parameters: weight_ih [2N, d] = [W_xf; W_xc], weight_hh [2N, N] = [W_hf; W_hc], bias [2N] = [b_f; b_c]
@@ -40,7 +40,7 @@ class JANETCell(Cell):
     config: JANETConfig
 
     def __init__(self, config: JANETConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         N, d = hidden_size, input_size
         self.weight_ih = nn.Parameter(torch.empty(2 * N, d))  # [W_xf; W_xc]
         self.weight_hh = nn.Parameter(torch.empty(2 * N, N))  # [W_hf; W_hc]

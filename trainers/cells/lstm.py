@@ -9,7 +9,7 @@
 Parameters: weight_ih [4N, d], weight_hh [4N, N], ONE bias [4N] (gate order i, f, g, o; torch's and
 Keras' order alike). `nn.LSTM` would train two biases (b_ih + b_hh); Keras has one, and the SGORNN
 paper's LSTM counts need one: h=128, d=2 plus a 1-unit readout = 67,201; h=64, d=9 = 19,009
-(seed-code-facts §3.5). The kernel is `torch._VF.lstm` (what `nn.LSTM` calls; cuDNN on GPU) with our
+(docs/protocol.md §5). The kernel is `torch._VF.lstm` (what `nn.LSTM` calls; cuDNN on GPU) with our
 parameters and a constant zero b_hh, as `trainers.kernels` does for the Elman RNN.
 
 Initialisers (`init`):
@@ -26,7 +26,7 @@ Initialisers (`init`):
 Orhan & Pitkow's Table 3 initialisers (§3.3: "we treated the input, forget, output, and update gates of the
 LSTM architecture as analogous to vanilla RNNs and initialized the recurrent and input matrices inside these
 gates in the same way as in the chain or the orthogonal initialization of vanilla RNNs"). Each gate's block
-comes from `trainers.initializers` (W_ij from unit j to unit i, the chain on the sub-diagonal, §0a item 5):
+comes from `trainers.initializers` (W_ij from unit j to unit i, the chain on the sub-diagonal, docs/protocol.md §1.4):
 - orthogonal  every gate: W = λ Q (its own Haar-random Q), V ~ N(0, std 0.9/√N); λ = `scale` (default 1).
 - chain       every gate: W_ij = α δ_{j,i−1}, V = 0.9·I_{N×d} (the same block four times, as the authors'
               `NonnormalInit_torchlstm.py:chain_init` / `nonnormal_source_init`); α = `scale` (default 1.02,
@@ -41,7 +41,7 @@ biases when only the weight matrices are replaced, so b ~ U(−1/√N, 1/√N) a
 `chrono_tmax` override it as for every init).
 
 `forget_bias` sets b_f after the init (None: the init's own value). `chrono_tmax` applies the chrono
-initialisation as the NRU authors' code does it (`LSTMCell.py:138-142`; §3.4, decision §0a item 7):
+initialisation as the NRU authors' code does it (`LSTMCell.py:138-142`; docs/protocol.md §4):
 b_f = log(k), k drawn uniformly from the integers {1..t_max}, and b_i = −b_f. It overrides `forget_bias`.
 """
 
@@ -112,7 +112,7 @@ class LSTMCell(Cell):
     config: LSTMConfig
 
     def __init__(self, config: LSTMConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         N, d = hidden_size, input_size
         self.weight_ih = nn.Parameter(torch.empty(4 * N, d))  # [W_ii; W_if; W_ig; W_io]
         self.weight_hh = nn.Parameter(torch.empty(4 * N, N))  # [W_hi; W_hf; W_hg; W_ho]

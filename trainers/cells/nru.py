@@ -1,5 +1,5 @@
 """Non-saturating Recurrent Unit (Chandar et al. 2019), as the authors' code computes it
-(`apsarath/NRU:nru_project/NRU.py`, = `myTorch/memnets/FlatMemoryCell.py`; seed-code-facts §3.3, §0a item 6).
+(`apsarath/NRU:nru_project/NRU.py`, = `myTorch/memnets/FlatMemoryCell.py`; docs/protocol.md §4).
 
     h_t   = ReLU(LN?(W [x_t, h_{t−1}, m_{t−1}] + b))                          (eq. 9)           [B, N]
     α, β  = ρ(W_α [h_t, m_{t−1}] + b_α), ρ(W_β [h_t, m_{t−1}] + b_β)          (eqs. 11-12)      [B, k]
@@ -64,7 +64,7 @@ class NRUCell(Cell):
     config: NRUConfig
 
     def __init__(self, config: NRUConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         d, N, M, k = input_size, hidden_size, config.memory_size, config.heads
         s = math.isqrt(M * k)  # √(m·k)
         self.sqrt_mk = s

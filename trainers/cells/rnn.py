@@ -1,4 +1,4 @@
-"""Vanilla (Elman) RNN with Orhan & Pitkow's initialisers (paper §3.1.1, seed-code-facts §3.1).
+"""Vanilla (Elman) RNN with Orhan & Pitkow's initialisers (paper §3.1.1, docs/protocol.md §1.4).
 
     h_t = f(W h_{t−1} + V x_t + b),   f ∈ {elu, relu, tanh},   h_0 = 0,   b initialised to 0
 
@@ -38,7 +38,7 @@ class RNNCell(Cell):
     config: RNNConfig
 
     def __init__(self, config: RNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         init = INITIALIZERS.get(config.init)
         w, v = init(hidden_size, input_size, config.scale, config.fb_forward, config.input_gain, gen)
         self.weight_hh = nn.Parameter(w)  # W [N, N]

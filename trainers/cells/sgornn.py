@@ -5,7 +5,7 @@
     a = sigmoid(α_raw), β = sigmoid(β_raw), β clipped to (0, 1 − 2a]               (eq. 3)
 
 The authors' code is `FastRNNCell(VPRNNCell(128, n_rotations=7, activation='relu'), clip_scalar=True)`
-(`sgornn/models.py`, `sgornn/layers.py`; seed-code-facts §3.5, §0a item 9): k = 14 sublayers, θ ~
+(`sgornn/models.py`, `sgornn/layers.py`; docs/protocol.md §5): k = 14 sublayers, θ ~
 U(−0.05, 0.05), fixed random permutation per sublayer, W Glorot-uniform, b = 0, α_raw = −3.75,
 β_raw = 3.0. The rotations come from `vprnn`, the gates and the recurrence from `fastrnn`.
 """
@@ -41,7 +41,7 @@ class SGORNNCell(Cell):
     config: SGORNNConfig
 
     def __init__(self, config: SGORNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W [N, d]
         self.rotations = Rotations(hidden_size, config.rotations, config.theta_bound, gen)  # φ(Θ), Θ [k, N/2]
         self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None

@@ -1,4 +1,4 @@
-"""Shuffling RNN (Rotman & Wolf 2020; the authors' `rotmanmi/SRNN:models/SRNN.py`, seed-code-facts §3.2).
+"""Shuffling RNN (Rotman & Wolf 2020; the authors' `rotmanmi/SRNN:models/SRNN.py`, docs/protocol.md §2).
 
     h_t  = ReLU(b(x_t) + roll(h_{t−1}, +1)),   h_0 = 0                       (eq. 3, the code's W_p)
     b(x) = f_r(x) ⊙ σ(W_s x + b_s)                                           (eq. 5)
@@ -73,7 +73,7 @@ class SRNNCell(Cell):
     config: SRNNConfig
 
     def __init__(self, config: SRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         d, H, N = input_size, config.hyper_size, hidden_size
         layers: list[nn.Module] = [torch_default_linear(d, H, gen), nn.ReLU()]
         for _ in range(config.n_layers - 1):

@@ -6,7 +6,7 @@
 U Vᵀ is the polar factor, the orthogonal matrix nearest to W in Frobenius norm ("we chose to project
 the transition matrix on the full space of unitary matrices after each iteration using SVD"). The
 authors' code does exactly this after every batch (`melikaemami/URNN:urnn_synth_test.py:project`,
-`urnn_pmnist_test.py:ProjectCB`; seed-code-facts §1.5, §3.6); the optimiser's state is left as is.
+`urnn_pmnist_test.py:ProjectCB`; docs/protocol.md §3); the optimiser's state is left as is.
 `project_` also holds the contractive variant (singular values clipped to ≤ 1) used by
 `trainers.cells.crnn`.
 

@@ -1,8 +1,7 @@
 """VPRNN: an Elman RNN whose recurrent matrix is a product of permuted Givens-rotation sublayers.
 
 Taylor-Melanson et al. 2021, as used by the SGORNN paper (eq. 2: φ(Θ) = R₁Q₁ … R_kQ_k) and its code
-(`wtaylor17/VPRNN:vprnn/layers.py`, `wtaylor17/keras-vpnn:vpnn/layers/rotation.py`; seed-code-facts
-§3.5, §0a item 9):
+(`wtaylor17/VPRNN:vprnn/layers.py`, `wtaylor17/keras-vpnn:vpnn/layers/rotation.py`; docs/protocol.md §5):
 
     h_t = f(W_in x_t + U h_{t−1} + b),   h_0 = 0,   U = Rotation_k ∘ … ∘ Rotation_1  (orthogonal)
 
@@ -78,7 +77,7 @@ class VPRNNCell(Cell):
     config: VPRNNConfig
 
     def __init__(self, config: VPRNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size)
+        super().__init__(config, input_size, hidden_size, gen)
         self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W_in [N, d]
         self.rotations = Rotations(hidden_size, config.rotations, config.theta_bound, gen)  # U via θ [k, N/2]
         self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None

@@ -1,5 +1,5 @@
 """Big permuted MNIST (Rotman & Wolf, SRNN §5; `rotmanmi/SRNN:datasets/bigmnist.py`, `main.py:316-356`;
-seed-code-facts §1.3).
+docs/protocol.md §1.3).
 
 Each 28×28 image is zero-padded by `pad` = 14 pixels on every side to 56×56 = 3,136 pixels, which enter
 one per step (input_dim 1) in a fixed random order over all 3,136 positions; the label is read from

@@ -7,7 +7,7 @@ Layout (0-based), L = total length:  x[0:10] = data, x[L-11] = 9 (marker), every
 `layout="delay"`: T blanks between data and recall, L = T + 20 (Arjovsky / SRNN / NRU).
 Loss: mean cross-entropy over every step and example (all five reference codes do this).
 Random baseline: blanks predicted with certainty, uniform over 8 symbols at the 10 recall steps:
-10·ln 8 / L (seed-code-facts §1.1; Orhan copy-500: 0.041589).
+10·ln 8 / L (docs/protocol.md §1.1; Orhan copy-500: 0.041589).
 Data: Orhan's fixed 60,000 / 10,000 train / validation sets, or fresh batches every step.
 """
 

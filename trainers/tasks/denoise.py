@@ -1,4 +1,4 @@
-"""Denoise task (Jing et al. 2017, GORU; as run by Chandar et al. 2019, NRU §5.1; seed-code-facts §1.4).
+"""Denoise task (Jing et al. 2017, GORU; as run by Chandar et al. 2019, NRU §5.1; docs/protocol.md §4).
 
 After myTorch's `DenoisingData` (`apsarath/myTorch:myTorch/task/denoising.py:34-85`, configs
 `memnets/config/baselines/100_lag/denoise/*.yaml`: T = 100, batch 10, online).

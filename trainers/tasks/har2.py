@@ -1,6 +1,6 @@
 """HAR-2: binary human-activity recognition from raw inertial signals (Kusupati et al. 2018, FastRNN;
 as run by SGORNN, `wtaylor17/sgornn-nn-supplementary:sgornn/experiments/har2.py`, with the data of
-`wtaylor17/VPRNN:vprnn/har_data.py`; seed-code-facts §1.6).
+`wtaylor17/VPRNN:vprnn/har_data.py`; docs/protocol.md §5).
 
 Data: the UCI "Human Activity Recognition Using Smartphones" data set, which the user provides:
 `<root>/UCI HAR Dataset/{train,test}/Inertial Signals/<channel>_{train,test}.txt` (one window of 128

@@ -2,7 +2,7 @@
 
 The 784 pixels of an image enter one per step (input_dim 1) in a fixed random order; the label is
 read from the last step's output (10 classes, cross-entropy). Random baseline ln 10.
-Orhan's code (seed-code-facts §1.3): a permutation drawn from the run's seed (so each seed has its
+Orhan's code (docs/protocol.md §1.3): a permutation drawn from the run's seed (so each seed has its
 own), pixels / 255, train on the 60k training set and validate on the 10k test set. Other papers'
 choices are fields: a fixed `permutation_seed` (expRNN/Emami: 92916, SRNN: 1234), `normalization`
 "standard" (SRNN) or "symmetric" (VPRNN), `split` "train_val" (first 50k train, last 10k validate).

@@ -1,4 +1,4 @@
-"""Sequential MNIST, unpermuted (Le et al. 2015; seed-code-facts §1.3 without the permutation).
+"""Sequential MNIST, unpermuted (Le et al. 2015; docs/protocol.md §1.3 without the permutation).
 
 psMNIST (`psmnist.py`) with the pixels in raster order: row by row, one pixel per step (784 steps,
 input_dim 1); the label is read from the last step (10 classes, cross-entropy); baseline ln 10.

@@ -1,5 +1,5 @@
 """Contractive teacher RNN (Emami et al. 2019, §5; `melikaemami/URNN:urnn_synth_test.py`;
-seed-code-facts §1.5 and §0a item 8).
+docs/protocol.md §3).
 
 A random ReLU RNN generates the data; a student learns its input → output map:
     h_t = relu(W h_{t−1} + W_in x_t + b),  h_0 = 0,   y0_t = W_out h_t + b_out,   y_t = y0_t + w_t

@@ -1,4 +1,4 @@
-"""Variable copy task (Chandar et al. 2019, NRU §5.1; seed-code-facts §1.4).
+"""Variable copy task (Chandar et al. 2019, NRU §5.1; docs/protocol.md §4).
 
 The copy task of `copy.py` (same symbols: data 1..8, blank 0, marker 9; one-hot over 10 inputs,
 9 output classes) with a lag drawn **once per batch** from [lag_min, lag_max], as myTorch's

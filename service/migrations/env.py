@@ -1,0 +1,10 @@
+"""Alembic's environment for the ledger: run on the connection `service.ledger.upgrade` hands over."""
+
+from alembic import context
+
+from service.ledger import Base
+
+connection = context.config.attributes["connection"]
+context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
+with context.begin_transaction():
+    context.run_migrations()

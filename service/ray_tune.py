@@ -1,0 +1,352 @@
+"""The Ray Tune adapter: units run as Ray trials, their reports recorded by the driver.
+
+- `ensure_ray` starts an embedded Ray, or joins a cluster (`MEMSWEEP_RAY_ADDRESS` / `RAY_ADDRESS`);
+- `run_unit` is the function trainable a worker runs: it trains a `Unit`'s members (a fused bundle,
+  or one after another) with the trainers and only reports, through `tune.report`;
+- `LedgerCallback` runs in the driver and is the one writer of the ledger and MLflow;
+- `UnitSearcher` turns the points an Optuna sampler suggests into units of trials;
+- `CancelStopper` ends a run once its study is cancelled;
+- `tune_units` runs a study's units (a grid's, or a searcher's) to the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ray.tune import Callback, Stopper
+from ray.tune.search import Searcher
+
+import trainers
+from search_spaces import SearchSpace
+from service.ledger import Ledger
+from service.packing import bundle
+from service.search import point_trials, suggested_point
+from service.settings import Settings
+from service.trial import Evaluated, Event, Finished, Unit, objective
+
+log = logging.getLogger(__name__)
+
+_TUNE_REGISTRY_LOCK = threading.Lock()  # see tune_units
+
+
+def ensure_ray(settings: Settings) -> None:
+    """Start the embedded Ray, or join the configured cluster, once per process."""
+    # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
+    # record everything, and the loggers cost time on every short trial.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "4")
+    # with those loggers off, Tune's end-of-run analysis warns once per trial that it found no result files
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        # address="local": always a new embedded cluster, never one that `ray start` left running
+        ray.init(
+            address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False
+        )
+
+
+# ----- the worker ----------------------------------------------------------------------------------
+
+
+def _baseline(resolved: trainers.Resolved) -> float | None:
+    try:
+        return resolved.make_task().baseline_loss
+    except Exception:  # a file-backed task without its files: the trial itself reports why
+        return None
+
+
+def run_unit(config: dict[str, Any]) -> None:
+    """Ray Tune function trainable: train the unit's members — as one fused bundle when the unit
+    says so, else one after the other — reporting each evaluation and each result.
+
+    Every report carries `objective` (the searcher and the scheduler read it): an evaluation's loss
+    over the baseline, or the mean objective of the unit's members so far. A bundle reports its
+    members' evaluations in batches (one report per round of evaluations), so a bundle of K costs
+    Ray no more reports than one trial."""
+    from ray import tune
+
+    unit: Unit = config["unit"]
+    objectives = list(unit.known.values())
+    todo = [m for m in unit.members if m.config_hash not in unit.known]
+    if not todo:  # every member was already finished: the searcher still needs the objective
+        tune.report({"objective": statistics.fmean(objectives) if objectives else 0.0, "events": []})
+        return
+    baselines = [_baseline(m.resolved) for m in todo]
+
+    if unit.fused and len(todo) > 1:
+        from trainers.fused import train_fused
+
+        buffer: list[tuple[Evaluated, float]] = []
+
+        def flush(events: Sequence[Event], objective_now: float) -> None:
+            tune.report({"objective": objective_now, "events": list(events)})
+
+        def flush_buffer() -> None:
+            flush([e for e, _ in buffer], statistics.fmean(o for _, o in buffer))
+            buffer.clear()
+
+        def report_member(k: int, e: trainers.Evaluation) -> None:
+            # members evaluate at the same steps: a round is complete when every member reported, or
+            # when a new step begins (members that stopped early or failed have left the bundle)
+            if buffer and e.step != buffer[0][0].evaluation.step:
+                flush_buffer()
+            buffer.append((Evaluated(todo[k].config_hash, e), objective(e.val_loss, baselines[k], "done")))
+            if len(buffer) >= len(todo):
+                flush_buffer()
+
+        results = train_fused([m.resolved for m in todo], report_member)
+        objectives += [objective(r.final_val_loss, r.baseline_loss, r.status) for r in results]
+        finals = [Finished(m.config_hash, r) for m, r in zip(todo, results, strict=True)]
+        flush([*(e for e, _ in buffer), *finals], statistics.fmean(objectives))
+        return
+
+    for member, baseline in zip(todo, baselines, strict=True):
+
+        def report(
+            e: trainers.Evaluation, key: str = member.config_hash, baseline: float | None = baseline
+        ) -> None:
+            tune.report({"objective": objective(e.val_loss, baseline, "done"), "events": [Evaluated(key, e)]})
+
+        result = trainers.train(member.resolved, report)
+        objectives.append(objective(result.final_val_loss, result.baseline_loss, result.status))
+        tune.report(
+            {"objective": statistics.fmean(objectives), "events": [Finished(member.config_hash, result)]}
+        )
+
+
+# ----- the driver ----------------------------------------------------------------------------------
+
+
+class CancelStopper(Stopper):
+    """Ray Tune stopper that ends the whole experiment once the study is cancelled."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return self.event.is_set()
+
+    def stop_all(self) -> bool:
+        return self.event.is_set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # Tune pickles its run config for Tuner.restore, which memsweep never uses (the ledger resumes)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.event = threading.Event()
+
+
+#: what the driver does with a finished member: record it (ledger, then MLflow)
+Record = Callable[[int, trainers.TrialResult], None]
+
+
+class LedgerCallback(Callback):
+    """Runs in the driver: turns the workers' reports into ledger rows and MLflow child runs."""
+
+    def __init__(
+        self, ledger: Ledger, study_id: str, record: Record, cancel: threading.Event, sampled: bool
+    ) -> None:
+        self.ledger, self.study_id, self.record, self.cancel = ledger, study_id, record, cancel
+        self.sampled = sampled  # sampled points get their ledger rows as they start
+        self.ids: dict[str, int] = {}  # config hash → ledger trial id
+        self.open: dict[str, set[str]] = {}  # Ray trial id → members not yet finished
+        self.history: dict[str, list[trainers.Evaluation]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # see CancelStopper.__getstate__: the driver keeps the live object, restore is not used
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        unit: Unit = trial.config["unit"]
+        if self.sampled:
+            self.ledger.add_trials(self.study_id, unit.members)
+        todo = set()
+        for m in unit.members:
+            row_id = self.ledger.start_trial(self.study_id, m.config_hash)
+            if row_id is None:  # finished already (resume, reuse)
+                continue
+            self.ids[m.config_hash] = row_id
+            self.history[m.config_hash] = []
+            todo.add(m.config_hash)
+        self.open[trial.trial_id] = todo
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        # taken out of the result: Tune keeps its last result in the experiment state, and the
+        # events (trained matrices among them) are recorded here, once
+        for event in result.pop("events", []):
+            key = event.config_hash
+            if key not in self.ids:
+                continue
+            if isinstance(event, Evaluated):
+                self.history[key].append(event.evaluation)
+            else:
+                self._finish(trial.trial_id, key, event.result)
+
+    def _finish(self, ray_trial_id: str, key: str, result: trainers.TrialResult) -> None:
+        self.history.pop(key, None)
+        self.record(self.ids[key], result)
+        self.open.get(ray_trial_id, set()).discard(key)
+
+    def _close(self, ray_trial_id: str, how: str, reason: str) -> None:
+        """The members a Ray trial left unfinished: cancelled, pruned (by the scheduler) or failed."""
+        for key in sorted(self.open.get(ray_trial_id, set())):
+            history = self.history.pop(key, [])
+            if how == "cancelled":
+                self.ledger.cancel_trial(self.ids[key], reason, history)
+                continue
+            last = history[-1] if history else None
+            if how == "pruned" and last is None:  # stopped before its first evaluation
+                self.ledger.cancel_trial(self.ids[key], reason, history)
+                continue
+            result = trainers.TrialResult(
+                status="pruned" if how == "pruned" else "failed", reason=reason, history=history,
+                final_val_loss=last.val_loss if last else None, steps=last.step if last else 0,
+            )  # fmt: skip
+            self._finish(ray_trial_id, key, result)
+        self.open.pop(ray_trial_id, None)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        if self.cancel.is_set():
+            self._close(trial.trial_id, "cancelled", "the study was cancelled")
+        else:
+            self._close(trial.trial_id, "pruned", "stopped early by the scheduler")
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        error = ""
+        try:
+            error = str(trial.get_error())[-2000:]
+        except Exception:  # the error text is best effort
+            error = "the Ray trial raised"
+        self._close(trial.trial_id, "failed", f"Ray trial error: {error}")
+
+    def close_unfinished(self, how: str, reason: str) -> None:
+        for ray_trial_id in list(self.open):
+            self._close(ray_trial_id, how, reason)
+
+
+class UnitSearcher(Searcher):
+    """An Optuna searcher's points as units: each suggested point × the space's seeds, resolved
+    here in the driver (`service.search.point_trials`); members already finished in the ledger are
+    counted, not trained again."""
+
+    def __init__(
+        self,
+        inner: Searcher,
+        space: SearchSpace,
+        settings: Mapping[str, Any],
+        fused: bool,
+        known: Callable[[Iterable[str]], dict[str, float]],
+    ) -> None:
+        super().__init__(metric="objective", mode="min")
+        self.inner, self.space, self.settings, self.fused, self.known = inner, space, settings, fused, known
+        self.models = {m.name: m for m in space.models}
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        return bool(self.inner.set_search_properties(metric, mode, config, **spec))
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return bool(self.inner.set_max_concurrency(max_concurrent))
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        config: Any = self.inner.suggest(trial_id)
+        if config is None or config == Searcher.FINISHED:
+            return config  # type: ignore[no-any-return]
+        name, point = suggested_point(config)
+        members = point_trials(self.space, self.models[name], point, self.settings)
+        unit = bundle(members, fused=self.fused)
+        known = self.known([m.config_hash for m in members])
+        return {"unit": Unit(unit.members, unit.fused, known)}
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.inner.on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self.inner.on_trial_complete(trial_id, result=result, error=error)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing: a study resumes from the ledger, never from Tune's checkpoints."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its config for Tuner.restore, which memsweep never uses; the ledger lookup
+        # (a database connection) stays with the live object
+        return {**self.__dict__, "known": None}
+
+
+def _trial_dirname(trial: Any) -> str:
+    return str(trial.trial_id)  # Tune's default name embeds the whole config: too long for a path
+
+
+def tune_units(
+    settings: Settings,
+    name: str,
+    callback: LedgerCallback,
+    cancel: threading.Event,
+    *,
+    units: Sequence[Unit] = (),
+    searcher: Searcher | None = None,
+    num_samples: int = 1,
+    concurrency: int,
+    resources: Mapping[str, float],
+    asha: bool = False,
+) -> None:
+    """Run the units (a grid's) or `num_samples` suggestions of `searcher` as Ray trials, to the end
+    or to a cancel; members left unfinished are closed as cancelled or failed."""
+    from ray import tune
+    from ray.tune import FailureConfig, RunConfig, TuneConfig
+
+    ensure_ray(settings)
+    scheduler = None
+    if asha:
+        from ray.tune.schedulers import ASHAScheduler
+
+        scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=3)
+    # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
+    # studies starting at once in one server raced on them ("dictionary changed size during
+    # iteration"). Register under a lock and hand Tune the name.
+    trainable_name = f"memsweep-{name}-{time.time_ns()}"
+    with _TUNE_REGISTRY_LOCK:
+        tune.register_trainable(trainable_name, tune.with_resources(run_unit, dict(resources)))
+    tuner = tune.Tuner(
+        trainable_name,
+        param_space={"unit": tune.grid_search(list(units))} if searcher is None else {},
+        tune_config=TuneConfig(
+            metric="objective",
+            mode="min",
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            max_concurrent_trials=concurrency,
+            reuse_actors=True,
+            trial_dirname_creator=_trial_dirname,
+        ),
+        run_config=RunConfig(
+            name=f"{name}-{int(time.time())}",
+            storage_path=str(settings.home / "ray_results"),
+            callbacks=[callback],
+            failure_config=FailureConfig(max_failures=0),
+            stop=CancelStopper(cancel),
+            verbose=0,
+        ),
+    )
+    tuner.fit()
+    callback.close_unfinished(
+        "cancelled" if cancel.is_set() else "failed", "the Ray trial ended before this member reported"
+    )

@@ -1,0 +1,103 @@
+"""One record per concept: a trial's result has one set of field names from the trainers to the
+ledger, the REST answer and MLflow; the ledger's schema is what its migrations build."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import create_engine, inspect
+
+import trainers
+from service.api.schemas import TrialPublic
+from service.ledger import Base, Ledger, Trial, migrations, upgrade
+from service.tracking import METRIC_FIELDS
+from trainers.result import RECORDED_FIELDS
+
+
+def test_the_result_fields_keep_their_names_in_the_ledger_rest_and_mlflow() -> None:
+    columns = set(Trial.__table__.columns.keys())
+    assert set(RECORDED_FIELDS) <= columns
+    assert set(RECORDED_FIELDS) <= set(TrialPublic.model_fields)
+    assert set(TrialPublic.model_fields) <= columns  # REST invents no name of its own
+    assert set(METRIC_FIELDS) <= set(RECORDED_FIELDS)
+    evaluation = {f.name for f in dataclasses.fields(trainers.Evaluation)}
+    assert TrialPublic.model_fields["history"].annotation == list[trainers.Evaluation] | None
+    assert evaluation == {"step", "epoch", "train_loss", "val_loss", "metric", "seconds"}
+
+
+def test_a_result_goes_through_the_ledger_unchanged(tmp_path: Path) -> None:
+    from service.search import grid_trials
+    from service.spec import StudySpec
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3]}}, "base": {"task": "addition"}})
+    study = ledger.create_study("s", {})
+    (planned,) = grid_trials(spec.search_space(), {})
+    ledger.add_trials(study.id, [planned])
+    (row,) = ledger.trials(study.id)
+    assert row.spec() == planned  # the stored config resolves to the same trial
+    result = trainers.TrialResult(
+        final_val_loss=0.01, final_metric=0.5, metric_name="accuracy", baseline_loss=1 / 6,
+        success_threshold=1 / 12, steps=7, budget_steps=9, early_stopped=True, seconds=1.5, param_count=33,
+        henrici_index=2.5, profile=[0.0, 1.0, 0.5],
+        history=[trainers.Evaluation(7, 0.5, 0.2, 0.01, 0.5, 1.25)],
+    )  # fmt: skip
+    ledger.finish_trial(row.id, result)
+    (row,) = ledger.trials(study.id)
+    assert row.result() == dataclasses.replace(result, success=True)
+
+
+def test_a_fresh_ledger_has_the_schema_of_the_orm(tmp_path: Path) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    upgrade(engine)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == [], "service/ledger.py and service/migrations/ disagree: add a migration"
+
+
+def test_a_ledger_from_before_migrations_is_upgraded_and_keeps_its_trials(tmp_path: Path) -> None:
+    """The schema memsweep wrote before migrations (revision 0001), with a finished trial in it."""
+    path = tmp_path / "old.db"
+    engine = create_engine(f"sqlite:///{path}")
+    from alembic import command
+
+    with engine.begin() as conn:
+        command.upgrade(migrations(conn), "0001")
+        conn.exec_driver_sql("DROP TABLE alembic_version")  # as an old memsweep left it
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO studies VALUES ('s1', 'old', '{}', 'done', NULL, NULL, NULL, '2026-01-01', '2026-01-01')"
+    )
+    db.execute(
+        "INSERT INTO trials (study_id, config_hash, model, params, config, status, final_val_loss, henrici,"
+        " runs, updated_at) VALUES ('s1', 'h', 'chain', '{}', '{}', 'done', 0.01, 2.5, 1, '2026-01-01')"
+    )
+    db.commit()
+    db.close()
+    ledger = Ledger(f"sqlite:///{path}")
+    (trial,) = ledger.trials("s1")
+    assert (trial.henrici_index, trial.final_val_loss, trial.status) == (2.5, 0.01, "done")
+    assert "henrici" not in {c["name"] for c in inspect(ledger.engine).get_columns("trials")}
+
+
+def test_processes_opening_one_new_ledger_at_once_migrate_it_once(tmp_path: Path) -> None:
+    """An API and a CLI may open a ledger at the same moment: one migrates, the others wait."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    code = f"from service.ledger import Ledger; Ledger({url!r}).list_studies(); print('ok')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-500:] for _, err in outs]
+    from alembic.script import ScriptDirectory
+
+    with Ledger(url).engine.connect() as conn:
+        (version,) = conn.exec_driver_sql("SELECT version_num FROM alembic_version").one()
+        assert version == ScriptDirectory.from_config(migrations(conn)).get_current_head()

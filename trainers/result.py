@@ -1,0 +1,104 @@
+"""A trial's result: the one record `train` and `train_fused` return, and that the service carries
+through Ray, stores in the ledger (one column per field), serves over REST and logs to MLflow, under
+the same field names everywhere.
+
+    result = train(config)                  # TrialResult
+    result.to_dict(history=True)            # JSON-ready: every field but the trained matrices
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+#: how a trial ended: trained to the end of its budget or to its early stop (`done`), stopped by a
+#: training failure with its reason (`failed`), or stopped by a study's scheduler (`pruned`)
+ResultStatus = Literal["done", "failed", "pruned"]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One validation pass, as handed to `report`."""
+
+    step: int
+    epoch: float  # steps / steps-per-epoch
+    train_loss: float  # mean training loss since the previous evaluation
+    val_loss: float
+    metric: float | None  # the task's metric on the validation set (e.g. accuracy)
+    seconds: float  # since the start of training
+
+    @classmethod
+    def at(
+        cls,
+        step: int,
+        steps_per_epoch: int,
+        train_loss: float,
+        val_loss: float,
+        metric: float | None,
+        started: float,
+    ) -> Evaluation:
+        """The evaluation at `step`, timed now from `started` (a perf_counter reading)."""
+        return cls(step, step / steps_per_epoch, train_loss, val_loss, metric, time.perf_counter() - started)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
+        return cls(
+            int(data["step"]), float(data["epoch"]), float(data["train_loss"]), float(data["val_loss"]),
+            None if data.get("metric") is None else float(data["metric"]), float(data.get("seconds") or 0.0),
+        )  # fmt: skip
+
+
+@dataclass
+class TrialResult:
+    """What one trial's training produced (its identity — config, hash — stays with the caller)."""
+
+    status: ResultStatus = "done"
+    reason: str | None = None  # why it failed: one line for people (tracebacks go to the log)
+    final_val_loss: float | None = None  # the last evaluation's validation loss (Orhan: hist_val_loss[-1])
+    final_metric: float | None = None
+    metric_name: str | None = None
+    baseline_loss: float | None = None  # the task's random baseline, from its realised layout
+    success_threshold: float | None = None  # success_fraction × baseline_loss
+    success: bool = False  # final_val_loss < success_threshold (`judge_success`)
+    steps: int = 0  # optimiser steps taken
+    budget_steps: int = 0
+    early_stopped: bool = False
+    seconds: float = 0.0  # training time
+    param_count: int = 0  # trainable parameters
+    henrici_index: float | None = None  # Henrici departure from normality d(W) of the trained W
+    profile: list[float] | None = None  # weight profile over i − j of the trained W (Orhan Figs. 5-6)
+    history: list[Evaluation] = field(default_factory=list)
+    recurrent_matrix: torch.Tensor | None = None  # the trained W [N, N] (not in `to_dict`)
+    input_matrix: torch.Tensor | None = None  # the trained V [N, d] (not in `to_dict`)
+
+    def to_dict(self, history: bool = True) -> dict[str, Any]:
+        """JSON-ready fields (no tensors); the history as a list of dicts unless `history` is False."""
+        out = {name: getattr(self, name) for name in RECORDED_FIELDS if name != "history"}
+        if history:
+            out["history"] = [e.to_dict() for e in self.history]
+        return out
+
+
+#: the fields a result records (the ledger's result columns, REST's and MLflow's names)
+RECORDED_FIELDS = tuple(
+    f.name for f in dataclasses.fields(TrialResult) if f.name not in ("recurrent_matrix", "input_matrix")
+)
+
+
+def judge_success(status: str, final_val_loss: float | None, threshold: float | None) -> bool:
+    """Success: a finished trial whose final validation loss is below the threshold (the only rule)."""
+    return (
+        status == "done"
+        and final_val_loss is not None
+        and threshold is not None
+        and not math.isnan(threshold)
+        and final_val_loss < threshold
+    )

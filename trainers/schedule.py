@@ -1,0 +1,88 @@
+"""When a trial evaluates, checks its loss and stops: the one schedule of the solo and fused loops.
+
+The loops own their arithmetic; this module decides when things happen, so a fused member follows
+exactly the course its solo run follows:
+
+- the budget: `steps` optimiser steps, or `epochs` passes over the training set;
+- an evaluation every `eval_every` steps (default once per epoch, Keras `fit`) and always at the
+  end of the budget;
+- the running training loss is checked at every evaluation and every `CHECK_EVERY` steps;
+- the failure rule: a loss that is not finite, or above `divergence_factor` × the baseline, ends
+  the trial as `failed` with its reason;
+- early stop once a validation loss is below `early_stop_loss` (Orhan's EarlyStoppingByLossVal);
+- the final validation loss is the last evaluation's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trainers.config import TrainConfig
+from trainers.result import Evaluation, TrialResult
+
+#: steps between checks of the running training loss when no evaluation falls due
+CHECK_EVERY = 50
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A trial's budget and evaluation cadence, in optimiser steps."""
+
+    steps_per_epoch: int
+    budget: int
+    eval_every: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, train_size: int) -> Schedule:
+        steps_per_epoch = math.ceil(train_size / cfg.batch_size)
+        budget = cfg.steps if cfg.steps is not None else cfg.epochs * steps_per_epoch
+        return cls(steps_per_epoch, budget, cfg.eval_every or steps_per_epoch)
+
+    def at(self, step: int) -> Literal["eval", "check"] | None:
+        """What falls due after optimiser step `step`: an evaluation, a loss check, or nothing."""
+        if step % self.eval_every == 0 or step == self.budget:
+            return "eval"
+        if step % CHECK_EVERY == 0:
+            return "check"
+        return None
+
+
+class Watch:
+    """One trial's course under the schedule's rules: its failure rule, its early stop, its record."""
+
+    def __init__(
+        self, cfg: TrainConfig, result: TrialResult, report: Callable[[Evaluation], Any] | None
+    ) -> None:
+        self.result = result
+        self.report = report
+        baseline = result.baseline_loss if result.baseline_loss is not None else math.nan
+        self.limit = math.inf if cfg.divergence_factor is None else cfg.divergence_factor * baseline
+        self.early_stop_loss = cfg.early_stop_loss
+
+    def check_training(self, step: int, train_loss: float) -> bool:
+        """False (and the trial failed, with its reason) when the running training loss breaks the rule."""
+        if not math.isfinite(train_loss) or train_loss > self.limit:
+            self.result.status = "failed"
+            self.result.reason = f"training loss diverged ({train_loss:.4g}) at step {step}"
+            return False
+        return True
+
+    def evaluated(self, evaluation: Evaluation) -> bool:
+        """Record an evaluation (history, final loss, report); True when the trial ends with it:
+        failed (`result.status`), or stopped early."""
+        r = self.result
+        r.history.append(evaluation)
+        r.final_val_loss, r.final_metric = evaluation.val_loss, evaluation.metric
+        if self.report is not None:
+            self.report(evaluation)
+        val_loss, step = evaluation.val_loss, evaluation.step
+        if not math.isfinite(val_loss) or val_loss > self.limit:
+            r.status, r.reason = "failed", f"validation loss diverged ({val_loss:.4g}) at step {step}"
+            return True
+        if self.early_stop_loss is not None and val_loss < self.early_stop_loss:
+            r.early_stopped = step < r.budget_steps
+            return True
+        return False
