@@ -7,7 +7,7 @@ one per figure, because the SNR and the input law change together (20 dB with de
 15 dB with sparse Gaussian input, p = 0.02): a crossed dimension would add two settings the paper never
 ran. Fig. 3's text shows only RNNs and URNNs; the LSTM is kept there for symmetry with Fig. 2 — drop it
 with `models=["rnn", "urnn"]`.
-Teacher (paper eq. 6, seed-code-facts §1.5, decision §0a item 8): n_true = 4, 2 inputs, 2 outputs, relu,
+Teacher (paper eq. 6, docs/protocol.md §3): n_true = 4, 2 inputs, 2 outputs, relu,
 W = I − ε AᵀA/‖A‖² with ε = 0.01, biases calibrated to 60 % activity, T = 1000, 700 training and 300 test
 sequences; these are the task's own defaults.
 Students: `rnn` is their Keras SimpleRNN(relu) — orthogonal recurrent init (our `init="orthogonal"`,

@@ -7,7 +7,7 @@ m = 256, k = 4, h = 200: k ∈ {1, 4, 9, 16}, m ∈ {100, 256, 400}, h ∈ {50, 
 The baseline appears once, as its own model, so no trial is run twice: 1 + 3 + 2 + 3 = 9 trials. The
 authors' configs (`apsarath/myTorch:memnets/config/baselines/pmnist/fm_oblation/`) use h = 212 for the k runs
 and max_steps 25,000 (50 epochs); we follow the paper (h = 200, 40 epochs = 20,000 steps at batch 100).
-Protocol (seed-code-facts §2.3): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8), gradient-norm clip 1, batch 100,
+Protocol (docs/protocol.md §4): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8), gradient-norm clip 1, batch 100,
 linear heads, validation on the last 10,000 training images once per epoch, no early stop. The permutation
 is fixed across runs (the authors' RandomState(50); ours is `permutation_seed=50` of torch's generator,
 so not the same permutation). Not reproduced: their 785th all-zero input step (the label is read after
@@ -17,7 +17,7 @@ Synthetic comparisons: the paper gives no hyperparameter grid, only one run per 
 ~23.5k parameters each. Sizes from the authors' configs (`memnets/config/baselines/{100,200}_lag/`):
 NRU h=80, m=64, k=4; LSTM and LSTM-chrono h=70; GRU h=82; JANET h=101 (chrono); RNN-orth / RNN-id h=143,
 relu. Chrono t_max = T_max + 20 for copy and variable copy, T + 11 for denoise (`memnets/train.py`;
-seed-code-facts §2.3), so each (task, T) is its own preset. Protocol: the paper's Adam 1e-3 and clip 1 for every model
+docs/protocol.md §4), so each (task, T) is its own preset. Protocol: the paper's Adam 1e-3 and clip 1 for every model
 (the copy_v1 NRU configs use clip 0.5 and AMSGrad, some denoise configs clip 5: not followed), batch 10,
 fresh batches, the configs' max_steps 200,000, validation every 1,000 steps (their `save_every_n`) on a
 fixed set of 1,000 sequences (theirs is the online training loss), no early stop. EURNN, GORU and SRU

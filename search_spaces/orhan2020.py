@@ -5,7 +5,7 @@ Grid: 11 learning rates × the initialiser's scale (α: 7, β: 7, λ: 9) × seed
 each non-normal model (chain, fbchain) and 594 for each normal model (identity, orthogonal), 2,112 per
 task. Settings: N = 100 (copy, addition) or 25 (psMNIST); elu (copy, psMNIST) or relu (addition);
 batch 16; RMSprop with the authors' code's clip 10 and early stop at validation loss 0.0025
-(`eminorhan/nonnormal-init` train.py; seed-code-facts §2.1). Budget: the code's default 100 epochs
+(`eminorhan/nonnormal-init` train.py; docs/protocol.md §1.5). Budget: the code's default 100 epochs
 (the paper does not state it); a study may shorten it with overrides, which the trials record.
 """
 

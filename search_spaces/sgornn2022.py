@@ -6,20 +6,19 @@ LSTM), one run each = 9 trials per cell, 36 in all. The paper searches the learn
 at 1e-2, divide by 10 on failure, at most twice); the preset runs all three, so the paper's choice can be
 read off afterwards. T is a dimension of one preset, not three presets, because Table 1's result — the
 longest T each cell solves — is a statement across T; restrict it with `dims={"seq_len": [500]}`.
-Settings: h = 128 for every cell, k = 14 rotation sublayers (the code's `rots=7`, seed-code-facts §0a
-item 9), relu (the LSTM is Keras' default tanh LSTM, as in the code's `LSTMModel`), batch 64, RMSprop
+Settings: h = 128 for every cell, k = 14 rotation sublayers (the code's `rots=7`, docs/protocol.md §5), relu (the LSTM is Keras' default tanh LSTM, as in the code's `LSTMModel`), batch 64, RMSprop
 (Keras ρ 0.9, ε 1e-7), no gradient clipping, [value, mask] channels and fresh batches (SGORNN's generator,
-seed-code-facts §1.2), validation MSE every 100 steps on 640 sequences (the paper's 10 batches of 64;
+docs/protocol.md §1.2), validation MSE every 100 steps on 640 sequences (the paper's 10 batches of 64;
 ours are drawn once per run, theirs fresh each time).
 Budget: the paper's cap of 20,000 steps, which defines "converged" in Table 1; the code's default is
-75 epochs × 100 = 7,500 steps (`scripts/addition.py`, seed-code-facts §2.4) — set `steps=7500` for it.
+75 epochs × 100 = 7,500 steps (`scripts/addition.py`, docs/protocol.md §5) — set `steps=7500` for it.
 Learning rate: the paper "decays linearly to zero", the code's Keras inverse-time decay leaves it ≈
 constant (lr/1.01 at the end); memsweep has no schedule field, so the rate is constant, as in the code.
 No early stop (Keras `fit` runs the budget).
 
 HAR-2: the four cells (LSTM with h = 64, the only size that gives Table 2's 19,009 parameters) × seeds
 1–10 (paper footnote 3; the code's default is 42), the code's protocol (`scripts/har2.py`,
-seed-code-facts §1.6, §2.4): RMSprop lr 1e-3, batch 100, 300 epochs, binary cross-entropy, validation on
+docs/protocol.md §5): RMSprop lr 1e-3, batch 100, 300 epochs, binary cross-entropy, validation on
 the test set once per epoch, no clipping, no early stop. The code and paper divide the learning rate by
 10 at epoch 200; memsweep has no schedule field yet, so this preset runs lr 1e-3 throughout.
 """

@@ -5,7 +5,7 @@ Grid: the paper's sequence lengths × the cells it compares, one run each: copy 
 1000, 2000} and addition T ∈ {100, 200, 400, 750, 1000, 1500}, × SRNN, RNN (tanh), LSTM, GRU, uRNN, NRU =
 36 trials per task. nnRNN has no cell here. T is a dimension of one preset per task: no other setting
 depends on it.
-Settings (paper §4; `rotmanmi/SRNN:main.py`, seed-code-facts §2.2): hidden 128 for every cell; SRNN's f_r
+Settings (paper §4; `rotmanmi/SRNN:main.py`, docs/protocol.md §2): hidden 128 for every cell; SRNN's f_r
 has one hidden layer of 8 units (`hyper_size=8`, `n_layers=1`), gated. Batch 20 (copy) or 50 (addition).
 RMSprop lr 1e-3, decay (ρ) 0.9, torch's ε 1e-8, no clipping, for every cell except NRU: Adam lr 1e-3 with
 gradient-norm clip 1 and the authors' port's m = 256, k = 4. (Their `train()` for copy and addition
