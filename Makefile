@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser demo test test-fast bench lint typecheck clean
+.PHONY: setup browser postgres demo test test-fast bench lint typecheck clean
 
 setup: $(STAMP)
 
@@ -34,7 +34,15 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "warning: could not install chromium (apt-get needs root); the browser test will skip"
 
-test: setup browser
+# The cluster tier (tests/cluster) runs compose's services as processes: Debian's PostgreSQL (run as
+# the `postgres` user when the tests run as root) and curl (compose's healthchecks). Installing them
+# needs root; without them that tier fails and says how to install them.
+postgres:
+	@{ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; } && command -v curl >/dev/null \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql curl >/dev/null) \
+		|| echo "warning: could not install postgresql (apt-get needs root); the cluster tier will fail and say so"
+
+test: setup browser postgres
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q

@@ -88,3 +88,28 @@ def test_env_example_lists_every_required_variable():
     }
     assert required == {"POSTGRES_PASSWORD", "RAY_AUTH_TOKEN", "MEMSWEEP_API_TOKEN"}
     assert required <= example
+
+
+def test_the_api_container_is_a_ray_node_without_cpus_before_it_serves():
+    """Ray attaches a driver to a raylet of its own host: the api joins as a node first (no trial
+    runs there), then serves (tests/cluster runs this command)."""
+    command = SERVICES["api"]["command"]
+    join, serve = command.split("&&")
+    assert "ray start --address=ray-head:6379" in join and "--num-cpus=0" in join and "--block" not in join
+    assert serve.strip().rstrip('"').startswith("exec memsweep serve")
+
+
+def test_the_api_is_healthy_once_ready_and_links_mlflow_where_browsers_reach_it():
+    test = SERVICES["api"]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL" and "/ready" in test[1]
+    assert "$$MEMSWEEP_API_TOKEN" in test[1]  # the container's variable, not a value in the file
+    env = SERVICES["api"]["environment"]
+    assert env["MEMSWEEP_MLFLOW_UI_URL"] == "http://${MLFLOW_PUBLIC_HOST:-localhost}:${MLFLOW_PORT:-5000}"
+    assert "${MLFLOW_PUBLIC_HOST:-localhost}:${MLFLOW_PORT:-5000}" in SERVICES["mlflow"]["command"]
+
+
+def test_published_ray_ports_are_the_ones_the_head_listens_on():
+    command = SERVICES["ray-head"]["command"]
+    published = {p.rsplit(":", 1)[1] for p in SERVICES["ray-head"]["ports"]}
+    assert published == {"6379", "8265"}
+    assert "--port=6379" in command and "--dashboard-port=8265" in command
