@@ -83,6 +83,12 @@ class Container:
                 [*namespace(), *self.prefix, *self.argv], env=self.env, cwd=cwd,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        self.pid_namespace = None
+        deadline = time.monotonic() + 10
+        while self.pid_namespace is None and self.running and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, TypeError):  # until unshare has forked the first process
+                self.pid_namespace = os.readlink(f"/proc/{self.main_pid}/ns/pid")
+            time.sleep(0.01)
 
     def start(self) -> Container:
         """Start it and wait until its healthcheck passes (compose's `condition: service_healthy`)."""
@@ -135,20 +141,16 @@ class Container:
     def wait_healthy(self, timeout: float | None = None) -> None:
         """Poll the healthcheck (every 2 s at most, not compose's interval) until it passes, within
         compose's own patience (start period + retries × (interval + timeout))."""
-        deadline = time.monotonic() + (timeout or (self.health.deadline if self.health else 30))
+        patience = timeout or (self.health.deadline if self.health else 30)
+        deadline = time.monotonic() + patience
         pause = min(2.0, self.health.interval) if self.health else 0.5
         while True:
-            if self.pid_namespace is None and self.main_pid is not None:
-                with contextlib.suppress(OSError):
-                    self.pid_namespace = os.readlink(f"/proc/{self.main_pid}/ns/pid")
             if not self.running:
                 raise RuntimeError(f"{self.name} exited ({self.exit_code()}):\n{self.tail()}")
             if self.healthy():
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{self.name} is not healthy after {timeout or 'its compose'} s:\n{self.tail()}"
-                )
+                raise RuntimeError(f"{self.name} is not healthy after {patience:g} s:\n{self.tail()}")
             time.sleep(pause)
 
     def exit_code(self) -> int | None:
