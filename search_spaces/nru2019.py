@@ -47,6 +47,7 @@ HIDDEN_SIZES = (50, 100, 300)  # h, besides 200
 
 SENSITIVITY_BASE: dict[str, Scalar] = {
     "task": "psmnist",
+    "prob_clip": None,  # PyTorch's log-softmax cross-entropy (psMNIST's default is Keras', Orhan's)
     "permutation_seed": 50,
     "normalization": "unit",
     "split": "train_val",
@@ -120,7 +121,14 @@ MODELS_DENOISE = (NRU, LSTM, LSTM_CHRONO_111, GRU, JANET_111, RNN_ORTH, RNN_ID)
 COPY_100 = SearchSpace(
     name="nru2019-copy100",
     models=MODELS_T100,
-    base={**SYNTHETIC_PROTOCOL, "task": "copy", "layout": "delay", "data": "fresh", "seq_len": 100},
+    base={
+        **SYNTHETIC_PROTOCOL,
+        "task": "copy",
+        "layout": "delay",
+        "data": "fresh",
+        "seq_len": 100,
+        "prob_clip": None,
+    },
     citation=CITATION_SYNTHETIC,
     description="Copy, T=100 blanks (120 steps), 7 cells at ~23.5k parameters, Adam 1e-3, clip 1, batch 10, "
     "200k steps. Paper (Fig. 1, curves only): baseline CE 0.17; NRU converges first, then JANET (2-3× more "
@@ -130,7 +138,14 @@ COPY_100 = SearchSpace(
 COPY_200 = SearchSpace(
     name="nru2019-copy200",
     models=MODELS_T200,
-    base={**SYNTHETIC_PROTOCOL, "task": "copy", "layout": "delay", "data": "fresh", "seq_len": 200},
+    base={
+        **SYNTHETIC_PROTOCOL,
+        "task": "copy",
+        "layout": "delay",
+        "data": "fresh",
+        "seq_len": 200,
+        "prob_clip": None,
+    },
     citation=CITATION_SYNTHETIC,
     description="Copy, T=200 blanks (220 steps), as nru2019-copy100. Paper (Fig. 1): baseline CE 0.09; NRU "
     "converges first, then JANET; RNN-orth and RNN-id stay at the baseline.",

@@ -37,7 +37,6 @@ PROTOCOL: dict[str, Scalar] = {
     "clip_norm": 10.0,
     "epochs": 100,
     "early_stop_loss": 0.0025,
-    "success_fraction": 0.5,
 }
 
 COPY_500 = SearchSpace(
@@ -115,7 +114,6 @@ LSTM_PTB_CHAR = SearchSpace(
         "clip_norm": 0.25,  # awd-lstm-lm's default clip
         "epochs": 5,
         "early_stop_loss": None,
-        "success_fraction": 0.5,
     },
     citation="Orhan & Pitkow, ICLR 2020, §3.3 and Table 3 (LSTM initialisers; paper: awd-lstm-lm, 3 layers)",
     description="LSTM with Table 3's initialisers plain / orthogonal / chain / mixed on char-level PTB "

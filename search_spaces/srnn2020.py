@@ -75,7 +75,14 @@ COPY = SearchSpace(
         Model("nru", NRU, COPY_DIMS),
     ),
     seeds=(1,),
-    base={**PROTOCOL, "task": "copy", "layout": "delay", "n_train": 1_000, "batch_size": 20},
+    base={
+        **PROTOCOL,
+        "task": "copy",
+        "layout": "delay",
+        "prob_clip": None,
+        "n_train": 1_000,
+        "batch_size": 20,
+    },
     citation=CITATION,
     description="Copy, T ∈ {100, …, 2000} blanks (T+20 steps), h=128, batch 20, 999 epochs of 1,000 fresh "
     "samples. Paper (Fig. 2, curves only): most methods solve T=100; only SRNN handles longer lags "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -185,6 +186,28 @@ def _summary(study_id: str) -> dict[str, Any]:
         raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates") from None
 
 
+def _local_success(
+    study_id: str, fraction: float | None, threshold: float | None, baseline: str | None, at_step: int | None
+) -> dict[str, Any]:
+    """The success table from the local ledger, under the study's criterion or the one given."""
+    from service.engine import Engine
+    from service.settings import get_settings
+    from service.spec import StudySpec
+    from service.summary import success_table
+    from trainers import Criterion
+
+    engine = Engine(get_settings())
+    study = engine.ledger.get_study(study_id)
+    if study is None:
+        raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
+    criterion = StudySpec.model_validate(study.spec).criterion()
+    if threshold is not None:
+        criterion = Criterion(fraction=None, threshold=threshold)
+    elif fraction is not None or baseline is not None:
+        criterion = Criterion(fraction=fraction or criterion.fraction or 0.5, baseline=baseline or "task")
+    return {"name": study.name, "success": success_table(engine.ledger.trials(study_id), criterion, at_step)}
+
+
 def cmd_best(args: argparse.Namespace) -> int:
     from service.summary import best_configs
 
@@ -212,13 +235,19 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 def cmd_success(args: argparse.Namespace) -> int:
     url = api_url(args)
+    query = {
+        "fraction": args.fraction,
+        "threshold": args.threshold,
+        "baseline": args.baseline,
+        "at_step": args.at_step,
+    }
     if url:
         with client_for(url) as client:
             study = remote(lambda: client.get(args.study))
-            table = remote(lambda: client.success(args.study))
+            table = remote(lambda: client.success(args.study, **query))
         summary = {"name": study["name"], "success": table}
     else:
-        summary = _summary(args.study)
+        summary = _local_success(args.study, **query)
     if args.json:
         print(json.dumps(summary["success"]))
     else:
@@ -299,6 +328,10 @@ def add_url_flag(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ray's C++ failure-signal handler (absl) arms a 3-second alarm on SIGTERM that then kills the
+    # process: `memsweep serve` stopped gracefully (docker stop, Ctrl-C) died mid-shutdown and left its
+    # studies "running". Ray reads this when it is first imported, so it is set before anything is.
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in TRAINER_COMMANDS:
         from trainers.cli import main as trainers_main
@@ -325,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(fn=cmd_best)
     p = sub.add_parser("success", help="success counts by model, with 95 %% Wilson intervals")
     p.add_argument("study")
+    p.add_argument("--fraction", type=float, help="recount under this fraction of the baseline")
+    p.add_argument("--threshold", type=float, help="recount under this loss threshold")
+    p.add_argument(
+        "--baseline", help="with --fraction: a reference baseline the task reports (copy: arjovsky)"
+    )
+    p.add_argument("--at-step", dest="at_step", type=int, help="count at a budget of this many steps")
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "ask this memsweep server instead of the local ledger")
     p.set_defaults(fn=cmd_success)

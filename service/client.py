@@ -148,27 +148,50 @@ class MemsweepClient:
         result: list[dict[str, Any]] = self._call("GET", f"/studies/{study_id}/best", params=params)
         return result
 
-    def success(self, study_id: str) -> dict[str, Any]:
-        """The raw success table: {"total", "by_model", "by_value"}."""
-        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success")
+    def success(
+        self,
+        study_id: str,
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+        at_step: int | None = None,
+    ) -> dict[str, Any]:
+        """The raw success table {"criterion", "at_step", "total", "by_model", "by_value"}: under the
+        study's criterion, or the fraction / threshold / reference baseline given, at the end of each
+        run or at a budget of `at_step` steps (a recount: nothing trains)."""
+        query = {"fraction": fraction, "threshold": threshold, "baseline": baseline, "at_step": at_step}
+        params = {k: v for k, v in query.items() if v is not None}
+        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success", params=params)
         return result
 
-    def success_table(self, study_id: str, by: Literal["model", "value"] = "model") -> pd.DataFrame:
-        """Successes with 95 % Wilson intervals: one row per model, or per (model, field, value)."""
+    def success_vs_budget(self, study_id: str) -> dict[str, Any]:
+        """Successes per model against training steps: {"criterion", "steps", "by_model": {model: [cells]}}."""
+        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success/budget")
+        return result
+
+    def success_table(
+        self, study_id: str, by: Literal["model", "value"] = "model", **criterion: Any
+    ) -> pd.DataFrame:
+        """Successes with 95 % Wilson intervals: one row per model, or per (model, field, value);
+        `criterion`: fraction / threshold / baseline / at_step as for `success`. The frame's `attrs`
+        name the criterion and the budget."""
         import pandas as pd
 
-        table = self.success(study_id)
+        table = self.success(study_id, **criterion)
         rows: list[dict[str, Any]] = []
         if by == "model":
             for model, cell in table["by_model"].items():
                 rows.append({"model": model, **_flat(cell)})
-            return pd.DataFrame(rows, columns=["model", *CELL_COLUMNS]).set_index("model")
-        for model, fields in table["by_value"].items():
-            for field, values in fields.items():
-                for value, cell in values.items():
-                    rows.append({"model": model, "field": field, "value": value, **_flat(cell)})
-        frame = pd.DataFrame(rows, columns=["model", "field", "value", *CELL_COLUMNS])
-        return frame.set_index(["model", "field", "value"])
+            frame = pd.DataFrame(rows, columns=["model", *CELL_COLUMNS]).set_index("model")
+        else:
+            for model, fields in table["by_value"].items():
+                for field, values in fields.items():
+                    for value, cell in values.items():
+                        rows.append({"model": model, "field": field, "value": value, **_flat(cell)})
+            frame = pd.DataFrame(rows, columns=["model", "field", "value", *CELL_COLUMNS])
+            frame = frame.set_index(["model", "field", "value"])
+        frame.attrs.update(criterion=table["criterion"]["name"], at_step=table["at_step"])
+        return frame
 
     def trials(
         self,

@@ -90,7 +90,11 @@ def print_success(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"successes: final validation loss < threshold ({summary['name']})")
+    success = summary["success"]
+    when = f" at {success['at_step']:,} steps" if success.get("at_step") else ""
+    table = Table(
+        title=f"successes{when}: final validation loss < {success['criterion']['name']} ({summary['name']})"
+    )
     for col in ("model", "trials", "finished", "failed", "succeeded", "rate", "95 % Wilson CI"):
         table.add_column(col, justify="right" if col != "model" else "left")
     for model, cell in summary["success"]["by_model"].items():

@@ -18,19 +18,19 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
 
 from search_spaces import SearchSpace
-from service.ledger import FINISHED, Ledger, Study
+from service.ledger import FINISHED, Ledger, Study, Trial
 from service.packing import pack
 from service.search import check_space, execution, grid_trials, optuna_search
 from service.settings import Settings
 from service.spec import StudyError, StudySpec
-from service.summary import best_configs, henrici_table, success_table
+from service.summary import best_configs, henrici_table, success_table, success_vs_budget
 from service.trial import PlanError, TrialSpec
-from trainers import TrialResult
+from trainers import TRAINER_VERSION, Criterion, TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ class Engine:
         )
         marks = [time.perf_counter()]
         try:
-            self._run_units(study, spec, space, self._recorder(tracker, exp_id, parent), cancel)
+            recorder = self._recorder(tracker, exp_id, parent, spec.criterion())
+            self._run_units(study, spec, space, recorder, cancel)
             state = "cancelled" if cancel.is_set() else "done"
         except Exception as exc:
             log.exception("study %s failed", study.id)
@@ -129,13 +130,13 @@ class Engine:
             tracker.close()
             raise
         marks.append(time.perf_counter())
-        self._backfill_tracking(study.id, tracker, exp_id, parent)
+        self._backfill_tracking(study.id, tracker, exp_id, parent, spec.criterion())
         marks.append(time.perf_counter())
         summary = self.summary(study.id)
         try:
             from service.plots import study_figures
 
-            figures = study_figures(self.ledger.trials(study.id), summary)
+            figures = study_figures(self.ledger.trials(study.id), summary, spec.criterion())
         except Exception as exc:  # a plot never fails a finished study
             log.warning("study %s: plots failed: %s", study.id, exc)
             figures = {}
@@ -151,7 +152,9 @@ class Engine:
         summary["seconds"] = phases
         return summary
 
-    def _recorder(self, tracker: Any, exp_id: str, parent: str) -> Callable[[int, TrialResult], None]:
+    def _recorder(
+        self, tracker: Any, exp_id: str, parent: str, criterion: Criterion
+    ) -> Callable[[int, TrialResult], None]:
         """How the driver records a finished trial: its ledger row, then its MLflow child run."""
 
         def record(trial_id: int, result: TrialResult) -> None:
@@ -160,7 +163,7 @@ class Engine:
             if result.recurrent_matrix is not None:
                 v = result.input_matrix
                 matrices = {"W": result.recurrent_matrix.tolist(), "V": v.tolist() if v is not None else None}
-            tracker.log_trial(exp_id, parent, row, matrices, _setter(self.ledger, trial_id))
+            tracker.log_trial(exp_id, parent, row, criterion, matrices, _setter(self.ledger, trial_id))
 
         return record
 
@@ -218,28 +221,50 @@ class Engine:
             **how,
         )
 
-    def _backfill_tracking(self, study_id: str, tracker: Any, exp_id: str, parent: str) -> None:
+    def _backfill_tracking(
+        self, study_id: str, tracker: Any, exp_id: str, parent: str, criterion: Criterion
+    ) -> None:
         """Every finished trial gets its child run, reused ones included."""
         tracker.flush()  # child runs still queued have not recorded their run id yet
         for t in self.ledger.trials(study_id, FINISHED):
             if t.mlflow_run_id is None:
-                tracker.log_trial(exp_id, parent, t, None, _setter(self.ledger, t.id))
+                tracker.log_trial(exp_id, parent, t, criterion, None, _setter(self.ledger, t.id))
 
     # ----- answers -----------------------------------------------------------------------------------
-    def summary(self, study_id: str) -> dict[str, Any]:
+    def criteria(self, study: Study, trials: Sequence[Trial]) -> tuple[Criterion, list[Criterion]]:
+        """The study's success criterion, and the others it reports beside it: its spec's extra
+        criteria, and the same fraction of every reference baseline its trials' tasks report (copy:
+        Arjovsky's)."""
+        spec = StudySpec.model_validate(study.spec)
+        main = spec.criterion()
+        extra = [c.criterion() for c in spec.extra_criteria]
+        if main.fraction is not None:
+            names = sorted({name for t in trials for name in (t.reference_baselines or {})})
+            extra += [Criterion(fraction=main.fraction, baseline=name) for name in names]
+        return main, [c for i, c in enumerate(extra) if c != main and c not in extra[:i]]
+
+    def summary(self, study_id: str, criterion: Criterion | None = None) -> dict[str, Any]:
+        """What the study found, under its own criterion (or `criterion`): counts, success tables
+        (also against budget, and under the other criteria it reports), best configurations."""
         study = self._study(study_id)
         trials = self.ledger.trials(study_id)
-        table = success_table(trials)
-        counts = self.ledger.counts(study_id)
+        main, extra = self.criteria(study, trials)
+        criterion = criterion or main
+        table = success_table(trials, criterion)
         return {
             "study_id": study.id,
             "name": study.name,
             "state": study.state,
-            "counts": counts,
+            "trainer_version": TRAINER_VERSION,
+            "counts": self.ledger.counts(study_id, criterion),
             "success": table,
-            "best": best_configs(trials, k=5),
-            "best_per_model": {m: best_configs(trials, k=1, model=m) for m in table["by_model"]},
-            "henrici_index": henrici_table(trials),  # Orhan Table 2: d(W) of successful trials
+            "success_other_criteria": [success_table(trials, c) for c in extra],
+            "success_vs_budget": success_vs_budget(trials, criterion),
+            "best": best_configs(trials, k=5, criterion=criterion),
+            "best_per_model": {
+                m: best_configs(trials, k=1, model=m, criterion=criterion) for m in table["by_model"]
+            },
+            "henrici_index": henrici_table(trials, criterion),  # Orhan Table 2: d(W) of successful trials
             "mlflow": {"experiment_id": study.mlflow_experiment_id, "run_id": study.mlflow_run_id},
         }
 

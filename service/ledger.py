@@ -10,6 +10,8 @@ to this version's schema, a ledger written by an older memsweep included.
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,7 +40,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from service.trial import TrialSpec, objective
-from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult, judge_success
+from trainers.criterion import HALF_BASELINE, Criterion
+from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -90,8 +93,7 @@ class Trial(Base):
     final_metric: Mapped[float | None] = mapped_column(Float, default=None)
     metric_name: Mapped[str | None] = mapped_column(String(64), default=None)
     baseline_loss: Mapped[float | None] = mapped_column(Float, default=None)
-    success_threshold: Mapped[float | None] = mapped_column(Float, default=None)
-    success: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    reference_baselines: Mapped[dict[str, float] | None] = mapped_column(JSON, default=None)
     steps: Mapped[int | None] = mapped_column(Integer, default=None)
     budget_steps: Mapped[int | None] = mapped_column(Integer, default=None)
     early_stopped: Mapped[bool | None] = mapped_column(Boolean, default=None)
@@ -114,6 +116,10 @@ class Trial(Base):
             values.pop("status", None)
         history = [Evaluation.from_dict(e) for e in self.history or []]
         return TrialResult(**values, history=history)
+
+    def succeeded(self, criterion: Criterion) -> bool:
+        """Whether the stored result succeeds under `criterion` (`Criterion.judge`, the one rule)."""
+        return criterion.judge(self.status, self.final_val_loss, self.baseline_loss, self.reference_baselines)
 
     def spec(self) -> TrialSpec:
         """The trial as it was planned, its stored config resolved again."""
@@ -217,25 +223,56 @@ class Ledger:
         study_id: str,
         statuses: Sequence[str] | None = None,
         success: bool | None = None,
+        criterion: Criterion = HALF_BASELINE,
         sort: str = "id",
         descending: bool = False,
         offset: int = 0,
         limit: int = 100,
     ) -> tuple[int, list[Trial]]:
-        """(how many match, one page of them): filtered by status and success, sorted (empty values last)."""
+        """(how many match, one page of them): filtered by status and by success under `criterion`,
+        sorted (empty values last)."""
         if sort not in TRIAL_SORTS:
             raise ValueError(f"sort {sort!r}: one of {', '.join(TRIAL_SORTS)}")
         where = [Trial.study_id == study_id]
         if statuses:
             where.append(Trial.status.in_(statuses))
-        if success is not None:
-            where.append(Trial.success.is_(success))
         column = getattr(Trial, sort)
         order = [column.is_(None), column.desc() if descending else column.asc(), Trial.id]
         with self.session() as s:
-            total = s.scalar(select(func.count()).select_from(Trial).where(*where)) or 0
-            rows = s.scalars(select(Trial).where(*where).order_by(*order).offset(offset).limit(limit))
-            return int(total), list(rows)
+            if success is None:
+                total = s.scalar(select(func.count()).select_from(Trial).where(*where)) or 0
+                rows = s.scalars(select(Trial).where(*where).order_by(*order).offset(offset).limit(limit))
+                return int(total), list(rows)
+            # success is judged by `Criterion.judge` (the one rule), on the few columns it reads
+            judged = s.execute(
+                select(
+                    Trial.id,
+                    Trial.status,
+                    Trial.final_val_loss,
+                    Trial.baseline_loss,
+                    Trial.reference_baselines,
+                )
+                .where(*where)
+                .order_by(*order)
+            )
+            ids = [
+                r.id
+                for r in judged
+                if (
+                    success
+                    and criterion.judge(r.status, r.final_val_loss, r.baseline_loss, r.reference_baselines)
+                )
+                or (
+                    not success
+                    and r.status in FINISHED
+                    and not criterion.judge(
+                        r.status, r.final_val_loss, r.baseline_loss, r.reference_baselines
+                    )
+                )
+            ]
+            page = ids[offset : offset + limit]
+            found = {t.id: t for t in s.scalars(select(Trial).where(Trial.id.in_(page)))} if page else {}
+            return len(ids), [found[i] for i in page]
 
     def update_trial(self, trial_id: int, **fields: Any) -> None:
         self._update(Trial, trial_id, fields)
@@ -261,14 +298,13 @@ class Ledger:
             return trial.id
 
     def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:
-        """Record a trial's result and its success (judged from the stored loss and threshold), at once."""
+        """Record a trial's result (its success is the study's to judge, from the stored loss)."""
         with self.session() as s:
             trial = s.get(Trial, trial_id)
             if trial is None:
                 raise KeyError(trial_id)
             for name, value in result.to_dict().items():
                 setattr(trial, name, value)
-            trial.success = judge_success(trial.status, trial.final_val_loss, trial.success_threshold)
             return trial
 
     def cancel_trial(self, trial_id: int, reason: str, history: Sequence[Evaluation]) -> None:
@@ -290,12 +326,13 @@ class Ledger:
                         out.setdefault(t.config_hash, objective(t.final_val_loss, t.baseline_loss, t.status))
         return out
 
-    def counts(self, study_id: str) -> dict[str, int]:
+    def counts(self, study_id: str, criterion: Criterion = HALF_BASELINE) -> dict[str, int]:
+        """Trials per status, and how many succeeded under `criterion`."""
         out = dict.fromkeys(TRIAL_STATES, 0)
         out["succeeded"] = 0
         for t in self.trials(study_id):
             out[t.status] = out.get(t.status, 0) + 1
-            out["succeeded"] += int(bool(t.success))
+            out["succeeded"] += int(t.succeeded(criterion))
         out["total"] = sum(out[s] for s in TRIAL_STATES)
         return out
 
@@ -353,6 +390,7 @@ def upgrade(engine: Engine) -> None:
 
     migrator = engine
     if engine.dialect.name == "sqlite":
+        _wal(engine.url.database)
         migrator = create_engine(engine.url, connect_args={"timeout": 60, "isolation_level": None})
         event.listen(migrator, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
     try:
@@ -374,8 +412,27 @@ def _chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:
         yield items[i : i + n]
 
 
+def _wal(path: str | None, wait: float = 60.0) -> None:
+    """Put a SQLite ledger in WAL mode (readers — the API — don't block the engine's writes), once:
+    the mode stays with the file. Switching needs the database to itself, and SQLite refuses at once
+    (no busy wait) while another process switches it too, so this tries again until it holds."""
+    import sqlite3
+
+    if not path or path == ":memory:":
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=wait)) as db:
+                db.execute("PRAGMA journal_mode=WAL")  # a file system without WAL keeps its mode: fine
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")  # readers (the API) don't block the engine's writes
-    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL is the file's mode already (`_wal`, in `upgrade`)
     cur.close()

@@ -9,6 +9,8 @@ from typing import Any
 
 import matplotlib
 
+from trainers.criterion import Criterion
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
@@ -100,16 +102,40 @@ def loss_vs_scale(table: dict[str, list[dict[str, float]]], title: str) -> bytes
     return _png(fig)
 
 
-def study_figures(trials: Sequence[Any], summary: dict[str, Any]) -> dict[str, bytes]:
-    """The parent run's figures of a study (file name → PNG): successful runs per model, the best
-    configuration's curve per model, the weight profiles of successful runs, loss against scale."""
+def success_budget(table: dict[str, Any], title: str) -> bytes:
+    """Successful runs per model against training steps, with 95 % Wilson bands."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for model, rows in table["by_model"].items():
+        steps = [r["step"] for r in rows]
+        ax.plot(steps, [r["succeeded"] for r in rows], marker=".", label=model)
+        ax.fill_between(
+            steps,
+            [r["ci95"][0] * r["trials"] for r in rows],
+            [r["ci95"][1] * r["trials"] for r in rows],
+            alpha=0.2,
+        )
+    ax.set_xlabel("training steps (budget)")
+    ax.set_ylabel("successful runs (95 % Wilson CI)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def study_figures(trials: Sequence[Any], summary: dict[str, Any], criterion: Criterion) -> dict[str, bytes]:
+    """The parent run's figures of a study (file name → PNG): successful runs per model (at the end and
+    against budget), the best configuration's curve per model, the weight profiles of successful
+    runs, loss against scale."""
     from service.summary import loss_by_scale, mean_curve, profile_table
 
     figures = {
         "success_per_model.png": success_bars(
-            summary["success"], f"study {summary['name']}: successful runs per model"
+            summary["success"], f"study {summary['name']}: successful runs per model ({criterion.name})"
         )
     }
+    if summary["success_vs_budget"]["steps"]:
+        figures["success_vs_budget.png"] = success_budget(
+            summary["success_vs_budget"], f"successful runs against budget ({criterion.name})"
+        )
     curves = {}
     baseline = threshold = None
     for model, rows in summary["best_per_model"].items():
@@ -117,13 +143,16 @@ def study_figures(trials: Sequence[Any], summary: dict[str, Any]) -> dict[str, b
             members = [t for t in trials if t.config_hash in set(rows[0]["config_hashes"])]
             label = f"{model} " + " ".join(f"{k}={v}" for k, v in rows[0]["params"].items())
             curves[label] = mean_curve(members)
-            baseline = baseline or (members[0].baseline_loss if members else None)
-            threshold = threshold or (members[0].success_threshold if members else None)
+            if members:
+                baseline = baseline or members[0].baseline_loss
+                threshold = threshold or criterion.threshold_for(
+                    members[0].baseline_loss, members[0].reference_baselines
+                )
     if curves:
         figures["best_config_curves.png"] = best_curves(
             curves, baseline, threshold, "best configuration per model"
         )
-    profiles = profile_table(trials)
+    profiles = profile_table(trials, criterion)
     if profiles:
         figures["weight_profiles.png"] = weight_profiles(
             profiles, "weight profiles of successful runs (Figs. 5-6)"

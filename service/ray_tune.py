@@ -48,14 +48,18 @@ def ensure_ray(settings: Settings) -> None:
 
     if ray.is_initialized():
         return
+    # the workers keep Ray's failure-signal handler (crash traces), which `memsweep`'s own processes
+    # turn off (service.cli.main: it would kill a server 3 s into a graceful shutdown)
+    workers = {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0"}}
     address = settings.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, runtime_env=workers)
     else:
         # address="local": always a new embedded cluster, never one that `ray start` left running
         ray.init(
-            address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False
-        )
+            address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False,
+            runtime_env=workers,
+        )  # fmt: skip
 
 
 # ----- the worker ----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, dim_from_dict, get_preset
+from trainers.criterion import Criterion
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
@@ -33,6 +34,25 @@ class SpaceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dims: dict[str, Any] = Field(default_factory=dict, description="a single model's dimensions (shorthand)")
     models: dict[str, ModelSpec] = Field(default_factory=dict, description="several named models")
+
+
+class CriterionSpec(BaseModel):
+    """A success criterion reported beside the study's own: a fraction of a baseline, or a threshold."""
+
+    model_config = ConfigDict(extra="forbid")
+    fraction: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    threshold: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    baseline: str = Field(
+        default="task", description="the task's baseline, or a reference one it reports (copy: arjovsky)"
+    )
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> CriterionSpec:
+        self.criterion()  # exactly one of fraction and threshold
+        return self
+
+    def criterion(self) -> Criterion:
+        return Criterion(self.fraction, self.threshold, self.baseline)
 
 
 class Resources(BaseModel):
@@ -84,7 +104,40 @@ class StudySpec(BaseModel):
         ge=1,
         description="members per fused bundle at most; default: from the shapes, the memory and concurrency",
     )
-    success_fraction: float = Field(default=0.5, gt=0)
+    success_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="success: final validation loss < this × the task's random baseline (default 0.5, "
+        "Orhan & Pitkow); not part of any trial, so studies that differ only in it share runs",
+    )
+    success_threshold: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="or: success when final validation loss < this"
+    )
+    extra_criteria: list[CriterionSpec] = Field(
+        default_factory=list, description="more success criteria to report beside the study's own"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _criterion_from_base(cls, data: Any) -> Any:
+        """`base.success_fraction` / `base.success_threshold` (e.g. `--set success_fraction=0.25`) set
+        the study's criterion: success is the study's, not a trial setting."""
+        if not isinstance(data, dict) or not isinstance(data.get("base"), dict):
+            return data
+        base = dict(data["base"])
+        data = {**data, "base": base}
+        for key in ("success_fraction", "success_threshold"):
+            if key in base:
+                value = base.pop(key)
+                if data.get(key) is not None and data[key] != value:
+                    raise ValueError(
+                        f"{key} is given twice ({data[key]!r} and base.{key} = {value!r}); give it once, "
+                        f"as `{key}` (it is the study's criterion, not a trial setting)"
+                    )
+                data[key] = value
+        return data
 
     @field_validator("seeds")
     @classmethod
@@ -99,7 +152,17 @@ class StudySpec(BaseModel):
             raise ValueError("give a `preset` (see `memsweep presets`) or an explicit `space` with `dims`")
         if self.sampler != "grid" and self.max_trials is None:
             raise ValueError(f"sampler {self.sampler!r} needs `max_trials` (points × seeds to run)")
+        if self.success_fraction is not None and self.success_threshold is not None:
+            raise ValueError(
+                "give success_fraction (of the baseline) or success_threshold (a loss), not both"
+            )
         return self
+
+    def criterion(self) -> Criterion:
+        """The study's success criterion (default: half the random baseline, Orhan & Pitkow)."""
+        if self.success_threshold is not None:
+            return Criterion(fraction=None, threshold=self.success_threshold)
+        return Criterion(fraction=self.success_fraction if self.success_fraction is not None else 0.5)
 
     @property
     def fuses(self) -> bool:
@@ -140,10 +203,7 @@ class StudySpec(BaseModel):
             description=description,
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
-        base_overrides = {**self.base, "success_fraction": self.success_fraction}
-        return space.with_overrides(
-            base=base_overrides, seeds=self.seeds, dims=dims or None, models=self.models
-        )
+        return space.with_overrides(base=self.base, seeds=self.seeds, dims=dims or None, models=self.models)
 
 
 def load_spec(path: str | Path) -> StudySpec:

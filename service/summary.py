@@ -1,8 +1,14 @@
 """What a study found: success counts with Wilson intervals, best configurations, curves.
 
-Success is computed, not trusted: a trial succeeds when its final validation loss is below
-`success_threshold` (= success_fraction × the task's baseline), both stored beside the loss.
-Counts are over every trial of the study (Orhan & Pitkow Fig. 3d-f count runs, failed ones included).
+Success is judged here, from each trial's stored final validation loss and baseline, under the
+study's criterion (`trainers.Criterion`, the one rule): never taken from a worker, never stored per
+trial, so a study judged under another criterion is recounted without training anything. Counts are
+over every trial of the study (Orhan & Pitkow Fig. 3d-f count runs, failed ones included).
+
+A count can also be taken *at a budget*: what a run's final validation loss would have been had it
+been trained for `step` optimiser steps is its last evaluation at or before that step (a run that
+failed or was pruned at or before it has none). So a study run on a short budget is comparable with
+the paper at the same budget, and the counts against budget show whether more steps would change them.
 """
 
 from __future__ import annotations
@@ -13,16 +19,19 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from trainers.result import judge_success
+from trainers.criterion import HALF_BASELINE, Criterion
+
+FINISHED = ("done", "failed", "pruned")
 
 
 class TrialLike(Protocol):
     model: str
     params: dict[str, Any]
     status: str
+    steps: int | None
     final_val_loss: float | None
-    success_threshold: float | None
-    success: bool | None
+    baseline_loss: float | None
+    reference_baselines: dict[str, float] | None
     history: list[dict[str, Any]] | None
     config_hash: str
 
@@ -40,14 +49,26 @@ def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return (lo, hi)
 
 
-def is_success(t: TrialLike) -> bool:
-    return judge_success(t.status, t.final_val_loss, t.success_threshold)
+def is_success(t: TrialLike, criterion: Criterion = HALF_BASELINE, at_step: int | None = None) -> bool:
+    """Whether the trial succeeded under `criterion`, at the end of its run or at a budget of `at_step`."""
+    status, loss = (t.status, t.final_val_loss) if at_step is None else state_at(t, at_step)
+    return criterion.judge(status, loss, t.baseline_loss, t.reference_baselines)
 
 
-def _cell(trials: Sequence[TrialLike]) -> dict[str, Any]:
+def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
+    """(status, final validation loss) the trial would have had with a budget of `step` steps."""
+    if t.status in ("failed", "pruned") and t.steps is not None and t.steps <= step:
+        return t.status, t.final_val_loss
+    seen = [e for e in t.history or [] if int(e["step"]) <= step]
+    if not seen:  # no evaluation yet at that budget: no final loss
+        return "pending", None
+    return "done", float(seen[-1]["val_loss"])
+
+
+def _cell(trials: Sequence[TrialLike], criterion: Criterion, at_step: int | None = None) -> dict[str, Any]:
     n = len(trials)
-    finished = sum(t.status in ("done", "failed", "pruned") for t in trials)
-    k = sum(is_success(t) for t in trials)
+    finished = sum(t.status in FINISHED for t in trials)
+    k = sum(is_success(t, criterion, at_step) for t in trials)
     lo, hi = wilson_interval(k, n)
     return {
         "trials": n,
@@ -59,8 +80,11 @@ def _cell(trials: Sequence[TrialLike]) -> dict[str, Any]:
     }
 
 
-def success_table(trials: Iterable[TrialLike]) -> dict[str, Any]:
-    """{"by_model": {model: cell}, "by_value": {model: {field: {value: cell}}}, "total": cell}."""
+def success_table(
+    trials: Iterable[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
+) -> dict[str, Any]:
+    """{"criterion", "at_step", "total": cell, "by_model": {model: cell}, "by_value": {model: {field:
+    {value: cell}}}} — successes under `criterion`, at the end of each run or at a budget of `at_step`."""
     trials = list(trials)
     by_model: dict[str, list[TrialLike]] = defaultdict(list)
     for t in trials:
@@ -73,14 +97,42 @@ def success_table(trials: Iterable[TrialLike]) -> dict[str, Any]:
                 if key != "seed":
                     fields[key][repr_value(value)].append(t)
         by_value[model] = {
-            key: {v: _cell(vs) for v, vs in sorted(values.items(), key=lambda kv: _sort_key(kv[0]))}
+            key: {
+                v: _cell(vs, criterion, at_step)
+                for v, vs in sorted(values.items(), key=lambda kv: _sort_key(kv[0]))
+            }
             for key, values in fields.items()
         }
     return {
-        "total": _cell(trials),
-        "by_model": {m: _cell(ts) for m, ts in sorted(by_model.items())},
+        "criterion": criterion.to_dict(),
+        "at_step": at_step,
+        "total": _cell(trials, criterion, at_step),
+        "by_model": {m: _cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())},
         "by_value": by_value,
     }
+
+
+def success_vs_budget(
+    trials: Iterable[TrialLike], criterion: Criterion = HALF_BASELINE, steps: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """Successes per model against training steps, with 95 % Wilson intervals: {"criterion",
+    "steps", "by_model": {model: [{"step", "succeeded", "trials", "rate", "ci95"}]}}. The steps are
+    every step at which some trial evaluated, unless given."""
+    trials = list(trials)
+    if steps is None:
+        steps = sorted({int(e["step"]) for t in trials for e in t.history or []})
+    by_model: dict[str, list[TrialLike]] = defaultdict(list)
+    for t in trials:
+        by_model[t.model].append(t)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for model, ts in sorted(by_model.items()):
+        rows[model] = []
+        for step in steps:
+            cell = _cell(ts, criterion, step)
+            rows[model].append(
+                {"step": step, **{k: cell[k] for k in ("succeeded", "trials", "rate", "ci95")}}
+            )
+    return {"criterion": criterion.to_dict(), "steps": list(steps), "by_model": rows}
 
 
 def repr_value(v: Any) -> str:
@@ -98,7 +150,9 @@ def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:
     return (t.model, tuple(sorted((k, repr_value(v)) for k, v in t.params.items() if k != "seed")))
 
 
-def best_configs(trials: Iterable[TrialLike], k: int = 5, model: str | None = None) -> list[dict[str, Any]]:
+def best_configs(
+    trials: Iterable[TrialLike], k: int = 5, model: str | None = None, criterion: Criterion = HALF_BASELINE
+) -> list[dict[str, Any]]:
     """Points (seeds pooled) ranked by mean final validation loss over their finished seeds."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
     for t in trials:
@@ -119,7 +173,7 @@ def best_configs(trials: Iterable[TrialLike], k: int = 5, model: str | None = No
                 "mean_final_val_loss": mean,
                 "sem": sem,
                 "seeds": sorted(int(t.params.get("seed", 0)) for t in ts if t.final_val_loss is not None),
-                "succeeded": sum(is_success(t) for t in ts),
+                "succeeded": sum(is_success(t, criterion) for t in ts),
                 "trials": len(ts),
                 "config_hashes": [t.config_hash for t in ts],
             }
@@ -148,20 +202,22 @@ def _mean_sem(values: Sequence[float]) -> dict[str, float | int]:
     return {"mean": mean, "sem": sem, "n": len(values)}
 
 
-def henrici_table(trials: Iterable[Any]) -> dict[str, dict[str, float | int]]:
+def henrici_table(
+    trials: Iterable[Any], criterion: Criterion = HALF_BASELINE
+) -> dict[str, dict[str, float | int]]:
     """Henrici index d(W) of the successful trials' trained matrices, mean ± s.e.m. per model (Orhan Table 2)."""
     per_model: dict[str, list[float]] = defaultdict(list)
     for t in trials:
-        if is_success(t) and t.henrici_index is not None:
+        if is_success(t, criterion) and t.henrici_index is not None:
             per_model[t.model].append(float(t.henrici_index))
     return {m: _mean_sem(v) for m, v in sorted(per_model.items())}
 
 
-def profile_table(trials: Iterable[Any]) -> dict[str, dict[str, Any]]:
+def profile_table(trials: Iterable[Any], criterion: Criterion = HALF_BASELINE) -> dict[str, dict[str, Any]]:
     """Weight profiles (Orhan Figs. 5-6) of the successful trials, mean ± s.e.m. over trials per model."""
     per_model: dict[str, list[list[float]]] = defaultdict(list)
     for t in trials:
-        if is_success(t) and t.profile:
+        if is_success(t, criterion) and t.profile:
             per_model[t.model].append(list(t.profile))
     out: dict[str, dict[str, Any]] = {}
     for model, profiles in sorted(per_model.items()):

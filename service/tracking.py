@@ -26,16 +26,19 @@ import httpx
 
 if TYPE_CHECKING:
     from service.ledger import Trial
+    from trainers.criterion import Criterion
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # without it the MLflow 3 UI opens on a GenAI overview
 
-#: a trial's result fields logged as metrics of its child run, under the same names
+#: a trial's result fields logged as metrics of its child run, under the same names, and its success
+#: and threshold under the study's criterion (JUDGED_FIELDS, as REST names them too)
 METRIC_FIELDS = (
-    "final_val_loss", "final_metric", "baseline_loss", "success_threshold", "success", "steps",
-    "budget_steps", "early_stopped", "seconds", "param_count", "henrici_index",
+    "final_val_loss", "final_metric", "baseline_loss", "steps", "budget_steps", "early_stopped", "seconds",
+    "param_count", "henrici_index", "success", "success_threshold",
 )  # fmt: skip
+JUDGED_FIELDS = ("success", "success_threshold")
 
 
 def server_healthy(uri: str, timeout: float = 2.0) -> bool:
@@ -114,6 +117,13 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             out[key] = str(v)[:500]
     return out
+
+
+def criterion_slug(criterion: dict[str, Any]) -> str:
+    """A criterion as a metric-name part: `0.5x_arjovsky`, `loss_lt_0.02`."""
+    if criterion.get("threshold") is not None:
+        return f"loss_lt_{criterion['threshold']:g}"
+    return f"{criterion['fraction']:g}x_{criterion['baseline']}"
 
 
 # MLflow's LogBatch limits: 1,000 metrics, 100 params, 100 tags and 1,000 entities per request
@@ -206,17 +216,20 @@ class Tracker:
         experiment_id: str,
         parent_run_id: str,
         trial: Trial,
+        criterion: Criterion,
         matrices: dict[str, Any] | None,
         on_run_id: Callable[[str], None],
     ) -> None:
-        """A child run for a finished trial; `matrices`: the trained {"W": [N][N], "V": [N][d] or None}."""
-        self.submit(self._log_trial, experiment_id, parent_run_id, trial, matrices, on_run_id)
+        """A child run for a finished trial, its success judged under the study's `criterion`;
+        `matrices`: the trained {"W": [N][N], "V": [N][d] or None}."""
+        self.submit(self._log_trial, experiment_id, parent_run_id, trial, criterion, matrices, on_run_id)
 
     def _log_trial(
         self,
         experiment_id: str,
         parent_run_id: str,
         trial: Trial,
+        criterion: Criterion,
         matrices: dict[str, Any] | None,
         on_run_id: Callable[[str], None],
     ) -> None:
@@ -244,9 +257,13 @@ class Tracker:
                 if value is not None:
                     metrics.append(Metric(key, float(value), ts, int(e.step)))
         # the result's scalar fields, under their own names (booleans as 0/1)
+        judged = {
+            "success": trial.succeeded(criterion),
+            "success_threshold": criterion.threshold_for(trial.baseline_loss, trial.reference_baselines),
+        }
         metrics += [
             Metric(name, float(value), ts, 0)
-            for name, value in result.to_dict(history=False).items()
+            for name, value in {**result.to_dict(history=False), **judged}.items()
             if isinstance(value, (int, float)) and name in METRIC_FIELDS
         ]
         params = [
@@ -312,6 +329,17 @@ class Tracker:
             metrics.append(
                 Metric("best_mean_final_val_loss", float(summary["best"][0]["mean_final_val_loss"]), ts, 0)
             )
+        # successes against budget: one metric per model, its step the budget (the UI draws the curve)
+        for model, rows in summary.get("success_vs_budget", {}).get("by_model", {}).items():
+            metrics += [
+                Metric(f"success_vs_budget.{model}", float(r["succeeded"]), ts, int(r["step"])) for r in rows
+            ]
+        for other in summary.get("success_other_criteria", []):
+            slug = criterion_slug(other["criterion"])
+            metrics += [
+                Metric(f"success_count.{model}.{slug}", float(cell["succeeded"]), ts, 0)
+                for model, cell in other["by_model"].items()
+            ]
         for batch in batches([], metrics, []):
             self.client.log_batch(parent_run_id, metrics=batch.metrics)
         self.client.log_dict(parent_run_id, summary, "summary.json")
@@ -324,6 +352,8 @@ class Tracker:
             self.client.set_tag(
                 parent_run_id, "memsweep.best_config", json.dumps(summary["best"][0]["params"])[:4000]
             )
+        self.client.set_tag(parent_run_id, "memsweep.criterion", table["criterion"]["name"])
+        self.client.set_tag(parent_run_id, "memsweep.trainer_version", str(summary.get("trainer_version")))
         self.client.set_terminated(parent_run_id, status=status)
 
     def close(self) -> None:

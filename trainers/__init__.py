@@ -6,15 +6,18 @@ result = train({"task": "addition", "task_params": {"seq_len": 100}, "steps": 50
 
 from trainers.cells import get_cell, list_cells
 from trainers.config import TRAINER_VERSION, Resolved, TrainConfig, apply_overrides, config_hash, resolve
+from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.loop import train
 from trainers.params import ConfigError
 from trainers.registry import UnknownNameError
-from trainers.result import Evaluation, TrialResult, judge_success
+from trainers.result import Evaluation, TrialResult
 from trainers.tasks import get_task, list_tasks
 
 __all__ = [
+    "HALF_BASELINE",
     "TRAINER_VERSION",
     "ConfigError",
+    "Criterion",
     "Evaluation",
     "Resolved",
     "TrainConfig",
@@ -24,7 +27,6 @@ __all__ = [
     "config_hash",
     "get_cell",
     "get_task",
-    "judge_success",
     "list_cells",
     "list_tasks",
     "resolve",

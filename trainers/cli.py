@@ -11,6 +11,7 @@ from typing import Any
 from trainers.analysis.cli import add_analyze_parser
 from trainers.cells import list_cells
 from trainers.config import TrainConfig, apply_overrides, from_dict, resolve
+from trainers.criterion import Criterion
 from trainers.initializers import INITIALIZERS
 from trainers.loop import train
 from trainers.model import build_model, count_params
@@ -69,6 +70,16 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any other config field: trial, task or cell (task.KEY / cell.KEY to be explicit)",
     )
+    p.add_argument(
+        "--success-fraction", dest="success_fraction", type=float,
+        help="success: final validation loss < this × the baseline (default 0.5, Orhan & Pitkow)",
+    )  # fmt: skip
+    p.add_argument(
+        "--success-threshold",
+        dest="success_threshold",
+        type=float,
+        help="success: final validation loss < this",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -96,15 +107,24 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return apply_overrides(cfg, overrides)
 
 
+def criterion_from_args(args: argparse.Namespace) -> Criterion:
+    """The success criterion of the flags: a fraction of the baseline (default 0.5) or a threshold."""
+    if args.success_threshold is not None:
+        return Criterion(fraction=None, threshold=args.success_threshold)
+    return Criterion(fraction=0.5 if args.success_fraction is None else args.success_fraction)
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     resolved = resolve(config_from_args(args))
     task = resolved.make_task()
     # shapes only: file-backed tasks need their data just for a vocabulary
     model = build_model(resolved, task)
+    criterion = criterion_from_args(args)
     try:
         info = task.describe()
         baseline: float | None = task.baseline_loss
-        threshold: float | None = task.success_threshold(resolved.config.success_fraction)
+        references = task.reference_baselines
+        threshold = criterion.threshold_for(baseline, references)
         missing = None
     except FileNotFoundError as exc:  # the baseline of a file-backed task comes from its data
         info = {
@@ -114,10 +134,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
             "metric": task.metric_name,
         }
         baseline = threshold = None
+        references = {}
         missing = str(exc)
     out = {
         "param_count": count_params(model),
         "baseline_loss": baseline,
+        "reference_baselines": references,
+        "criterion": criterion.to_dict(),
         "success_threshold": threshold,
         **info,
         "config_hash": resolved.config_hash(),
@@ -146,19 +169,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
 
     result = train(resolved, report)
-    summary = {**result.to_dict(history=args.history), "config_hash": resolved.config_hash(),
-               "config": resolved.to_dict()}  # fmt: skip
+    criterion = criterion_from_args(args)
+    threshold = criterion.threshold_for(result.baseline_loss, result.reference_baselines)
+    success = criterion.judge(
+        result.status, result.final_val_loss, result.baseline_loss, result.reference_baselines
+    )
+    summary = {**result.to_dict(history=args.history), "criterion": criterion.to_dict(),
+               "success_threshold": threshold, "success": success,
+               "config_hash": resolved.config_hash(), "config": resolved.to_dict()}  # fmt: skip
     if args.json:
         print(json.dumps(summary))
     else:
         verdict = (
             "SUCCESS"
-            if result.success
+            if success
             else ("FAILED: " + (result.reason or "") if result.status == "failed" else "no success")
         )
         print(
             f"final val loss {result.final_val_loss}  (baseline {result.baseline_loss}, "
-            f"threshold {result.success_threshold})  {verdict}  steps {result.steps}  {result.seconds:.1f}s"
+            f"threshold {threshold}: {criterion.name})  {verdict}  steps {result.steps}  {result.seconds:.1f}s"
         )
     return 0 if result.status == "done" else 1
 

@@ -49,7 +49,7 @@ from trainers.loop import (
     training_batches,
 )
 from trainers.model import SequenceModel, build_model, count_params
-from trainers.result import Evaluation, TrialResult, judge_success
+from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split
@@ -331,8 +331,6 @@ def train_fused(
             _run(group, started)
         except Exception as exc:  # this group's unfinished members fail; the next group still runs
             _fail_unfinished([m.result for m in group], [m.done for m in group], failure_reason(exc), started)
-    for r in results:
-        r.success = judge_success(r.status, r.final_val_loss, r.success_threshold)
     return results
 
 
@@ -375,7 +373,7 @@ def _members(
                 task = r.make_task()  # may read data files: a missing file fails this member only
                 data[c.seed] = _Data(task, task.val_split())
             task = data[c.seed].task
-            record_task(result, task, c)
+            record_task(result, task)
             model = build_model(r, task).to(device)
             result.param_count = count_params(model)
         except Exception as exc:

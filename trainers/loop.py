@@ -21,7 +21,7 @@ import torch
 
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.model import SequenceModel, build_model, count_params
-from trainers.result import Evaluation, TrialResult, judge_success
+from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.seeding import derive_seed, generator
 from trainers.tasks import Task
@@ -100,25 +100,23 @@ def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.
 def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | None = None) -> TrialResult:
     """Train one trial. Raises only for an invalid config; training problems return status `failed`."""
     resolved = config if isinstance(config, Resolved) else resolve(config)
-    cfg = resolved.config
     started = time.perf_counter()
     result = TrialResult()
     try:
         task = resolved.make_task()  # may read data files: a missing file is a failed trial, with its fix
-        record_task(result, task, cfg)
+        record_task(result, task)
         _run(resolved, task, result, report, started)
     except Exception as exc:  # a trial never takes its caller down
         result.status, result.reason = "failed", failure_reason(exc)
     result.seconds = time.perf_counter() - started
-    result.success = judge_success(result.status, result.final_val_loss, result.success_threshold)
     return result
 
 
-def record_task(result: TrialResult, task: Task, cfg: TrainConfig) -> None:
-    """What a result records of its task before training: metric, baseline and success threshold."""
+def record_task(result: TrialResult, task: Task) -> None:
+    """What a result records of its task before training: the metric's name and the baselines."""
     result.metric_name = task.metric_name
     result.baseline_loss = task.baseline_loss
-    result.success_threshold = task.success_threshold(cfg.success_fraction)
+    result.reference_baselines = dict(task.reference_baselines)
 
 
 def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | None) -> None:

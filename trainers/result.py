@@ -9,7 +9,6 @@ the same field names everywhere.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -66,8 +65,7 @@ class TrialResult:
     final_metric: float | None = None
     metric_name: str | None = None
     baseline_loss: float | None = None  # the task's random baseline, from its realised layout
-    success_threshold: float | None = None  # success_fraction × baseline_loss
-    success: bool = False  # final_val_loss < success_threshold (`judge_success`)
+    reference_baselines: dict[str, float] = field(default_factory=dict)  # others the task reports
     steps: int = 0  # optimiser steps taken
     budget_steps: int = 0
     early_stopped: bool = False
@@ -91,14 +89,3 @@ class TrialResult:
 RECORDED_FIELDS = tuple(
     f.name for f in dataclasses.fields(TrialResult) if f.name not in ("recurrent_matrix", "input_matrix")
 )
-
-
-def judge_success(status: str, final_val_loss: float | None, threshold: float | None) -> bool:
-    """Success: a finished trial whose final validation loss is below the threshold (the only rule)."""
-    return (
-        status == "done"
-        and final_val_loss is not None
-        and threshold is not None
-        and not math.isnan(threshold)
-        and final_val_loss < threshold
-    )

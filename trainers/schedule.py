@@ -7,8 +7,9 @@ exactly the course its solo run follows:
 - an evaluation every `eval_every` steps (default once per epoch, Keras `fit`) and always at the
   end of the budget;
 - the running training loss is checked at every evaluation and every `CHECK_EVERY` steps;
-- the failure rule: a loss that is not finite, or above `divergence_factor` × the baseline, ends
-  the trial as `failed` with its reason;
+- the failure rule: a loss that is not finite ends the trial as `failed` with its reason (Keras
+  trains on whatever the loss does, and a non-finite loss makes every later one non-finite); the
+  opt-in `divergence_guard`, not the papers' protocol, also fails a finite loss above guard × baseline;
 - early stop once a validation loss is below `early_stop_loss` (Orhan's EarlyStoppingByLossVal);
 - the final validation loss is the last evaluation's.
 """
@@ -59,16 +60,28 @@ class Watch:
         self.result = result
         self.report = report
         baseline = result.baseline_loss if result.baseline_loss is not None else math.nan
-        self.limit = math.inf if cfg.divergence_factor is None else cfg.divergence_factor * baseline
+        self.guard = cfg.divergence_guard
+        self.limit = math.inf if cfg.divergence_guard is None else cfg.divergence_guard * baseline
         self.early_stop_loss = cfg.early_stop_loss
 
     def check_training(self, step: int, train_loss: float) -> bool:
         """False (and the trial failed, with its reason) when the running training loss breaks the rule."""
-        if not math.isfinite(train_loss) or train_loss > self.limit:
-            self.result.status = "failed"
-            self.result.reason = f"training loss diverged ({train_loss:.4g}) at step {step}"
+        reason = self._broken("training", train_loss, step)
+        if reason is not None:
+            self.result.status, self.result.reason = "failed", reason
             return False
         return True
+
+    def _broken(self, which: str, loss: float, step: int) -> str | None:
+        """Why this loss ends the trial, or None."""
+        if not math.isfinite(loss):
+            return f"{which} loss is not finite ({loss}) at step {step}"
+        if loss > self.limit:
+            return (
+                f"{which} loss {loss:.4g} at step {step} is above the divergence guard "
+                f"({self.guard:g} × baseline; an opt-in, not the papers' protocol)"
+            )
+        return None
 
     def evaluated(self, evaluation: Evaluation) -> bool:
         """Record an evaluation (history, final loss, report); True when the trial ends with it:
@@ -79,8 +92,9 @@ class Watch:
         if self.report is not None:
             self.report(evaluation)
         val_loss, step = evaluation.val_loss, evaluation.step
-        if not math.isfinite(val_loss) or val_loss > self.limit:
-            r.status, r.reason = "failed", f"validation loss diverged ({val_loss:.4g}) at step {step}"
+        reason = self._broken("validation", val_loss, step)
+        if reason is not None:
+            r.status, r.reason = "failed", reason
             return True
         if self.early_stop_loss is not None and val_loss < self.early_stop_loss:
             r.early_stopped = step < r.budget_steps

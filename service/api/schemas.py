@@ -180,8 +180,11 @@ class TrialPublic(BaseModel):
     final_metric: float | None
     metric_name: str | None = Field(description="what final_metric measures (e.g. accuracy)")
     baseline_loss: float | None = Field(description="the task's random baseline, from its realised layout")
-    success_threshold: float | None
-    success: bool | None = Field(description="final_val_loss < success_threshold; null until finished")
+    reference_baselines: dict[str, float] | None = Field(description="other baselines the task reports")
+    success_threshold: float | None = Field(description="the loss to beat under the study's criterion")
+    success: bool | None = Field(
+        description="final_val_loss < success_threshold (judged under the study's criterion); null until finished"
+    )
     steps: int | None = Field(description="optimiser steps taken")
     budget_steps: int | None = Field(description="the budget in optimiser steps")
     early_stopped: bool | None = Field(description="stopped below early_stop_loss before the budget's end")
@@ -201,10 +204,20 @@ class TrialPublic(BaseModel):
     config: dict[str, Any] = Field(description="the full resolved trial config")
 
 
+class CriterionPublic(BaseModel):
+    """A success criterion: final validation loss below `fraction` × a baseline, or below `threshold`."""
+
+    name: str
+    fraction: float | None
+    threshold: float | None
+    baseline: str = Field(description="'task' (the task's random baseline) or a reference baseline's name")
+
+
 class TrialPage(BaseModel):
     total: int = Field(description="trials that match the filters")
     offset: int
     limit: int
+    criterion: CriterionPublic = Field(description="what `success` was judged under")
     items: list[TrialPublic]
 
 
@@ -225,6 +238,13 @@ class SuccessTable(BaseModel):
         json_schema_extra={
             "examples": [
                 {
+                    "criterion": {
+                        "name": "0.5 × baseline",
+                        "fraction": 0.5,
+                        "threshold": None,
+                        "baseline": "task",
+                    },
+                    "at_step": None,
                     "total": {
                         "trials": 4,
                         "finished": 4,
@@ -261,11 +281,30 @@ class SuccessTable(BaseModel):
             ]
         }
     )
+    criterion: CriterionPublic = Field(description="what counted as a success")
+    at_step: int | None = Field(description="the budget the counts are taken at; null: each run's end")
     total: SuccessCell
     by_model: dict[str, SuccessCell]
     by_value: dict[str, dict[str, dict[str, SuccessCell]]] = Field(
         description="model → hyperparameter → value → counts"
     )
+
+
+class BudgetCell(BaseModel):
+    step: int
+    succeeded: int
+    trials: int
+    rate: float
+    ci95: tuple[float, float]
+
+
+class SuccessBudget(BaseModel):
+    """Successful runs per model against training steps: a run's loss at a budget of `step` steps is
+    its last evaluation at or before it."""
+
+    criterion: CriterionPublic
+    steps: list[int]
+    by_model: dict[str, list[BudgetCell]]
 
 
 class BestConfig(BaseModel):

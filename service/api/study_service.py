@@ -11,11 +11,13 @@ from typing import Any
 from service.api.runner import StudyRunner
 from service.api.schemas import (
     BestConfig,
+    CriterionPublic,
     MlflowLinks,
     StudyExtend,
     StudyExtended,
     StudyList,
     StudyPublic,
+    SuccessBudget,
     SuccessTable,
     TrialCounts,
     TrialPage,
@@ -24,7 +26,8 @@ from service.api.schemas import (
 from service.engine import Engine
 from service.ledger import FINISHED, Study, Trial
 from service.spec import StudyError, StudySpec
-from service.summary import best_configs, success_table
+from service.summary import best_configs, success_table, success_vs_budget
+from trainers.criterion import Criterion
 
 
 class NotFoundError(LookupError):
@@ -163,20 +166,57 @@ class StudyService:
         limit: int,
         history: bool,
     ) -> TrialPage:
-        self._get(study_id)
-        total, rows = self.ledger.page_trials(study_id, statuses, success, sort, descending, offset, limit)
+        criterion = self.criterion(self._get(study_id))
+        total, rows = self.ledger.page_trials(
+            study_id, statuses, success, criterion, sort, descending, offset, limit
+        )
         return TrialPage(
-            total=total, offset=offset, limit=limit, items=[trial_public(t, history) for t in rows]
+            total=total,
+            offset=offset,
+            limit=limit,
+            criterion=CriterionPublic.model_validate(criterion.to_dict()),
+            items=[trial_public(t, criterion, history) for t in rows],
         )
 
     def best(self, study_id: str, k: int, model: str | None) -> list[BestConfig]:
-        self._get(study_id)
-        rows = best_configs(self.ledger.trials(study_id), k=k, model=model)
+        criterion = self.criterion(self._get(study_id))
+        rows = best_configs(self.ledger.trials(study_id), k=k, model=model, criterion=criterion)
         return [BestConfig.model_validate(r) for r in rows]
 
-    def success(self, study_id: str) -> SuccessTable:
-        self._get(study_id)
-        return SuccessTable.model_validate(success_table(self.ledger.trials(study_id)))
+    def success(
+        self,
+        study_id: str,
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+        at_step: int | None = None,
+    ) -> SuccessTable:
+        """Successes under the study's criterion, or under the one the query names (a recount: nothing
+        trains), at the end of each run or at a budget of `at_step` steps."""
+        criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
+        return SuccessTable.model_validate(success_table(self.ledger.trials(study_id), criterion, at_step))
+
+    def success_vs_budget(self, study_id: str) -> SuccessBudget:
+        criterion = self.criterion(self._get(study_id))
+        return SuccessBudget.model_validate(success_vs_budget(self.ledger.trials(study_id), criterion))
+
+    def criterion(
+        self,
+        study: Study,
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+    ) -> Criterion:
+        """The study's success criterion, or the one a request names instead."""
+        if fraction is None and threshold is None and baseline is None:
+            return StudySpec.model_validate(study.spec).criterion()
+        try:
+            if threshold is not None:
+                return Criterion(fraction=None, threshold=threshold)
+            own = StudySpec.model_validate(study.spec).criterion()
+            return Criterion(fraction=fraction or own.fraction or 0.5, baseline=baseline or "task")
+        except ValueError as exc:
+            raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _get(self, study_id: str) -> Study:
@@ -193,7 +233,7 @@ class StudyService:
         return "queued" if self.runner.is_queued(study.id) else "running"
 
     def public(self, study: Study) -> StudyPublic:
-        c = self.ledger.counts(study.id)
+        c = self.ledger.counts(study.id, self.criterion(study))
         finished = sum(c[s] for s in FINISHED)
         expected = c["total"]
         max_trials = study.spec.get("max_trials")
@@ -228,9 +268,16 @@ class StudyService:
         )
 
 
-def trial_public(t: Trial, history: bool = False) -> TrialPublic:
-    """A ledger row as REST serves it: every column under its own name; the series with `history`."""
-    fields: dict[str, Any] = {name: getattr(t, name) for name in TrialPublic.model_fields}
+def trial_public(t: Trial, criterion: Criterion, history: bool = False) -> TrialPublic:
+    """A ledger row as REST serves it: every column under its own name, its success judged under the
+    study's criterion; the series with `history`."""
+    judged = {
+        "success": t.succeeded(criterion) if t.status in FINISHED else None,
+        "success_threshold": criterion.threshold_for(t.baseline_loss, t.reference_baselines),
+    }
+    fields: dict[str, Any] = {
+        name: judged[name] if name in judged else getattr(t, name) for name in TrialPublic.model_fields
+    }
     if history:
         fields["history"] = t.history or []
     else:

@@ -45,7 +45,7 @@ def seed_study(home: Path) -> str:
     ledger: Ledger = engine.ledger
     for i, t in enumerate(ledger.trials(study.id)):
         ledger.start_trial(study.id, t.config_hash)
-        result = TrialResult(final_val_loss=0.02 * (i + 1), baseline_loss=1 / 6, success_threshold=1 / 12,
+        result = TrialResult(final_val_loss=0.02 * (i + 1), baseline_loss=1 / 6,
                              steps=20, history=[Evaluation(20, 1.0, 0.1, 0.1, None, 0.0)])  # fmt: skip
         ledger.finish_trial(t.id, result)
     ledger.update_study(study.id, state="done")

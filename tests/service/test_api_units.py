@@ -22,7 +22,7 @@ from service.ledger import STUDY_STATES, TRIAL_SORTS, TRIAL_STATES, Ledger
 from service.settings import Settings
 from service.summary import best_configs, success_table
 from tests.service.conftest import TINY
-from trainers import Evaluation, TrialResult
+from trainers import Criterion, Evaluation, TrialResult
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -71,7 +71,6 @@ def finish_all(c: TestClient, study_id: str, state: str = "done") -> None:
             reason="training loss diverged (nan) at step 10" if diverged else None,
             final_val_loss=None if diverged else loss,
             baseline_loss=1 / 6,
-            success_threshold=1 / 12,
             steps=20,
             seconds=0.1 * t.id,
             history=[
@@ -168,6 +167,66 @@ def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
         assert table["by_model"][model]["ci95"] == pytest.approx(list(cell["ci95"]))
     assert table["by_value"]["orth"]["lr"]["0.01"]["failed"] == 2
     assert set(table["by_value"]["chain"]) == {"lr"}  # seeds are pooled, not a hyperparameter
+
+
+def test_success_is_judged_by_the_study_and_recounted_under_any_criterion_or_budget(
+    client: TestClient,
+) -> None:
+    study = client.post("/studies", json=grid()).json()
+    # chain, either lr: 0.05 and 0.10 by seed; orth lr 1e-3: 0.101, 0.102; every history 2× then 1× that
+    finish_all(client, study["id"])
+    sid, trials = study["id"], ledger_of(client).trials(study["id"])
+    own = client.get(f"/studies/{sid}/success").json()
+    assert own["criterion"] == {
+        "name": "0.5 × baseline",
+        "fraction": 0.5,
+        "threshold": None,
+        "baseline": "task",
+    }
+    assert own["at_step"] is None and own["total"]["succeeded"] == 2
+    loose = client.get(f"/studies/{sid}/success", params={"fraction": 0.7}).json()  # threshold 0.1167
+    assert (
+        loose["total"]["succeeded"]
+        == 6
+        == success_table(trials, Criterion(fraction=0.7))["total"]["succeeded"]
+    )
+    assert loose["criterion"]["name"] == "0.7 × baseline"
+    early = client.get(f"/studies/{sid}/success", params={"at_step": 10}).json()  # losses were doubled then
+    assert early["at_step"] == 10 and early["total"]["succeeded"] == 0
+    assert (
+        client.get(f"/studies/{sid}/success", params={"at_step": 10, "fraction": 1.0}).json()["total"][
+            "succeeded"
+        ]
+        == 2
+    )  # chain seed 1 at 0.10 < 1/6
+    by_loss = client.get(f"/studies/{sid}/success", params={"threshold": 0.5}).json()
+    assert (
+        by_loss["total"]["succeeded"] == 6 and by_loss["criterion"]["name"] == "loss < 0.5"
+    )  # every done trial
+    for bad in ({"fraction": 5}, {"fraction": 0}, {"fraction": "nan"}, {"threshold": "inf"}, {"at_step": 0}):
+        assert client.get(f"/studies/{sid}/success", params=bad).status_code == 422, bad
+    budget = client.get(f"/studies/{sid}/success/budget").json()
+    assert budget["steps"] == [10, 20]
+    assert [r["succeeded"] for r in budget["by_model"]["chain"]] == [0, 2]
+    page = client.get(f"/studies/{sid}/trials").json()
+    assert page["criterion"]["fraction"] == 0.5
+    assert sum(bool(t["success"]) for t in page["items"]) == 2
+    assert all(t["success_threshold"] == pytest.approx(1 / 12) for t in page["items"])
+
+
+def test_the_criterion_is_the_studys_and_no_part_of_a_trial(client: TestClient) -> None:
+    default = client.post("/studies", json=grid()).json()
+    strict = client.post("/studies", json=grid(success_fraction=0.25)).json()
+    via_base = client.post("/studies", json=grid(base={**TINY, "success_fraction": 0.25})).json()
+    assert via_base["spec"]["success_fraction"] == 0.25 and "success_fraction" not in via_base["spec"]["base"]
+    hashes = [
+        sorted(t.config_hash for t in ledger_of(client).trials(s["id"])) for s in (default, strict, via_base)
+    ]
+    assert hashes[0] == hashes[1] == hashes[2]  # studies that differ only in the criterion share their runs
+    twice = client.post("/studies", json=grid(success_fraction=0.5, base={**TINY, "success_fraction": 0.25}))
+    assert twice.status_code == 422 and "given twice" in twice.text
+    both = client.post("/studies", json=grid(success_fraction=0.5, success_threshold=0.1))
+    assert both.status_code == 422 and "not both" in both.text
 
 
 def test_idempotency_key_gives_the_same_study_back(client: TestClient) -> None:
@@ -268,7 +327,7 @@ def test_with_a_token_every_route_but_health_answers_401_without_it(tmp_path: Pa
     routes = documented + hidden
     paths = {p for _, p in routes}
     assert {"/openapi.json", "/docs", "/redoc", "/studies", "/studies/{study_id}/extend", "/ready"} <= paths
-    assert len(routes) == 16  # 13 documented + the 3 docs routes
+    assert len(routes) == 17  # 14 documented + the 3 docs routes
     with TestClient(app) as c:
         for method, path in routes:
             url = concrete(path)

@@ -38,9 +38,9 @@ def grid_spec(**kw) -> StudySpec:
                 "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [1e-3, 50.0]}},
             }
         },
-        "base": {**TINY, "clip_norm": None},  # lr 50 without clipping diverges: failed trials with a reason
+        "base": {**TINY, "clip_norm": None},  # lr 50 without clipping goes non-finite: failed trials
         "seeds": [1, 2],
-        "success_fraction": 2.0,  # a loose criterion, so that some trials succeed
+        "success_threshold": 1 / 3,  # a loose criterion (2 × baseline), so that some trials succeed
     }
     data.update(kw)
     return StudySpec.model_validate(data)
@@ -57,11 +57,16 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     }
     failed = [t for t in trials if t.status == "failed"]
     assert (
-        failed and all("diverged" in t.reason for t in failed) and all(t.params["lr"] == 50.0 for t in failed)
+        failed
+        and all("not finite" in t.reason for t in failed)
+        and all(t.params["lr"] == 50.0 for t in failed)
     )
     done = [t for t in trials if t.status == "done"]
     assert all(t.history and t.final_val_loss == t.history[-1]["val_loss"] for t in done)
-    assert all(t.success == (t.final_val_loss < t.success_threshold) for t in done)
+    criterion = StudySpec.model_validate(study.spec).criterion()
+    won = [t for t in trials if t.succeeded(criterion)]
+    assert won and all(t.status == "done" and t.final_val_loss < 1 / 3 for t in won)
+    assert summary["success"]["criterion"]["name"] == "loss < 0.333333"
 
     exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
     runs = child_runs(mlflow_uri, exp_id, parent)
@@ -77,11 +82,17 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     arts = {a.path for a in client.list_artifacts(parent, "plots")}
     assert {
         "plots/success_per_model.png",
+        "plots/success_vs_budget.png",
         "plots/best_config_curves.png",
         "plots/weight_profiles.png",
     } <= arts
+    # successes against budget: a metric per model whose steps are the budgets (the UI draws the curve)
+    curve = client.get_metric_history(parent, "success_vs_budget.chain")
+    assert [m.step for m in sorted(curve, key=lambda m: m.step)] == [10, 20]
+    assert max(curve, key=lambda m: m.step).value == parent_metrics["success_count.chain"]  # at the end
+    assert client.get_run(parent).data.tags["memsweep.criterion"] == "loss < 0.333333"
     # Orhan Table 2 / Figs. 5-6 on the parent run: Henrici index and weight profiles of successful trials
-    chain_ok = [t for t in trials if t.model == "chain" and t.success]
+    chain_ok = [t for t in won if t.model == "chain"]
     assert chain_ok and all(len(t.profile) == 2 * TINY["hidden"] - 1 for t in chain_ok)
     mean_h = sum(t.henrici_index for t in chain_ok) / len(chain_ok)
     assert parent_metrics["henrici_mean.chain"] == pytest.approx(mean_h)
@@ -113,6 +124,65 @@ def test_extend_runs_only_new_points_and_identical_configs_are_reused(engine):
     assert sum(t.status == "done" for t in reused) == sum(
         before_status == "done" for before_status in [t.status for t in after if t.params["seed"] < 3]
     )
+
+
+def test_a_study_under_another_criterion_recounts_without_training_anything(engine):
+    """The criterion is the study's: a second study of the same grid that differs only in it reuses
+    every finished run (no trial trains: runs stay 0) and counts them under its own criterion."""
+    from service.summary import success_table
+    from trainers import Criterion
+
+    first = engine.create_study(
+        grid_spec(space={"dims": {"lr": [1e-3, 3e-3], "init": ["chain", "orthogonal"]}})
+    )
+    engine.run_study(first.id)
+    done = engine.ledger.trials(first.id)
+    assert all(t.status == "done" for t in done)
+    strict = engine.create_study(
+        grid_spec(
+            space={"dims": {"lr": [1e-3, 3e-3], "init": ["chain", "orthogonal"]}},
+            success_threshold=None,
+            success_fraction=0.6,
+        )
+    )
+    summary = engine.run_study(strict.id)
+    trials = engine.ledger.trials(strict.id)
+    assert len(trials) == 8 and all(
+        t.runs == 0 and t.reused_from is not None for t in trials
+    )  # nothing trained
+    assert summary["success"]["criterion"]["fraction"] == 0.6
+    expected = success_table(done, Criterion(fraction=0.6))
+    assert summary["success"]["by_model"] == expected["by_model"]
+    assert engine.summary(first.id)["success"]["criterion"]["name"] == "loss < 0.333333"  # each its own
+
+
+def test_the_issues_addition_run_recovers_and_succeeds_solo_fused_and_in_a_study(engine):
+    """Issue 14's example: addition T = 100, identity λ = 1, N = 100, lr 1e-3, seed 1. Its first 50
+    steps average a training loss far above 1,000 × the baseline (the old divergence stop failed it
+    there); Keras trains on, and so does memsweep: it ends below half the baseline."""
+    from service.search import materialize
+    from trainers import HALF_BASELINE, train
+    from trainers.fused import train_fused
+
+    point = {"task": "addition", "seq_len": 100, "init": "identity", "scale": 1.0, "hidden": 100, "steps": 1000,
+             "eval_every": 50, "seed": 1}  # fmt: skip
+    example, other = materialize({**point, "lr": 1e-3}), materialize({**point, "lr": 3e-4})
+    solo = train(example)
+    assert solo.history[0].train_loss > 1e3 * solo.baseline_loss, solo.history[0]
+    assert solo.status == "done" and HALF_BASELINE.judge_result(solo), [e.val_loss for e in solo.history]
+    fused = train_fused([example, other])[0]
+    assert [e.val_loss for e in fused.history] == [e.val_loss for e in solo.history]
+    spec = StudySpec.model_validate(
+        {
+            "space": {"dims": {"lr": [1e-3, 3e-4]}},
+            "base": {k: v for k, v in point.items() if k != "seed"},
+            "seeds": [1],
+        }
+    )
+    study = engine.create_study(spec)
+    engine.run_study(study.id)
+    (row,) = [t for t in engine.ledger.trials(study.id) if t.params["lr"] == 1e-3]
+    assert row.final_val_loss == solo.final_val_loss and row.succeeded(HALF_BASELINE)
 
 
 def test_tpe_study_runs_through_optuna_search(engine):

@@ -28,7 +28,7 @@ def test_mlflow_ui_shows_the_study_and_its_trials(engine, mlflow_uri):
     spec = StudySpec.model_validate({
         "name": "ui-demo", "preset": "orhan2020-copy500", "models": ["chain", "orthogonal"],
         "base": {**{k: v for k, v in TINY.items() if k != "task"}, "seq_len": 30}, "dims": {"lr": [1e-3], "scale": [1.0]},
-        "seeds": [1, 2], "success_fraction": 2.0,
+        "seeds": [1, 2], "success_threshold": 1 / 12,
     })  # fmt: skip
     study = engine.create_study(spec)
     summary = engine.run_study(study.id)

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, inspect
 import trainers
 from service.api.schemas import TrialPublic
 from service.ledger import Base, Ledger, Trial, migrations, upgrade
-from service.tracking import METRIC_FIELDS
+from service.tracking import JUDGED_FIELDS, METRIC_FIELDS
 from trainers.result import RECORDED_FIELDS
 
 
@@ -20,8 +20,9 @@ def test_the_result_fields_keep_their_names_in_the_ledger_rest_and_mlflow() -> N
     columns = set(Trial.__table__.columns.keys())
     assert set(RECORDED_FIELDS) <= columns
     assert set(RECORDED_FIELDS) <= set(TrialPublic.model_fields)
-    assert set(TrialPublic.model_fields) <= columns  # REST invents no name of its own
-    assert set(METRIC_FIELDS) <= set(RECORDED_FIELDS)
+    assert set(TrialPublic.model_fields) <= columns | set(JUDGED_FIELDS)  # REST invents no other name
+    assert not set(JUDGED_FIELDS) & columns  # success is judged under the study's criterion, not stored
+    assert set(METRIC_FIELDS) <= set(RECORDED_FIELDS) | set(JUDGED_FIELDS)
     evaluation = {f.name for f in dataclasses.fields(trainers.Evaluation)}
     assert TrialPublic.model_fields["history"].annotation == list[trainers.Evaluation] | None
     assert evaluation == {"step", "epoch", "train_loss", "val_loss", "metric", "seconds"}
@@ -40,13 +41,13 @@ def test_a_result_goes_through_the_ledger_unchanged(tmp_path: Path) -> None:
     assert row.spec() == planned  # the stored config resolves to the same trial
     result = trainers.TrialResult(
         final_val_loss=0.01, final_metric=0.5, metric_name="accuracy", baseline_loss=1 / 6,
-        success_threshold=1 / 12, steps=7, budget_steps=9, early_stopped=True, seconds=1.5, param_count=33,
+        reference_baselines={"arjovsky": 0.16}, steps=7, budget_steps=9, early_stopped=True, seconds=1.5, param_count=33,
         henrici_index=2.5, profile=[0.0, 1.0, 0.5],
         history=[trainers.Evaluation(7, 0.5, 0.2, 0.01, 0.5, 1.25)],
     )  # fmt: skip
     ledger.finish_trial(row.id, result)
     (row,) = ledger.trials(study.id)
-    assert row.result() == dataclasses.replace(result, success=True)
+    assert row.result() == result
 
 
 def test_a_fresh_ledger_has_the_schema_of_the_orm(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from service.summary import (
     success_table,
     wilson_interval,
 )
+from trainers import HALF_BASELINE
 
 
 def test_wilson_interval_known_values():
@@ -78,8 +79,8 @@ def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
     first = ledger.trials(a.id)[0]
     from trainers import TrialResult
 
-    row = ledger.finish_trial(first.id, TrialResult(final_val_loss=0.01, success_threshold=0.08))
-    assert row.success and row.result().final_val_loss == 0.01
+    row = ledger.finish_trial(first.id, TrialResult(final_val_loss=0.01, baseline_loss=1 / 6))
+    assert row.succeeded(HALF_BASELINE) and row.result().final_val_loss == 0.01
     b = ledger.create_study("b", {})
     ledger.add_trials(b.id, grid())
     reused = [t for t in ledger.trials(b.id) if t.reused_from is not None]
@@ -90,7 +91,8 @@ def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
 class T:
     def __init__(self, model, params, loss, status="done", thr=0.1, henrici=None, profile=None):
         self.model, self.params, self.final_val_loss, self.status = model, params, loss, status
-        self.success_threshold, self.success, self.history, self.config_hash = thr, None, [], str(id(self))
+        self.baseline_loss, self.reference_baselines, self.steps = 2 * thr, {}, 20
+        self.history, self.config_hash = [], str(id(self))
         self.henrici_index, self.profile = henrici, profile
 
 
@@ -199,3 +201,56 @@ def test_grid_and_sampled_points_layer_settings_the_same_way():
     assert grid == point and grid.params == {"lr": 1e-3, "seed": 3}
     c = grid.config
     assert (c["cell_params"]["init"], c["lr"], c["threads"], c["seed"]) == ("chain", 1e-3, 1, 3)
+
+
+def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
+    """`memsweep run … --set success_fraction=0.25` (it used to be silently overwritten by 0.5)."""
+    import argparse
+
+    from service.console import add_spec_flags, build_spec
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("target")
+    add_spec_flags(parser)
+    spec = build_spec(
+        parser.parse_args(["orhan2020-copy500", "--set", "success_fraction=0.25", "--models", "chain"])
+    )
+    assert spec.success_fraction == 0.25 and spec.criterion().fraction == 0.25
+    assert "success_fraction" not in spec.base and "success_fraction" not in spec.search_space().base
+    spec = build_spec(parser.parse_args(["orhan2020-copy500", "--set", "success_threshold=0.02"]))
+    assert spec.criterion().threshold == 0.02 and spec.criterion().name == "loss < 0.02"
+    default = build_spec(parser.parse_args(["orhan2020-copy500", "--models", "chain"]))
+    assert default.criterion() == HALF_BASELINE
+
+
+def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
+    from service.summary import state_at, success_table, success_vs_budget
+
+    def run(model, losses, status="done", steps=None):
+        t = T(model, {"seed": len(losses)}, losses[-1][1] if status == "done" else None, status)
+        t.history = [{"step": s, "val_loss": v} for s, v in losses]
+        t.steps = steps or losses[-1][0]
+        return t
+
+    fast = run("chain", [(100, 0.05), (200, 0.01)])  # threshold 0.1 (baseline 0.2)
+    slow = run("chain", [(100, 0.5), (200, 0.08)])
+    stopped = run("chain", [(100, 0.002)])  # stopped early at 100: a success at every later budget
+    broke = run("orth", [(100, 0.05)], status="failed", steps=150)  # below at 100, failed at 150
+    trials = [fast, slow, stopped, broke]
+    assert state_at(broke, 100) == ("done", 0.05) and state_at(broke, 150)[0] == "failed"
+    assert state_at(slow, 50) == ("pending", None)
+    assert success_table(trials, at_step=100)["by_model"] == {
+        "chain": {**success_table([fast, slow, stopped], at_step=100)["by_model"]["chain"]},
+        "orth": success_table([broke], at_step=100)["by_model"]["orth"],
+    }
+    assert success_table(trials, at_step=100)["total"]["succeeded"] == 3  # fast, stopped, broke (then)
+    assert success_table(trials)["total"]["succeeded"] == 3  # at the end: fast, slow, stopped
+    curve = success_vs_budget(trials)
+    assert curve["steps"] == [100, 200]
+    assert [r["succeeded"] for r in curve["by_model"]["chain"]] == [2, 3]
+    assert [r["succeeded"] for r in curve["by_model"]["orth"]] == [1, 0]
+    assert all(
+        0 <= r["ci95"][0] <= r["rate"] <= r["ci95"][1] <= 1
+        for rows in curve["by_model"].values()
+        for r in rows
+    )

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainers import ConfigError, resolve, train
+from trainers import HALF_BASELINE, ConfigError, resolve, train
 from trainers.cells.gru import GRUCell, GRUConfig
 from trainers.cells.janet import JANETCell, JANETConfig
 from trainers.cells.lstm import LSTMCell, LSTMConfig
@@ -220,4 +220,4 @@ def test_learns_addition_t50(cell):
         }
     )
     assert r.status == "done", r.reason
-    assert r.success, [e.val_loss for e in r.history]
+    assert HALF_BASELINE.judge_result(r), [e.val_loss for e in r.history]

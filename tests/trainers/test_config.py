@@ -15,7 +15,7 @@ def test_defaults_are_orhans_protocol():
         10.0,
         16,
     )
-    assert (cfg.epochs, cfg.early_stop_loss, cfg.success_fraction) == (100, 0.0025, 0.5)
+    assert (cfg.epochs, cfg.early_stop_loss, cfg.divergence_guard) == (100, 0.0025, None)
 
 
 @pytest.mark.parametrize("task,nonlinearity", [("copy", "elu"), ("addition", "relu"), ("psmnist", "elu")])

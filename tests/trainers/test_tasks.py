@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from trainers import HALF_BASELINE
 from trainers.tasks import get_task, list_tasks
 from trainers.tasks.addition import AdditionConfig, AdditionTask
-from trainers.tasks.base import step_cross_entropy
+from trainers.tasks.base import binary_cross_entropy, cross_entropy
 from trainers.tasks.copy import CopyConfig, CopyTask
 
 CPU = torch.device("cpu")
@@ -37,7 +38,10 @@ def test_copy_baseline_is_10_ln8_over_total_length(layout, T, total):
 def test_orhan_copy_500_numbers():
     task = CopyTask(CopyConfig(), seed=1)
     assert task.baseline_loss == pytest.approx(0.041589, abs=1e-6)
-    assert task.success_threshold(0.5) == pytest.approx(0.020794, abs=1e-6)
+    assert HALF_BASELINE.threshold_for(task.baseline_loss, task.reference_baselines) == pytest.approx(
+        0.020794, abs=1e-6
+    )
+    assert task.reference_baselines == {"arjovsky": pytest.approx(10 * math.log(8) / 520)}  # Orhan App. C's
 
 
 def test_copy_baseline_equals_the_loss_of_the_memoryless_predictor():
@@ -88,15 +92,88 @@ def test_fixed_splits_are_a_function_of_the_seed(name, tiny_task_params):
 
 @pytest.mark.parametrize("classes", [9, 50])
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_step_cross_entropy_is_torchs_cross_entropy_over_every_step(classes, reduction):
+def test_cross_entropy_without_a_clip_is_torchs_over_every_step(classes, reduction):
     g = torch.Generator().manual_seed(classes)
     out = torch.randn(7, 5, classes, generator=g, dtype=torch.double, requires_grad=True)
     y = torch.randint(0, classes, (7, 5), generator=g)
     y[0, :2] = -100  # ignored steps (varcopy's padding)
-    ours = step_cross_entropy(out, y, ignore_index=-100, reduction=reduction)
+    ours = cross_entropy(out, y, ignore_index=-100, reduction=reduction)
     ref = F.cross_entropy(out.reshape(-1, classes), y.reshape(-1), ignore_index=-100, reduction=reduction)
     assert ours.shape == (() if reduction == "mean" else y.shape)
     assert torch.allclose(ours.reshape(-1), ref.reshape(-1), rtol=1e-12, atol=1e-12)
     (g_ours,) = torch.autograd.grad(ours.sum(), out)
     (g_ref,) = torch.autograd.grad(ref.sum(), out)
     assert torch.allclose(g_ours, g_ref, rtol=1e-12, atol=1e-12)
+
+
+# ----- Keras 2's losses, where the authors used Keras (docs/protocol.md §1.6) ----------------------------
+def keras_categorical_crossentropy(target, output):
+    """Keras 2.2.4's TensorFlow backend, `categorical_crossentropy(target, output, from_logits=False)`,
+    transcribed line by line: output /= reduce_sum(output); clip_by_value(output, ε, 1 − ε) (no gradient
+    outside); −reduce_sum(target · log(output)). `output` is the model's softmax output."""
+    output = output / output.sum(-1, keepdim=True)
+    output = torch.clamp(output, 1e-7, 1.0 - 1e-7)
+    return -(target * torch.log(output)).sum(-1)
+
+
+def keras_binary_crossentropy(target, output):
+    """Keras 2.3's TensorFlow backend, `binary_crossentropy(target, output, from_logits=False)`:
+    clip the sigmoid output, back to a logit, then sigmoid cross-entropy with logits."""
+    output = torch.clamp(output, 1e-7, 1.0 - 1e-7)
+    logits = torch.log(output / (1 - output))
+    return torch.clamp(logits, min=0) - logits * target + torch.log1p(torch.exp(-logits.abs()))
+
+
+# copy's steps, psMNIST's last step, many classes
+@pytest.mark.parametrize("shape", [(7, 5, 9), (6, 10), (4, 3, 50)])
+def test_the_clipped_cross_entropy_is_keras_formula_in_value_and_gradient(shape):
+    g = torch.Generator().manual_seed(sum(shape))
+    out = (6 * torch.randn(*shape, generator=g, dtype=torch.double)).requires_grad_()
+    out.data.view(-1, shape[-1])[0] = torch.tensor([40.0] + [0.0] * (shape[-1] - 1))  # saturated: p_y ≈ 1
+    y = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    y.view(-1)[0] = 0
+    ours = cross_entropy(out, y, prob_clip=1e-7, reduction="none")
+    ref = keras_categorical_crossentropy(F.one_hot(y, shape[-1]).double(), torch.softmax(out, -1))
+    assert ours.shape == y.shape and torch.allclose(ours, ref, rtol=1e-12, atol=1e-12)
+    (g_ours,) = torch.autograd.grad(ours.sum(), out)
+    (g_ref,) = torch.autograd.grad(ref.sum(), out)
+    assert torch.allclose(g_ours, g_ref, rtol=1e-10, atol=1e-12)
+    mean = cross_entropy(out, y, prob_clip=1e-7)
+    assert torch.allclose(mean, ref.mean(), rtol=1e-12)  # Keras averages over every step and example
+    assert ours.view(-1)[0].item() == pytest.approx(-math.log(1 - 1e-7))  # the upper clip: a floor of ~1e-7
+
+
+def test_past_the_clip_a_step_costs_16_12_nats_and_gets_no_gradient():
+    out = torch.zeros(3, 2, 9, dtype=torch.float32)
+    out[..., 1] = 60.0  # every step predicts class 1 with p ≈ 1; the targets say class 0: p_y ≈ e^-60
+    out.requires_grad_()
+    y = torch.zeros(3, 2, dtype=torch.long)
+    loss = cross_entropy(out, y, prob_clip=1e-7)
+    assert loss.item() == pytest.approx(-math.log(1e-7), rel=1e-6) and loss.item() < 16.12  # the cap
+    (grad,) = torch.autograd.grad(loss, out)
+    assert torch.count_nonzero(grad) == 0  # tf.clip_by_value passes no gradient outside [ε, 1 − ε]
+    unclipped = cross_entropy(out, y)
+    assert unclipped.item() == pytest.approx(60.0, rel=1e-4)  # log-softmax: 60 nats and a full gradient
+    assert torch.count_nonzero(torch.autograd.grad(unclipped, out)[0]) > 0
+
+
+def test_the_clipped_binary_cross_entropy_is_keras_formula():
+    g = torch.Generator().manual_seed(0)
+    out = (8 * torch.randn(12, 1, generator=g, dtype=torch.double)).requires_grad_()
+    out.data[0] = 40.0  # saturated
+    y = (torch.rand(12, 1, generator=g) < 0.5).double()
+    y[0] = 0.0
+    ours = binary_cross_entropy(out, y, prob_clip=1e-7)
+    ref = keras_binary_crossentropy(y, torch.sigmoid(out)).mean()
+    assert torch.allclose(ours, ref, rtol=1e-12)
+    assert torch.allclose(
+        torch.autograd.grad(ours, out)[0], torch.autograd.grad(ref, out)[0], rtol=1e-10, atol=1e-14
+    )
+    assert torch.autograd.grad(binary_cross_entropy(out, y, 1e-7), out)[0][0] == 0  # past the clip
+    assert torch.allclose(binary_cross_entropy(out, y), F.binary_cross_entropy_with_logits(out, y))
+
+
+def test_orhans_tasks_use_keras_loss_by_default_and_the_pytorch_papers_tasks_do_not():
+    keras = {"copy": 1e-7, "psmnist": 1e-7, "har2": 1e-7, "smnist": 1e-7}
+    for name in ("copy", "psmnist", "smnist", "har2", "varcopy", "denoise", "bigpsmnist", "ptb"):
+        assert get_task(name).Config().prob_clip == keras.get(name), name

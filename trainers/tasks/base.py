@@ -17,25 +17,74 @@ import torch.nn.functional as F
 
 Tensors = tuple[torch.Tensor, ...]
 
-#: below this many classes, `step_cross_entropy` puts the classes on dim 1 of a [1, C, T·B] view
+#: below this many classes, `cross_entropy` puts the classes on dim 1 of a [1, C, T·B] view
 FEW_CLASSES = 32
+#: Keras 2's `K.epsilon()`: its cross-entropies clip probabilities to [ε, 1 − ε] before the log
+KERAS_EPSILON = 1e-7
 
 
-def step_cross_entropy(out: torch.Tensor, y: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-    """`F.cross_entropy` of per-step logits out [T, B, C] against class ids y [T, B]: the mean over
-    every step and example, or [T, B] with reduction="none" (kwargs go to F.cross_entropy).
+def cross_entropy(
+    out: torch.Tensor,
+    y: torch.Tensor,
+    prob_clip: float | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Cross-entropy of logits out [..., C] against class ids y [...]: the mean over every position
+    (step and example) whose target is not `ignore_index`, or one value per position with
+    reduction="none".
 
-    With few classes (the copy family's 9) the classes go on dim 1 of a [1, C, T·B] view, so torch's
-    log-softmax runs along memory across the T·B positions instead of along rows of C: forward and
-    backward at copy-500's [8000, 9] take 0.3 ms instead of 1.9 ms on the CPU (the same loss; the
+    `prob_clip` None: PyTorch's `F.cross_entropy` (log-softmax), as the PyTorch papers' code ran it.
+    `prob_clip` ε: Keras 2's `categorical_crossentropy` on a softmax output (`from_logits=False`, the
+    TensorFlow backend of Keras 2.2.4 that Orhan & Pitkow's code ran): p = softmax(out), rescaled to
+    sum to 1, clipped to [ε, 1 − ε], loss −ln p_y. A position's loss is then at most −ln ε (16.12
+    nats at Keras' ε = 1e-7) and an output saturated past the clip gets no gradient through it.
+
+    With few classes (the copy family's 9) the classes go on dim 1 of a [1, C, positions] view, so
+    torch's (log-)softmax runs along memory across the positions instead of along rows of C: forward
+    and backward at copy-500's [8000, 9] take 0.3 ms instead of 1.9 ms on the CPU (the same loss; the
     sums round in another order). With many (char-PTB's 50) rows are faster and are kept.
     """
     C = out.shape[-1]
-    if C < FEW_CLASSES:
-        ce = F.cross_entropy(out.reshape(-1, C).t().unsqueeze(0), y.reshape(1, -1), **kwargs)
+    if out.dim() == 2 and prob_clip is None:  # [B, C]: one position per example
+        return F.cross_entropy(out, y, ignore_index=ignore_index, reduction=reduction)
+    few = C < FEW_CLASSES
+    logits = out.reshape(-1, C).t().unsqueeze(0) if few else out.reshape(-1, C)  # [1, C, P] or [P, C]
+    target = y.reshape(1, -1) if few else y.reshape(-1)  # [1, P] or [P]
+    if prob_clip is None:
+        ce = F.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction)
     else:
-        ce = F.cross_entropy(out.reshape(-1, C), y.reshape(-1), **kwargs)
-    return ce.view(y.shape) if kwargs.get("reduction") == "none" else ce
+        ce = _keras_cross_entropy(logits, target, prob_clip, ignore_index, reduction)
+    return ce.view(y.shape) if reduction == "none" else ce
+
+
+def _keras_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, eps: float, ignore_index: int, reduction: str
+) -> torch.Tensor:
+    """Keras 2's categorical cross-entropy of softmax(logits) along dim 1 ([1, C, P] or [P, C])."""
+    p = torch.softmax(logits, dim=1)  # the model's softmax output
+    keep = target != ignore_index
+    index = torch.where(keep, target, 0).unsqueeze(1)  # [1, 1, P] or [P, 1]
+    # output /= sum(output); clip(output, ε, 1 − ε); −Σ_j t_j ln output_j = −ln output_y
+    p_y = (torch.gather(p, 1, index) / p.sum(dim=1, keepdim=True)).squeeze(1)  # [1, P] or [P]
+    nll = -torch.log(torch.clamp(p_y, eps, 1.0 - eps)) * keep
+    if reduction == "none":
+        return nll
+    if reduction == "sum":
+        return nll.sum()
+    return nll.sum() / keep.sum()
+
+
+def binary_cross_entropy(out: torch.Tensor, y: torch.Tensor, prob_clip: float | None = None) -> torch.Tensor:
+    """Mean binary cross-entropy of logits `out` against 0/1 targets `y` (same shape).
+
+    `prob_clip` None: `F.binary_cross_entropy_with_logits`. `prob_clip` ε: Keras 2's
+    `binary_crossentropy` on a sigmoid output: p = sigmoid(out) clipped to [ε, 1 − ε], turned back
+    into a logit ln(p / (1 − p)), then sigmoid cross-entropy with logits (Keras 2.3, TF backend)."""
+    if prob_clip is None:
+        return F.binary_cross_entropy_with_logits(out, y)
+    p = torch.clamp(torch.sigmoid(out), prob_clip, 1.0 - prob_clip)
+    return F.binary_cross_entropy_with_logits(torch.log(p / (1 - p)), y)
 
 
 @dataclass(frozen=True)
@@ -96,8 +145,10 @@ class Task(ABC):
     def baseline_loss(self) -> float:
         """Loss of the best memoryless predictor, computed from the realised layout."""
 
-    def success_threshold(self, fraction: float) -> float:
-        return fraction * self.baseline_loss
+    @property
+    def reference_baselines(self) -> dict[str, float]:
+        """Other baselines the papers quote for this task, by name (a success criterion may use one)."""
+        return {}
 
     @abstractmethod
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

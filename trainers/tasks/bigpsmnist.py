@@ -38,6 +38,7 @@ class BigPSMNISTConfig(PSMNISTConfig):
     pad: int = 14  # zero border in pixels on every side (SRNN: 14 → 56×56)
     normalization: Literal["unit", "standard", "symmetric"] = "standard"  # SRNN: Normalize(0.1307, 0.3081)
     split: Literal["train_test", "train_val"] = "train_val"  # SRNN: train 0:50k, validate 50k:60k
+    prob_clip: float | None = None  # SRNN (PyTorch): log-softmax
 
 
 class BigPSMNISTTask(PSMNISTTask):

@@ -5,7 +5,8 @@ Layout (0-based), L = total length:  x[0:10] = data, x[L-11] = 9 (marker), every
                                      y[L-10:] = data, everything else 0.
 `layout="total"`: T is the whole sequence, L = T (Orhan's copy-500, their `generate_data.py`).
 `layout="delay"`: T blanks between data and recall, L = T + 20 (Arjovsky / SRNN / NRU).
-Loss: mean cross-entropy over every step and example (all five reference codes do this).
+Loss: mean cross-entropy over every step and example (all five reference codes do this); by default
+as Keras 2 computes it, probabilities clipped to [1e-7, 1 − 1e-7] (`prob_clip`; Orhan's code).
 Random baseline: blanks predicted with certainty, uniform over 8 symbols at the 10 recall steps:
 10·ln 8 / L (docs/protocol.md §1.1; Orhan copy-500: 0.041589).
 Data: Orhan's fixed 60,000 / 10,000 train / validation sets, or fresh batches every step.
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors, copy_baseline, step_cross_entropy
+from trainers.tasks.base import KERAS_EPSILON, Split, Task, Tensors, copy_baseline, cross_entropy
 
 N_DATA = 10  # symbols to remember
 N_SYMBOLS = 8  # data alphabet 1..8
@@ -34,6 +35,9 @@ class CopyConfig:
     data: Literal["fixed", "fresh"] = "fixed"
     n_train: int = 60_000  # fixed training set; in the fresh regime, the examples in one epoch
     n_val: int = 10_000
+    prob_clip: float | None = (
+        KERAS_EPSILON  # Keras 2 clips probabilities (docs/protocol.md §1.6); None: log-softmax
+    )
 
 
 class CopyTask(Task):
@@ -68,6 +72,13 @@ class CopyTask(Task):
     def baseline_loss(self) -> float:
         return copy_baseline(self.seq_len, N_SYMBOLS, N_DATA)
 
+    @property
+    def reference_baselines(self) -> dict[str, float]:
+        """`arjovsky`: the baseline of Arjovsky et al.'s layout for this T (T blanks, T + 20 steps),
+        which Orhan & Pitkow call identical to theirs (App. C); differs from `baseline_loss` only for
+        layout "total" (copy-500: 0.039989 against 0.041589)."""
+        return {"arjovsky": copy_baseline(self.config.seq_len + 2 * N_DATA, N_SYMBOLS, N_DATA)}
+
     # A data set is just its [n, 10] data symbols; `encode` lays them out.
     def sample(self, n: int, gen: torch.Generator) -> Tensors:
         return (torch.randint(1, N_SYMBOLS + 1, (n, N_DATA), generator=gen, dtype=torch.uint8),)
@@ -91,7 +102,7 @@ class CopyTask(Task):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [L, B, 9] logits; mean over every step and example
-        return step_cross_entropy(out, y)
+        return cross_entropy(out, y, self.config.prob_clip)
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         hit = out[-N_DATA:].argmax(-1) == y[-N_DATA:]  # [10, B]

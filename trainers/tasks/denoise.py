@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors, step_cross_entropy
+from trainers.tasks.base import Split, Task, Tensors, cross_entropy
 from trainers.tasks.copy import MARKER, N_DATA, N_SYMBOLS
 
 
@@ -32,6 +32,7 @@ class DenoiseConfig:
     data: Literal["fixed", "fresh"] = "fresh"
     n_train: int = 10_000  # fixed training set; with fresh batches, the examples in one epoch
     n_val: int = 1_000
+    prob_clip: float | None = None  # None: log-softmax (the NRU authors' PyTorch); ε: Keras 2's clipped loss
 
 
 class DenoiseTask(Task):
@@ -91,7 +92,7 @@ class DenoiseTask(Task):
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [T+11, B, 9]; only the last 10 steps are scored (myTorch's mask)
         recall = out[-N_DATA:]
-        return step_cross_entropy(recall, y[-N_DATA:])
+        return cross_entropy(recall, y[-N_DATA:], self.config.prob_clip)
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         hit = out[-N_DATA:].argmax(-1) == y[-N_DATA:]  # [10, B]

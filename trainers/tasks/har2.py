@@ -29,9 +29,8 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from trainers.tasks.base import Split, Task, Tensors
+from trainers.tasks.base import KERAS_EPSILON, Split, Task, Tensors, binary_cross_entropy
 from trainers.tasks.mnist_files import default_root
 
 DATASET_DIR = "UCI HAR Dataset"
@@ -61,6 +60,7 @@ class HAR2Config:
     )
     n_train: int | None = None  # use only the first n training windows (None: all 7,352)
     n_val: int | None = None  # use only the first n test windows (None: all 2,947)
+    prob_clip: float | None = KERAS_EPSILON  # SGORNN's Keras binary_crossentropy clips p; None: plain BCE
 
 
 def har_files(root: Path, split: str) -> list[Path]:
@@ -162,7 +162,7 @@ class HAR2Task(Task):
         return x.transpose(0, 1).to(device), y.to(device).unsqueeze(1)  # x [128, B, 9], y [B, 1]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.binary_cross_entropy_with_logits(out, y)  # out [B, 1] logits
+        return binary_cross_entropy(out, y, self.config.prob_clip)  # out [B, 1] logits
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         return float(((out > 0).float() == y).sum())

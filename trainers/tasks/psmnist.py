@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors
+from trainers.tasks.base import KERAS_EPSILON, Split, Task, Tensors, cross_entropy
 from trainers.tasks.mnist_files import default_root, load_mnist
 
 PIXELS = 28 * 28
@@ -36,6 +35,9 @@ class PSMNISTConfig:
     n_val: int | None = None
     root: str | None = None  # data folder (default $MEMSWEEP_DATA_DIR or ~/.cache/memsweep)
     download: bool = False  # allow torchvision's download when no local source exists
+    prob_clip: float | None = (
+        KERAS_EPSILON  # Keras 2 clips probabilities (docs/protocol.md §1.6); None: log-softmax
+    )
 
 
 class PSMNISTTask(Task):
@@ -113,7 +115,7 @@ class PSMNISTTask(Task):
         return x.T.unsqueeze(-1).contiguous(), labels.to(device)  # x [784, B, 1]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(out, y)  # out [B, 10]
+        return cross_entropy(out, y, self.config.prob_clip)  # out [B, 10]
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
         return float((out.argmax(-1) == y).sum())

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import torch
 
-from trainers.tasks.base import Split, Task, Tensors, step_cross_entropy
+from trainers.tasks.base import Split, Task, Tensors, cross_entropy
 from trainers.tasks.mnist_files import default_root
 
 EOS = "<eos>"
@@ -59,6 +59,7 @@ class PTBConfig:
     n_train: int | None = None  # use only the first n training windows (None: all)
     n_val: int | None = None
     root: str | None = None  # folder holding ptb/ (default $MEMSWEEP_DATA_DIR or ~/.cache/memsweep)
+    prob_clip: float | None = None  # None: log-softmax (awd-lstm-lm, PyTorch); ε: Keras 2's clipped loss
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,10 @@ class PTBTask(Task):
         return w[:, :-1].T.contiguous(), w[:, 1:].T.contiguous()  # x, y: ids [bptt, B]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return step_cross_entropy(out, y)  # out [T, B, V]
+        return cross_entropy(out, y, self.config.prob_clip)  # out [T, B, V]
 
     def metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> float:
-        ce = step_cross_entropy(out, y, reduction="none")  # [T, B]
+        ce = cross_entropy(out, y, self.config.prob_clip, reduction="none")  # [T, B]
         return float(ce.mean(0).sum() / math.log(2))  # Σ over windows of bits per token
 
     def describe(self) -> dict[str, Any]:

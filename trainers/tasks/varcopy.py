@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.seeding import generator
-from trainers.tasks.base import Split, Task, Tensors, copy_baseline, step_cross_entropy
+from trainers.tasks.base import Split, Task, Tensors, copy_baseline, cross_entropy
 from trainers.tasks.copy import MARKER, N_DATA, N_SYMBOLS
 
 IGNORE = -100  # target of a padded step (F.cross_entropy's ignore_index)
@@ -44,6 +44,7 @@ class VarCopyConfig:
     lag_max: int = 100  # time_lag_max 100 (or 200)
     n_train: int = 10_000  # examples in one nominal epoch of fresh batches (steps per evaluation)
     n_val: int = 1_000  # fixed validation set, every lag equally often
+    prob_clip: float | None = None  # None: log-softmax (the NRU authors' PyTorch); ε: Keras 2's clipped loss
 
 
 class VarCopyTask(Task):
@@ -122,7 +123,7 @@ class VarCopyTask(Task):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # out [L, B, 9]; each example's mean over its own steps, then the mean over examples
-        ce = step_cross_entropy(out, y, ignore_index=IGNORE, reduction="none")  # [L, B]
+        ce = cross_entropy(out, y, self.config.prob_clip, ignore_index=IGNORE, reduction="none")  # [L, B]
         steps = (y != IGNORE).sum(0)  # [B]
         return (ce.sum(0) / steps).mean()
 

@@ -17,6 +17,7 @@ from service.api.schemas import (
     StudyList,
     StudyPublic,
     StudyState,
+    SuccessBudget,
     SuccessTable,
     TrialPage,
     TrialSort,
@@ -128,10 +129,40 @@ def best(
     return studies.best(study_id, k, model)
 
 
-@router.get("/{study_id}/success", responses=NOT_FOUND)
-def success(studies: StudiesDep, study_id: str) -> SuccessTable:
-    """Successful runs by model and by hyperparameter value, with 95 % Wilson intervals."""
-    return studies.success(study_id)
+@router.get("/{study_id}/success", responses={**NOT_FOUND, **REFUSED})
+def success(
+    studies: StudiesDep,
+    study_id: str,
+    fraction: Annotated[
+        float | None,
+        Query(
+            gt=0, le=1, allow_inf_nan=False, description="judge under this fraction of the baseline instead"
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None, Query(gt=0, allow_inf_nan=False, description="judge under this loss threshold instead")
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        Query(
+            max_length=64, description="with fraction: a reference baseline the task reports (copy: arjovsky)"
+        ),
+    ] = None,
+    at_step: Annotated[
+        int | None,
+        Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),
+    ] = None,
+) -> SuccessTable:
+    """Successful runs by model and by hyperparameter value, with 95 % Wilson intervals, under the
+    study's criterion or the one the query names (a recount from the stored losses: nothing trains),
+    at the end of each run or at a budget of `at_step` steps."""
+    return studies.success(study_id, fraction, threshold, baseline, at_step)
+
+
+@router.get("/{study_id}/success/budget", responses=NOT_FOUND)
+def success_budget(studies: StudiesDep, study_id: str) -> SuccessBudget:
+    """Successful runs per model against training steps (with 95 % Wilson intervals)."""
+    return studies.success_vs_budget(study_id)
 
 
 @router.post("/{study_id}/cancel", responses={**NOT_FOUND, **CONFLICT})
