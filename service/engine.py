@@ -228,7 +228,8 @@ class Engine:
         tracker.flush()  # child runs still queued have not recorded their run id yet
         for t in self.ledger.trials(study_id, FINISHED):
             if t.mlflow_run_id is None:
-                tracker.log_trial(exp_id, parent, t, criterion, None, _setter(self.ledger, t.id))
+                matrices = self.ledger.matrices(t.id)
+                tracker.log_trial(exp_id, parent, t, criterion, matrices, _setter(self.ledger, t.id))
 
     # ----- answers -----------------------------------------------------------------------------------
     def criteria(self, study: Study, trials: Sequence[Trial]) -> tuple[Criterion, list[Criterion]]:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -69,6 +70,9 @@ class Study(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64), default=None)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, default=None
+    )  # estimated cost, and what it took
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, onupdate=now)
 
@@ -102,6 +106,10 @@ class Trial(Base):
     henrici_index: Mapped[float | None] = mapped_column(Float, default=None)
     profile: Mapped[list[float] | None] = mapped_column(JSON, default=None)  # weight profile over i − j
     history: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
+    device: Mapped[str | None] = mapped_column(String(32), default=None)
+    node: Mapped[str | None] = mapped_column(String(128), default=None)
+    # the trained W and V (float32 .npz), from which MLflow's recurrent_matrix.json can be rebuilt
+    matrices: Mapped[bytes | None] = mapped_column(LargeBinary, default=None, deferred=True)
     # bookkeeping
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), default=None)
     reused_from: Mapped[int | None] = mapped_column(Integer, default=None)
@@ -204,7 +212,7 @@ class Ledger:
                 )
                 prior = reusable.get(spec.config_hash)
                 if prior is not None:
-                    for f in RECORDED_FIELDS:
+                    for f in (*RECORDED_FIELDS, "matrices"):
                         setattr(trial, f, getattr(prior, f))
                     trial.reused_from = prior.id
                 s.add(trial)
@@ -298,14 +306,22 @@ class Ledger:
             return trial.id
 
     def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:
-        """Record a trial's result (its success is the study's to judge, from the stored loss)."""
+        """Record a trial's result and its trained matrices (its success is the study's to judge)."""
         with self.session() as s:
             trial = s.get(Trial, trial_id)
             if trial is None:
                 raise KeyError(trial_id)
             for name, value in result.to_dict().items():
                 setattr(trial, name, value)
+            if result.recurrent_matrix is not None:
+                trial.matrices = pack_matrices(result.recurrent_matrix, result.input_matrix)
             return trial
+
+    def matrices(self, trial_id: int) -> dict[str, Any] | None:
+        """A trial's trained {"W": [N][N], "V": [N][d] or None}, or None when it kept none."""
+        with self.session() as s:
+            data = s.scalar(select(Trial.matrices).where(Trial.id == trial_id))
+        return unpack_matrices(data) if data else None
 
     def cancel_trial(self, trial_id: int, reason: str, history: Sequence[Evaluation]) -> None:
         """A trial stopped with its study: cancelled, with the evaluations it made (it runs again on resume)."""
@@ -362,6 +378,29 @@ class Ledger:
             row = s.get(IdempotencyKey, key)
             if row is not None and row.study_id is None:
                 s.delete(row)
+
+
+def pack_matrices(w: Any, v: Any | None) -> bytes:
+    """W (and V) as float32 .npz bytes: 4 bytes a weight (N = 100: 40 kB a trial)."""
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    if v is None:
+        np.savez(buf, W=np.asarray(w, dtype=np.float32))
+    else:
+        np.savez(buf, W=np.asarray(w, dtype=np.float32), V=np.asarray(v, dtype=np.float32))
+    return buf.getvalue()
+
+
+def unpack_matrices(data: bytes) -> dict[str, Any]:
+    import io
+
+    import numpy as np
+
+    with np.load(io.BytesIO(data)) as z:
+        return {"W": z["W"].tolist(), "V": z["V"].tolist() if "V" in z.files else None}
 
 
 #: the Alembic revision of a ledger written before memsweep kept migrations

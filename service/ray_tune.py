@@ -72,6 +72,15 @@ def _baseline(resolved: trainers.Resolved) -> float | None:
         return None
 
 
+def node_name() -> str:
+    """This Ray node as a person reads it: host name / IP address."""
+    import socket
+
+    import ray
+
+    return f"{socket.gethostname()}/{ray.util.get_node_ip_address()}"  # type: ignore[no-untyped-call]
+
+
 def run_unit(config: dict[str, Any]) -> None:
     """Ray Tune function trainable: train the unit's members — as one fused bundle when the unit
     says so, else one after the other — reporting each evaluation and each result.
@@ -89,6 +98,7 @@ def run_unit(config: dict[str, Any]) -> None:
         tune.report({"objective": statistics.fmean(objectives) if objectives else 0.0, "events": []})
         return
     baselines = [_baseline(m.resolved) for m in todo]
+    node = node_name()
 
     if unit.fused and len(todo) > 1:
         from trainers.fused import train_fused
@@ -112,6 +122,8 @@ def run_unit(config: dict[str, Any]) -> None:
                 flush_buffer()
 
         results = train_fused([m.resolved for m in todo], report_member)
+        for r in results:
+            r.node = node
         objectives += [objective(r.final_val_loss, r.baseline_loss, r.status) for r in results]
         finals = [Finished(m.config_hash, r) for m, r in zip(todo, results, strict=True)]
         flush([*(e for e, _ in buffer), *finals], statistics.fmean(objectives))
@@ -125,6 +137,7 @@ def run_unit(config: dict[str, Any]) -> None:
             tune.report({"objective": objective(e.val_loss, baseline, "done"), "events": [Evaluated(key, e)]})
 
         result = trainers.train(member.resolved, report)
+        result.node = node
         objectives.append(objective(result.final_val_loss, result.baseline_loss, result.status))
         tune.report(
             {"objective": statistics.fmean(objectives), "events": [Finished(member.config_hash, result)]}

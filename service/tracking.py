@@ -245,6 +245,8 @@ class Tracker:
                 "memsweep.config_hash": trial.config_hash,
                 "memsweep.model": trial.model,
                 "memsweep.status": trial.status,
+                **({"memsweep.node": trial.node} if trial.node else {}),
+                **({"memsweep.device": trial.device} if trial.device else {}),
             },
         )
         run_id = run.info.run_id

@@ -374,6 +374,7 @@ def _members(
                 data[c.seed] = _Data(task, task.val_split())
             task = data[c.seed].task
             record_task(result, task)
+            result.device = str(device)
             model = build_model(r, task).to(device)
             result.param_count = count_params(model)
         except Exception as exc:

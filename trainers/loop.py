@@ -139,6 +139,7 @@ def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | 
 def _run(resolved: Resolved, task: Task, result: TrialResult, report: Report | None, started: float) -> None:
     cfg = resolved.config
     device = resolve_device(cfg.device)
+    result.device = str(device)
     torch.set_num_threads(cfg.threads)
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals in decaying states cost 5–25× on CPU

@@ -197,6 +197,8 @@ class TrialPublic(BaseModel):
     history: list[Evaluation] | None = Field(
         default=None, description="every evaluation (with ?history=true)"
     )
+    device: str | None = Field(description="what it trained on: cpu, cuda:0, …")
+    node: str | None = Field(description="the Ray node it trained on")
     runs: int = Field(description="times the trial was started (1 for a trial run once, 0 when reused)")
     reused_from: int | None = Field(description="the trial whose finished result this one reuses")
     mlflow_run_id: str | None

@@ -45,9 +45,17 @@ def test_a_result_goes_through_the_ledger_unchanged(tmp_path: Path) -> None:
         henrici_index=2.5, profile=[0.0, 1.0, 0.5],
         history=[trainers.Evaluation(7, 0.5, 0.2, 0.01, 0.5, 1.25)],
     )  # fmt: skip
-    ledger.finish_trial(row.id, result)
+    import torch
+
+    w, v = torch.randn(5, 5), torch.randn(5, 2)
+    ledger.finish_trial(row.id, dataclasses.replace(result, recurrent_matrix=w, input_matrix=v))
     (row,) = ledger.trials(study.id)
     assert row.result() == result
+    assert ledger.matrices(row.id) == {"W": w.tolist(), "V": v.tolist()}  # float32, exactly
+    other = ledger.create_study("t", {})
+    ledger.add_trials(other.id, [planned])  # reused: its result and matrices come along
+    (reused,) = ledger.trials(other.id)
+    assert reused.reused_from == row.id and ledger.matrices(reused.id) == ledger.matrices(row.id)
 
 
 def test_a_fresh_ledger_has_the_schema_of_the_orm(tmp_path: Path) -> None:
