@@ -155,8 +155,28 @@ class SearchSpace:
         models: Sequence[str] | None = None,
     ) -> SearchSpace:
         """A copy with settings added to `base`, other seeds, dimensions replaced in every model
-        that has them, or only some models (e.g. a shorter budget on a smaller grid)."""
+        that has them, or only some models (e.g. a shorter budget on a smaller grid).
+
+        A `base` setting that a model varies or fixes is refused: the model's own value would win,
+        so the setting would be silently ignored."""
+        if models is not None and not models:
+            raise SpaceError(
+                "models: [] selects no model; leave `models` out to run all of them, or name some of: "
+                + ", ".join(m.name for m in self.models)
+            )
         chosen = self.models if not models else tuple(self.model(n) for n in models)
+        for key, value in (base or {}).items():
+            for m in chosen:
+                if key in m.dims:
+                    raise SpaceError(
+                        f"base.{key}: model {m.name!r} varies {key} over {dim_to_dict(m.dims[key])}, so a "
+                        f"base value would be ignored; to run one value write dims: {{{key}: [{value!r}]}}"
+                    )
+                if key in m.fixed and m.fixed[key] != value:
+                    raise SpaceError(
+                        f"base.{key}: model {m.name!r} fixes {key} = {m.fixed[key]!r}, so base {key} = {value!r} "
+                        f"would be ignored; choose models that share it (`models`), or leave {key} out of base"
+                    )
         if dims:
             unknown = set(dims) - {k for m in chosen for k in m.dims}
             if unknown:

@@ -13,6 +13,7 @@ The REST service and its clients (the token, when the server sets one, comes fro
 memsweep serve [--host H] [--port P]
 memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
 memsweep status STUDY --url URL [--json]
+memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
 memsweep demo [--port P] [--keep-serving] [the flags of run]   # the README's main job, over REST
 """
 
@@ -312,6 +313,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            study = remote(lambda: client.sync(args.study))
+        print(f"study {study['id']}: MLflow runs rebuilt from the ledger ({study['mlflow'].get('run_url')})")
+        return 0
+    from service.engine import Engine
+    from service.settings import get_settings
+
+    engine = Engine(get_settings())
+    try:
+        summary = engine.sync_tracking(args.study)
+    except KeyError:
+        raise SystemExit(f"error: no study {args.study!r}") from None
+    if summary["mlflow_errors"]:
+        raise SystemExit(
+            f"error: MLflow did not take the runs: {summary['mlflow_errors'][0]}; try again once it answers"
+        )
+    print(f"study {args.study}: MLflow runs rebuilt from the ledger ({summary['counts']['total']} trials)")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     url = need_url(args)
     with client_for(url) as client:
@@ -381,6 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="follow the study until it finishes")
     p.add_argument("--json", action="store_true", help="print the study as JSON")
     p.set_defaults(fn=cmd_submit)
+    p = sub.add_parser(
+        "sync", help="rebuild a study's MLflow runs from the ledger (after MLflow was down or lost its store)"
+    )
+    p.add_argument("study")
+    add_url_flag(p, "ask this memsweep server instead of using the local ledger")
+    p.set_defaults(fn=cmd_sync)
     p = sub.add_parser("status", help="a study's state, counts, ETA and MLflow link, from a server")
     p.add_argument("study")
     add_url_flag(p, "the memsweep server")

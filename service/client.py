@@ -137,6 +137,11 @@ class MemsweepClient:
         result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/resume")
         return result
 
+    def sync(self, study_id: str) -> dict[str, Any]:
+        """Rebuild the study's MLflow runs from the ledger (after MLflow was down or lost its store)."""
+        result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/sync")
+        return result
+
     def extend(self, study_id: str, **changes: Any) -> dict[str, Any]:
         """Add seeds / dims values / models / max_trials; returns {"added", "study"}."""
         result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/extend", json=changes)
@@ -202,9 +207,16 @@ class MemsweepClient:
         order: str = "asc",
         limit: int | None = None,
         history: bool = False,
+        model: str | list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """The study's trials (every page, or the first `limit`), filtered and sorted on the server."""
-        return list(self.iter_trials(study_id, status, success, sort, order, limit, history))
+        """The study's trials (every page, or the first `limit`), filtered and sorted on the server:
+        by status, success, model, and the point's values (`params={"lr": 0.001}`)."""
+        return list(
+            self.iter_trials(
+                study_id, status, success, sort, order, limit, history, model=model, params=params
+            )
+        )
 
     def iter_trials(
         self,
@@ -216,19 +228,25 @@ class MemsweepClient:
         limit: int | None = None,
         history: bool = False,
         page: int = 500,
+        model: str | list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        params: dict[str, Any] = {"sort": sort, "order": order, "history": history}
+        query: dict[str, Any] = {"sort": sort, "order": order, "history": history}
         if status is not None:
-            params["status"] = [status] if isinstance(status, str) else list(status)
+            query["status"] = [status] if isinstance(status, str) else list(status)
         if success is not None:
-            params["success"] = success
+            query["success"] = success
+        if model is not None:
+            query["model"] = [model] if isinstance(model, str) else list(model)
+        if params:
+            query["param"] = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
         offset, seen = 0, 0
         while True:
             size = page if limit is None else min(page, limit - seen)
             if size <= 0:
                 return
             body = self._call(
-                "GET", f"/studies/{study_id}/trials", params={**params, "offset": offset, "limit": size}
+                "GET", f"/studies/{study_id}/trials", params={**query, "offset": offset, "limit": size}
             )
             yield from body["items"]
             seen += len(body["items"])

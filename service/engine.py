@@ -30,14 +30,17 @@ from service.settings import Settings
 from service.spec import StudyError, StudySpec
 from service.summary import best_configs, henrici_table, success_table, success_vs_budget
 from service.trial import PlanError, TrialSpec
-from trainers import TRAINER_VERSION, Criterion, TrialResult
+from trainers import TRAINER_VERSION, Criterion, Evaluation, TrialResult
 
 log = logging.getLogger(__name__)
 
+#: seconds a node's measured memory is trusted for bundle sizes (`Engine._unit_memory`)
+MEMORY_TTL = 600.0
 #: where a run's time goes, in order (`run_study`'s summary["seconds"])
 RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
-#: trials a run takes up: never started, interrupted by a crash (running), or stopped with their study
-UNFINISHED = ("pending", "running", "cancelled")
+#: trials a run takes up: never started, interrupted by a crash (running) or a fault (pending again),
+#: stopped with their study (cancelled), or left as error by an earlier run's faults
+UNFINISHED = ("pending", "running", "cancelled", "error")
 
 
 class Engine:
@@ -46,6 +49,9 @@ class Engine:
         settings.home.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(settings.resolved_database_url())
         self._tracking_uri: str | None = None
+        self._memory: dict[tuple[float, float], tuple[float, tuple[str, int] | None]] = {}
+        #: the recorder of each study this engine runs (its pace: `eta`)
+        self.progress: dict[str, StudyRecorder] = {}
 
     # ----- creation --------------------------------------------------------------------------------
     def create_study(self, spec: StudySpec) -> Study:
@@ -56,14 +62,18 @@ class Engine:
         return study
 
     def extend_study(self, study_id: str, spec: StudySpec) -> int:
-        """Replace the study's spec with a larger one; only points not yet in the ledger are added."""
+        """Replace the study's spec with a larger one; only points not yet in the ledger are added.
+        Returns how many; an extension that adds nothing (and, sampled, no budget) changes nothing."""
         study = self._study(study_id)
-        if StudySpec.model_validate(study.spec).sampler != spec.sampler:
+        old = StudySpec.model_validate(study.spec)
+        if old.sampler != spec.sampler:
             raise StudyError("extend keeps the sampler; create a new study to change it")
         space = self._space(spec)
         added = self.ledger.add_trials(study.id, self._trials(spec, space))
-        self.ledger.update_study(study.id, spec=spec.model_dump(mode="json"), state="pending")
-        return added
+        more_budget = spec.sampler != "grid" and (spec.max_trials or 0) > (old.max_trials or 0)
+        if added or more_budget:
+            self.ledger.update_study(study.id, spec=spec.model_dump(mode="json"), state="pending")
+        return added if spec.sampler == "grid" else (spec.max_trials or 0) - (old.max_trials or 0)
 
     def _space(self, spec: StudySpec) -> SearchSpace:
         try:
@@ -121,7 +131,9 @@ class Engine:
         )
         marks = [time.perf_counter()]
         try:
-            recorder = self._recorder(tracker, exp_id, parent, spec.criterion())
+            recorder = StudyRecorder(self.ledger, tracker, study.id, exp_id, parent, spec.criterion())
+            self.progress[study.id] = recorder
+            recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
             self._run_units(study, spec, space, recorder, cancel)
             state = "cancelled" if cancel.is_set() else "done"
         except Exception as exc:
@@ -129,107 +141,177 @@ class Engine:
             self.ledger.update_study(study.id, state="failed", error=f"{type(exc).__name__}: {exc}")
             tracker.close()
             raise
+        finally:
+            self.progress.pop(study.id, None)
         marks.append(time.perf_counter())
-        self._backfill_tracking(study.id, tracker, exp_id, parent, spec.criterion())
-        marks.append(time.perf_counter())
-        summary = self.summary(study.id)
-        try:
-            from service.plots import study_figures
-
-            figures = study_figures(self.ledger.trials(study.id), summary, spec.criterion())
-        except Exception as exc:  # a plot never fails a finished study
-            log.warning("study %s: plots failed: %s", study.id, exc)
-            figures = {}
-        marks.append(time.perf_counter())
-        tracker.log_summary(parent, summary, figures, "FINISHED" if state == "done" else "KILLED")
-        errors = tracker.flush()
-        marks.append(time.perf_counter())
+        summary, errors = self._project(study.id, tracker, exp_id, parent, spec.criterion(), state, marks)
         phases = dict(zip(RUN_PHASES, (b - a for a, b in pairwise(marks)), strict=True))
         log.info("study %s: %s", study.id, ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
-        tracker.close()
-        self.ledger.update_study(study.id, state=state, error="; ".join(errors[:3]) if errors else None)
+        self.ledger.update_study(study.id, state=state, error=tracking_error(study.id, errors))
         summary["state"] = state
         summary["seconds"] = phases
         return summary
 
-    def _recorder(
-        self, tracker: Any, exp_id: str, parent: str, criterion: Criterion
-    ) -> Callable[[int, TrialResult], None]:
-        """How the driver records a finished trial: its ledger row, then its MLflow child run."""
+    def sync_tracking(self, study_id: str) -> dict[str, Any]:
+        """Rebuild the study's MLflow runs from the ledger, the source of truth: the parent run (made
+        again if MLflow lost it), a complete child run for every finished trial (an incomplete one, left
+        by an outage, is made again; one no trial owns is deleted), and the summary. Returns the study
+        summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger)."""
+        from service.tracking import Tracker
 
-        def record(trial_id: int, result: TrialResult) -> None:
-            row = self.ledger.finish_trial(trial_id, result)
-            matrices = None
-            if result.recurrent_matrix is not None:
-                v = result.input_matrix
-                matrices = {"W": result.recurrent_matrix.tolist(), "V": v.tolist() if v is not None else None}
-            tracker.log_trial(exp_id, parent, row, criterion, matrices, _setter(self.ledger, trial_id))
+        study = self._study(study_id)
+        spec = StudySpec.model_validate(study.spec)
+        tracker = Tracker(self.tracking_uri(), self.settings.mlflow_experiment)
+        exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
+        self.ledger.update_study(study.id, mlflow_experiment_id=exp_id, mlflow_run_id=parent)
+        state = study.state if study.state in ("done", "failed", "cancelled") else "cancelled"
+        summary, errors = self._project(study.id, tracker, exp_id, parent, spec.criterion(), state, [])
+        if study.state != "running":
+            self.ledger.update_study(study.id, error=tracking_error(study.id, errors))
+        summary["mlflow_errors"] = errors
+        return summary
 
-        return record
+    def _project(
+        self,
+        study_id: str,
+        tracker: Any,
+        exp_id: str,
+        parent: str,
+        criterion: Criterion,
+        state: str,
+        marks: list[float],
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The end of a run, in MLflow: every finished trial's child run complete and once, then the
+        summary, figures and final status on the parent run. (summary, MLflow errors)."""
+        unreconciled = []
+        try:
+            self._reconcile_children(study_id, tracker, exp_id, parent, criterion)
+        except Exception as exc:  # MLflow unreachable: recorded, repaired by a later sync
+            log.warning("study %s: MLflow child runs not reconciled: %s", study_id, exc)
+            unreconciled.append(f"{type(exc).__name__}: {exc}")
+        marks.append(time.perf_counter())
+        summary = self.summary(study_id)
+        try:
+            from service.plots import study_figures
+
+            figures = study_figures(self.ledger.trials(study_id), summary, criterion)
+        except Exception as exc:  # a plot never fails a finished study
+            log.warning("study %s: plots failed: %s", study_id, exc)
+            figures = {}
+        marks.append(time.perf_counter())
+        tracker.log_summary(parent, summary, figures, "FINISHED" if state == "done" else "KILLED")
+        errors = unreconciled + list(tracker.flush())
+        marks.append(time.perf_counter())
+        tracker.close()
+        return summary, errors
 
     def _run_units(
         self,
         study: Study,
         spec: StudySpec,
         space: SearchSpace,
-        record: Callable[[int, TrialResult], None],
+        record: StudyRecorder,
         cancel: threading.Event,
     ) -> None:
-        """The study's unfinished trials through Ray Tune: a grid's packed into units, or a sampler's
-        points as they are drawn, up to `max_trials`."""
-        from service.ray_tune import LedgerCallback, UnitSearcher, tune_units
+        """The study's trials through Ray Tune: a sampler's points as they are drawn (up to
+        `max_trials`), then the unfinished trials packed into units, round after round while an
+        infrastructure fault sends some back (each at most `trial_attempts` starts in this run)."""
+        from service.ray_tune import (
+            LedgerCallback,
+            UnitSearcher,
+            ensure_ray,
+            tune_units,
+            unit_memory,
+            unplaceable,
+        )
 
+        ensure_ray(self.settings)
+        why = unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
+        if why is not None:
+            raise StudyError(why)
         sampled = spec.sampler != "grid"
-        callback = LedgerCallback(self.ledger, study.id, record, cancel, sampled=sampled)
+        callback = LedgerCallback(
+            self.ledger, study.id, record, cancel, sampled=sampled, attempts=self.settings.trial_attempts
+        )
         how: dict[str, Any] = {
             "concurrency": spec.concurrency,
             "resources": {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus},
             "asha": spec.scheduler == "asha",
         }
-        if not sampled:
-            # Interrupted trials (status running, from a crash) run again; failed ones stay failed.
+        name = f"study-{study.id}"
+        device = "cuda" if spec.resources.gpus > 0 else "cpu"
+        measured = self._unit_memory(how["resources"], unit_memory) if spec.fuses else None
+        if measured is not None:
+            device = measured[0]
+        if sampled:
+            finished = self.ledger.trials(study.id, FINISHED)
+            remaining = (spec.max_trials or 0) - len(finished)
+            if remaining > 0:
+                searcher = UnitSearcher(
+                    optuna_search(spec, space, finished), space, execution(spec), spec.fuses,
+                    lambda hashes: self.ledger.finished_objectives(study.id, hashes),
+                )  # fmt: skip
+                num_samples = math.ceil(remaining / len(space.seeds))
+                tune_units(
+                    self.settings, name, callback, cancel, searcher=searcher, num_samples=num_samples, **how
+                )
+        for _ in range(self.settings.trial_attempts):
+            # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
             try:
-                todo = [t.spec() for t in self.ledger.trials(study.id, UNFINISHED)]
+                todo = [
+                    t.spec()
+                    for t in self.ledger.trials(study.id, UNFINISHED)
+                    if callback.starts.get(t.config_hash, 0) < self.settings.trial_attempts  # not spent here
+                ]
             except PlanError as exc:
                 raise StudyError(str(exc)) from None
-            if not todo:
+            if not todo or cancel.is_set():
                 return
             units = pack(
-                todo, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size,
-                device="cuda" if spec.resources.gpus > 0 else "cpu", gpus_per_unit=spec.resources.gpus,
+                todo, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size, device=device,
+                gpus_per_unit=spec.resources.gpus, memory=measured[1] if measured else None,
             )  # fmt: skip
-            if len(units) < len(todo):
-                log.info("study %s: %d trials packed into %d Ray units", study.id, len(todo), len(units))
-            tune_units(self.settings, f"study-{study.id}", callback, cancel, units=units, **how)
-            return
-        finished = self.ledger.trials(study.id, FINISHED)
-        remaining = (spec.max_trials or 0) - len(finished)
-        if remaining <= 0:
-            return
-        searcher = UnitSearcher(
-            optuna_search(spec, space, finished), space, execution(spec), spec.fuses,
-            lambda hashes: self.ledger.finished_objectives(study.id, hashes),
-        )  # fmt: skip
-        num_samples = math.ceil(remaining / len(space.seeds))
-        tune_units(
-            self.settings,
-            f"study-{study.id}",
-            callback,
-            cancel,
-            searcher=searcher,
-            num_samples=num_samples,
-            **how,
-        )
+            log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
+            record.plan(todo)
+            callback.requeued = 0
+            tune_units(self.settings, name, callback, cancel, units=units, **how)
+            if not callback.requeued:
+                return
+            log.warning("study %s: %d trials were interrupted; they run again", study.id, callback.requeued)
 
-    def _backfill_tracking(
+    def _unit_memory(
+        self, resources: dict[str, float], measure: Callable[[dict[str, float]], tuple[str, int] | None]
+    ) -> tuple[str, int] | None:
+        """A node's memory for a unit of these resources, measured at most every MEMORY_TTL seconds."""
+        key = (resources["cpu"], resources["gpu"])
+        cached = self._memory.get(key)
+        if cached is None or time.monotonic() - cached[0] > MEMORY_TTL:
+            cached = (time.monotonic(), measure(resources))
+            self._memory[key] = cached
+        return cached[1]
+
+    def _reconcile_children(
         self, study_id: str, tracker: Any, exp_id: str, parent: str, criterion: Criterion
     ) -> None:
-        """Every finished trial gets its child run, reused ones included."""
+        """Every finished trial gets one complete child run (reused trials included); a run that an
+        outage left incomplete is made again, and a child run no trial owns is deleted."""
         tracker.flush()  # child runs still queued have not recorded their run id yet
+        children = tracker.child_statuses(exp_id, parent)
+        owned = set()
         for t in self.ledger.trials(study_id, FINISHED):
-            if t.mlflow_run_id is None:
-                matrices = self.ledger.matrices(t.id)
-                tracker.log_trial(exp_id, parent, t, criterion, matrices, _setter(self.ledger, t.id))
+            status = children.get(t.mlflow_run_id) if t.mlflow_run_id else None
+            if status in ("FINISHED", "FAILED", "KILLED"):
+                owned.add(t.mlflow_run_id)
+                continue
+            if status is not None:  # RUNNING: the outage came between its first and last request
+                tracker.delete_run(t.mlflow_run_id)
+            tracker.log_trial(
+                exp_id, parent, t, criterion, self.ledger.matrices(t.id), _setter(self.ledger, t.id)
+            )
+        tracker.flush()
+        owned |= {t.mlflow_run_id for t in self.ledger.trials(study_id) if t.mlflow_run_id}
+        for run_id in set(children) - owned:  # a duplicate, or one whose ledger write was lost
+            tracker.delete_run(run_id)
 
     # ----- answers -----------------------------------------------------------------------------------
     def criteria(self, study: Study, trials: Sequence[Trial]) -> tuple[Criterion, list[Criterion]]:
@@ -268,6 +350,100 @@ class Engine:
             "henrici_index": henrici_table(trials, criterion),  # Orhan Table 2: d(W) of successful trials
             "mlflow": {"experiment_id": study.mlflow_experiment_id, "run_id": study.mlflow_run_id},
         }
+
+
+#: seconds between two updates of a study's live counts on its parent run
+PROGRESS_INTERVAL = 10.0
+
+
+class StudyRecorder:
+    """How the driver records a running study's trials: each in the ledger (the source of truth) and
+    as a live MLflow child run (made when it starts, its curve as it evaluates, finished with it);
+    the parent run's counts every PROGRESS_INTERVAL seconds; and the pace of the running trials."""
+
+    def __init__(
+        self, ledger: Ledger, tracker: Any, study_id: str, exp_id: str, parent: str, criterion: Criterion
+    ) -> None:
+        self.ledger, self.tracker, self.study_id = ledger, tracker, study_id
+        self.exp_id, self.parent, self.criterion = exp_id, parent, criterion
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[int, int, float]] = {}  # config hash → (budget, step, seconds)
+        self._planned: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
+        self._last_progress = 0.0
+
+    def plan(self, trials: Sequence[TrialSpec]) -> None:
+        """The trials a round will run (their budgets count in the ETA until they start)."""
+        with self._lock:
+            for t in trials:
+                self._planned.setdefault(t.config_hash, budget_steps(t))
+
+    def started(self, trial_id: int, spec: TrialSpec) -> None:
+        row = self.ledger.trial(trial_id)
+        self.tracker.trial_started(self.exp_id, self.parent, row, _setter(self.ledger, trial_id))
+        with self._lock:
+            budget = self._planned.pop(spec.config_hash, None)
+            self._running[spec.config_hash] = (budget if budget is not None else budget_steps(spec), 0, 0.0)
+
+    def evaluated(self, trial_id: int, config_hash: str, evaluation: Evaluation) -> None:
+        self.tracker.trial_evaluated(config_hash, [evaluation])
+        with self._lock:
+            budget = self._running.get(config_hash, (evaluation.step, 0, 0.0))[0]
+            self._running[config_hash] = (budget, evaluation.step, evaluation.seconds)
+
+    def finished(self, trial_id: int, result: TrialResult) -> None:
+        row = self.ledger.finish_trial(trial_id, result)
+        matrices = None
+        if result.recurrent_matrix is not None:
+            v = result.input_matrix
+            matrices = {"W": result.recurrent_matrix.tolist(), "V": v.tolist() if v is not None else None}
+        self.tracker.log_trial(
+            self.exp_id, self.parent, row, self.criterion, matrices, _setter(self.ledger, trial_id)
+        )
+        with self._lock:
+            self._running.pop(row.config_hash, None)
+        self.progress()
+
+    def progress(self, force: bool = False) -> None:
+        """The parent run's live counts, at most every PROGRESS_INTERVAL seconds (or now: `force`)."""
+        now = time.monotonic()
+        if not force and now - self._last_progress < PROGRESS_INTERVAL:
+            return
+        self._last_progress = now
+        self.tracker.study_progress(
+            self.parent, success_table(self.ledger.trials(self.study_id), self.criterion)
+        )
+
+    def eta(self, unplanned: int = 0) -> float | None:
+        """Seconds left at the measured pace of the running trials (each one's steps per second,
+        summed): their remaining steps, the planned trials' budgets, and `unplanned` trials more (a
+        sampler's, not drawn yet) at the mean budget; None before a running trial has evaluated."""
+        with self._lock:
+            running = list(self._running.values())
+            planned = list(self._planned.values())
+        rate = sum(step / seconds for _, step, seconds in running if step and seconds > 0)
+        if rate <= 0:
+            return None
+        budgets = [b for b, _, _ in running] + planned
+        left = sum(max(b - step, 0) for b, step, _ in running) + sum(planned)
+        return (left + unplanned * (sum(budgets) / len(budgets))) / rate
+
+
+def budget_steps(spec: TrialSpec) -> int:
+    """A planned trial's budget in optimiser steps (its task says how many make an epoch)."""
+    from trainers.schedule import Schedule
+
+    return Schedule.of(spec.resolved.config, spec.resolved.make_task().train_size).budget
+
+
+def tracking_error(study_id: str, errors: Sequence[str]) -> str | None:
+    """The study's note about MLflow writes that failed (None when none did): the ledger holds every
+    result, and a sync rebuilds the runs from it."""
+    if not errors:
+        return None
+    return (
+        f"MLflow: {len(errors)} writes failed ({errors[0][:300]}); the ledger has every result — "
+        f"`memsweep sync {study_id}` (or the server, once MLflow answers) rebuilds the runs"
+    )
 
 
 def _setter(ledger: Ledger, trial_id: int) -> Callable[[str], None]:

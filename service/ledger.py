@@ -11,13 +11,15 @@ to this version's schema, a ledger written by an older memsweep included.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -37,9 +39,10 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from service.summary import repr_value
 from service.trial import TrialSpec, objective
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
@@ -47,8 +50,13 @@ from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
+log = logging.getLogger(__name__)
+
 STUDY_STATES = ("pending", "running", "done", "failed", "cancelled")
-TRIAL_STATES = ("pending", "running", "done", "failed", "pruned", "cancelled")
+#: error: the trial's worker, node or process died, and the retries did too (an infrastructure fault,
+#: not a result: never counted as a run that did not succeed; a later run of the study tries again)
+TRIAL_STATES = ("pending", "running", "done", "failed", "pruned", "cancelled", "error")
+#: the trials with a result (trained to the end, failed in training, or pruned by a scheduler)
 FINISHED = ("done", "failed", "pruned")
 
 
@@ -93,6 +101,7 @@ class Trial(Base):
     # the result (trainers.TrialResult), pending until the trial finishes
     status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     reason: Mapped[str | None] = mapped_column(Text, default=None)
+    traceback: Mapped[str | None] = mapped_column(Text, default=None)
     final_val_loss: Mapped[float | None] = mapped_column(Float, default=None)
     final_metric: Mapped[float | None] = mapped_column(Float, default=None)
     metric_name: Mapped[str | None] = mapped_column(String(64), default=None)
@@ -148,6 +157,39 @@ class IdempotencyKey(Base):
 TRIAL_SORTS = ("id", "final_val_loss", "seconds", "updated_at", "model")
 
 
+#: how long a ledger call waits for its database to come back (a restart, a failover) before it fails
+OUTAGE_PATIENCE = 120.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def outlasting(method: F) -> F:
+    """Retry a ledger call while its database is unreachable (PostgreSQL restarting, SQLite locked
+    past its timeout), up to OUTAGE_PATIENCE seconds, so that a database restart loses no result: the
+    engine's recording waits instead of failing. Each call is one transaction, written to be safe to
+    repeat (inserts check what exists)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + OUTAGE_PATIENCE
+        delay = 0.2
+        while True:
+            try:
+                return method(*args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "ledger: the database is unreachable (%s); retrying in %.1f s",
+                    str(exc).splitlines()[0],
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    return cast(F, wrapper)
+
+
 class Ledger:
     """Sessions over one database; every write goes through this class's methods."""
 
@@ -156,7 +198,8 @@ class Ledger:
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        self.engine: Engine = create_engine(url, **kwargs)
+        # pre-ping: a pooled connection the database dropped (a restart) is replaced before it is used
+        self.engine: Engine = create_engine(url, pool_pre_ping=True, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
         upgrade(self.engine)
@@ -168,24 +211,29 @@ class Ledger:
             yield s
 
     # ----- studies ---------------------------------------------------------------------------------
+    @outlasting
     def create_study(self, name: str, spec: dict[str, Any]) -> Study:
         study = Study(id=uuid.uuid4().hex[:12], name=name, spec=spec, state="pending")
         with self.session() as s:
             s.add(study)
         return study
 
+    @outlasting
     def get_study(self, study_id: str) -> Study | None:
         with self.session() as s:
             return s.get(Study, study_id)
 
+    @outlasting
     def list_studies(self) -> list[Study]:
         with self.session() as s:
             return list(s.scalars(select(Study).order_by(Study.created_at.desc())))
 
+    @outlasting
     def update_study(self, study_id: str, **fields: Any) -> None:
         self._update(Study, study_id, fields)
 
     # ----- trials ----------------------------------------------------------------------------------
+    @outlasting
     def add_trials(self, study_id: str, trials: Sequence[TrialSpec]) -> int:
         """Insert trials whose hash the study doesn't hold yet; reuse finished results of other
         studies. Returns how many were added."""
@@ -219,6 +267,7 @@ class Ledger:
                 added += 1
         return added
 
+    @outlasting
     def trials(self, study_id: str, statuses: Sequence[str] | None = None) -> list[Trial]:
         with self.session() as s:
             q = select(Trial).where(Trial.study_id == study_id)
@@ -226,6 +275,7 @@ class Ledger:
                 q = q.where(Trial.status.in_(statuses))
             return list(s.scalars(q.order_by(Trial.id)))
 
+    @outlasting
     def page_trials(
         self,
         study_id: str,
@@ -236,52 +286,56 @@ class Ledger:
         descending: bool = False,
         offset: int = 0,
         limit: int = 100,
+        models: Sequence[str] | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> tuple[int, list[Trial]]:
-        """(how many match, one page of them): filtered by status and by success under `criterion`,
-        sorted (empty values last)."""
+        """(how many match, one page of them): filtered by status, model, the point's values (`params`:
+        field → value as tables print it, e.g. {"lr": "0.001"}) and success under `criterion`, sorted
+        (empty values last)."""
         if sort not in TRIAL_SORTS:
             raise ValueError(f"sort {sort!r}: one of {', '.join(TRIAL_SORTS)}")
         where = [Trial.study_id == study_id]
         if statuses:
             where.append(Trial.status.in_(statuses))
+        if models:
+            where.append(Trial.model.in_(models))
         column = getattr(Trial, sort)
         order = [column.is_(None), column.desc() if descending else column.asc(), Trial.id]
         with self.session() as s:
-            if success is None:
+            if success is None and not params:
                 total = s.scalar(select(func.count()).select_from(Trial).where(*where)) or 0
                 rows = s.scalars(select(Trial).where(*where).order_by(*order).offset(offset).limit(limit))
                 return int(total), list(rows)
-            # success is judged by `Criterion.judge` (the one rule), on the few columns it reads
-            judged = s.execute(
+            # judged here, on the few columns the filters read: success by `Criterion.judge` (the one
+            # rule), the point's values as the success tables print them
+            light = s.execute(
                 select(
-                    Trial.id,
-                    Trial.status,
-                    Trial.final_val_loss,
-                    Trial.baseline_loss,
-                    Trial.reference_baselines,
-                )
-                .where(*where)
-                .order_by(*order)
-            )
-            ids = [
-                r.id
-                for r in judged
-                if (
-                    success
-                    and criterion.judge(r.status, r.final_val_loss, r.baseline_loss, r.reference_baselines)
-                )
-                or (
-                    not success
-                    and r.status in FINISHED
-                    and not criterion.judge(
-                        r.status, r.final_val_loss, r.baseline_loss, r.reference_baselines
-                    )
-                )
-            ]
+                    Trial.id, Trial.status, Trial.final_val_loss, Trial.baseline_loss,
+                    Trial.reference_baselines, Trial.params,
+                ).where(*where).order_by(*order)
+            )  # fmt: skip
+            ids = []
+            for r in light:
+                if params and any(repr_value(r.params.get(k)) != v for k, v in params.items()):
+                    continue
+                if success is not None:
+                    won = criterion.judge(r.status, r.final_val_loss, r.baseline_loss, r.reference_baselines)
+                    if won != success or (not success and r.status not in FINISHED):
+                        continue
+                ids.append(r.id)
             page = ids[offset : offset + limit]
             found = {t.id: t for t in s.scalars(select(Trial).where(Trial.id.in_(page)))} if page else {}
             return len(ids), [found[i] for i in page]
 
+    @outlasting
+    def trial(self, trial_id: int) -> Trial:
+        with self.session() as s:
+            row = s.get(Trial, trial_id)
+            if row is None:
+                raise KeyError(trial_id)
+            return row
+
+    @outlasting
     def update_trial(self, trial_id: int, **fields: Any) -> None:
         self._update(Trial, trial_id, fields)
 
@@ -293,6 +347,7 @@ class Ledger:
             for k, v in fields.items():
                 setattr(row, k, v)
 
+    @outlasting
     def start_trial(self, study_id: str, config_hash: str) -> int | None:
         """Mark a trial running (one more start); None when it is finished already."""
         with self.session() as s:
@@ -305,6 +360,7 @@ class Ledger:
             trial.runs = (trial.runs or 0) + 1
             return trial.id
 
+    @outlasting
     def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:
         """Record a trial's result and its trained matrices (its success is the study's to judge)."""
         with self.session() as s:
@@ -317,6 +373,7 @@ class Ledger:
                 trial.matrices = pack_matrices(result.recurrent_matrix, result.input_matrix)
             return trial
 
+    @outlasting
     def matrices(self, trial_id: int) -> dict[str, Any] | None:
         """A trial's trained {"W": [N][N], "V": [N][d] or None}, or None when it kept none."""
         with self.session() as s:
@@ -325,10 +382,15 @@ class Ledger:
 
     def cancel_trial(self, trial_id: int, reason: str, history: Sequence[Evaluation]) -> None:
         """A trial stopped with its study: cancelled, with the evaluations it made (it runs again on resume)."""
+        self.interrupt_trial(trial_id, "cancelled", reason, history)
+
+    def interrupt_trial(self, trial_id: int, status: str, reason: str, history: Sequence[Evaluation]) -> None:
+        """A trial that ended without a result: cancelled, back to pending (to run again), or error."""
         self.update_trial(
-            trial_id, status="cancelled", reason=reason, history=[e.to_dict() for e in history] or None
+            trial_id, status=status, reason=reason, history=[e.to_dict() for e in history] or None
         )
 
+    @outlasting
     def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, float]:
         """The objective of each of these trials that has a result already: finished in this study,
         or done in another (reused when the study adds it)."""
@@ -342,6 +404,7 @@ class Ledger:
                         out.setdefault(t.config_hash, objective(t.final_val_loss, t.baseline_loss, t.status))
         return out
 
+    @outlasting
     def counts(self, study_id: str, criterion: Criterion = HALF_BASELINE) -> dict[str, int]:
         """Trials per status, and how many succeeded under `criterion`."""
         out = dict.fromkeys(TRIAL_STATES, 0)
@@ -353,6 +416,7 @@ class Ledger:
         return out
 
     # ----- idempotency keys ------------------------------------------------------------------------
+    @outlasting
     def claim_key(self, key: str, request_hash: str) -> tuple[bool, IdempotencyKey]:
         """(True, row) when this call claimed the key; (False, the existing row) when it was taken."""
         try:
@@ -367,12 +431,14 @@ class Ledger:
                 return self.claim_key(key, request_hash)
             return False, existing
 
+    @outlasting
     def bind_key(self, key: str, study_id: str) -> None:
         with self.session() as s:
             row = s.get(IdempotencyKey, key)
             if row is not None:
                 row.study_id = study_id
 
+    @outlasting
     def release_key(self, key: str) -> None:
         with self.session() as s:
             row = s.get(IdempotencyKey, key)

@@ -7,11 +7,13 @@ initialiser and its scale, seed. Each member stays its own trial in the ledger, 
 every REST answer, and its numbers are bit for bit those of its solo run (tests/trainers/test_fused.py),
 so packing changes the speed of a study, never its results or its config hashes.
 
-Bundle size, unless the spec fixes `bundle_size`: as large as `MAX_BUNDLE` (larger bundles are
-faster per trial: `benchmarks/fused.py`, figures in the README), but small enough that every concurrency slot gets a
+Bundle size, unless the spec fixes `bundle_size`: small enough that every concurrency slot gets a
 bundle (a 2-slot study of 8 trials runs two bundles of 4, not one of 8 and an idle core) and that a
 bundle's working memory — the recurrence's saved states for a training batch, its gradients and
-the optimiser state — fits in its share of the device's memory.
+the optimiser state — fits in its share of the memory of the device it trains on, as measured on a
+node that runs the study's units (`service.ray_tune.unit_memory`); on the CPU also at most
+`MAX_BUNDLE` (beyond it a bundle gains little per trial there: `benchmarks/fused.py`, figures in the
+README), on a GPU as large as its memory allows (a bundle replaces kernel launches there).
 """
 
 from __future__ import annotations
@@ -46,22 +48,30 @@ def member_bytes(resolved: trainers.Resolved) -> int:
     return 4 * (activations + 4 * params)
 
 
+def unit_share(free_bytes: int, units_at_once: float) -> int:
+    """Bytes one unit may plan to use: `MEMORY_SHARE` of the device's free memory, split among the
+    units that train on it at once (a node's CPUs / a unit's CPUs; 1 / a unit's GPU fraction)."""
+    return int(MEMORY_SHARE * free_bytes / max(units_at_once, 1.0))
+
+
 def memory_per_slot(device: str, slots: int, gpus_per_unit: float) -> int:
-    """Bytes a unit may plan to use on its device."""
+    """Bytes a unit may plan to use when no node was asked (`unit_share` of this machine's memory,
+    or of an assumed GPU's)."""
     if device == "cuda":
-        return int(MEMORY_SHARE * ASSUMED_GPU_BYTES * max(gpus_per_unit, 0.0))
+        return unit_share(ASSUMED_GPU_BYTES, 1.0 / gpus_per_unit if gpus_per_unit > 0 else 1.0)
     try:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):  # not on Linux: assume a modest machine
         available = 4 * 2**30
-    return int(MEMORY_SHARE * available / max(slots, 1))
+    return unit_share(available, slots)
 
 
-def bundle_size(n: int, slots: int, per_member: int, memory: int, cap: int = MAX_BUNDLE) -> int:
-    """Members per bundle for a group of n fusable trials."""
+def bundle_size(n: int, slots: int, per_member: int, memory: int, cap: int | None = MAX_BUNDLE) -> int:
+    """Members per bundle for a group of n fusable trials: every slot a bundle, within the memory,
+    at most `cap` (None: no cap, a GPU's)."""
     by_slots = math.ceil(n / max(slots, 1))
     by_memory = max(1, memory // max(per_member, 1))
-    return max(1, min(cap, by_slots, by_memory))
+    return max(1, min(cap or by_slots, by_slots, by_memory))
 
 
 def pack(
@@ -72,8 +82,10 @@ def pack(
     size: int | None = None,
     device: str = "cpu",
     gpus_per_unit: float = 0.0,
+    memory: int | None = None,
 ) -> list[Unit]:
     """The trials as units: fusable trials in bundles, the rest one per unit; every trial exactly once.
+    `memory`: the bytes a unit may use, measured where it trains (default: `memory_per_slot`).
 
     The size comes from the whole fusable group; bundles are then cut per initialiser (the
     orthogonal initialiser's W has another memory layout and would train as its own sub-bundle,
@@ -89,9 +101,10 @@ def pack(
         else:
             groups.setdefault(key, []).append(trial)
     units: list[Unit] = []
-    memory = memory_per_slot(device, slots, gpus_per_unit)
+    memory = memory if memory is not None else memory_per_slot(device, slots, gpus_per_unit)
+    cap = MAX_BUNDLE if device == "cpu" else None
     for members in groups.values():
-        k = size or bundle_size(len(members), slots, member_bytes(members[0].resolved), memory)
+        k = size or bundle_size(len(members), slots, member_bytes(members[0].resolved), memory, cap)
         by_init: dict[str, list[TrialSpec]] = {}
         for trial in sorted(members, key=lambda t: _order(t.params)):
             by_init.setdefault(str(trial.resolved.config.cell_params.get("init")), []).append(trial)

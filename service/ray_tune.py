@@ -17,7 +17,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ray.tune import Callback, Stopper
 from ray.tune.search import Searcher
@@ -28,7 +28,7 @@ from service.ledger import Ledger
 from service.packing import bundle
 from service.search import point_trials, suggested_point
 from service.settings import Settings
-from service.trial import Evaluated, Event, Finished, Unit, objective
+from service.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,57 @@ def ensure_ray(settings: Settings) -> None:
             address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False,
             runtime_env=workers,
         )  # fmt: skip
+
+
+def unplaceable(resources: Mapping[str, float]) -> str | None:
+    """Why no node of the (running) Ray cluster can take a Ray trial asking these resources, naming
+    what the nodes have; None when one can. A request no node can satisfy would wait forever."""
+    import ray
+
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    wanted = {"CPU": float(resources.get("cpu", 0.0)), "GPU": float(resources.get("gpu", 0.0))}
+    if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
+        return None
+    have = ", ".join(
+        sorted({f"{node.get('CPU', 0.0):g} CPUs and {node.get('GPU', 0.0):g} GPUs" for node in nodes})
+    )
+    return (
+        f"no node of the Ray cluster can run a trial asking {wanted['CPU']:g} CPUs and {wanted['GPU']:g} GPUs "
+        f"(its {len(nodes)} nodes have: {have or 'nothing'}); ask for less in `resources`, or add a node that "
+        "has them (`ray start --address … --num-gpus …`)"
+    )
+
+
+def _device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
+    """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
+    given, or of the node's free memory among the units its CPUs take at once."""
+    import torch
+
+    from service.packing import unit_share
+
+    if torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        return "cuda", unit_share(free, 1.0 / gpus_per_unit if gpus_per_unit > 0 else 1.0)
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return "cpu", unit_share(available, (os.cpu_count() or 1) / max(cpus_per_unit, 1.0))
+
+
+def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[str, int] | None:
+    """(device kind, bytes) a unit of the study may use, measured on a node that would run it (a
+    task with the study's resources; a cluster's nodes are not the driver's machine); None when no
+    node answered within `timeout` (the packer then falls back on its assumptions)."""
+    import ray
+
+    cpus, gpus = float(resources.get("cpu", 1.0)), float(resources.get("gpu", 0.0))
+    probe = ray.remote(_device_on_this_node).options(num_cpus=cpus, num_gpus=gpus)
+    ref = probe.remote(gpus, cpus)
+    try:
+        kind, share = ray.get(ref, timeout=timeout)
+    except Exception as exc:  # busy or unreachable: the fallback is safe, only less exact
+        log.warning("could not measure a node's memory (%s); bundle sizes use the defaults", exc)
+        ray.cancel(ref, force=True)
+        return None
+    return str(kind), int(share)
 
 
 # ----- the worker ----------------------------------------------------------------------------------
@@ -166,21 +217,40 @@ class CancelStopper(Stopper):
         self.event = threading.Event()
 
 
-#: what the driver does with a finished member: record it (ledger, then MLflow)
-Record = Callable[[int, trainers.TrialResult], None]
+class Recorder(Protocol):
+    """What the driver does with a trial as it runs: record it in the ledger and MLflow."""
+
+    def started(self, trial_id: int, spec: TrialSpec) -> None: ...
+
+    def evaluated(self, trial_id: int, config_hash: str, evaluation: trainers.Evaluation) -> None: ...
+
+    def finished(self, trial_id: int, result: trainers.TrialResult) -> None: ...
 
 
 class LedgerCallback(Callback):
-    """Runs in the driver: turns the workers' reports into ledger rows and MLflow child runs."""
+    """Runs in the driver: turns the workers' reports into ledger rows and MLflow child runs.
+
+    A Ray trial that errs (its worker, node or process died) or ends before its members reported is
+    an infrastructure fault, not a result: its unfinished members go back to `pending` for the next
+    round (`requeued`), up to `attempts` starts in this run, and only then end as `error`."""
 
     def __init__(
-        self, ledger: Ledger, study_id: str, record: Record, cancel: threading.Event, sampled: bool
+        self,
+        ledger: Ledger,
+        study_id: str,
+        record: Recorder,
+        cancel: threading.Event,
+        sampled: bool,
+        attempts: int = 3,
     ) -> None:
         self.ledger, self.study_id, self.record, self.cancel = ledger, study_id, record, cancel
         self.sampled = sampled  # sampled points get their ledger rows as they start
+        self.attempts = attempts
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
         self.open: dict[str, set[str]] = {}  # Ray trial id → members not yet finished
         self.history: dict[str, list[trainers.Evaluation]] = {}
+        self.starts: dict[str, int] = {}  # config hash → starts in this run
+        self.requeued = 0  # members sent back to pending since the last round began
 
     def __getstate__(self) -> dict[str, Any]:
         return {}  # see CancelStopper.__getstate__: the driver keeps the live object, restore is not used
@@ -196,7 +266,9 @@ class LedgerCallback(Callback):
                 continue
             self.ids[m.config_hash] = row_id
             self.history[m.config_hash] = []
+            self.starts[m.config_hash] = self.starts.get(m.config_hash, 0) + 1
             todo.add(m.config_hash)
+            self.record.started(row_id, m)
         self.open[trial.trial_id] = todo
 
     def on_trial_result(
@@ -210,30 +282,36 @@ class LedgerCallback(Callback):
                 continue
             if isinstance(event, Evaluated):
                 self.history[key].append(event.evaluation)
+                self.record.evaluated(self.ids[key], key, event.evaluation)
             else:
                 self._finish(trial.trial_id, key, event.result)
 
     def _finish(self, ray_trial_id: str, key: str, result: trainers.TrialResult) -> None:
         self.history.pop(key, None)
-        self.record(self.ids[key], result)
+        self.record.finished(self.ids[key], result)
         self.open.get(ray_trial_id, set()).discard(key)
 
     def _close(self, ray_trial_id: str, how: str, reason: str) -> None:
-        """The members a Ray trial left unfinished: cancelled, pruned (by the scheduler) or failed."""
+        """The members a Ray trial left unfinished: cancelled (with the study), pruned (by the
+        scheduler), or interrupted by an infrastructure fault (pending again, or error)."""
         for key in sorted(self.open.get(ray_trial_id, set())):
             history = self.history.pop(key, [])
-            if how == "cancelled":
-                self.ledger.cancel_trial(self.ids[key], reason, history)
-                continue
             last = history[-1] if history else None
-            if how == "pruned" and last is None:  # stopped before its first evaluation
+            if how == "cancelled" or (how == "pruned" and last is None):  # pruned before its first evaluation
                 self.ledger.cancel_trial(self.ids[key], reason, history)
-                continue
-            result = trainers.TrialResult(
-                status="pruned" if how == "pruned" else "failed", reason=reason, history=history,
-                final_val_loss=last.val_loss if last else None, steps=last.step if last else 0,
-            )  # fmt: skip
-            self._finish(ray_trial_id, key, result)
+            elif how == "pruned":
+                result = trainers.TrialResult(
+                    status="pruned", reason=reason, history=history, final_val_loss=last.val_loss if last else None,
+                    steps=last.step if last else 0,
+                )  # fmt: skip
+                self._finish(ray_trial_id, key, result)
+            elif self.starts.get(key, 0) < self.attempts:
+                note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"
+                self.ledger.interrupt_trial(self.ids[key], "pending", note, [])
+                self.requeued += 1
+            else:
+                note = f"{reason} (after {self.attempts} attempts: an infrastructure fault, not a result)"
+                self.ledger.interrupt_trial(self.ids[key], "error", note, history)
         self.open.pop(ray_trial_id, None)
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -243,16 +321,27 @@ class LedgerCallback(Callback):
             self._close(trial.trial_id, "pruned", "stopped early by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        error = ""
-        try:
-            error = str(trial.get_error())[-2000:]
-        except Exception:  # the error text is best effort
-            error = "the Ray trial raised"
-        self._close(trial.trial_id, "failed", f"Ray trial error: {error}")
+        self._close(trial.trial_id, "interrupted", f"its Ray worker failed: {error_summary(trial)}")
 
     def close_unfinished(self, how: str, reason: str) -> None:
         for ray_trial_id in list(self.open):
             self._close(ray_trial_id, how, reason)
+
+
+def error_summary(trial: Any) -> str:
+    """One line a person can read from a Ray trial's error (the whole traceback is in Ray's logs)."""
+    try:
+        error = trial.get_error()
+    except Exception:  # the error text is best effort
+        return "no error text from Ray"
+    if error is None:
+        return "the worker process or its node died"
+    text = str(error).strip().splitlines()
+    cause = next(
+        (line for line in reversed(text) if line.strip() and not line.startswith(" ")),
+        text[-1] if text else "",
+    )
+    return f"{type(error).__name__}: {cause.strip()[:300]}"
 
 
 class UnitSearcher(Searcher):
@@ -365,5 +454,5 @@ def tune_units(
     )
     tuner.fit()
     callback.close_unfinished(
-        "cancelled" if cancel.is_set() else "failed", "the Ray trial ended before this member reported"
+        "cancelled" if cancel.is_set() else "interrupted", "its Ray trial ended before this member reported"
     )

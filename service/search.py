@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
-from service.spec import StudyError, StudySpec
+from service.spec import DEFAULT_MODEL, StudyError, StudySpec
 from service.trial import TrialSpec, objective
 
 if TYPE_CHECKING:
@@ -37,6 +37,20 @@ def execution(spec: StudySpec) -> dict[str, Any]:
     return {"threads": max(1, int(spec.resources.cpus))}
 
 
+#: the fields that make an arm of a study (a model) when a space's single unnamed model varies them
+ARM_FIELDS = ("cell", "init")
+
+
+def arm(model: Model, point: Mapping[str, Any]) -> str:
+    """The model a trial belongs to: the space's model, or — for the one unnamed model of a
+    `space: {dims: …}` shorthand — the cell and initialiser it varies (so a sampled study that draws
+    `init` keeps chain and orthogonal apart in its success table)."""
+    if model.name != DEFAULT_MODEL:
+        return model.name
+    parts = [str(point[k]) for k in ARM_FIELDS if k in model.dims and k in point]
+    return "-".join(parts) or model.name
+
+
 def point_trials(
     space: SearchSpace, model: Model, point: Mapping[str, Any], settings: Mapping[str, Any]
 ) -> list[TrialSpec]:
@@ -45,28 +59,52 @@ def point_trials(
     trials = []
     for seed in space.seeds:
         resolved = materialize({**space.base, **model.fixed, **point, **settings, "seed": seed})
-        trials.append(TrialSpec.of(model.name, {**varied, "seed": seed}, resolved))
+        trials.append(TrialSpec.of(arm(model, point), {**varied, "seed": seed}, resolved))
     return trials
 
 
 def grid_trials(space: SearchSpace, settings: Mapping[str, Any]) -> list[TrialSpec]:
-    """Every grid point × seed of the space, in order (models, then points, then seeds)."""
-    return [
+    """Every grid point × seed of the space, in order (models, then points, then seeds), each
+    resolved and checked (`check_trials`): a grid a study accepts is one the trainers will run."""
+    trials = [
         t
         for model in space.models
         for point in model.grid()
         for t in point_trials(space, model, point, settings)
     ]
+    check_trials(trials)
+    return trials
 
 
 def check_space(space: SearchSpace) -> None:
-    """Every model's first setting must resolve through the trainers (names, values, ranges)."""
+    """Every value a sampler may draw must make a trial the trainers accept: each model's first
+    point, then each value of each dimension (both ends of a range) with the other dimensions at
+    their first value — names, types, ranges, and what the task itself checks (`check_trials`)."""
     for model in space.models:
-        point = {k: d.values[0] if isinstance(d, Values) else d.low for k, d in model.dims.items()}
-        try:
-            point_trials(space, model, point, {})
-        except (ValueError, KeyError) as exc:
-            raise StudyError(f"model {model.name!r}: {exc}") from None
+        first = {k: d.values[0] if isinstance(d, Values) else d.low for k, d in model.dims.items()}
+        points = [first]
+        for key, dim in model.dims.items():
+            ends = dim.values[1:] if isinstance(dim, Values) else (dim.high,)
+            points += [{**first, key: value} for value in ends]
+        for point in points:
+            try:
+                check_trials(point_trials(space, model, point, {}))
+            except (ValueError, KeyError) as exc:
+                where = ", ".join(f"{k}={v!r}" for k, v in point.items() if k in model.dims)
+                raise StudyError(
+                    f"model {model.name!r}" + (f" at {where}" if where else "") + f": {exc}"
+                ) from None
+
+
+def check_trials(trials: Iterable[TrialSpec]) -> None:
+    """What resolving cannot see: each distinct task config is built once (its own checks, e.g. a
+    copy sequence too short for its layout; no data is read)."""
+    seen = set()
+    for t in trials:
+        key = (t.resolved.config.task, repr(sorted(t.resolved.config.task_params.items())))
+        if key not in seen:
+            seen.add(key)
+            t.resolved.make_task()
 
 
 # ----- model-based samplers ---------------------------------------------------------------------------
@@ -118,7 +156,8 @@ def optuna_search(spec: StudySpec, space: SearchSpace, finished: Iterable[Trial]
     # warm start: one evaluated point per finished (model, params) with the seed-averaged objective
     points: dict[tuple[Any, ...], list[float]] = {}
     for t in finished:
-        key = (t.model, tuple(sorted((k, v) for k, v in t.params.items() if k != "seed")))
+        model = t.model if t.model in models else next(iter(models))  # an `arm` of the one unnamed model
+        key = (model, tuple(sorted((k, v) for k, v in t.params.items() if k != "seed")))
         points.setdefault(key, []).append(objective(t.final_val_loss, t.baseline_loss, t.status))
     evaluated = [
         ({**({"model": m} if len(models) > 1 else {}), **{f"{m}.{k}": v for k, v in params}}, sum(v) / len(v))

@@ -32,6 +32,12 @@ class Settings(BaseSettings):
         default=None, description="MLflow as users' browsers reach it, for links (default: the tracking URI)"
     )
     max_grid_size: int = Field(default=50_000, description="largest number of trials one study may hold")
+    trial_attempts: int = Field(
+        default=3,
+        ge=1,
+        description="starts of a trial in one run of its study before an infrastructure fault (its worker, "
+        "node or process died) leaves it as error",
+    )
 
     # ----- the REST service (`memsweep serve`) and its clients -------------------------------------
     host: str = Field(default="127.0.0.1", description="address `memsweep serve` binds")

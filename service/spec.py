@@ -6,6 +6,7 @@ turns it into trials.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,10 @@ from search_spaces import Model, SearchSpace, SpaceError, dim_from_dict, get_pre
 from trainers.criterion import Criterion
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
+
+
+#: the name of a `space: {dims: …}` shorthand's one model
+DEFAULT_MODEL = "default"
 
 
 class StudyError(ValueError):
@@ -81,7 +86,12 @@ class StudySpec(BaseModel):
         },
     )
 
-    name: str | None = Field(default=None, description="a label for people; ids are generated")
+    name: str | None = Field(
+        default=None,
+        max_length=120,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="a label for people (printable, at most 120 characters); ids are generated",
+    )
     preset: str | None = Field(default=None, description="a paper's grid, see `memsweep presets`")
     space: SpaceSpec | None = Field(default=None, description="an explicit space")
     base: dict[str, Any] = Field(default_factory=dict, description="trial settings applied to every trial")
@@ -147,6 +157,24 @@ class StudySpec(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _finite(self) -> StudySpec:
+        """A NaN or an infinity anywhere in the settings is refused by its path (JSON would store it
+        as null, and the trial would fail later)."""
+        where = {"base": self.base, "dims": self.dims}
+        if self.space is not None:
+            where["space.dims"] = self.space.dims
+            for name, m in self.space.models.items():
+                where[f"space.models.{name}.fixed"] = m.fixed
+                where[f"space.models.{name}.dims"] = m.dims
+        for path, value in where.items():
+            bad = _non_finite(value, path)
+            if bad:
+                raise ValueError(
+                    f"{bad} is not a finite number; give a finite value (NaN and infinities are refused)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _has_a_space(self) -> StudySpec:
         if self.preset is None and self.space is None:
             raise ValueError("give a `preset` (see `memsweep presets`) or an explicit `space` with `dims`")
@@ -184,7 +212,7 @@ class StudySpec(BaseModel):
             if self.space.dims:
                 models.append(
                     Model(
-                        "default",
+                        DEFAULT_MODEL,
                         {},
                         {k: dim_from_dict(v, f"space.dims.{k}") for k, v in self.space.dims.items()},
                     )
@@ -204,6 +232,23 @@ class StudySpec(BaseModel):
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
         return space.with_overrides(base=self.base, seeds=self.seeds, dims=dims or None, models=self.models)
+
+
+def _non_finite(value: Any, path: str) -> str | None:
+    """The path of the first NaN or infinity in a JSON-like value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _non_finite(v, f"{path}.{k}")
+            if found:
+                return found
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _non_finite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def load_spec(path: str | Path) -> StudySpec:

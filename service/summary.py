@@ -66,14 +66,17 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
 
 
 def _cell(trials: Sequence[TrialLike], criterion: Criterion, at_step: int | None = None) -> dict[str, Any]:
-    n = len(trials)
-    finished = sum(t.status in FINISHED for t in trials)
-    k = sum(is_success(t, criterion, at_step) for t in trials)
+    """Counts of one group. A trial in `error` (its worker, node or process died: an infrastructure
+    fault) is no run: it is counted apart, never as a run that did not succeed."""
+    runs = [t for t in trials if t.status != "error"]
+    n = len(runs)
+    k = sum(is_success(t, criterion, at_step) for t in runs)
     lo, hi = wilson_interval(k, n)
     return {
         "trials": n,
-        "finished": finished,
-        "failed": sum(t.status == "failed" for t in trials),
+        "finished": sum(t.status in FINISHED for t in runs),
+        "failed": sum(t.status == "failed" for t in runs),
+        "errors": len(trials) - n,
         "succeeded": k,
         "rate": k / n if n else 0.0,
         "ci95": [lo, hi],

@@ -9,6 +9,7 @@ server on loopback (SQLite backend store, artifacts on disk) when no tracking UR
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -16,8 +17,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -27,6 +29,7 @@ import httpx
 if TYPE_CHECKING:
     from service.ledger import Trial
     from trainers.criterion import Criterion
+    from trainers.result import Evaluation
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,19 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def curve_metrics(evaluations: Sequence[Evaluation]) -> list[Any]:
+    """A trial's evaluations as MLflow metrics: val_loss, train_loss and metric, each at its step."""
+    from mlflow.entities import Metric
+
+    ts = int(time.time() * 1000)
+    return [
+        Metric(key, float(value), ts, int(e.step))
+        for e in evaluations
+        for key, value in (("val_loss", e.val_loss), ("train_loss", e.train_loss), ("metric", e.metric))
+        if value is not None
+    ]
+
+
 def criterion_slug(criterion: dict[str, Any]) -> str:
     """A criterion as a metric-name part: `0.5x_arjovsky`, `loss_lt_0.02`."""
     if criterion.get("threshold") is not None:
@@ -160,8 +176,12 @@ class Tracker:
         self.client = MlflowClient(tracking_uri)
         self.experiment_name = experiment
         self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="mlflow-writer")
+        self._lock = threading.Lock()
         self._pending: list[Future[Any]] = []
         self._errors: list[str] = []
+        self._lanes: dict[str, collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]]] = {}
+        self._runs: dict[str, tuple[str, str]] = {}  # config hash → (live child run id, its artifact URI)
+        self._curves: dict[str, list[Evaluation]] = {}  # config hash → evaluations not yet written
 
     # ----- synchronous setup ---------------------------------------------------------------------
     def experiment_id(self) -> str:
@@ -177,9 +197,10 @@ class Tracker:
     def start_study(
         self, study_id: str, name: str, spec: dict[str, Any], parent_run_id: str | None
     ) -> tuple[str, str]:
-        """(experiment id, parent run id); an existing parent run is reopened (resume)."""
+        """(experiment id, parent run id); an existing parent run is reopened (resume), a lost one
+        (MLflow's store was reset, or the run deleted) made again."""
         exp_id = self.experiment_id()
-        if parent_run_id:
+        if parent_run_id and self.run_status(parent_run_id) not in (None, "DELETED"):
             self.client.update_run(parent_run_id, status="RUNNING")
             return exp_id, parent_run_id
         run = self.client.create_run(
@@ -194,22 +215,101 @@ class Tracker:
             self.client.log_batch(run.info.run_id, params=batch.params)
         return exp_id, run.info.run_id
 
-    # ----- queued writes -------------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        def guarded() -> None:
-            try:
-                fn(*args)
-            except Exception as exc:  # tracking problems never take a study down
-                log.warning("MLflow write failed: %s", exc)
-                self._errors.append(f"{type(exc).__name__}: {exc}")
+    def run_status(self, run_id: str) -> str | None:
+        """A run's status (RUNNING, FINISHED, FAILED, KILLED, or DELETED); None when MLflow has no such run."""
+        from mlflow.exceptions import MlflowException
 
-        self._pending.append(self._pool.submit(guarded))
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException as exc:
+            if "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code) or "not found" in str(exc).lower():
+                return None
+            raise
+        return "DELETED" if run.info.lifecycle_stage == "deleted" else str(run.info.status)
+
+    def child_statuses(self, experiment_id: str, parent_run_id: str) -> dict[str, str]:
+        """Every child run of the parent: run id → status."""
+        from mlflow.entities import ViewType
+
+        out: dict[str, str] = {}
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+                run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token,
+            )  # fmt: skip
+            out.update({r.info.run_id: str(r.info.status) for r in page})
+            token = page.token
+            if not token:
+                return out
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete a run (and forget it, if it was a live child run of this tracker)."""
+        self.client.delete_run(run_id)
+        with self._lock:
+            self._runs = {k: v for k, v in self._runs.items() if v[0] != run_id}
+
+    # ----- queued writes -------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], *args: Any, lane: str | None = None) -> None:
+        """Queue a write. The writes of one lane (a trial's child run) go one after another, in order;
+        different lanes, and writes without one, go in parallel on the writer threads."""
+        with self._lock:
+            if lane is None:
+                self._pending.append(self._pool.submit(self._guarded, fn, args))
+                return
+            queue = self._lanes.setdefault(lane, collections.deque())
+            queue.append((fn, args))
+            if len(queue) == 1:  # no drain of this lane is under way: start one
+                self._pending.append(self._pool.submit(self._drain, lane))
+
+    def _drain(self, lane: str) -> None:
+        while True:
+            with self._lock:
+                fn, args = self._lanes[lane][0]
+            self._guarded(fn, args)
+            with self._lock:
+                queue = self._lanes[lane]
+                queue.popleft()
+                if not queue:
+                    del self._lanes[lane]
+                    return
+
+    def _guarded(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # tracking problems never take a study down (a sync repairs them)
+            log.warning("MLflow write failed: %s", exc)
+            self._errors.append(f"{type(exc).__name__}: {exc}")
 
     def flush(self) -> list[str]:
-        for f in self._pending:
-            f.result()
-        self._pending.clear()
-        return self._errors
+        """Wait for every queued write; the errors so far."""
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            if not pending:
+                return self._errors
+            for f in pending:
+                f.result()
+
+    # ----- a trial's child run: made when it starts, its curves as they come, finished with it -------
+    def trial_started(
+        self, experiment_id: str, parent_run_id: str, trial: Trial, on_run_id: Callable[[str], None]
+    ) -> None:
+        """The child run of a trial that starts training: its params and tags now (the UI lists it at
+        once), its evaluations as they come (`trial_evaluated`)."""
+        self.submit(
+            self._create_child, experiment_id, parent_run_id, trial, on_run_id, lane=trial.config_hash
+        )
+
+    def trial_evaluated(self, config_hash: str, evaluations: Sequence[Evaluation]) -> None:
+        """Evaluations of a training trial: written in the order they came, batched (one request takes
+        every evaluation buffered by the time it runs)."""
+        with self._lock:
+            buffer = self._curves.setdefault(config_hash, [])
+            first = not buffer
+            buffer.extend(evaluations)
+        if first:
+            self.submit(self._log_curve, config_hash, lane=config_hash)
 
     def log_trial(
         self,
@@ -220,20 +320,18 @@ class Tracker:
         matrices: dict[str, Any] | None,
         on_run_id: Callable[[str], None],
     ) -> None:
-        """A child run for a finished trial, its success judged under the study's `criterion`;
-        `matrices`: the trained {"W": [N][N], "V": [N][d] or None}."""
-        self.submit(self._log_trial, experiment_id, parent_run_id, trial, criterion, matrices, on_run_id)
+        """A finished trial's child run complete: its final metrics (success judged under the study's
+        `criterion`), tags and artifacts (`matrices`: the trained {"W": [N][N], "V": [N][d] or None}),
+        then terminated; made whole when the trial had none (reused, or rebuilt by a sync)."""
+        self.submit(
+            self._finish_child, experiment_id, parent_run_id, trial, criterion, matrices, on_run_id,
+            lane=trial.config_hash,
+        )  # fmt: skip
 
-    def _log_trial(
-        self,
-        experiment_id: str,
-        parent_run_id: str,
-        trial: Trial,
-        criterion: Criterion,
-        matrices: dict[str, Any] | None,
-        on_run_id: Callable[[str], None],
+    def _create_child(
+        self, experiment_id: str, parent_run_id: str, trial: Trial, on_run_id: Callable[[str], None]
     ) -> None:
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Param
 
         params_label = " ".join(f"{k}={v}" for k, v in trial.params.items())
         run = self.client.create_run(
@@ -244,56 +342,110 @@ class Tracker:
                 "memsweep.study_id": trial.study_id,
                 "memsweep.config_hash": trial.config_hash,
                 "memsweep.model": trial.model,
-                "memsweep.status": trial.status,
-                **({"memsweep.node": trial.node} if trial.node else {}),
-                **({"memsweep.device": trial.device} if trial.device else {}),
+                "memsweep.status": "running",
             },
         )
-        run_id = run.info.run_id
-        ts = int(time.time() * 1000)
+        run_id = str(run.info.run_id)
+        with self._lock:
+            self._runs[trial.config_hash] = (run_id, str(run.info.artifact_uri))
+        on_run_id(run_id)  # at once: a run left incomplete by an outage is found and made again by a sync
+        params = [
+            Param(k, v)
+            for k, v in flatten({"model": trial.model, **trial.params, "config": trial.config}).items()
+        ]
+        for batch in batches(params, [], []):
+            self.client.log_batch(run_id, params=batch.params)
+
+    def _log_curve(self, config_hash: str) -> None:
+        with self._lock:
+            evaluations = self._curves.pop(config_hash, [])
+            run = self._runs.get(config_hash)
+        if run is None or not evaluations:  # its run could not be made: the end of the study rebuilds it
+            return
+        for batch in batches([], curve_metrics(evaluations), []):
+            self.client.log_batch(run[0], metrics=batch.metrics)
+
+    def _finish_child(
+        self,
+        experiment_id: str,
+        parent_run_id: str,
+        trial: Trial,
+        criterion: Criterion,
+        matrices: dict[str, Any] | None,
+        on_run_id: Callable[[str], None],
+    ) -> None:
+        from mlflow.entities import Metric, RunTag
+
         result = trial.result()
-        metrics: list[Metric] = []
-        for e in result.history:
-            for key in ("val_loss", "train_loss", "metric"):
-                value = getattr(e, key)
-                if value is not None:
-                    metrics.append(Metric(key, float(value), ts, int(e.step)))
+        with self._lock:
+            streamed = self._runs.pop(trial.config_hash, None)
+            unsent = self._curves.pop(trial.config_hash, [])
+        if streamed is None:  # no live run (reused, or rebuilt by a sync): the whole curve now
+            self._create_child(experiment_id, parent_run_id, trial, on_run_id)
+            with self._lock:
+                run_id, artifact_uri = self._runs.pop(trial.config_hash)
+            unsent = list(result.history)
+        else:
+            run_id, artifact_uri = streamed
+        ts = int(time.time() * 1000)
         # the result's scalar fields, under their own names (booleans as 0/1)
         judged = {
             "success": trial.succeeded(criterion),
             "success_threshold": criterion.threshold_for(trial.baseline_loss, trial.reference_baselines),
         }
-        metrics += [
+        metrics = curve_metrics(unsent) + [
             Metric(name, float(value), ts, 0)
             for name, value in {**result.to_dict(history=False), **judged}.items()
             if isinstance(value, (int, float)) and name in METRIC_FIELDS
         ]
-        params = [
-            Param(k, v)
-            for k, v in flatten({"model": trial.model, **trial.params, "config": trial.config}).items()
-        ]
-        tags = [RunTag("memsweep.reason", (trial.reason or "")[:4000])] if trial.reason else []
-        for batch in batches(params, metrics, tags):
-            self.client.log_batch(run_id, metrics=batch.metrics, params=batch.params, tags=batch.tags)
+        tags = [RunTag("memsweep.status", trial.status)]
+        tags += [RunTag(f"memsweep.{k}", v) for k, v in (("node", trial.node), ("device", trial.device)) if v]
+        if trial.reason:
+            tags.append(RunTag("memsweep.reason", trial.reason[:4000]))
+        for batch in batches([], metrics, tags):
+            self.client.log_batch(run_id, metrics=batch.metrics, tags=batch.tags)
+        if trial.traceback:
+            self._log_text(artifact_uri, trial.traceback, "traceback.txt")
         if matrices is not None and matrices.get("W") is not None:
             # straight to the run's artifact repository: MlflowClient.log_dict would first ask the
             # server for the run again, only to learn the artifact URI create_run already gave
             self._log_json(
-                run.info.artifact_uri,
+                artifact_uri,
                 {**matrices, "convention": "W_ij: from unit j to unit i; V_ij: from input j to unit i"},
                 "recurrent_matrix.json",
             )
         status = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}.get(trial.status, "FINISHED")
         self.client.set_terminated(run_id, status=status)
-        on_run_id(run_id)
+
+    # ----- the parent run's live counts ------------------------------------------------------------
+    def study_progress(self, parent_run_id: str, table: dict[str, Any]) -> None:
+        """The parent run's counts as the study goes (a success table): trials, finished, succeeded,
+        failed and per model success_count.<model>, each a new point of its metric."""
+        self.submit(self._log_progress, parent_run_id, table)
+
+    def _log_progress(self, parent_run_id: str, table: dict[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        total = table["total"]
+        metrics = [Metric(k, float(total[k]), ts, 0) for k in ("trials", "finished", "succeeded", "failed")]
+        metrics += [
+            Metric(f"success_count.{model}", float(cell["succeeded"]), ts, 0)
+            for model, cell in table["by_model"].items()
+        ]
+        for batch in batches([], metrics, []):
+            self.client.log_batch(parent_run_id, metrics=batch.metrics)
 
     def _log_json(self, artifact_uri: str, data: Any, name: str) -> None:
+        self._log_text(artifact_uri, json.dumps(data), name)
+
+    def _log_text(self, artifact_uri: str, text: str, name: str) -> None:
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
         repo = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
-            path.write_text(json.dumps(data))
+            path.write_text(text)
             repo.log_artifact(str(path))  # type: ignore[no-untyped-call]
 
     def log_summary(

@@ -42,7 +42,7 @@ from trainers.config import Resolved, TrainConfig, resolve
 from trainers.kernels import Workspace, fused_elman_rnn
 from trainers.loop import (
     ValidationSums,
-    failure_reason,
+    fail,
     keep_network,
     record_task,
     resolve_device,
@@ -325,19 +325,21 @@ def train_fused(
     try:
         groups = _layout_groups(_members(resolved, results, report))
     except Exception as exc:  # a bundle never takes its caller down
-        _fail_unfinished(results, [], failure_reason(exc), started)
+        _fail_unfinished(results, [], exc, started)
     for group in groups:
         try:
             _run(group, started)
         except Exception as exc:  # this group's unfinished members fail; the next group still runs
-            _fail_unfinished([m.result for m in group], [m.done for m in group], failure_reason(exc), started)
+            _fail_unfinished([m.result for m in group], [m.done for m in group], exc, started)
     return results
 
 
-def _fail_unfinished(results: list[TrialResult], done: list[bool], reason: str, started: float) -> None:
+def _fail_unfinished(
+    results: list[TrialResult], done: list[bool], exc: BaseException, started: float
+) -> None:
     for i, r in enumerate(results):
         if r.status == "done" and not (i < len(done) and done[i]):
-            r.status, r.reason = "failed", reason
+            fail(r, exc)
             r.seconds = time.perf_counter() - started
 
 
@@ -378,7 +380,7 @@ def _members(
             model = build_model(r, task).to(device)
             result.param_count = count_params(model)
         except Exception as exc:
-            result.status, result.reason = "failed", failure_reason(exc)
+            fail(result, exc)
             result.seconds = time.perf_counter() - started
             continue
         member_report = None if report is None else _reporter(report, i)

@@ -11,6 +11,7 @@ reason: a trial never raises past `train` once its config has resolved.
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -27,12 +28,19 @@ from trainers.seeding import derive_seed, generator
 from trainers.tasks import Task
 from trainers.tasks.base import Tensors
 
+log = logging.getLogger(__name__)
+
 Report = Callable[[Evaluation], Any]
 
 
-def failure_reason(exc: Exception) -> str:
-    """A failed trial's reason: the exception and the last frames of its traceback."""
-    return f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=-3))
+def fail(result: TrialResult, exc: BaseException) -> None:
+    """A trial ended by an exception: `failed`, with a reason that is one line a person can read (the
+    exception's type and first line of its message) and the whole traceback kept beside it (and logged)."""
+    message = str(exc).strip().splitlines()
+    result.status = "failed"
+    result.reason = f"{type(exc).__name__}: {message[0][:500] if message else ''}".rstrip(": ")
+    result.traceback = "".join(traceback.format_exception(exc))
+    log.warning("trial failed: %s", result.reason, exc_info=exc)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -107,7 +115,7 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
         record_task(result, task)
         _run(resolved, task, result, report, started)
     except Exception as exc:  # a trial never takes its caller down
-        result.status, result.reason = "failed", failure_reason(exc)
+        fail(result, exc)
     result.seconds = time.perf_counter() - started
     return result
 

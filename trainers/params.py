@@ -6,7 +6,10 @@ only turns user input (CLI strings, JSON, dicts) into such a dataclass, checking
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -23,9 +26,15 @@ def field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A config class's field types, resolved once (get_type_hints evaluates every annotation)."""
+    return typing.get_type_hints(cls)
+
+
 def build(cls: type[C], values: Mapping[str, Any], *, where: str) -> C:
     """`cls(**values)` after checking every name and coercing every value to its declared type."""
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)  # type: ignore[arg-type]  # classes are hashable
     known = field_names(cls)
     kwargs: dict[str, Any] = {}
     for name, raw in values.items():
@@ -78,14 +87,17 @@ def coerce(raw: Any, tp: Any, where: str) -> Any:
                 pass
         raise ConfigError(f"{where} = {raw!r} is not an integer")
     if tp is float:
+        value: float | None = None
         if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            return float(raw)
-        if isinstance(raw, str):
-            try:
-                return float(raw)
-            except ValueError:
-                pass
-        raise ConfigError(f"{where} = {raw!r} is not a number")
+            value = float(raw)
+        elif isinstance(raw, str):
+            with contextlib.suppress(ValueError):
+                value = float(raw)
+        if value is None:
+            raise ConfigError(f"{where} = {raw!r} is not a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} = {raw!r} is not a finite number; give a finite value")
+        return value
     if tp is str:
         if isinstance(raw, str):
             return raw

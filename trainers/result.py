@@ -60,7 +60,8 @@ class TrialResult:
     """What one trial's training produced (its identity — config, hash — stays with the caller)."""
 
     status: ResultStatus = "done"
-    reason: str | None = None  # why it failed: one line for people (tracebacks go to the log)
+    reason: str | None = None  # why it failed: one line for people
+    traceback: str | None = None  # the exception's whole traceback, when one ended it
     final_val_loss: float | None = None  # the last evaluation's validation loss (Orhan: hist_val_loss[-1])
     final_metric: float | None = None
     metric_name: str | None = None

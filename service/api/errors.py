@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.study_service import ConflictError, IdempotencyMismatchError, NotFoundError
+from service.api.study_service import ConflictError, IdempotencyMismatchError, NotFoundError, UnavailableError
 from service.spec import StudyError
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def unprocessable(request: Request, exc: Exception) -> JSONResponse:
         return detail(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
+        return detail(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         content = validation_content(request, cast(RequestValidationError, exc))
@@ -53,6 +56,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFoundError, not_found)
     app.add_exception_handler(ConflictError, conflict)
     app.add_exception_handler(StudyError, unprocessable)
+    app.add_exception_handler(UnavailableError, unavailable)
     app.add_exception_handler(IdempotencyMismatchError, unprocessable)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 RESUMABLE = ("pending", "running")
 SHUTDOWN_NOTE = "interrupted by a server shutdown; the next start resumes it"
+#: seconds between the server's checks for studies whose MLflow runs need rebuilding
+REPAIR_INTERVAL = 60.0
 
 
 @dataclass
@@ -55,6 +57,7 @@ class StudyRunner:
         self._ray_up = threading.Event()
         self._ray_stop = threading.Event()
         self._ray_error: str | None = None
+        self._repair_stop = threading.Event()
 
     # ----- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> list[str]:
@@ -62,12 +65,34 @@ class StudyRunner:
         if not self.workers:
             return []
         threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
+        threading.Thread(target=self._repair_tracking, name="mlflow-repair", daemon=True).start()
         resumed = [s.id for s in self.engine.ledger.list_studies() if s.state in RESUMABLE]
         for study_id in reversed(resumed):  # oldest first
             self.submit(study_id)
         if resumed:
             log.info("resuming %d unfinished studies: %s", len(resumed), ", ".join(resumed))
         return resumed
+
+    def _repair_tracking(self) -> None:
+        """Every REPAIR_INTERVAL seconds: studies whose MLflow writes failed (MLflow was down) get their
+        runs rebuilt from the ledger once MLflow answers again (`Engine.sync_tracking`)."""
+        from service.tracking import server_healthy
+
+        while not self._repair_stop.wait(REPAIR_INTERVAL):
+            try:
+                stale = [
+                    s.id
+                    for s in self.engine.ledger.list_studies()
+                    if (s.error or "").startswith("MLflow:")
+                    and not self.is_active(s.id)
+                    and s.state != "running"
+                ]
+                if stale and self.tracking_uri and server_healthy(self.tracking_uri):
+                    for study_id in stale:
+                        log.info("study %s: rebuilding its MLflow runs from the ledger", study_id)
+                        self.engine.sync_tracking(study_id)
+            except Exception:  # a repair that fails is tried again later
+                log.exception("MLflow repair failed; trying again in %d s", REPAIR_INTERVAL)
 
     def _warm_up(self) -> None:
         try:
@@ -118,6 +143,7 @@ class StudyRunner:
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop the running studies (they stay resumable) and the threads."""
+        self._repair_stop.set()
         with self._lock:
             self._stopping = True
             running = []
@@ -135,6 +161,15 @@ class StudyRunner:
         if self._ray_thread is not None:
             self._ray_stop.set()
             self._ray_thread.join(timeout=timeout)
+
+    def unplaceable(self, resources: dict[str, float]) -> str | None:
+        """Why the cluster cannot run a trial asking these resources; None when it can, or when Ray is
+        not up yet (the engine checks again when the study starts)."""
+        if not self.prepared.is_set() or self._ray_thread is None:
+            return None
+        from service.ray_tune import unplaceable
+
+        return unplaceable(resources)
 
     # ----- studies -----------------------------------------------------------------------------------
     def is_active(self, study_id: str) -> bool:
@@ -170,20 +205,25 @@ class StudyRunner:
                 self.engine.ledger.update_study(study_id, state="cancelled")
             return True
 
-    def eta(self, study_id: str, finished: int, expected: int) -> float | None:
-        """Seconds left at the pace of this run so far; None until a trial finished in it."""
+    def eta(self, study_id: str, finished: int, expected: int, total: int) -> float | None:
+        """Seconds left: at the measured step rates of the running trials (`StudyRecorder.eta`: known
+        as soon as one has evaluated), else at the pace of the trials finished in this run; None
+        before either is known."""
         with self._lock:
             a = self._active.get(study_id)
             if a is None or a.started is None:
                 return None
             started, before = a.started, a.finished_at_start
-        done_here = finished - before
-        left = expected - finished
-        if left <= 0:
+        if expected - finished <= 0:
             return 0.0
+        recorder = self.engine.progress.get(study_id)
+        measured = recorder.eta(unplanned=max(expected - total, 0)) if recorder is not None else None
+        if measured is not None:
+            return measured
+        done_here = finished - before
         if done_here <= 0:
             return None
-        return left * (time.monotonic() - started) / done_here
+        return (expected - finished) * (time.monotonic() - started) / done_here
 
     def _run(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger

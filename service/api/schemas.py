@@ -11,7 +11,7 @@ from service.spec import StudySpec
 from trainers.result import Evaluation
 
 StudyState = Literal["pending", "running", "done", "failed", "cancelled"]
-TrialStatus = Literal["pending", "running", "done", "failed", "pruned", "cancelled"]
+TrialStatus = Literal["pending", "running", "done", "failed", "pruned", "cancelled", "error"]
 TrialSort = Literal["id", "final_val_loss", "seconds", "updated_at", "model"]
 
 
@@ -87,6 +87,9 @@ class TrialCounts(BaseModel):
     failed: int
     pruned: int
     cancelled: int
+    error: int = Field(
+        description="trials whose worker, node or process died (not results; a resume retries them)"
+    )
     succeeded: int
     finished: int = Field(description="done + failed + pruned")
 
@@ -120,6 +123,7 @@ class StudyPublic(BaseModel):
                         "failed": 0,
                         "pruned": 0,
                         "cancelled": 0,
+                        "error": 0,
                         "succeeded": 2,
                         "finished": 3,
                     },
@@ -162,7 +166,10 @@ class StudyList(BaseModel):
 
 
 class StudyExtended(BaseModel):
-    added: int = Field(description="new trials in the ledger (0 for a sampled study: they come as it runs)")
+    added: int = Field(
+        description="new trials in the ledger (a sampled study: the trials its budget grew by, drawn as it runs); "
+        "0: nothing new, the study is left as it was"
+    )
     study: StudyPublic
 
 
@@ -175,7 +182,10 @@ class TrialPublic(BaseModel):
     model: str
     params: dict[str, Any] = Field(description="the point's varied settings, seed included")
     status: TrialStatus
-    reason: str | None = Field(description="why it failed, or was stopped")
+    reason: str | None = Field(description="why it failed, or was stopped: one line")
+    traceback: str | None = Field(
+        default=None, description="the traceback of the exception that ended it (with ?history=true)"
+    )
     final_val_loss: float | None = Field(description="the last evaluation's validation loss")
     final_metric: float | None
     metric_name: str | None = Field(description="what final_metric measures (e.g. accuracy)")
@@ -225,9 +235,10 @@ class TrialPage(BaseModel):
 
 # ----- answers -------------------------------------------------------------------------------------
 class SuccessCell(BaseModel):
-    trials: int
+    trials: int = Field(description="runs: the trials that are not in error")
     finished: int
     failed: int
+    errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
     succeeded: int
     rate: float = Field(description="succeeded / trials")
     ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
@@ -251,6 +262,7 @@ class SuccessTable(BaseModel):
                         "trials": 4,
                         "finished": 4,
                         "failed": 0,
+                        "errors": 0,
                         "succeeded": 2,
                         "rate": 0.5,
                         "ci95": [0.15, 0.85],
@@ -260,6 +272,7 @@ class SuccessTable(BaseModel):
                             "trials": 2,
                             "finished": 2,
                             "failed": 0,
+                            "errors": 0,
                             "succeeded": 2,
                             "rate": 1.0,
                             "ci95": [0.34, 1.0],
@@ -272,6 +285,7 @@ class SuccessTable(BaseModel):
                                     "trials": 2,
                                     "finished": 2,
                                     "failed": 0,
+                                    "errors": 0,
                                     "succeeded": 2,
                                     "rate": 1.0,
                                     "ci95": [0.34, 1.0],

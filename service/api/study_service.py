@@ -38,6 +38,10 @@ class ConflictError(RuntimeError):
     """The study's state does not allow the change; the message says which state would."""
 
 
+class UnavailableError(RuntimeError):
+    """A service the request needs (MLflow) does not answer; the message says what to do."""
+
+
 class IdempotencyMismatchError(ValueError):
     """An Idempotency-Key reused with a different request."""
 
@@ -75,6 +79,9 @@ class StudyService:
         return self.public(study), True
 
     def _create(self, spec: StudySpec) -> Study:
+        why = self.runner.unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
+        if why is not None:  # a request the cluster can never satisfy would wait forever: refused now
+            raise StudyError(f"resources: {why}")
         try:
             study = self.engine.create_study(spec)
         except StudyError:
@@ -103,7 +110,8 @@ class StudyService:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise StudyError(f"{exc}; fix the extension's values") from None
-        self.runner.submit(study_id)
+        if added > 0:  # nothing new: the study stays as it was
+            self.runner.submit(study_id)
         return StudyExtended(added=added, study=self.public(self._get(study_id)))
 
     # ----- state changes -----------------------------------------------------------------------------
@@ -147,6 +155,21 @@ class StudyService:
             raise ConflictError("the server is shutting down; resume the study after it restarts")
         return self.public(self._get(study_id))
 
+    def sync(self, study_id: str) -> StudyPublic:
+        """Rebuild the study's MLflow runs from the ledger (after MLflow lost writes, or its store)."""
+        study = self._get(study_id)
+        if self.runner.is_active(study_id) or study.state == "running":
+            raise ConflictError(
+                f"study {study_id} is {self._state_word(study)}: its runs are being written; sync it once it stops"
+            )
+        summary = self.engine.sync_tracking(study_id)
+        if summary["mlflow_errors"]:
+            raise UnavailableError(
+                f"MLflow did not take the study's runs ({summary['mlflow_errors'][0][:300]}); "
+                "the ledger keeps every result: sync again once MLflow answers"
+            )
+        return self.public(self._get(study_id))
+
     # ----- reads -------------------------------------------------------------------------------------
     def get(self, study_id: str) -> StudyPublic:
         return self.public(self._get(study_id))
@@ -165,10 +188,29 @@ class StudyService:
         offset: int,
         limit: int,
         history: bool,
+        models: list[str] | None = None,
+        params: list[str] | None = None,
     ) -> TrialPage:
         criterion = self.criterion(self._get(study_id))
+        values = {}
+        for item in params or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise StudyError(
+                    f"param={item!r}: write FIELD=VALUE, e.g. param=lr=0.001 (as tables print values)"
+                )
+            values[key] = value
         total, rows = self.ledger.page_trials(
-            study_id, statuses, success, criterion, sort, descending, offset, limit
+            study_id,
+            statuses,
+            success,
+            criterion,
+            sort,
+            descending,
+            offset,
+            limit,
+            models=models,
+            params=values,
         )
         return TrialPage(
             total=total,
@@ -239,7 +281,7 @@ class StudyService:
         max_trials = study.spec.get("max_trials")
         if study.spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
             expected = max(expected, max_trials)
-        eta = self.runner.eta(study.id, finished, expected) if study.state == "running" else None
+        eta = self.runner.eta(study.id, finished, expected, c["total"]) if study.state == "running" else None
         return StudyPublic(
             id=study.id,
             name=study.name,
@@ -281,7 +323,7 @@ def trial_public(t: Trial, criterion: Criterion, history: bool = False) -> Trial
     if history:
         fields["history"] = t.history or []
     else:
-        fields["history"] = fields["profile"] = None
+        fields["history"] = fields["profile"] = fields["traceback"] = None
     return TrialPublic.model_validate(fields)
 
 

@@ -53,8 +53,11 @@ class Topology:
     """The compose services as containers under `root` (a short path: Ray's socket paths are limited
     to 107 characters), `workers` replicas of ray-worker with `worker_cpus` CPUs each."""
 
-    def __init__(self, root: Path, workers: int = 2, worker_cpus: int = 1):
+    def __init__(
+        self, root: Path, workers: int = 2, worker_cpus: int = 1, worker_gpus: tuple[float, ...] = ()
+    ):
         self.root = root
+        self.worker_gpus = worker_gpus  # GPUs each worker replica declares (`ray start --num-gpus`)
         self.secrets = {name: secrets.token_hex(16) for name in SECRETS}
         self.compose = Compose(root, self.secrets, {"ray-worker": workers})
         # browsers (this test process) reach MLflow at its container's address
@@ -84,6 +87,9 @@ class Topology:
         extra = f"ray start --node-ip-address={host.ip} --temp-dir={host.root / 'tmp' / 'ray'}"
         if host.service == "ray-worker":
             extra += f" --num-cpus={self.worker_cpus}"
+            replica = [h.name for h in self.compose.replicas("ray-worker")].index(host.name)
+            if replica < len(self.worker_gpus) and self.worker_gpus[replica]:
+                extra += f" --num-gpus={self.worker_gpus[replica]:g}"
         argv = shlex.split(RAY_START.sub(extra, shlex.join(argv)))  # also inside `sh -c "…"`
         return Container(host, argv, env, self.compose.health(host), log)
 
@@ -215,11 +221,11 @@ def _active_nodes(status: str) -> int:
 
 
 @contextlib.contextmanager
-def running_topology(workers: int = 2, worker_cpus: int = 1):  # type: ignore[no-untyped-def]
+def running_topology(workers: int = 2, worker_cpus: int = 1, worker_gpus: tuple[float, ...] = ()):  # type: ignore[no-untyped-def]
     """The topology up, in a fresh directory under /tmp (short paths); everything ended and removed after."""
     root = Path(tempfile.mkdtemp(prefix="ms-", dir="/tmp"))
     root.chmod(0o711)  # PostgreSQL's user must reach its directory
-    topology = Topology(root, workers=workers, worker_cpus=worker_cpus)
+    topology = Topology(root, workers=workers, worker_cpus=worker_cpus, worker_gpus=worker_gpus)
     try:
         yield topology.up()
     finally:

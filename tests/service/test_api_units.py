@@ -151,6 +151,23 @@ def test_trials_filter_sort_and_paginate(client: TestClient) -> None:
     assert with_history["runs"] == 1 and with_history["config"]["task"] == "addition"
 
 
+def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> None:
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    base = f"/studies/{study['id']}/trials"
+    orth = client.get(base, params={"model": "orth"}).json()
+    assert orth["total"] == 4 and {t["model"] for t in orth["items"]} == {"orth"}
+    one_lr = client.get(base, params=[("model", "orth"), ("param", "lr=0.001")]).json()
+    assert one_lr["total"] == 2 and all(t["params"]["lr"] == 1e-3 for t in one_lr["items"])
+    seed = client.get(base, params=[("param", "lr=0.01"), ("param", "seed=2"), ("success", "false")]).json()
+    assert seed["total"] == 2 and {(t["model"], t["params"]["seed"]) for t in seed["items"]} == {
+        ("chain", 2),
+        ("orth", 2),
+    }
+    assert client.get(base, params={"param": "lr"}).status_code == 422  # FIELD=VALUE
+    assert client.get(base, params={"model": "nope"}).json()["total"] == 0
+
+
 def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
     study = client.post("/studies", json=grid()).json()
     finish_all(client, study["id"])
@@ -320,33 +337,34 @@ def concrete(path: str) -> str:
     return path.replace("{study_id}", "abc123").replace("{name}", "orhan2020-copy500")
 
 
-def test_with_a_token_every_route_but_health_answers_401_without_it(tmp_path: Path) -> None:
+def test_with_a_token_every_route_but_health_and_the_api_pages_answers_401_without_it(tmp_path: Path) -> None:
     app = create_app(settings(tmp_path, api_token=SecretStr(TOKEN)))
     documented = [(m.upper(), path) for path, ops in app.openapi()["paths"].items() for m in ops]
     hidden = [(m, r.path) for r in docs.router.routes if isinstance(r, APIRoute) for m in r.methods]
     routes = documented + hidden
     paths = {p for _, p in routes}
     assert {"/openapi.json", "/docs", "/redoc", "/studies", "/studies/{study_id}/extend", "/ready"} <= paths
-    assert len(routes) == 17  # 14 documented + the 3 docs routes
+    assert len(routes) == 18  # 15 documented + the 3 docs routes
     with TestClient(app) as c:
         for method, path in routes:
             url = concrete(path)
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
                 r = c.request(method, url, headers=headers, json={})
-                if path == "/health":
+                if path in ("/health", "/docs", "/redoc", "/openapi.json"):  # a browser opens the pages
                     assert r.status_code == 200
                 else:
                     assert r.status_code == 401, (method, path, headers, r.status_code)
                     assert r.headers["www-authenticate"] == "Bearer"
             r = c.request(method, url, headers={"Authorization": f"Bearer {TOKEN}"}, json={})
             assert r.status_code != 401, (method, path)
-        schema = c.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
-        assert "HTTPBearer" in schema["components"]["securitySchemes"]
+        schema = c.get("/openapi.json").json()
+        assert "HTTPBearer" in schema["components"]["securitySchemes"]  # Swagger UI's Authorize button
+        assert "swagger-ui" in c.get("/docs").text
 
 
 def test_request_body_limit(tmp_path: Path) -> None:
     with TestClient(create_app(settings(tmp_path, max_request_bytes=2_000))) as c:
-        big = grid(name="x" * 3_000)
+        big = grid(base={**TINY, "n_train": 1, "pad": "x" * 3_000})
         r = c.post("/studies", json=big)
         assert r.status_code == 413 and "limit of 2,000 bytes" in r.json()["detail"]
         assert c.post("/studies", json=grid()).status_code == 201
@@ -469,3 +487,64 @@ def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str])
     assert all(cmd in out for cmd in ("serve", "submit", "status", "best", "success", "run"))
     with pytest.raises(SystemExit, match="--url"):
         main(["status", "abc"])
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"dims": {"lr": [float("nan")]}}, "dims.lr[0]"),
+        ({"dims": {"lr": [float("inf")]}}, "dims.lr[0]"),
+        ({"base": {"lr": float("-inf")}}, "base.lr"),
+        ({"success_fraction": float("inf")}, "success_fraction"),
+        ({"success_fraction": 5}, "success_fraction"),
+        ({"success_fraction": 0}, "success_fraction"),
+        ({"base": {"seq_len": 20}}, "seq_len must be at least 21"),
+        ({"base": {"seq_len": 0}}, "seq_len must be at least 21"),
+        ({"base": {"seq_len": -1}}, "seq_len must be at least 21"),
+        ({"models": []}, "models: [] selects no model"),
+        ({"base": {"lr": 1e-3}}, "base.lr"),  # the preset varies lr: a base value would be ignored
+        ({"base": {"init": "orthogonal"}}, "base.init"),  # … and model chain fixes init = chain
+        ({"name": "a\x00b"}, "name"),
+        ({"name": "x" * 10_000}, "name"),
+    ],
+)
+def test_a_201_means_the_study_can_run_every_probe_is_a_422_naming_its_field(
+    client: TestClient, change: dict[str, Any], names: str
+) -> None:
+    """Issue 16's probes: each used to be accepted (201) and fail later, or be stored as null."""
+    spec = {
+        "preset": "orhan2020-copy500",
+        "models": ["chain"],
+        "dims": {"lr": [1e-3], "scale": [1.0]},
+        **change,
+    }
+    r = client.post("/studies", content=json.dumps(spec), headers={"content-type": "application/json"})
+    assert r.status_code == 422, (change, r.status_code, r.text[:300])
+    assert names in r.text, r.text[:500]
+    assert client.get("/studies").json()["total"] == 0  # nothing stored
+
+
+def test_extending_with_nothing_new_changes_nothing(client: TestClient) -> None:
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    before = client.get(f"/studies/{study['id']}").json()
+    r = client.post(f"/studies/{study['id']}/extend", json={"seeds": [1, 2]}).json()
+    after = client.get(f"/studies/{study['id']}").json()
+    assert r["added"] == 0 and after["state"] == before["state"] == "done" and after["spec"] == before["spec"]
+
+
+def test_a_sampled_study_keeps_the_arms_it_draws_apart() -> None:
+    """`space: {dims: {init: [chain, orthogonal], …}}` drawn by a sampler: each trial's model is its
+    initialiser (it used to be "default" for all, so the success table could not separate them)."""
+    from search_spaces import Model, SearchSpace, Uniform, Values
+    from service.search import point_trials
+
+    model = Model(
+        "default", {}, {"lr": Uniform(1e-4, 1e-2, log=True), "init": Values(("chain", "orthogonal"))}
+    )
+    space = SearchSpace("s", (model,), seeds=(1,), base={"task": "addition", "seq_len": 20})
+    arms = {
+        point_trials(space, model, {"lr": 1e-3, "init": init}, {})[0].model
+        for init in ("chain", "orthogonal")
+    }
+    assert arms == {"chain", "orthogonal"}

@@ -185,6 +185,42 @@ def test_the_issues_addition_run_recovers_and_succeeds_solo_fused_and_in_a_study
     assert row.final_val_loss == solo.final_val_loss and row.succeeded(HALF_BASELINE)
 
 
+def test_mlflow_is_a_projection_a_sync_rebuilds_from_the_ledger(engine, mlflow_uri):
+    """Runs lost or left incomplete in MLflow (it was down, or its store was reset) are rebuilt from the
+    ledger: every finished trial ends with exactly one complete child run, with its matrices; a child
+    run no trial owns is deleted; the parent run gets its summary again."""
+    study = engine.create_study(grid_spec(space={"dims": {"lr": [1e-3], "init": ["chain", "orthogonal"]}}))
+    summary = engine.run_study(study.id)
+    exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
+    client = MlflowClient(mlflow_uri)
+    trials = engine.ledger.trials(study.id)
+    lost, torn = trials[0], trials[1]
+    client.delete_run(lost.mlflow_run_id)  # gone from MLflow
+    client.update_run(torn.mlflow_run_id, status="RUNNING")  # an outage between its first and last write
+    stray = client.create_run(exp_id, tags={"mlflow.parentRunId": parent}).info.run_id  # no trial's
+    client.set_terminated(stray)
+    client.update_run(parent, status="RUNNING")
+    synced = engine.sync_tracking(study.id)
+    assert synced["mlflow_errors"] == []
+    runs = child_runs(mlflow_uri, exp_id, parent)
+    after = engine.ledger.trials(study.id)
+    assert sorted(r.data.tags["memsweep.config_hash"] for r in runs) == sorted(t.config_hash for t in after)
+    assert {r.info.run_id for r in runs} == {t.mlflow_run_id for t in after} and stray not in {
+        r.info.run_id for r in runs
+    }
+    assert all(r.info.status in ("FINISHED", "FAILED") for r in runs)
+    rebuilt = {t.config_hash: t.mlflow_run_id for t in after}
+    assert rebuilt[lost.config_hash] != lost.mlflow_run_id and rebuilt[torn.config_hash] != torn.mlflow_run_id
+    for run_id in (rebuilt[lost.config_hash], rebuilt[torn.config_hash]):
+        paths = {a.path for a in client.list_artifacts(run_id)}
+        assert "recurrent_matrix.json" in paths and client.get_run(run_id).data.metrics["final_val_loss"] > 0
+    assert (
+        client.get_run(parent).info.status == "FINISHED"
+        and client.get_run(parent).data.metrics["trials"] == 4
+    )
+    assert engine.ledger.get_study(study.id).error is None
+
+
 def test_tpe_study_runs_through_optuna_search(engine):
     spec = StudySpec.model_validate(
         {
@@ -218,7 +254,7 @@ def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
 def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str):
     from service.ledger import Ledger
 
-    spec = grid_spec(base={**TINY, "steps": 1500, "eval_every": 500}, success_fraction=0.5, bundle_size=2,
+    spec = grid_spec(base={**TINY, "steps": 1500, "eval_every": 500}, bundle_size=2,
                      space={"dims": {"lr": [1e-3, 3e-4, 1e-4], "init": ["chain", "orthogonal"]}})  # fmt: skip
     path = tmp_path / "spec.json"
     path.write_text(spec.model_dump_json())

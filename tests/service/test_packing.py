@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import trainers
-from service.packing import bundle, bundle_size, member_bytes, pack
+from service.packing import MAX_BUNDLE, bundle, bundle_size, member_bytes, pack, unit_share
 from service.search import grid_trials
 from service.spec import StudySpec
 from service.trial import TrialSpec, Unit
@@ -91,3 +91,26 @@ def test_member_bytes_counts_the_batch_over_the_sequence(
     r = trainers.resolve(trainers.apply_overrides(trainers.TrainConfig(task=task, cell="rnn"), {"hidden": n}))
     mb = member_bytes(r) / 2**20  # B=16: copy T=500 (d=10, C=9), psMNIST T=784 (d=1, C=10)
     assert expect_mb[0] < mb < expect_mb[1]
+
+
+def test_on_a_gpu_bundles_are_sized_by_its_memory_not_a_fixed_cap() -> None:
+    """A unit's share of the device it trains on, as a node measures it: on a GPU the bundle grows
+    with the memory (a bundle replaces kernel launches there); on the CPU it stops at MAX_BUNDLE."""
+    share = unit_share(24 * 2**30, units_at_once=2)  # a 24 GiB GPU, units asking 0.5 GPU each
+    assert share == 6 * 2**30  # half of it planned for, split between the two units on it
+    per_member = 100 * 2**20
+    assert bundle_size(2112, slots=2, per_member=per_member, memory=share, cap=None) == 61  # 6 GiB / 100 MiB
+    assert (
+        bundle_size(2112, slots=2, per_member=per_member, memory=unit_share(80 * 2**30, 2), cap=None) == 204
+    )
+    assert bundle_size(2112, slots=2, per_member=per_member, memory=share) == MAX_BUNDLE  # the CPU's cap
+    rows = rows_of({**ORHAN_SMALL, "models": ["chain"], "dims": {"lr": [1e-3, 3e-4], "scale": [1.0, 1.01, 1.02]},
+                    "seeds": [1, 2, 3, 4, 5, 6, 7, 8]})  # fmt: skip
+    assert len(rows) == 48
+    on_gpu = pack(rows, fused=True, slots=1, device="cuda", gpus_per_unit=1.0, memory=2**40)
+    on_cpu = pack(rows, fused=True, slots=1, device="cpu", memory=2**40)
+    assert [len(u.members) for u in on_gpu] == [48] and sorted(len(u.members) for u in on_cpu) == [16, 32]
+    tight = pack(
+        rows, fused=True, slots=1, device="cuda", gpus_per_unit=1.0, memory=5 * member_bytes(rows[0].resolved)
+    )
+    assert max(len(u.members) for u in tight) == 5

@@ -161,7 +161,7 @@ def test_lstm_table3_initialisers_are_selectable_in_the_preset_and_in_a_spec():
     assert {r["cell"] for r in rows} == {"lstm"} and len(rows) == 24
     spec = StudySpec.model_validate(
         {"space": {"models": {"mixed": {"fixed": {"cell": "lstm", "init": "mixed"}, "dims": {"lr": [1e-3]}}}},
-         "base": {"task": "copy", "seq_len": 20}}
+         "base": {"task": "copy", "seq_len": 30}}
     )  # fmt: skip
     (row,) = grid_trials(spec.search_space(), {})
     assert row.config["cell"] == "lstm" and row.config["cell_params"]["init"] == "mixed"

