@@ -170,18 +170,27 @@ class ElmanScan(torch.autograd.Function):
 def _weight_grads(
     x: torch.Tensor, grad_a: torch.Tensor, h_prev: torch.Tensor, need_in: bool = True, need_b: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(∂W, ∂V, ∂b) of one network from its whole sequence — x [T, B, d], ∂a and h_{t−1} [T, B, N] —
-    one product or sum each; `ElmanScan` and every member of `FusedElmanScan` call this very code.
+    """(∂W, ∂V, ∂b) of one network from its whole sequence — x [T, B, d], ∂a [T, B, G] and h_{t−1}
+    [T, B, N] (G = N for the Elman cell, a multiple of N for gated cells) — one product or sum each;
+    `ElmanScan`, every member of `FusedElmanScan` and the gated scans (`trainers.kernels_gated`)
+    call this very code.
 
-    ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [N, T·B] × [T·B, N] matmul instead of T small ones; ∂V = (xᵀ ∂a)ᵀ,
-    [d, T·B] × [T·B, N] (the other order, ∂aᵀ x, is 5× slower in MKL at d = 10); ∂b = Σ ∂a.
+    ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [G, T·B] × [T·B, N] matmul instead of T small ones; ∂V and ∂b as
+    `_input_grads`.
     """
-    N = grad_a.shape[-1]
-    flat = grad_a.reshape(-1, N)
-    grad_w = flat.t() @ h_prev.reshape(-1, N)
+    grad_w = grad_a.reshape(-1, grad_a.shape[-1]).t() @ h_prev.reshape(-1, h_prev.shape[-1])
+    return (grad_w, *_input_grads(x, grad_a, need_in, need_b))
+
+
+def _input_grads(
+    x: torch.Tensor, grad_a: torch.Tensor, need_in: bool = True, need_b: bool = True
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(∂V, ∂b) of a = x Vᵀ + b + …, from x [T, B, d] and ∂a [T, B, G]: ∂V = (xᵀ ∂a)ᵀ, [d, T·B] ×
+    [T·B, G] (the other order, ∂aᵀ x, is 5× slower in MKL at d = 10); ∂b = Σ ∂a."""
+    flat = grad_a.reshape(-1, grad_a.shape[-1])
     grad_in = (x.reshape(-1, x.shape[-1]).t() @ flat).t() if need_in else None
     grad_b = grad_a.sum((0, 1)) if need_b else None
-    return grad_w, grad_in, grad_b
+    return grad_in, grad_b
 
 
 def elman_rnn(

@@ -12,6 +12,7 @@ from trainers import HALF_BASELINE, ConfigError, resolve, train
 from trainers.cells.gru import GRUCell, GRUConfig
 from trainers.cells.janet import JANETCell, JANETConfig
 from trainers.cells.lstm import LSTMCell, LSTMConfig
+from trainers.kernels_gated import GRUScan, JANETScan, gru
 from trainers.model import SequenceModel, build_model, count_params
 
 LSTM_INITS = ["keras", "plain", "mytorch"]
@@ -221,3 +222,113 @@ def test_learns_addition_t50(cell):
     )
     assert r.status == "done", r.reason
     assert HALF_BASELINE.judge_result(r), [e.val_loss for e in r.history]
+
+
+# --- the whole-sequence kernels (trainers.kernels_gated) ---------------------------------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """Small matrices: one intra-op thread is many times faster than several (and deterministic)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def janet_eager(cell, x):
+    """The JANET cell's former eager loop (hoisted input projection, one addmm per step): the
+    reference `JANETScan` replaced."""
+    T, B, d = x.shape
+    N = cell.hidden_size
+    xp = torch.addmm(cell.bias, x.reshape(T * B, d), cell.weight_ih.t()).view(T, B, 2 * N)
+    h = x.new_zeros(B, N)
+    hs = []
+    for xp_t in xp.unbind(0):
+        a = torch.addmm(xp_t, h, cell.weight_hh.t())  # [B, 2N]
+        f, c = torch.sigmoid(a[:, :N]), torch.tanh(a[:, N:])
+        h = torch.lerp(c, h, f)  # f ⊙ h_{t−1} + (1 − f) ⊙ c
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def kernel_inputs(gates: int, seed: int = 0, T: int = 5, B: int = 3, N: int = 4, d: int = 2):
+    """x, weight_ih, weight_hh, the biases and h0 in float64, all requiring grad (gates = 2: JANET's
+    one bias; 3: GRU's two)."""
+    g = gen(seed)
+    randn = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()  # noqa: E731
+    biases = [randn(gates * N)] if gates == 2 else [randn(gates * N), randn(gates * N)]
+    return [randn(T, B, d), randn(gates * N, d), randn(gates * N, N), *biases, randn(B, N)]
+
+
+def test_janet_scan_gradients_match_finite_differences(one_thread):
+    assert torch.autograd.gradcheck(JANETScan.apply, kernel_inputs(2))  # x, W_x, W_h, b and h0
+
+
+def test_gru_scan_gradients_match_finite_differences(one_thread):
+    assert torch.autograd.gradcheck(GRUScan.apply, kernel_inputs(3))  # x, W_i, W_h, b_i, b_h and h0
+
+
+@pytest.mark.parametrize("chrono", [None, 50])
+def test_janet_scan_is_the_former_eager_loop_forward_bit_for_bit_and_backward_close(chrono, one_thread):
+    """Float32, the benchmark's shape (N=100, d=10, B=16, T=200): the forward runs the eager loop's
+    very ops; the hand-written backward sums in another order."""
+    cell = JANETCell(JANETConfig(chrono_tmax=chrono), 10, 100, gen(0))
+    x = torch.rand(200, 16, 10, generator=gen(1))
+    target = torch.randn(200, 16, 100, generator=gen(2))
+    hs, ref = cell(x), janet_eager(cell, x)
+    assert torch.equal(hs, ref)
+    ours = torch.autograd.grad((hs * target).sum(), list(cell.parameters()))
+    theirs = torch.autograd.grad((ref * target).sum(), list(cell.parameters()))
+    for g, g_ref in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-5 * g_ref.abs().max().item())
+
+
+def test_gru_scan_agrees_with_torchs_kernel_and_nn_gru_on_the_same_weights(one_thread):
+    """Float32, the benchmark's shape: forward and every gradient within a few roundings of nn.GRU;
+    backend="native" is nn.GRU's own kernel, bit for bit."""
+    scan = GRUCell(GRUConfig(backend="scan"), 10, 100, gen(0))
+    native = GRUCell(GRUConfig(backend="native"), 10, 100, gen(0))
+    ref = torch.nn.GRU(10, 100)
+    with torch.no_grad():
+        for p, q in zip(
+            ref.parameters(), scan.parameters(), strict=True
+        ):  # weight_ih, weight_hh, bias_ih, bias_hh
+            p.copy_(q)
+    x = torch.rand(200, 16, 10, generator=gen(1))
+    target = torch.randn(200, 16, 100, generator=gen(2))
+    hs, hs_native, hs_ref = scan(x), native(x), ref(x)[0]
+    assert torch.equal(hs_native, hs_ref)
+    torch.testing.assert_close(hs, hs_ref, rtol=0, atol=1e-5)
+    ours = torch.autograd.grad((hs * target).sum(), list(scan.parameters()))
+    theirs = torch.autograd.grad((hs_ref * target).sum(), list(ref.parameters()))
+    for g, g_ref in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-5 * g_ref.abs().max().item())
+
+
+def test_gru_backend_auto_is_the_scan_on_the_cpu_and_a_typo_is_refused():
+    x, *_, h0 = kernel_inputs(3)
+    cell = GRUCell(GRUConfig(), 2, 4, gen(0)).double()
+    weights = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    auto = gru(x, h0, *weights)
+    assert torch.equal(auto, GRUScan.apply(x, *weights, h0))
+    assert not torch.equal(auto, gru(x, h0, *weights, backend="native"))  # another order of sums
+    with pytest.raises(ValueError, match="backend"):
+        gru(x, h0, *weights, backend="cudnn")
+
+
+def test_initial_weights_are_the_same_draws_as_before_the_kernels():
+    """sha256 of the initial parameters, recorded from the cells before issue 17 (JANET: the
+    Xavier-normal draws and the biases; its orthogonal W_h goes through LAPACK)."""
+    assert param_digest(GRUCell(GRUConfig(), 3, 8, gen(11)).parameters()) == "fcea96ae2903df9c"
+    janet = JANETCell(JANETConfig(), 3, 8, gen(11))
+    assert param_digest([janet.weight_ih, janet.bias]) == "a2a921d47e89712e"
+    chrono = JANETCell(JANETConfig(chrono_tmax=50), 3, 8, gen(11))
+    assert param_digest([chrono.weight_ih, chrono.bias]) == "9a8e9337d267b4da"
+
+
+def param_digest(params) -> str:
+    import hashlib
+
+    flat = torch.cat([p.detach().flatten() for p in params])
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]

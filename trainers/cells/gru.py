@@ -1,4 +1,4 @@
-"""GRU with PyTorch's semantics (Cho et al. 2014, as `nn.GRU`), on torch's native kernel.
+"""GRU with PyTorch's semantics (Cho et al. 2014, as `nn.GRU`).
 
     r_t = σ(W_ir x_t + b_ir + W_hr h_{t−1} + b_hr)              reset gate
     z_t = σ(W_iz x_t + b_iz + W_hz h_{t−1} + b_hz)              update gate
@@ -9,8 +9,11 @@ Parameters: weight_ih [3N, d], weight_hh [3N, N], bias_ih [3N], bias_hh [3N] (ga
 Both biases are kept and trained, as in `nn.GRU`: they are redundant for r and z but not for the
 candidate, where the reset gate multiplies W_hn h + b_hn. (The NRU authors' GRU baseline,
 `apsarath/myTorch:myTorch/memory/GRUCell.py`, has one bias per gate, r ⊙ (W_hn h) with no b_hn, and
-draws every weight from U(0, 1); we keep PyTorch's cell.) The kernel is `torch._VF.gru`, what
-`nn.GRU` calls (cuDNN on GPU), with our own parameters drawn from the trial's generator.
+draws every weight from U(0, 1); we keep PyTorch's cell.) `backend` (as the `rnn` cell's): `scan`,
+our whole-sequence autograd function (`trainers.kernels_gated.GRUScan`, faster than torch's kernel
+on the CPU); `native`, `torch._VF.gru`, what `nn.GRU` calls (cuDNN on GPU); `auto` (default), the
+scan on the CPU and native elsewhere. Either way the parameters are our own, drawn from the trial's
+generator.
 
 Initialisers (`init`; a Literal meant to grow):
 - plain  PyTorch's `nn.GRU` default: every weight and both biases ~ U(−1/√N, 1/√N).
@@ -26,11 +29,13 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.kernels_gated import gru
 
 
 @dataclass(frozen=True)
 class GRUConfig:
     init: Literal["plain"] = "plain"
+    backend: Literal["auto", "scan", "native"] = "auto"  # see trainers.kernels_gated.gru
 
 
 class GRUCell(Cell):
@@ -51,8 +56,5 @@ class GRUCell(Cell):
                 nn.init.uniform_(p, -k, k, generator=gen)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h0 = x.new_zeros(1, x.shape[1], self.hidden_size)  # [layers=1, B, N]
-        params: list[torch.Tensor] = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
-        # _VF.gru(input, h0, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        out, _ = torch._VF.gru(x, h0, params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
-        return out  # [T, B, N]
+        h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
+        return gru(x, h0, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, self.config.backend)

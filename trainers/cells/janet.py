@@ -13,8 +13,10 @@ Xavier-normal input weights, an orthogonal N×N recurrent matrix per gate, b_c =
 candidate is not implemented.
 
 Parameters: weight_ih [2N, d] = [W_xf; W_xc], weight_hh [2N, N] = [W_hf; W_hc], bias [2N] = [b_f; b_c]
-(torch's h·Wᵀ convention; myTorch stores the transposes). Both input projections are one matmul over
-all T steps before the loop, and both gates' recurrent parts are one addmm per step.
+(torch's h·Wᵀ convention; myTorch stores the transposes). The recurrence runs as one autograd function
+for the whole sequence (`trainers.kernels_gated.JANETScan`): both input projections are one matmul
+over all T steps before the loop, both gates' recurrent parts one addmm per step, and the backward
+is written by hand.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.cells.lstm import check_chrono_tmax, chrono_forget_bias
+from trainers.kernels_gated import janet_scan
 
 
 @dataclass(frozen=True)
@@ -61,17 +64,5 @@ class JANETCell(Cell):
         return config
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        T, B, d = x.shape
-        N = self.hidden_size
-        # both gates' input parts and biases for all steps at once: [T·B, d] × [d, 2N] → [T, B, 2N]
-        xp = torch.addmm(self.bias, x.reshape(T * B, d), self.weight_ih.t()).view(T, B, 2 * N)
-        w_hh = self.weight_hh.t()  # [N, 2N]
-        h = x.new_zeros(B, N)  # h_0
-        hs = []
-        for xp_t in xp.unbind(0):
-            a = torch.addmm(xp_t, h, w_hh)  # [B, 2N] = [W_f; W_c][x_t, h_{t−1}] + [b_f; b_c]
-            f = torch.sigmoid(a[:, :N])  # f_t
-            c = torch.tanh(a[:, N:])  # candidate
-            h = torch.lerp(c, h, f)  # f ⊙ h_{t−1} + (1 − f) ⊙ candidate
-            hs.append(h)
-        return torch.stack(hs)  # [T, B, N]
+        h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
+        return janet_scan(x, h0, self.weight_ih, self.weight_hh, self.bias)  # [T, B, N]
