@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from trainers import HALF_BASELINE, ConfigError, resolve, train
 from trainers.cells.nru import NRUCell, NRUConfig
 from trainers.cells.srnn import ShiftScan, SRNNCell, SRNNConfig
+from trainers.kernels_nru import NRUScan
 from trainers.model import SequenceModel, count_params
 
 
@@ -141,6 +142,151 @@ def nru_reference(cell: NRUCell, x: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.stack(hs), torch.stack(ms)
 
 
+def eager_heads(
+    cell: NRUCell, hm: torch.Tensor, w: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """α [B, k], β [B, k] and the unit directions v [B, 2, k, m] (v[:, 0] write, v[:, 1] erase), from
+    hm = [h_t, m_{t−1}] [B, N+m] and (w, b) = `head_weights()`: the cell's former eager step."""
+    B, k, M, s = hm.shape[0], cell.config.heads, cell.config.memory_size, cell.sqrt_mk
+    out = torch.addmm(b, hm, w.t())  # all four head layers in one matmul   [B, 2k + 4s]
+    alpha, beta, u = out[:, :k], out[:, k : 2 * k], out[:, 2 * k :]  # eqs. 11-12: [B, k] ×2; u [B, 4s]
+    if cell.config.use_relu:
+        alpha, beta = alpha.relu(), beta.relu()
+    p, q = u.view(B, 2, 2, s).unbind(2)  # eqs. 15-16: [B, 2, s] each, (write, erase) × (p, q)
+    v = (p.unsqueeze(3) * q.unsqueeze(2)).view(B, 2, k, M)  # eq. 17: vec(p qᵀ) cut into k heads
+    if cell.config.use_relu:
+        v = v.relu()
+    v = F.normalize(v, p=5.0, dim=-1, eps=1e-12)  # L5 norm along m, per head
+    return alpha, beta, v
+
+
+def nru_eager(cell: NRUCell, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cell's former eager implementation (hoisted input projection, stacked head layers), in
+    autograd: the reference `NRUScan` replaced. h [T, B, N], m [T, B, m]."""
+    T, B, d = x.shape
+    N, M = cell.hidden_size, cell.config.memory_size
+    w_x, w_hm = cell.hmi2h.weight[:, :d], cell.hmi2h.weight[:, d:]  # [N, d], [N, N+m]
+    xp = torch.addmm(cell.hmi2h.bias, x.reshape(T * B, d), w_x.t())  # W_i x_t + b, all t at once
+    w_heads, b_heads = cell.head_weights()
+    reduce = torch.mean if cell.config.head_reduction == "mean" else torch.sum
+    h, m = x.new_zeros(B, N), x.new_zeros(B, M)  # h_0, m_0
+    hs, ms = [], []
+    for xp_t in xp.view(T, B, N).unbind(0):
+        z = torch.addmm(xp_t, torch.cat([h, m], dim=1), w_hm.t())  # W [x_t, h_{t−1}, m_{t−1}] + b   [B, N]
+        h = torch.relu(cell.ln(z) if cell.ln is not None else z)  # eq. 9
+        alpha, beta, v = eager_heads(cell, torch.cat([h, m], dim=1), w_heads, b_heads)  # see h_t, m_{t−1}
+        delta = (
+            alpha.unsqueeze(2) * v[:, 0] - beta.unsqueeze(2) * v[:, 1]
+        )  # α_i v^w_i − β_i v^e_i   [B, k, m]
+        m = m + reduce(delta, dim=1)  # eq. 10
+        hs.append(h)
+        ms.append(m)
+    return torch.stack(hs), torch.stack(ms)
+
+
+@pytest.fixture
+def one_thread():
+    """Small matrices: one intra-op thread is many times faster than several (and deterministic)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+NRU_VARIANTS = {  # every option of the cell, and heads/memory shapes where a head spans part of a row
+    "default": {"memory_size": 4, "heads": 4},
+    "relu": {"memory_size": 4, "heads": 4, "use_relu": True},
+    "layer-norm": {"memory_size": 4, "heads": 4, "layer_norm": True},
+    "sum": {"memory_size": 4, "heads": 4, "head_reduction": "sum"},
+    "one-head": {"memory_size": 9, "heads": 1},
+    "two-heads-relu-ln-sum": {
+        "memory_size": 8,
+        "heads": 2,
+        "use_relu": True,
+        "layer_norm": True,
+        "head_reduction": "sum",
+    },
+    "k-not-dividing-s": {"memory_size": 1, "heads": 4},  # s = 2: a head is half a row of p qᵀ
+}
+
+
+def nru_kernel_inputs(params: dict, N: int = 3, d: int = 2, seed: int = 0):
+    """A float64 NRU with every parameter moved off its init (nonzero LayerNorm shift, …), its
+    kernel function of (x, weights…) and those inputs, all requiring grad."""
+    config = NRUConfig(**params)
+    cell = NRUCell(config, d, N, gen(seed)).double()
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=gen(seed + 1), dtype=p.dtype))
+    w_heads, b_heads = (t.detach().clone() for t in cell.head_weights())
+    inputs = [cell.hmi2h.weight, cell.hmi2h.bias, w_heads, b_heads]
+    if cell.ln is not None:
+        inputs += [cell.ln.weight, cell.ln.bias]
+    inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    scale = 1.0 / config.heads if config.head_reduction == "mean" else 1.0
+    eps = cell.ln.eps if cell.ln is not None else 0.0
+
+    def fn(x, w, b, wh, bh, ln_w=None, ln_b=None):
+        k, M = config.heads, config.memory_size
+        return NRUScan.apply(x, w, b, wh, bh, ln_w, ln_b, k, M, config.use_relu, scale, eps, True)
+
+    x = torch.randn(4, 2, d, generator=gen(seed + 2), dtype=torch.double).requires_grad_()
+    return cell, fn, [x, *inputs]
+
+
+@pytest.mark.parametrize("variant", NRU_VARIANTS)
+def test_nru_scan_gradients_match_finite_differences(variant, one_thread):
+    _, fn, inputs = nru_kernel_inputs(NRU_VARIANTS[variant])
+    assert torch.autograd.gradcheck(fn, inputs)  # h and m, every weight, and x
+
+
+@pytest.mark.parametrize("variant", NRU_VARIANTS)
+def test_nru_scan_equals_the_former_eager_cell_in_float64(variant, one_thread):
+    cell, _, _ = nru_kernel_inputs(NRU_VARIANTS[variant], N=5, d=3)
+    x = torch.randn(9, 4, 3, generator=gen(5), dtype=torch.double)
+    w_h = torch.randn(9, 4, 5, generator=gen(6), dtype=torch.double)
+    w_m = torch.randn(9, 4, cell.config.memory_size, generator=gen(7), dtype=torch.double)
+    (hs, ms), (ref_h, ref_m) = cell.scan(x), nru_eager(cell, x)
+    torch.testing.assert_close(hs, ref_h, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(ms, ref_m, rtol=1e-12, atol=1e-13)
+    for loss in (lambda h, m: (h * w_h).sum(), lambda h, m: (h * w_h).sum() + (m * w_m).sum()):
+        ours = torch.autograd.grad(loss(hs, ms), list(cell.parameters()), retain_graph=True)
+        ref = torch.autograd.grad(loss(ref_h, ref_m), list(cell.parameters()), retain_graph=True)
+        scale = max(g.abs().max().item() for g in ref)  # some gradients are 0 up to rounding
+        for g, g_ref in zip(ours, ref, strict=True):
+            torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-11 * scale)
+
+
+def test_nru_scan_agrees_with_the_former_eager_cell_in_float32_at_a_copy_shape(one_thread):
+    """The benchmark's shape (N=100, m=64, k=4, d=10, B=16), 50 steps: forward and every gradient
+    within a few float32 roundings (measured: 1.7e-6 and ≤ 4.2e-6 of each tensor's largest entry).
+    Longer runs drift apart in either order of rounding alike — the memory grows without bound
+    (|h| ~ 700 by step 200) and both float32 runs leave the float64 one at the same rate."""
+    cell = NRUCell(NRUConfig(), 10, 100, gen(0))
+    x = torch.rand(50, 16, 10, generator=gen(1))
+    target = torch.randn(50, 16, 100, generator=gen(2))
+    hs, ref = cell(x), nru_eager(cell, x)[0]
+    torch.testing.assert_close(hs, ref, rtol=0, atol=1e-5 * ref.abs().max().item())
+    ours = torch.autograd.grad((hs * target).sum(), list(cell.parameters()))
+    theirs = torch.autograd.grad((ref * target).sum(), list(cell.parameters()))
+    for g, g_ref in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(g, g_ref, rtol=0, atol=3e-5 * g_ref.abs().max().item())
+
+
+def test_nru_initial_weights_are_the_same_draws_as_before_the_kernel():
+    """sha256 of every initial parameter, recorded from the eager cell (main before issue 17): the
+    kernel reads the same modules, so a seed still gives the same weights bit for bit."""
+    cell = NRUCell(NRUConfig(memory_size=16, heads=4, layer_norm=True), 3, 8, gen(11))
+    assert param_digest(cell.parameters()) == "cf9ce5dde741bcab"
+
+
+def param_digest(params) -> str:
+    import hashlib
+
+    flat = torch.cat([p.detach().flatten() for p in params])
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -187,7 +333,7 @@ def test_nru_write_and_erase_directions_have_unit_l5_norm_per_head(use_relu):
     k, M, N = 4, 16, 6
     cell = NRUCell(NRUConfig(memory_size=M, heads=k, use_relu=use_relu), 3, N, gen()).double()
     hm = torch.randn(5, N + M, generator=gen(2), dtype=torch.double)
-    alpha, beta, v = cell.heads(hm, *cell.head_weights())
+    alpha, beta, v = eager_heads(cell, hm, *cell.head_weights())
     assert alpha.shape == beta.shape == (5, k) and v.shape == (5, 2, k, M)
     norms = v.abs().pow(5).sum(-1).pow(0.2)  # ‖v_i‖₅ before the scaling by α_i / β_i
     nonzero = v.abs().amax(-1) > 0  # a ReLU may zero a whole head; F.normalize leaves it at 0

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import torch_default_linear
+from trainers.kernels_nru import nru_scan
 from trainers.params import ConfigError
 
 
@@ -83,50 +83,18 @@ class NRUCell(Cell):
         layers = (self.hm2alpha, self.hm2beta, self.hm2v_alpha, self.hm2v_beta)
         return torch.cat([la.weight for la in layers]), torch.cat([la.bias for la in layers])
 
-    def heads(
-        self, hm: torch.Tensor, w: torch.Tensor, b: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """α [B, k], β [B, k] and the unit directions v [B, 2, k, m] (v[:, 0] write, v[:, 1] erase),
-        from hm = [h_t, m_{t−1}] [B, N+m] and (w, b) = `head_weights()`."""
-        B, k, M, s = hm.shape[0], self.config.heads, self.config.memory_size, self.sqrt_mk
-        out = torch.addmm(b, hm, w.t())  # all four head layers in one matmul   [B, 2k + 4s]
-        alpha, beta, u = out[:, :k], out[:, k : 2 * k], out[:, 2 * k :]  # eqs. 11-12: [B, k] ×2; u [B, 4s]
-        if self.config.use_relu:
-            alpha, beta = alpha.relu(), beta.relu()
-        p, q = u.view(B, 2, 2, s).unbind(2)  # eqs. 15-16: [B, 2, s] each, (write, erase) × (p, q)
-        v = (p.unsqueeze(3) * q.unsqueeze(2)).view(B, 2, k, M)  # eq. 17: vec(p qᵀ) cut into k heads
-        if self.config.use_relu:
-            v = v.relu()
-        v = F.normalize(v, p=5.0, dim=-1, eps=1e-12)  # L5 norm along m, per head
-        return alpha, beta, v
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, d] → [T, B, N]
         return self.scan(x, keep_memory=False)[0]
 
     def scan(self, x: torch.Tensor, keep_memory: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """All hidden states h_t [T, B, N] and, if `keep_memory`, all memory states m_t [T, B, m]."""
-        T, B, d = x.shape
-        N, M = self.hidden_size, self.config.memory_size
-        w_x, w_hm = self.hmi2h.weight[:, :d], self.hmi2h.weight[:, d:]  # [N, d], [N, N+m]
-        xp = torch.addmm(self.hmi2h.bias, x.reshape(T * B, d), w_x.t())  # W_i x_t + b, all t at once
-        w_hm_t = w_hm.t()  # [N+m, N]
+        c = self.config
         w_heads, b_heads = self.head_weights()
-        reduce = torch.mean if self.config.head_reduction == "mean" else torch.sum
-
-        h = x.new_zeros(B, N)  # h_0
-        m = x.new_zeros(B, M)  # m_0
-        hs, ms = [], []
-        for xp_t in xp.view(T, B, N).unbind(0):
-            z = torch.addmm(xp_t, torch.cat([h, m], dim=1), w_hm_t)  # W [x_t, h_{t−1}, m_{t−1}] + b  [B, N]
-            h = torch.relu(self.ln(z) if self.ln is not None else z)  # eq. 9   [B, N]
-            alpha, beta, v = self.heads(torch.cat([h, m], dim=1), w_heads, b_heads)  # heads see h_t, m_{t−1}
-            write = alpha.unsqueeze(2) * v[:, 0]  # α_i v^w_i   [B, k, m]
-            erase = beta.unsqueeze(2) * v[:, 1]  # β_i v^e_i   [B, k, m]
-            m = m + reduce(write - erase, dim=1)  # eq. 10, reduced over the k heads   [B, m]
-            hs.append(h)
-            if keep_memory:
-                ms.append(m)
-        return torch.stack(hs), (torch.stack(ms) if keep_memory else None)
+        out = nru_scan(
+            x, self.hmi2h.weight, self.hmi2h.bias, w_heads, b_heads, self.ln,
+            c.heads, c.memory_size, c.use_relu, c.head_reduction, keep_memory,
+        )  # fmt: skip
+        return out[0], (out[1] if keep_memory else None)
 
     def recurrent_matrix(self) -> torch.Tensor:
         """W_h [N, N], the h_{t−1} → h_t block of eq. 9 (the memory path is not in it)."""
