@@ -39,7 +39,7 @@ def _backward_scan(
     grad_a = torch.empty_like(q)  # ∂L/∂a_t, gate blocks side by side
     dh_buf = grad_hs.new_empty(2, B, N)  # ∂L/∂h_t, double-buffered
     g, qs, ga, cs = grad_hs.unbind(0), q.unbind(0), grad_a.unbind(0), carry.unbind(0)  # views made once
-    ga_rec = [a.view(B, G * N)[:, : R * N] for a in ga]  # the blocks the recurrent matmul produced
+    ga_rec = grad_a.view(T, B, G * N)[..., : R * N].unbind(0)  # the blocks the recurrent matmul produced
     bufs = dh_buf.unbind(0)
     mul, addcmul = torch.mul, torch.addcmul
     dh = g[T - 1]
@@ -76,10 +76,11 @@ class JANETScan(torch.autograd.Function):
         gates = torch.addmm(bias, x.reshape(T * B, d), w_ih.t()).view(T, B, 2 * N)
         hs = torch.empty(T, B, N, dtype=h0.dtype, device=h0.device)
         w_hh_t = w_hh.t()  # [N, 2N]
-        f_views = [a[:, :N] for a in gates.unbind(0)]  # views made once
-        c_views = [a[:, N:] for a in gates.unbind(0)]
         h = h0
-        for a_t, f_t, c_t, hs_t in zip(gates.unbind(0), f_views, c_views, hs.unbind(0), strict=True):
+        steps = zip(
+            gates.unbind(0), gates[..., :N].unbind(0), gates[..., N:].unbind(0), hs.unbind(0), strict=True
+        )
+        for a_t, f_t, c_t, hs_t in steps:  # views made once
             a_t.addmm_(h, w_hh_t)  # [W_f; W_c][x_t, h_{t−1}] + [b_f; b_c]   [B, 2N]
             f_t.sigmoid_()  # f_t
             c_t.tanh_()  # candidate c_t
@@ -146,12 +147,14 @@ class GRUScan(torch.autograd.Function):
         cand = torch.empty(T, B, N, dtype=h0.dtype, device=h0.device)  # n_t
         hs = torch.empty_like(cand)
         w_hh_t = w_hh.t()  # [N, 3N]
-        steps = [
-            (a, a[:, : 2 * N], a[:, :N], a[:, N : 2 * N], a[:, 2 * N :], gi_t[:, 2 * N :], n, h_t)
-            for a, gi_t, n, h_t in zip(
-                gates.unbind(0), gi.unbind(0), cand.unbind(0), hs.unbind(0), strict=True
-            )
-        ]  # views made once
+        steps = zip(  # views made once
+            gates.unbind(0),
+            *(gates[..., i * N : j * N].unbind(0) for i, j in ((0, 2), (0, 1), (1, 2), (2, 3))),
+            gi[..., 2 * N :].unbind(0),
+            cand.unbind(0),
+            hs.unbind(0),
+            strict=True,
+        )
         h = h0
         for a, rz, r, z, hn, xn, n, h_t in steps:
             a.addmm_(h, w_hh_t)  # [a_r, a_z, W_hn h + b_hn]   [B, 3N]
@@ -173,12 +176,17 @@ class GRUScan(torch.autograd.Function):
         torch.mul((h_prev - n) * z, 1.0 - z, out=q[:, :, 1])  # ∂a_z/∂h_t
         torch.mul(qn, r, out=q[:, :, 2])  # ∂(W_hn h + b_hn)/∂h_t
         grad_a, grad_h0 = _backward_scan(grad_hs.contiguous(), q, z, w_hh)  # [T, B, 4N]
-        grad_gh = grad_a[..., : 3 * N].contiguous()  # ∂L/∂(W_h h_{t−1} + b_h)
-        grad_gi = torch.cat([grad_a[..., : 2 * N], grad_a[..., 3 * N :]], -1)  # ∂L/∂(W_i x_t + b_i)
+        grad_gh = grad_a[..., : 3 * N]  # ∂L/∂(W_h h_{t−1} + b_h): blocks r, z, hn (strided views)
+        grad_gi = (grad_a[..., : 2 * N], grad_a[..., 3 * N :])  # ∂L/∂(W_i x_t + b_i): blocks r, z | n
         need = ctx.needs_input_grad
         grad_w, _, grad_bh = _weight_grads(x, grad_gh, h_prev, False, need[4])
-        grad_ih, grad_bi = _input_grads(x, grad_gi, need[1], need[3])
-        grad_x = grad_gi @ w_ih if need[0] else None
+        grad_ih = grad_bi = grad_x = None
+        if need[1] or need[3]:
+            (ih_rz, bi_rz), (ih_n, bi_n) = (_input_grads(x, ga, need[1], need[3]) for ga in grad_gi)
+            grad_ih = torch.cat([ih_rz, ih_n]) if ih_rz is not None and ih_n is not None else None
+            grad_bi = torch.cat([bi_rz, bi_n]) if bi_rz is not None and bi_n is not None else None
+        if need[0]:
+            grad_x = grad_gi[0] @ w_ih[: 2 * N] + grad_gi[1] @ w_ih[2 * N :]
         return grad_x, grad_ih, grad_w if need[2] else None, grad_bi, grad_bh, grad_h0 if need[5] else None
 
 
