@@ -10,28 +10,30 @@ One step, 0-based (step i makes h_i, m_i from h_{i−1}, m_{i−1}; h_{−1} = m
     c_j = ±r ρ(α̃ or β̃)   (+ for writing, − for erasing; r = 1/k for the mean over heads, 1 for the sum)
     m_i = m_{i−1} + Σ_{j,heads} (c / n) V,   n = max(‖V‖₅, ε) per head                 (eq. 10)
 
-The L5 normalisation v̂ = V / n and the weighted sum over heads are folded into one batched
-vector-matrix product: Σ c v̂ = (c / n)·V. Per step: two addmm (z, o), ReLU, one mul for the outer
-products, the norm, clamp, two small ops for c / n, and one baddbmm for m_i: 9 ops (+2 with ρ = ReLU).
+The L5 normalisation v̂ = V / n and the weighted sum over heads fold into one batched vector-matrix
+product, Σ c v̂ = (c / n)·V, and the norm comes from U = V³|V| (Σ U V = ‖V‖₅⁵; torch's p = 5 norm
+takes 150 µs a step). Per step: two addmm (z, o), ReLU, one mul for both outer products, three ops
+for U, the norm (vecdot, pow, clamp), two small ops for c / n, one baddbmm for m_i and its copy into
+S: 14 ops (+2 with ρ = ReLU). V and U are scratch, made again in the backward: a [T, B, 2k, m]
+store costs a page fault per fresh 4 KB, more than the arithmetic.
 
-Layouts chosen so that no step copies. The states live batch-major in S [B, T+1, N+m] with
+Layouts chosen so that no step concatenates. The states live batch-major in S [B, T+1, N+m] with
 S[:, i+1] = [h_i, m_i] (S[:, 0] = [h_{−1}, m_{−1}] = 0), so both inputs the step needs are contiguous
 slices of a row: [h_{i−1}, m_{i−1}] = S[:, i], and [m_{i−1}, h_i], which straddles S[:, i] and
 S[:, i+1] (the head weights' columns are reordered to [m | h] for it). The head layer's rows are
 reordered to [α̃, β̃, p^w, p^e, q^w, q^e] so p and q are each one block.
 
-Backward, with dm = ∂L/∂m_i (which alone reaches o_i):
-    ∂c = ⟨dm, v̂⟩                                        one bmm   [B, 2k]
-    ∂V = (c / n) ρ'(pqᵀ) ⊙ (dm − ∂c ⊙ v̂³|v̂|)              addcmul and mul   (L5-norm backward)
-    ∂p = ∂V q,  ∂q = ∂Vᵀ p                               two bmm, one copy into ∂o_i
-    ∂(α̃, β̃) = ∂c ⊙ ±r ρ'                                  one mul
+Backward, with dm = ∂L/∂m_i (which alone reaches o_i) and the forward-only κ = (c/n) / n⁵:
+    ⟨dm, V⟩ per direction and head                        one vecdot   [B, 2k]
+    ∂V = ρ' ⊙ ((c/n) dm − ⟨dm, V⟩ κ U)                    (the L5 norm's backward: ∂n/∂V = U / n⁴)
+    ∂p = ∂V q,  ∂q = ∂Vᵀ p                               two vecdot, straight into ∂o_i
+    ∂(α̃, β̃) = ⟨dm, V⟩ (±r / n) ρ'                         one mul
     ∂h_i = g_i + ∂o_i W_Hh + ∂z_{i+1} W_h                one addmm: [∂o_i, ∂z_{i+1}] is contiguous
     ∂z_i = ∂h_i ⊙ [h_i > 0]  (then LayerNorm's backward)  one mul
     ∂m_{i−1} = dm + ∂z_i W_m + ∂o_i W_Hm                 one addmm: [∂z_i, ∂o_i] is contiguous
-The per-step gradients live batch-major in D [B, T, N + 2k + 4s], D[:, i] = [∂z_i, ∂o_i], so both
-addmm inputs are slices of a row again. Everything that depends on forward values only (v̂, v̂³|v̂|,
-the ReLU masks) is computed for all steps at once before the loop, and every weight's gradient is one
-product over all steps after it.
+The per-step gradients live batch-major in D [B, T+1, N + 2k + 4s], D[:, i] = [∂z_i, ∂o_i] and
+D[:, T] = 0, so both addmm inputs are slices of a row again, and every weight's gradient is one
+product over all B·(T+1) rows of D and S after the loop (the zero rows pair with S's extra ones).
 """
 
 from __future__ import annotations
@@ -60,16 +62,16 @@ def _rows(buf: torch.Tensor, width: int, offset: int, count: int) -> tuple[torch
 
 def _directions(o: torch.Tensor, k: int, s: int) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """Per step, p as [B, 2, s, 1] and q as [B, 2, 1, s] (write, erase) from o [T, B, 2k + 4s] = [α̃, β̃ |
-    p^w, p^e | q^w, q^e] (or from its gradient): ready to broadcast into p qᵀ."""
+    p^w, p^e | q^w, q^e]: ready to broadcast into p qᵀ."""
     T, B = o.shape[:2]
     pq = o[..., 2 * k :].view(T, B, 2, 2, s)
     return pq[:, :, 0].unsqueeze(-1).unbind(0), pq[:, :, 1].unsqueeze(-2).unbind(0)
 
 
-def _outer_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ_{b,i} a[b, i]ᵀ b[b, i] [P, Q] for batch-major a [B, T, P] and b [B, T, Q] (strided views are
-    fine): one batched matmul over the B sequences, then the sum."""
-    return torch.bmm(a.transpose(1, 2), b).sum(0)
+def _state_store(x: torch.Tensor, B: int, T: int, N: int, M: int) -> torch.Tensor:
+    """S [B, T+1, N+m] of zeros, in storage N elements longer: the row of [m_{i−1}, h_i] that starts
+    in S's last row (paired with a zero gradient row) stays inside it."""
+    return x.new_zeros(B * (T + 1) * (N + M) + N)[: B * (T + 1) * (N + M)].view(B, T + 1, N + M)
 
 
 class NRUScan(torch.autograd.Function):
@@ -104,15 +106,17 @@ class NRUScan(torch.autograd.Function):
         w_o = torch.cat([w_heads[:, N:], w_heads[:, :N]], 1)[rows].t()  # [m+N, H] over [m, h]
         b_o = b_heads[rows]
         xp = torch.addmm(b, x.reshape(T * B, d), w[:, :d].t()).view(T, B, N)  # W_x x_i + b, all i at once
-        S = x.new_zeros(B, T + 1, N + M)  # S[:, i+1] = [h_i, m_i]
+        S = _state_store(x, B, T, N, M)  # S[:, i+1] = [h_i, m_i]
         Ho = x.new_empty(T, B, H)  # o_i
-        nrm = x.new_empty(T, B, 2 * k)  # n = max(‖V‖₅, ε)
-        coef = x.new_empty(T, B, 2 * k)  # c / n
+        nrm = x.new_empty(T, B, 1, 2 * k)  # n = max(‖V‖₅, ε)
+        coef = x.new_empty(T, B, 1, 2 * k)  # c / n   (rows: the baddbmm's shape)
         Z = x.new_empty(T, B, N) if ln_w is not None else None  # z_i, for LayerNorm's backward
         # V = ρ(p qᵀ) per (direction, head) and U = V³|V| (Σ U V = ‖V‖₅⁵) are scratch, made again in
         # the backward: a [T, B, 2k, m] store costs a page fault per fresh 4 KB, more than the math
         v, u = x.new_empty(B, 2 * k, M), x.new_empty(B, 2 * k, M)
-        v4, m_buf = v.view(B, 2, s, s), x.new_empty(B, 1, M)
+        v4, v_rows, u_rows = v.view(B, 2, s, s), v.view(B, 1, 2 * k, M), u.view(B, 1, 2 * k, M)
+        m_bufs = x.new_zeros(2, B, 1, M)  # m_{i−1} and m_i, contiguous: step i reads m_bufs[i & 1]
+        m_rows = m_bufs.view(2, B, M).unbind(0)
         sign = torch.full((2 * k,), scale, dtype=x.dtype, device=x.device)
         sign[k:] = -scale  # +r for writing, −r for erasing
         ln_stats: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -123,17 +127,15 @@ class NRUScan(torch.autograd.Function):
             S[:, 1:, :N].unbind(1),  # h_i's place
             _rows(S, M + N, N, T),  # [m_{i−1}, h_i]
             Ho.unbind(0),
-            Ho[..., : 2 * k].unbind(0),  # α̃, β̃
+            Ho[..., : 2 * k].unsqueeze(2).unbind(0),  # α̃, β̃   [B, 1, 2k]
             *_directions(Ho, k, s),
             nrm.unbind(0),
             coef.unbind(0),
-            coef.unsqueeze(2).unbind(0),
-            S[:, :T, N:].unsqueeze(2).unbind(1),  # m_{i−1}   [B, 1, m]
             S[:, 1:, N:].unbind(1),  # m_i's place
             strict=True,
         )
         addmm, baddbmm, mul, vecdot = torch.addmm, torch.baddbmm, torch.mul, torch.linalg.vecdot
-        for xp_i, z, zin, h, oin, o, ab, p, q, n, cn, cn_row, m_prev, m in steps:
+        for i, (xp_i, z, zin, h, oin, o, ab, p, q, n, cn, m) in enumerate(steps):
             addmm(xp_i, zin, w_z, out=z)  # z_i (eq. 9)
             if ln_w is not None:
                 z, mean, rstd = torch.native_layer_norm(z, (N,), ln_w, ln_b, ln_eps)
@@ -145,10 +147,10 @@ class NRUScan(torch.autograd.Function):
             else:
                 mul(p, q, out=v4)
             mul(v, v, out=u).mul_(u).copysign_(v)  # U = V³|V|
-            vecdot(u, v, out=n).pow_(0.2).clamp_min_(NORM_EPS)  # n = max((Σ |V|⁵)^⅕, ε)   [B, 2k]
-            mul(ab.relu() if use_relu else ab, sign, out=cn).div_(n)  # c / n
-            baddbmm(m_prev, cn_row, v, out=m_buf)  # m_i = m_{i−1} + Σ (c/n) V   [B, 1, m]
-            m.copy_(m_buf.view(B, M))
+            vecdot(u_rows, v_rows, out=n).pow_(0.2).clamp_min_(NORM_EPS)  # n = max((Σ|V|⁵)^⅕, ε)
+            mul(ab.relu() if use_relu else ab, sign, out=cn).div_(n)  # c / n   [B, 1, 2k]
+            baddbmm(m_bufs[i & 1], cn, v, out=m_bufs[~i & 1])  # m_i = m_{i−1} + Σ (c/n) V   [B, 1, m]
+            m.copy_(m_rows[~i & 1])
         ctx.dims = (k, M, s, use_relu)
         ctx.rows = rows
         if ln_w is not None:
@@ -173,15 +175,17 @@ class NRUScan(torch.autograd.Function):
         gm = grad_ms[0] if grad_ms else None
         g = grad_hs.contiguous() if grad_hs is not None else x.new_zeros(T, B, N)
         # factors that depend on forward values only, all steps at once ([T, B, 2k]: small)
+        nrm = nrm.view(T, B, 2 * k)
         live = nrm > NORM_EPS  # n = ε: the norm is a constant
-        kappa = coef / nrm.pow(5) * live  # ∂V = (c/n) dm − ⟨dm, V⟩ (c/n) / n⁵ · U
+        kappa = coef.view(T, B, 2 * k) / nrm.pow(5) * live  # ∂V = (c/n) dm − ⟨dm, V⟩ (c/n) / n⁵ · U
         gab = sign / nrm  # ∂(α̃, β̃) = ⟨dm, V⟩ (±r / n) ρ'
         if use_relu:
             gab = gab * (Ho[..., : 2 * k] > 0)
         hmask = (S[:, 1:, :N] > 0).to(S.dtype)  # ReLU'(z_i)   [B, T, N]
         w_dh = torch.cat([w_o[M:].t(), w_z[:N].t()], 0)  # [H + N, N]: ∂h_i = g_i + [∂o_i, ∂z_{i+1}] · w_dh
         w_dm = torch.cat([w_z[N:].t(), w_o[:M].t()], 0)  # [N + H, m]: ∂m_{i−1} = dm + [∂z_i, ∂o_i] · w_dm
-        D = x.new_empty(B, T, N + H)  # D[:, i] = [∂z_i, ∂o_i]
+        D = x.new_empty(B, T + 1, N + H)  # D[:, i] = [∂z_i, ∂o_i]; D[:, T] = 0 (∂z_T = 0)
+        D[:, T].zero_()
         dm_buf = x.new_zeros(2, B, M)
         dcr = x.new_empty(B, 2 * k)  # ⟨dm, V⟩ per direction and head
         gamma = x.new_empty(B, 2 * k, 1)
@@ -191,14 +195,13 @@ class NRUScan(torch.autograd.Function):
         dz_hat = x.new_empty(T, B, N) if ln else None
         # views made once
         dzo = _rows(D, N + H, 0, T)  # [∂z_i, ∂o_i]
-        doz = (*_rows(D, H + N, N, T - 1), D[:, T - 1, N:])  # [∂o_i, ∂z_{i+1}]; ∂z_T = 0
-        w_dhs = [w_dh] * (T - 1) + [w_dh[:H]]
-        d_z, d_ab = D[:, :, :N].unbind(1), D[:, :, N : N + 2 * k].unbind(1)
-        dpq = D[:, :, N + 2 * k :].view(B, T, 2, 2, s)
+        doz = _rows(D, H + N, N, T)  # [∂o_i, ∂z_{i+1}]
+        d_z, d_ab = D[:, :T, :N].unbind(1), D[:, :T, N : N + 2 * k].unbind(1)
+        dpq = D[:, :T, N + 2 * k :].view(B, T, 2, 2, s)
         d_p, d_q = dpq[:, :, 0].unbind(1), dpq[:, :, 1].unbind(1)  # ∂p, ∂q   [B, 2, s]
         ps, qs = _directions(Ho, k, s)
         gs, hmasks, kappas, gabs = g.unbind(0), hmask.unbind(1), kappa.unbind(0), gab.unbind(0)
-        coefs = coef.unsqueeze(3).unbind(0)  # [B, 2k, 1]
+        coefs = coef.transpose(2, 3).unbind(0)  # [B, 2k, 1]
         dms, dm_rows = dm_buf.unbind(0), dm_buf.unsqueeze(2).unbind(0)  # [B, m], [B, 1, m]
         j = T & 1  # step i writes ∂m_{i−1} into the other buffer, dms[i & 1]
         dm, dm_row = dms[j], dm_rows[j]
@@ -220,7 +223,7 @@ class NRUScan(torch.autograd.Function):
             vecdot(dV4, q, out=d_p[i])  # ∂p = ∂V q
             vecdot(dV4, p, dim=-2, out=d_q[i])  # ∂q = ∂Vᵀ p
             mul(dcr, gabs[i], out=d_ab[i])  # ∂(α̃, β̃)
-            addmm(gs[i], doz[i], w_dhs[i], out=dh)  # ∂h_i = g_i + ∂o_i W_Hh + ∂z_{i+1} W_h
+            addmm(gs[i], doz[i], w_dh, out=dh)  # ∂h_i = g_i + ∂o_i W_Hh + ∂z_{i+1} W_h
             if dz_hat is None:
                 mul(dh, hmasks[i], out=d_z[i])  # ∂z_i
             else:
@@ -239,21 +242,23 @@ class NRUScan(torch.autograd.Function):
                 addmm(dm, dzo[i], w_dm, out=dms[j])  # ∂m_{i−1}
             dm, dm_row = dms[j], dm_rows[j]
         need = ctx.needs_input_grad
-        # every weight's gradient: one batched product over the B sequences, summed (the stores are
-        # batch-major: no transposed copies)
-        grad_z, grad_o = D[:, :, :N], D[:, :, N:]  # ∂z, ∂o (the head layer's reordered rows)   [B, T, ·]
+        # every weight's gradient: one product over all (B, T+1) rows of the batch-major stores, whose
+        # extra row per sequence has ∂ = 0 (D[:, T]) — no copies
+        Dz, Do = D.view(-1, N + H)[:, :N], D.view(-1, N + H)[:, N:]  # ∂z, ∂o (the reordered head rows)
         grad_w = grad_wo = grad_b = grad_bo = grad_x = None
         if need[1]:  # ∂[W_x | W_h | W_m] = Σ ∂z_iᵀ [x_i, h_{i−1}, m_{i−1}]
-            grad_w = torch.cat([_outer_sum(grad_z, x.transpose(0, 1)), _outer_sum(grad_z, S[:, :T])], 1)
+            xb = x.new_zeros(B, T + 1, d)
+            xb[:, :T] = x.transpose(0, 1)
+            grad_w = torch.cat([Dz.t() @ xb.view(-1, d), Dz.t() @ S.view(-1, N + M)], 1)
         if need[3]:  # ∂W_H = Σ ∂o_iᵀ [m_{i−1}, h_i], back to the cell's rows and columns [h | m]
-            grad_wo = _outer_sum(grad_o, S.as_strided((B, T, M + N), S.stride(), S.storage_offset() + N))
+            grad_wo = Do.t() @ S.as_strided((B * (T + 1), M + N), (N + M, 1), S.storage_offset() + N)
             grad_wo = torch.cat([grad_wo[:, M:], grad_wo[:, :M]], 1)[ctx.rows]
         if need[2]:
-            grad_b = grad_z.sum((0, 1))
+            grad_b = Dz.sum(0)
         if need[4]:
-            grad_bo = grad_o.sum((0, 1))[ctx.rows]
+            grad_bo = Do.sum(0)[ctx.rows]
         if need[0]:  # e.g. an embedding before the cell
-            grad_x = (grad_z @ w[:, :d]).transpose(0, 1)
+            grad_x = (D[:, :T, :N] @ w[:, :d]).transpose(0, 1)
         grad_lnw = grad_lnb = None
         if dz_hat is not None:
             z_hat = (ln[0] - ln[3]) * ln[4]  # the normalised z
