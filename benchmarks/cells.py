@@ -6,9 +6,12 @@ linear readout at every step, cross-entropy, backward, global-norm clip 10, RMSp
 Every registered cell (`trainers.cells.list_cells()`) is built from its Config's defaults, so a cell
 registered later is measured without editing this file; a cell that cannot be built that way is
 skipped with the reason. The candidates are timed interleaved, one iteration each per round, so
-machine noise hits them alike; the figure is the median over rounds.
+machine noise hits them alike; the figures are the median (and quartiles) over rounds, and each
+ratio is the median over rounds of the ratio within a round (robust when the machine's load moves).
 
-    python benchmarks/cells.py [--reps 10] [--threads 1]
+    python benchmarks/cells.py [--reps 10] [--threads 1] [--cells nru janet gru]
+
+`--cells` times only those registered cells (beside the three torch references, always timed).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cells", nargs="+", choices=list_cells(), help="only these cells (default: every one)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -79,7 +83,7 @@ def main() -> None:
     }
     skipped: dict[str, str] = {}
     nonlinearity = get_task("copy").default_nonlinearity
-    for name in list_cells():
+    for name in args.cells or list_cells():
         cls = get_cell(name)
         try:
             config = cls.resolve(cls.Config(), nonlinearity)
@@ -101,14 +105,23 @@ def main() -> None:
             fn()
             times[label].append(1000 * (time.perf_counter() - t0))
 
-    print(f"torch {torch.__version__}, CPU, {args.threads} thread(s), median of {args.reps} iterations")
-    print(f"copy-like shape: N={N}, B={B}, T={T}, d={D}, {OUT} outputs at every step\n")
-    print(f"{'candidate':<28}{'ms/iter':>9}{'× nn.LSTM':>11}{'× nn.RNN':>10}")
-    lstm = statistics.median(times["torch nn.LSTM"])
-    rnn = statistics.median(times["torch nn.RNN(relu)"])
+    print(f"torch {torch.__version__}, CPU, {args.threads} thread(s), {args.reps} rounds")
+    print(f"copy-like shape: N={N}, B={B}, T={T}, d={D}, {OUT} outputs at every step")
+    print(
+        "ms/iter: median and quartiles over rounds; × ref: median over rounds of the ratio within a round\n"
+    )
+    refs = ("LSTM", "GRU", "RNN(relu)")
+    print(
+        f"{'candidate':<28}{'ms/iter':>9}{'p25–p75':>15}"
+        + "".join(f"{'× nn.' + r:>11}" for r in refs[:2])
+        + f"{'× nn.RNN':>10}"
+    )
     for label, ts in times.items():
-        med = statistics.median(ts)
-        print(f"{label:<28}{med:>9.1f}{med / lstm:>10.2f}×{med / rnn:>9.2f}×")
+        q1, med, q3 = statistics.quantiles(ts, n=4)
+        ratios = [
+            statistics.median(a / b for a, b in zip(ts, times[f"torch nn.{r}"], strict=True)) for r in refs
+        ]
+        print(f"{label:<28}{med:>9.1f}{f'{q1:.1f}–{q3:.1f}':>15}" + "".join(f"{x:>10.2f}×" for x in ratios))
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
 
