@@ -25,6 +25,15 @@ def make_tiny_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> Path:
     return root
 
 
+@pytest.fixture
+def one_thread():
+    """Small matrices: one intra-op thread is many times faster than several (and deterministic)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_mnist_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_mnist(tmp_path_factory.mktemp("mnist"))

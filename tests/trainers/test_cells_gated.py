@@ -227,15 +227,6 @@ def test_learns_addition_t50(cell):
 # --- the whole-sequence kernels (trainers.kernels_gated) ---------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    """Small matrices: one intra-op thread is many times faster than several (and deterministic)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def janet_eager(cell, x):
     """The JANET cell's former eager loop (hoisted input projection, one addmm per step): the
     reference `JANETScan` replaced."""

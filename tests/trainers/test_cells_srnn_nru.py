@@ -184,15 +184,6 @@ def nru_eager(cell: NRUCell, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return torch.stack(hs), torch.stack(ms)
 
 
-@pytest.fixture
-def one_thread():
-    """Small matrices: one intra-op thread is many times faster than several (and deterministic)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 NRU_VARIANTS = {  # every option of the cell, and heads/memory shapes where a head spans part of a row
     "default": {"memory_size": 4, "heads": 4},
     "relu": {"memory_size": 4, "heads": 4, "use_relu": True},
