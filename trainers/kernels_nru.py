@@ -182,8 +182,10 @@ class NRUScan(torch.autograd.Function):
         if use_relu:
             gab = gab * (Ho[..., : 2 * k] > 0)
         hmask = (S[:, 1:, :N] > 0).to(S.dtype)  # ReLU'(z_i)   [B, T, N]
-        w_dh = torch.cat([w_o[M:].t(), w_z[:N].t()], 0)  # [H + N, N]: ∂h_i = g_i + [∂o_i, ∂z_{i+1}] · w_dh
-        w_dm = torch.cat([w_z[N:].t(), w_o[:M].t()], 0)  # [N + H, m]: ∂m_{i−1} = dm + [∂z_i, ∂o_i] · w_dm
+        # [H + N, N]: ∂h_i = g_i + [∂o_i, ∂z_{i+1}] · w_dh, and [N + H, m]: ∂m_{i−1} = dm + [∂z_i, ∂o_i] · w_dm,
+        # each the transpose of a contiguous matrix (MKL: ~25 % faster than the row-major operand here)
+        w_dh = torch.cat([w_o[M:], w_z[:N]], 1).t()
+        w_dm = torch.cat([w_z[N:], w_o[:M]], 1).t()
         D = x.new_empty(B, T + 1, N + H)  # D[:, i] = [∂z_i, ∂o_i]; D[:, T] = 0 (∂z_T = 0)
         D[:, T].zero_()
         dm_buf = x.new_zeros(2, B, M)
