@@ -14,8 +14,8 @@ The L5 normalisation v̂ = V / n and the weighted sum over heads fold into one b
 product, Σ c v̂ = (c / n)·V, and the norm comes from U = V³|V| (Σ U V = ‖V‖₅⁵; torch's p = 5 norm
 takes 150 µs a step). Per step: two addmm (z, o), ReLU, one mul for both outer products, three ops
 for U, the norm (vecdot, pow, clamp), two small ops for c / n, one baddbmm for m_i and its copy into
-S: 14 ops (+2 with ρ = ReLU). V and U are scratch, made again in the backward: a [T, B, 2k, m]
-store costs a page fault per fresh 4 KB, more than the arithmetic.
+S: 14 ops (+2 with ρ = ReLU). V and U are scratch, made again in the backward (one outer product of
+stacked factors): a [T, B, 2k, m] store costs a page fault per fresh 4 KB, more than the arithmetic.
 
 Layouts chosen so that no step concatenates. The states live batch-major in S [B, T+1, N+m] with
 S[:, i+1] = [h_i, m_i] (S[:, 0] = [h_{−1}, m_{−1}] = 0), so both inputs the step needs are contiguous
@@ -191,8 +191,9 @@ class NRUScan(torch.autograd.Function):
         dm_buf = x.new_zeros(2, B, M)
         dcr = x.new_empty(B, 2 * k)  # ⟨dm, V⟩ per direction and head
         gamma = x.new_empty(B, 2 * k, 1)
-        v, u, dV = x.new_empty(B, 2 * k, M), x.new_empty(B, 2 * k, M), x.new_empty(B, 2 * k, M)
-        v4, dV4, gamma2 = v.view(B, 2, s, s), dV.view(B, 2, s, s), gamma.view(B, 2 * k)
+        vu, dV = x.new_empty(B, 2, 2 * k, M), x.new_empty(B, 2 * k, M)  # [V; U], ∂V
+        v, u, vu5 = vu[:, 0], vu[:, 1], vu.view(B, 2, 2, s, s)
+        dV4, gamma2 = dV.view(B, 2, s, s), gamma.view(B, 2 * k)
         dh = x.new_empty(B, N)
         dz_hat = x.new_empty(T, B, N) if ln else None
         # views made once
@@ -202,6 +203,13 @@ class NRUScan(torch.autograd.Function):
         dpq = D[:, :T, N + 2 * k :].view(B, T, 2, 2, s)
         d_p, d_q = dpq[:, :, 0].unbind(1), dpq[:, :, 1].unbind(1)  # ∂p, ∂q   [B, 2, s]
         ps, qs = _directions(Ho, k, s)
+        # the factors [u; u³|u|] for all steps: one outer product then gives V = ρ(p qᵀ) and U = V³|V|
+        # = ρ((p³|p|)(q³|q|)ᵀ) (the same signs), a third of the ops of making U from V per step
+        uu = Ho[..., 2 * k :].unsqueeze(2).repeat(1, 1, 2, 1)  # [T, B, (V, U), 4s]
+        ut = uu[:, :, 1]
+        torch.mul(ut, ut, out=ut).mul_(ut).copysign_(uu[:, :, 0])
+        uu6 = uu.view(T, B, 2, 2, 2, s)  # [T, B, (V, U), (p, q), j, s]
+        fp, fq = uu6[:, :, :, 0].unsqueeze(-1).unbind(0), uu6[:, :, :, 1].unsqueeze(-2).unbind(0)
         gs, hmasks, kappas, gabs = g.unbind(0), hmask.unbind(1), kappa.unbind(0), gab.unbind(0)
         coefs = coef.transpose(2, 3).unbind(0)  # [B, 2k, 1]
         dms, dm_rows = dm_buf.unbind(0), dm_buf.unsqueeze(2).unbind(0)  # [B, m], [B, 1, m]
@@ -212,11 +220,9 @@ class NRUScan(torch.autograd.Function):
         addmm, mul, vecdot = torch.addmm, torch.mul, torch.linalg.vecdot
         for i in range(T - 1, -1, -1):
             p, q = ps[i], qs[i]
-            if use_relu:  # V and U again, as the forward made them
-                mul(p, q, out=v4).relu_()
-            else:
-                mul(p, q, out=v4)
-            mul(v, v, out=u).mul_(u).copysign_(v)
+            mul(fp[i], fq[i], out=vu5)  # V and U again
+            if use_relu:
+                vu.relu_()
             vecdot(v, dm_row, out=dcr)  # ⟨dm, V⟩
             mul(dcr, kappas[i], out=gamma2)
             mul(dm_row, coefs[i], out=dV).addcmul_(gamma, u, value=-1.0)  # ∂V
