@@ -12,7 +12,9 @@ Where the paper and the code differ we follow the code: the heads see (h_t, m_{t
 (the paper writes f(x_t, h_t, m_{t−1})), and the memory increment averages the k heads (eq. 10 sums
 them: `head_reduction="sum"`). The outer-product trick produces all k heads' directions from one
 pair of √(m·k)-vectors, so m·k must be a perfect square. The readout sees h_t. Every Linear layer
-has PyTorch's default init, drawn in the code's order.
+has PyTorch's default init, drawn in the code's order. The recurrence runs as one autograd function
+for the whole sequence with a hand-written backward (`trainers.kernels_nru.NRUScan`); the former
+eager step is its reference in the tests.
 """
 
 from __future__ import annotations
