@@ -30,7 +30,10 @@ from trainers.tasks import TASKS, Task
 #:    it where the authors used Keras (tasks' `prob_clip`, on for copy, psMNIST and HAR-2); a finite loss
 #:    never fails a trial (the divergence stop is the opt-in `divergence_guard`); the success criterion
 #:    left the trial config (a study judges success, so studies that differ only in it share runs).
-TRAINER_VERSION = "4"
+#: 5: janet, gru and nru as whole-sequence autograd functions with hand-written backwards
+#:    (trainers/kernels_gated.py, kernels_nru.py): the same gradients summed in another order, and the
+#:    NRU's forward reorganised (L5 norm from V³|V|, heads summed in one baddbmm).
+TRAINER_VERSION = "5"
 
 
 @dataclass(frozen=True)
