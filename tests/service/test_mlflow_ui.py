@@ -57,3 +57,66 @@ def test_mlflow_ui_shows_the_study_and_its_trials(engine, mlflow_uri):
     assert (ARTIFACTS / "mlflow-runs.png").stat().st_size > 10_000
     assert (ARTIFACTS / "mlflow-parent-run.png").stat().st_size > 10_000
     print(f"screenshots: {ARTIFACTS / 'mlflow-runs.png'}, {ARTIFACTS / 'mlflow-parent-run.png'}")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium: `make browser` (apt-get install chromium)"
+)
+def test_mlflow_ui_shows_a_running_study_live(engine, mlflow_uri):
+    """Mid-run: a training trial's child run is listed as running with its validation curve so far,
+    and the parent run already has its live counts; then the study is cancelled (resumable)."""
+    import threading
+    import time
+
+    from mlflow.tracking import MlflowClient
+    from playwright.sync_api import sync_playwright
+
+    spec = StudySpec.model_validate({
+        "name": "ui-live", "preset": "orhan2020-copy500", "models": ["chain"],
+        "base": {**{k: v for k, v in TINY.items() if k != "task"}, "seq_len": 30, "steps": 200_000, "eval_every": 20},
+        "dims": {"lr": [1e-3], "scale": [1.0]}, "seeds": [1],
+    })  # fmt: skip
+    study = engine.create_study(spec)
+    cancel = threading.Event()
+    runner = threading.Thread(target=engine.run_study, args=(study.id, cancel), daemon=True)
+    runner.start()
+    client = MlflowClient(mlflow_uri)
+    try:
+        child = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # the child run, with a few evaluations streamed into it
+            trial = engine.ledger.trials(study.id)[0]
+            if trial.mlflow_run_id:
+                points = client.get_metric_history(trial.mlflow_run_id, "val_loss")
+                if len(points) >= 3:
+                    child = client.get_run(trial.mlflow_run_id)
+                    break
+            time.sleep(0.5)
+        assert child is not None, "no child run with three evaluations within 180 s of the start"
+        assert trial.status == "running" and child.info.status == "RUNNING"
+        parent_id = engine.ledger.get_study(study.id).mlflow_run_id
+        parent = client.get_run(parent_id)
+        assert parent.data.metrics["trials"] == 1 and parent.data.metrics["finished"] == 0
+        exp_id = child.info.experiment_id
+        ARTIFACTS.mkdir(exist_ok=True)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{child.info.run_id}", wait_until="load")
+            page.get_by_text("chain lr=0.001 scale=1.0 seed=1").first.wait_for(timeout=60_000)
+            page.get_by_text("val_loss").first.wait_for(timeout=60_000)  # its metric, still growing
+            page.get_by_text("Running").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "mlflow-live-child-run.png"), full_page=True)
+            page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent_id}", wait_until="load")
+            page.get_by_text("success_count.chain").first.wait_for(timeout=60_000)
+            page.get_by_text("finished").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "mlflow-live-parent-run.png"), full_page=True)
+            browser.close()
+        later = client.get_metric_history(child.info.run_id, "val_loss")
+        assert len(later) > len(points)  # the curve grew while we looked
+    finally:
+        cancel.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive()
+    assert engine.ledger.get_study(study.id).state == "cancelled"
+    assert (ARTIFACTS / "mlflow-live-child-run.png").stat().st_size > 10_000
