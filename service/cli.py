@@ -5,7 +5,10 @@ memsweep run PRESET|SPEC.yaml [--set KEY=VALUE] [--dim lr=1e-3,3e-4] [--models a
 memsweep run --study ID            # resume: only unfinished trials run
 memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
 memsweep best STUDY [--k 5] [--json] [--url URL]
-memsweep success STUDY [--json] [--url URL]
+memsweep success STUDY [--json | --csv] [--url URL]
+memsweep plan PRESET|SPEC.yaml [the flags of run] [--json] [--url URL]   # trials, bundles, estimate; nothing runs
+memsweep compare A B … [--by cell,seq_len] [--fraction F] [--json | --csv] [--mlflow] [--url URL]
+memsweep trials STUDY [--status done] [--json | --csv] [--url URL]
 memsweep train|describe|list …     # one trial, as `python -m trainers`
 
 The REST service and its clients (the token, when the server sets one, comes from MEMSWEEP_API_TOKEN;
@@ -33,9 +36,13 @@ from service.console import (
     api_url,
     build_spec,
     client_for,
+    plan_line,
     print_best,
+    print_comparison,
+    print_plan,
     print_status,
     print_success,
+    print_trials,
     remote,
 )
 
@@ -101,6 +108,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(
         f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
     )
+    from service.plan import ensure_estimate
+
+    ensure_estimate(engine, study.id)  # its plan and estimate (calibrating new shapes), kept to compare
+    planned = (engine.ledger.get_study(study.id).plan or {}).get("planned")  # type: ignore[union-attr]
+    if planned and not args.json:
+        print(plan_line(planned), file=sys.stderr)
     outcome: dict[str, Any] = {}
 
     def work() -> None:
@@ -193,20 +206,142 @@ def _local_success(
     """The success table from the local ledger, under the study's criterion or the one given."""
     from service.engine import Engine
     from service.settings import get_settings
-    from service.spec import StudySpec
+    from service.spec import StudySpec, judged_under
     from service.summary import success_table
-    from trainers import Criterion
+
+    engine = Engine(get_settings())
+    study = engine.ledger.get_study(study_id)
+    if study is None:
+        raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
+    criterion = judged_under(StudySpec.model_validate(study.spec).criterion(), fraction, threshold, baseline)
+    return {"name": study.name, "success": success_table(engine.ledger.trials(study_id), criterion, at_step)}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if not args.target:
+        raise SystemExit("error: give a preset name or a spec file (see `memsweep presets`)")
+    spec = build_spec(args)
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            planned = remote(lambda: client.plan(spec, recalibrate=args.recalibrate))
+    else:
+        from service.engine import Engine
+        from service.plan import plan_spec
+        from service.settings import get_settings
+
+        try:
+            planned = plan_spec(Engine(get_settings()), spec, recalibrate=args.recalibrate)
+        finally:
+            shutdown_ray()
+    if args.json:
+        print(json.dumps(planned))
+    else:
+        print_plan(planned)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    query = {
+        "fraction": args.fraction,
+        "threshold": args.threshold,
+        "baseline": args.baseline,
+        "at_step": args.at_step,
+    }
+    by = args.by.split(",")
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            found = remote(lambda: client.comparison(args.studies, by, **query, log=args.mlflow))
+    else:
+        from service.compare import compare_studies
+        from service.engine import Engine
+        from service.settings import get_settings
+
+        engine = Engine(get_settings())
+        try:
+            found = compare_studies(engine.ledger, args.studies, by, **query)
+        except LookupError as exc:
+            raise SystemExit(f"error: {exc}") from None
+        if args.mlflow:
+            found["mlflow"] = _log_comparison(engine, found)
+    if args.csv:
+        from service.tables import comparison_csv
+
+        sys.stdout.write(comparison_csv(found))
+    elif args.json:
+        print(json.dumps(found))
+    else:
+        print_comparison(found)
+    return 0
+
+
+def _log_comparison(engine: Any, comparison: dict[str, Any]) -> dict[str, Any]:
+    from service.plots import comparison_rates
+    from service.tables import comparison_csv
+    from service.tracking import Tracker
+
+    uri = engine.tracking_uri()
+    tracker = Tracker(uri, engine.settings.mlflow_experiment)
+    try:
+        exp_id, run_id = tracker.log_comparison(
+            comparison, comparison_csv(comparison), comparison_rates(comparison)
+        )
+    finally:
+        tracker.close()
+    print(f"MLflow: {uri}/#/experiments/{exp_id}/runs/{run_id}", file=sys.stderr)
+    return {"experiment_id": exp_id, "run_id": run_id}
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            page = remote(lambda: _every_trial(client, args.study, args.status, args.history))
+    else:
+        page = _local_trials(args.study, args.status, args.history)
+    if args.csv:
+        from service.tables import trials_csv
+
+        sys.stdout.write(trials_csv(page, args.study))
+    elif args.json:
+        print(json.dumps(page["items"]))
+    else:
+        print_trials(page)
+    return 0
+
+
+def _every_trial(client: Any, study_id: str, status: list[str] | None, history: bool) -> dict[str, Any]:
+    """Every trial of the study from a server, as one page."""
+    pages = [client.trials_page(study_id, 0, 1000, status, history=history)]
+    while pages[-1]["items"] and sum(len(p["items"]) for p in pages) < pages[0]["total"]:
+        offset = sum(len(p["items"]) for p in pages)
+        pages.append(client.trials_page(study_id, offset, 1000, status, history=history))
+    items = [t for p in pages for t in p["items"]]
+    return {**pages[0], "items": items, "limit": len(items)}
+
+
+def _local_trials(study_id: str, status: list[str] | None, history: bool) -> dict[str, Any]:
+    """Every trial of the study from the local ledger, as `GET /studies/{id}/trials` pages them."""
+    from service.api.study_service import trial_public
+    from service.engine import Engine
+    from service.settings import get_settings
+    from service.spec import StudySpec
 
     engine = Engine(get_settings())
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
     criterion = StudySpec.model_validate(study.spec).criterion()
-    if threshold is not None:
-        criterion = Criterion(fraction=None, threshold=threshold)
-    elif fraction is not None or baseline is not None:
-        criterion = Criterion(fraction=fraction or criterion.fraction or 0.5, baseline=baseline or "task")
-    return {"name": study.name, "success": success_table(engine.ledger.trials(study_id), criterion, at_step)}
+    rows = engine.ledger.trials(study_id, status)
+    items = [trial_public(t, criterion, history).model_dump(mode="json") for t in rows]
+    return {
+        "total": len(items),
+        "offset": 0,
+        "limit": len(items),
+        "criterion": criterion.to_dict(),
+        "items": items,
+    }
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -249,7 +384,11 @@ def cmd_success(args: argparse.Namespace) -> int:
         summary = {"name": study["name"], "success": table}
     else:
         summary = _local_success(args.study, **query)
-    if args.json:
+    if args.csv:
+        from service.tables import success_csv
+
+        sys.stdout.write(success_csv(summary["success"], args.study))
+    elif args.json:
         print(json.dumps(summary["success"]))
     else:
         print_success(summary)
@@ -347,6 +486,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_criterion_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that judge under another criterion or at a budget (success, compare)."""
+    p.add_argument("--fraction", type=float, help="judge under this fraction of the baseline")
+    p.add_argument("--threshold", type=float, help="judge under this loss threshold")
+    p.add_argument(
+        "--baseline", help="with --fraction: a reference baseline the task reports (copy: arjovsky)"
+    )
+    p.add_argument("--at-step", dest="at_step", type=int, help="count at a budget of this many steps")
+
+
 def add_url_flag(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--url", help=f"{help} (default: MEMSWEEP_API_URL)")
 
@@ -382,15 +531,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(fn=cmd_best)
     p = sub.add_parser("success", help="success counts by model, with 95 %% Wilson intervals")
     p.add_argument("study")
-    p.add_argument("--fraction", type=float, help="recount under this fraction of the baseline")
-    p.add_argument("--threshold", type=float, help="recount under this loss threshold")
-    p.add_argument(
-        "--baseline", help="with --fraction: a reference baseline the task reports (copy: arjovsky)"
-    )
-    p.add_argument("--at-step", dest="at_step", type=int, help="count at a budget of this many steps")
+    add_criterion_flags(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--csv", action="store_true", help="the table as CSV (criterion and trainer version in its header)"
+    )
     add_url_flag(p, "ask this memsweep server instead of the local ledger")
     p.set_defaults(fn=cmd_success)
+    p = sub.add_parser(
+        "plan", help="what a study would run and cost: trials, bundles, budget, an estimate (nothing runs)"
+    )
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    add_spec_flags(p)
+    p.add_argument("--recalibrate", action="store_true", help="measure every shape again (not the cache)")
+    p.add_argument("--json", action="store_true")
+    add_url_flag(p, "ask this memsweep server (it calibrates on its Ray) instead of planning here")
+    p.set_defaults(fn=cmd_plan)
+    p = sub.add_parser("compare", help="success counts of studies side by side, with differences of rates")
+    p.add_argument("studies", nargs="+", help="study ids; the first is the reference of every difference")
+    p.add_argument("--by", default="model", help="fields to group by, comma-separated (e.g. cell,seq_len)")
+    add_criterion_flags(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--csv", action="store_true", help="the table as CSV (criteria and trainer version in its header)"
+    )
+    p.add_argument("--mlflow", action="store_true", help="also log the comparison to MLflow as its own run")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
+    p.set_defaults(fn=cmd_compare)
+    p = sub.add_parser("trials", help="a study's trials (every field; --csv for a table)")
+    p.add_argument("study")
+    p.add_argument("--status", action="append", help="only trials in this status (repeatable)")
+    p.add_argument("--history", action="store_true", help="with every evaluation (JSON text in CSV)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--csv", action="store_true", help="one row per trial, params.* and config.* columns")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
+    p.set_defaults(fn=cmd_trials)
     p = sub.add_parser("serve", help="the REST service (uvicorn): studies run in the background")
     p.add_argument("--host", help="address to bind (default: MEMSWEEP_HOST, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: MEMSWEEP_PORT, 8000)")

@@ -6,6 +6,8 @@
     client.wait(study["id"])                                         # a progress bar until it finishes
     client.best(study["id"], k=3)
     client.success_table(study["id"])                                # a pandas DataFrame per model
+    client.plan("orhan2020-copy500", models=["chain"])               # trials, bundles, estimate: nothing runs
+    client.compare([study["id"], other["id"]], by="model")           # rates side by side, differences
 
 Answers are the server's JSON (dicts); a refused request raises `MemsweepAPIError` with the server's
 explanation.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
@@ -75,13 +77,7 @@ class MemsweepClient:
         """Create a study: a preset name, a spec dict or a `StudySpec`, with field overrides.
 
         A key is generated when none is given, so a retried submit never makes a second study."""
-        if isinstance(spec, str):
-            data: dict[str, Any] = {"preset": spec}
-        elif isinstance(spec, Mapping):
-            data = dict(spec)
-        else:  # a StudySpec
-            data = spec.model_dump(mode="json", exclude_unset=True)
-        data.update(overrides)
+        data = spec_data(spec, overrides)
         key = idempotency_key or uuid.uuid4().hex
         result: dict[str, Any] = {}
         for attempt in range(3):
@@ -93,6 +89,22 @@ class MemsweepClient:
                 if attempt == 2 or not (isinstance(exc, httpx.TransportError) or conflict):
                     raise
                 time.sleep(0.5 * (attempt + 1))
+        return result
+
+    def plan(
+        self,
+        spec: str | Mapping[str, Any] | Any,
+        recalibrate: bool = False,
+        timeout: float = 600.0,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """What a study would run and cost, nothing stored (`POST /studies?dry_run=true`): trials per
+        model, units and bundle sizes, the budget in steps, and the estimate from calibrations (which
+        may take a few seconds the first time a shape is seen, hence the longer `timeout`)."""
+        params = {"dry_run": True, "recalibrate": recalibrate}
+        result: dict[str, Any] = self._call(
+            "POST", "/studies", json=spec_data(spec, overrides), params=params, timeout=timeout
+        )
         return result
 
     def get(self, study_id: str) -> dict[str, Any]:
@@ -198,6 +210,102 @@ class MemsweepClient:
         frame.attrs.update(criterion=table["criterion"]["name"], at_step=table["at_step"])
         return frame
 
+    def comparison(
+        self,
+        studies: Sequence[str],
+        by: str | Sequence[str] = "model",
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+        at_step: int | None = None,
+        log: bool = False,
+    ) -> dict[str, Any]:
+        """The raw comparison of `GET /compare` (`by`, `reference`, `studies`, `rows`, `mlflow`); `log`:
+        also an MLflow run with the table and its figure."""
+        query = {
+            "studies": ",".join(studies),
+            "by": by if isinstance(by, str) else ",".join(by),
+            "fraction": fraction,
+            "threshold": threshold,
+            "baseline": baseline,
+            "at_step": at_step,
+            "log": log or None,
+        }
+        params = {k: v for k, v in query.items() if v is not None}
+        result: dict[str, Any] = self._call("GET", "/compare", params=params, timeout=120.0)
+        return result
+
+    def compare(
+        self, studies: Sequence[str], by: str | Sequence[str] = "model", **options: Any
+    ) -> pd.DataFrame:
+        """Success counts of the studies side by side: one row per (scope, group…, study), with 95 % Wilson
+        intervals and each study's difference from the first (95 % Newcombe interval, `shared` runs), and
+        `pooled` rows counting every distinct run (config hash) of all the studies once;
+        `options`: fraction / threshold / baseline / at_step / log as for `comparison`. The frame's
+        `attrs` hold each study's criterion, the reference and the MLflow run."""
+        import pandas as pd
+
+        from service.tables import flatten
+
+        found = self.comparison(studies, by, **options)
+        rows = [{**flatten(r), "study_id": r["study_id"] or "pooled"} for r in found["rows"]]
+        index = ["scope", *(f"group.{f}" for f in found["by"]), "study_id"]
+        frame = (
+            pd.DataFrame(rows)
+            .rename(columns=lambda c: c.removeprefix("group."))
+            .set_index([i.removeprefix("group.") for i in index])
+        )
+        frame.attrs.update(
+            criteria={s["study_id"]: s["criterion"]["name"] for s in found["studies"]},
+            reference=found["reference"],
+            at_step=found["at_step"],
+            mlflow=found.get("mlflow"),
+        )
+        return frame
+
+    def table_csv(self, path: str, **params: Any) -> str:
+        """A table route's CSV text (`/studies/{id}/trials`, `/studies/{id}/success`, `/compare`), with
+        its `# criterion` and `# trainer_version` lines; `service.tables.read_csv` reads it."""
+        headers = {**self._headers, "Accept": "text/csv"}
+        response = self._http.get(
+            path, params={k: v for k, v in params.items() if v is not None}, headers=headers
+        )
+        if response.status_code >= 400:
+            raise MemsweepAPIError(response.status_code, response.text, "GET", path)
+        return response.text
+
+    def trials_page(
+        self,
+        study_id: str,
+        offset: int = 0,
+        limit: int = 500,
+        status: str | list[str] | None = None,
+        success: bool | None = None,
+        sort: str = "id",
+        order: str = "asc",
+        history: bool = False,
+        model: str | list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One page of trials as the server answers it: {"total", "offset", "limit", "criterion", "items"}."""
+        query: dict[str, Any] = {
+            "sort": sort,
+            "order": order,
+            "history": history,
+            "offset": offset,
+            "limit": limit,
+        }
+        if status is not None:
+            query["status"] = [status] if isinstance(status, str) else list(status)
+        if success is not None:
+            query["success"] = success
+        if model is not None:
+            query["model"] = [model] if isinstance(model, str) else list(model)
+        if params:
+            query["param"] = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
+        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/trials", params=query)
+        return result
+
     def trials(
         self,
         study_id: str,
@@ -231,22 +339,13 @@ class MemsweepClient:
         model: str | list[str] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        query: dict[str, Any] = {"sort": sort, "order": order, "history": history}
-        if status is not None:
-            query["status"] = [status] if isinstance(status, str) else list(status)
-        if success is not None:
-            query["success"] = success
-        if model is not None:
-            query["model"] = [model] if isinstance(model, str) else list(model)
-        if params:
-            query["param"] = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
         offset, seen = 0, 0
         while True:
             size = page if limit is None else min(page, limit - seen)
             if size <= 0:
                 return
-            body = self._call(
-                "GET", f"/studies/{study_id}/trials", params={**query, "offset": offset, "limit": size}
+            body = self.trials_page(
+                study_id, offset, size, status, success, sort, order, history, model=model, params=params
             )
             yield from body["items"]
             seen += len(body["items"])
@@ -274,6 +373,18 @@ class MemsweepClient:
             raise MemsweepAPIError(response.status_code, response.text, "GET", "/ready")
         result: dict[str, Any] = response.json()
         return result
+
+
+def spec_data(spec: str | Mapping[str, Any] | Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A preset name, a spec dict or a `StudySpec`, with field overrides, as a request's body."""
+    if isinstance(spec, str):
+        data: dict[str, Any] = {"preset": spec}
+    elif isinstance(spec, Mapping):
+        data = dict(spec)
+    else:  # a StudySpec
+        data = spec.model_dump(mode="json", exclude_unset=True)
+    data.update(overrides)
+    return data
 
 
 CELL_COLUMNS = ["trials", "finished", "failed", "succeeded", "rate", "ci95_low", "ci95_high"]

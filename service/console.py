@@ -176,3 +176,157 @@ def remote(call: Callable[[], T]) -> T:
         raise SystemExit(f"error: {exc}") from None
     except httpx.TransportError as exc:
         raise SystemExit(f"error: the server does not answer ({exc}); is `memsweep serve` running?") from None
+
+
+def duration(seconds: float) -> str:
+    """Seconds as people read a duration: `52 s`, `14 min`, `3.2 h`, `167 days`."""
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.3g} {unit}"
+    return f"{seconds:,.0f} s"
+
+
+def plan_line(plan: dict[str, Any]) -> str:
+    """A plan in one line: trials, units, and the estimate in seconds with its range."""
+    head = f"plan: {plan['to_run']} trials to run ({plan['reused']} reused) in {plan['units']} Ray units"
+    e = plan.get("estimate")
+    if not e:
+        return f"{head}; no estimate yet ({'; '.join(plan['notes']) or 'not calibrated'})"
+    lo, hi = e["wall_seconds_range"]
+    partial = "" if e["complete"] else f" (covers {e['units_estimated']} of {plan['units']} units)"
+    return (
+        f"{head}; estimate {e['wall_seconds']:,.0f} s ({lo:,.0f}–{hi:,.0f} s, ≈ {duration(e['wall_seconds'])}) "
+        f"at {plan['slots']} slots, {e['trial_hours']:,.3g} trial-hours{partial}"
+    )
+
+
+def print_plan(plan: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"plan of {plan['name']} ({plan['sampler']}): nothing runs")
+    for col in ("model", "trials", "to run", "units", "steps a trial"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for model, row in plan["by_model"].items():
+        steps = row["budget_steps"]
+        span = (
+            "?"
+            if steps is None
+            else f"{steps[0]:,}"
+            if steps[0] == steps[1]
+            else f"{steps[0]:,}–{steps[1]:,}"
+        )
+        table.add_row(model, str(row["trials"]), str(row["to_run"]), str(row["units"]), span)
+    console.print(table)
+    sizes = ", ".join(f"{n} × {k}" for k, n in plan["bundle_sizes"].items())
+    budget = plan["budget"]
+    console.print(
+        f"units: {plan['units']} ({plan['bundles']} fused bundles; units × members: {sizes or 'none'}) · "
+        f"steps: {budget['trial_steps']:,} over the trials, {budget['unit_steps']:,} over the units · "
+        f"{plan['slots']} slots (concurrency {plan['concurrency']}) on {plan['node_type'] or '?'}"
+    )
+    shapes = Table(title="shapes (calibrated: real steps of the largest unit)")
+    for col in (
+        "shape",
+        "fused × members",
+        "units",
+        "step (median, ms)",
+        "per member-step",
+        "eval (s)",
+        "source",
+    ):
+        shapes.add_column(col)
+    for s in plan["shapes"]:
+        c = s["calibration"]
+        if c is None:
+            cells = ["–", "–", "–", s["error"] or "not calibrated"]
+        else:
+            import statistics
+
+            step = statistics.median(c["step_seconds"])
+            evaluation = (c["eval_seconds"] or 0.0) * c["val_scale"]
+            cells = [
+                f"{1000 * step:,.1f} ({1000 * min(c['step_seconds']):,.1f}–{1000 * max(c['step_seconds']):,.1f})",
+                f"{1000 * step / c['bundle_size']:,.2f} ms",
+                f"{evaluation:,.2f}",
+                "cache" if s["cached"] else f"measured ({c['seconds']:.1f} s)",
+            ]
+        shapes.add_row(
+            s["description"], f"{'yes' if s['fused'] else 'no'} × {s['bundle_size']}", str(s["units"]), *cells
+        )
+    console.print(shapes)
+    e = plan.get("estimate")
+    if e:
+        lo, hi = e["wall_seconds_range"]
+        tlo, thi = e["trial_hours_range"]
+        console.print(
+            f"estimate: wall-clock {e['wall_seconds']:,.0f} s (range {lo:,.0f}–{hi:,.0f} s; ≈ "
+            f"{duration(e['wall_seconds'])}) · {e['trial_hours']:,.3g} trial-hours ({tlo:,.3g}–{thi:,.3g}; × "
+            f"{plan['resources']['cpus']:g} CPU per unit)"
+            + ("" if e["complete"] else " · INCOMPLETE: see notes")
+        )
+    for note in plan["notes"]:
+        console.print(f"note: {note}")
+    console.print(plan_line(plan))
+
+
+def print_comparison(comparison: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = {s["study_id"]: s for s in comparison["studies"]}
+    when = f" at {comparison['at_step']:,} steps" if comparison.get("at_step") else ""
+    table = Table(
+        title=f"successes{when} by {', '.join(comparison['by'])}; differences from {comparison['reference']}"
+    )
+    for col in (
+        *comparison["by"],
+        "study",
+        "criterion",
+        "succeeded",
+        "rate",
+        "95 % Wilson CI",
+        "difference (95 % Newcombe)",
+        "shared",
+    ):
+        table.add_column(col)
+    for r in comparison["rows"]:
+        group = (
+            [str(v) for v in r["group"].values()]
+            if r["scope"] == "group"
+            else ["all", *[""] * (len(r["group"]) - 1)]
+        )
+        lo, hi = r["ci95"]
+        diff = (
+            ""
+            if r["difference"] is None
+            else f"{r['difference']:+.3f} [{r['difference_ci95'][0]:+.3f}, {r['difference_ci95'][1]:+.3f}]"
+        )
+        if r["study_id"] is None:  # pooled: every distinct run once, under the reference's criterion
+            who, criterion = "all (distinct runs)", names[comparison["reference"]]["criterion"]["name"]
+        else:
+            who = f"{names[r['study_id']]['name']} [{r['study_id']}]"
+            criterion = names[r["study_id"]]["criterion"]["name"]
+        table.add_row(
+            *group, who, criterion, f"{r['succeeded']}/{r['trials']}",
+            f"{r['rate']:.3f}", f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
+        )  # fmt: skip
+    Console().print(table)
+    if comparison.get("mlflow"):
+        print(f"MLflow run: {comparison['mlflow'].get('run_url') or comparison['mlflow'].get('run_id')}")
+
+
+def print_trials(page: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{page['total']} trials (success: {page['criterion']['name']})")
+    for col in ("id", "model", "params", "status", "final loss", "success", "seconds"):
+        table.add_column(col)
+    for t in page["items"]:
+        loss = "" if t["final_val_loss"] is None else f"{t['final_val_loss']:.5g}"
+        seconds = "" if t["seconds"] is None else f"{t['seconds']:.1f}"
+        params = " ".join(f"{k}={v}" for k, v in t["params"].items())
+        table.add_row(str(t["id"]), t["model"], params, t["status"], loss, str(t["success"]), seconds)
+    Console().print(table)

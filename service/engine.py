@@ -24,7 +24,8 @@ from typing import Any
 
 from search_spaces import SearchSpace
 from service.ledger import FINISHED, Ledger, Study, Trial
-from service.packing import pack
+from service.packing import pack_study
+from service.plan import record_actual
 from service.search import check_space, execution, grid_trials, optuna_search
 from service.settings import Settings
 from service.spec import StudyError, StudySpec
@@ -146,6 +147,7 @@ class Engine:
         marks.append(time.perf_counter())
         summary, errors = self._project(study.id, tracker, exp_id, parent, spec.criterion(), state, marks)
         phases = dict(zip(RUN_PHASES, (b - a for a, b in pairwise(marks)), strict=True))
+        record_actual(self.ledger, study.id, phases)  # what the run took, beside its plan's estimate
         log.info("study %s: %s", study.id, ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
         self.ledger.update_study(study.id, state=state, error=tracking_error(study.id, errors))
         summary["state"] = state
@@ -239,10 +241,7 @@ class Engine:
             "asha": spec.scheduler == "asha",
         }
         name = f"study-{study.id}"
-        device = "cuda" if spec.resources.gpus > 0 else "cpu"
         measured = self._unit_memory(how["resources"], unit_memory) if spec.fuses else None
-        if measured is not None:
-            device = measured[0]
         if sampled:
             finished = self.ledger.trials(study.id, FINISHED)
             remaining = (spec.max_trials or 0) - len(finished)
@@ -267,10 +266,7 @@ class Engine:
                 raise StudyError(str(exc)) from None
             if not todo or cancel.is_set():
                 return
-            units = pack(
-                todo, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size, device=device,
-                gpus_per_unit=spec.resources.gpus, memory=measured[1] if measured else None,
-            )  # fmt: skip
+            units = pack_study(spec, todo, measured)
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.plan(todo)
             callback.requeued = 0

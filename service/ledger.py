@@ -33,6 +33,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     create_engine,
+    delete,
     event,
     func,
     inspect,
@@ -151,6 +152,24 @@ class IdempotencyKey(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     request_hash: Mapped[str] = mapped_column(String(64))
     study_id: Mapped[str | None] = mapped_column(String(32), default=None)  # None while being created
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class Calibration(Base):
+    """A unit shape timed on a node type (`service.calibration`): what a study's plan costs per step."""
+
+    __tablename__ = "calibrations"
+    __table_args__ = (UniqueConstraint("shape_key", "node_type", name="uq_calibration_shape_node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    shape_key: Mapped[str] = mapped_column(
+        String(32)
+    )  # the shape, fused or not, bundle size, trainer version
+    node_type: Mapped[str] = mapped_column(String(300))  # CPU model × count (+ GPU)
+    trainer_version: Mapped[str] = mapped_column(String(16))
+    bundle_size: Mapped[int] = mapped_column(Integer)
+    shape: Mapped[dict[str, Any]] = mapped_column(JSON)  # the trial config without the grid's values
+    measurement: Mapped[dict[str, Any]] = mapped_column(JSON)  # step, evaluation, set-up and finish times
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
@@ -414,6 +433,27 @@ class Ledger:
             out["succeeded"] += int(t.succeeded(criterion))
         out["total"] = sum(out[s] for s in TRIAL_STATES)
         return out
+
+    # ----- calibrations ----------------------------------------------------------------------------
+    def calibration(self, shape_key: str, node_type: str) -> Calibration | None:
+        with self.session() as s:
+            return s.scalars(
+                select(Calibration).where(
+                    Calibration.shape_key == shape_key, Calibration.node_type == node_type
+                )
+            ).first()
+
+    def save_calibration(self, row: Calibration, replace: bool = False) -> None:
+        """Keep a calibration; one already kept for its shape and node type stays unless `replace`
+        (two plans that calibrated the same shape at once keep the first)."""
+        with contextlib.suppress(IntegrityError), self.session() as s:
+            if replace:
+                s.execute(
+                    delete(Calibration).where(
+                        Calibration.shape_key == row.shape_key, Calibration.node_type == row.node_type
+                    )
+                )
+            s.add(row)
 
     # ----- idempotency keys ------------------------------------------------------------------------
     @outlasting

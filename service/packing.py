@@ -21,11 +21,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trainers
 from service.trial import TrialSpec, Unit
 from trainers.fused import fusable_key
+
+if TYPE_CHECKING:
+    from service.spec import StudySpec
 
 #: members per bundle at most when the spec does not say (see the module docstring)
 MAX_BUNDLE = 32
@@ -111,6 +114,19 @@ def pack(
         for same_init in by_init.values():
             units += [Unit(tuple(same_init[i : i + k]), fused=True) for i in range(0, len(same_init), k)]
     return units + singles
+
+
+def pack_study(
+    spec: StudySpec, trials: Sequence[TrialSpec], measured: tuple[str, int] | None = None
+) -> list[Unit]:
+    """A grid study's trials as its run packs them: the spec's fusing, concurrency, bundle size and
+    device; `measured`: (device kind, bytes a unit may use) on a node that would run it
+    (`service.ray_tune.unit_memory`). The engine and a study's plan both pack through here."""
+    device = measured[0] if measured else ("cuda" if spec.resources.gpus > 0 else "cpu")
+    return pack(
+        trials, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size, device=device,
+        gpus_per_unit=spec.resources.gpus, memory=measured[1] if measured else None,
+    )  # fmt: skip
 
 
 def bundle(trials: Sequence[TrialSpec], *, fused: bool) -> Unit:

@@ -76,12 +76,17 @@ def grid_trials(space: SearchSpace, settings: Mapping[str, Any]) -> list[TrialSp
     return trials
 
 
+def first_point(model: Model) -> dict[str, Any]:
+    """A model's first setting: each dimension's first value, or the low end of its range."""
+    return {k: d.values[0] if isinstance(d, Values) else d.low for k, d in model.dims.items()}
+
+
 def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
     their first value — names, types, ranges, and what the task itself checks (`check_trials`)."""
     for model in space.models:
-        first = {k: d.values[0] if isinstance(d, Values) else d.low for k, d in model.dims.items()}
+        first = first_point(model)
         points = [first]
         for key, dim in model.dims.items():
             ends = dim.values[1:] if isinstance(dim, Values) else (dim.high,)

@@ -251,6 +251,21 @@ def _non_finite(value: Any, path: str) -> str | None:
     return None
 
 
+def judged_under(
+    own: Criterion, fraction: float | None = None, threshold: float | None = None, baseline: str | None = None
+) -> Criterion:
+    """The criterion a request names instead of a study's `own` (a threshold; or a fraction and/or a
+    reference baseline, the missing one taken from `own`); `own` when it names none."""
+    if fraction is None and threshold is None and baseline is None:
+        return own
+    try:
+        if threshold is not None:
+            return Criterion(fraction=None, threshold=threshold)
+        return Criterion(fraction=fraction or own.fraction or 0.5, baseline=baseline or "task")
+    except ValueError as exc:
+        raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
+
+
 def load_spec(path: str | Path) -> StudySpec:
     """A spec from a YAML or JSON file."""
     text = Path(path).read_text()

@@ -49,6 +49,20 @@ def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return (lo, hi)
 
 
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """95 % interval of the difference k1/n1 − k2/n2 of two independent proportions: Newcombe's hybrid
+    score interval (Stat. Med. 17:873, 1998, method 10), built from the two Wilson intervals above.
+    Unlike the Wald interval it stays inside [−1, 1] and keeps near-nominal coverage at 0/n and n/n."""
+    if n1 == 0 or n2 == 0:
+        return (-1.0, 1.0)
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson_interval(k1, n1), wilson_interval(k2, n2)
+    d = p1 - p2
+    lo = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    hi = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return (max(-1.0, lo), min(1.0, hi))
+
+
 def is_success(t: TrialLike, criterion: Criterion = HALF_BASELINE, at_step: int | None = None) -> bool:
     """Whether the trial succeeded under `criterion`, at the end of its run or at a budget of `at_step`."""
     status, loss = (t.status, t.final_val_loss) if at_step is None else state_at(t, at_step)
@@ -65,9 +79,13 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
     return "done", float(seen[-1]["val_loss"])
 
 
-def _cell(trials: Sequence[TrialLike], criterion: Criterion, at_step: int | None = None) -> dict[str, Any]:
-    """Counts of one group. A trial in `error` (its worker, node or process died: an infrastructure
-    fault) is no run: it is counted apart, never as a run that did not succeed."""
+def success_cell(
+    trials: Sequence[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
+) -> dict[str, Any]:
+    """One table cell: {"trials", "finished", "failed", "errors", "succeeded", "rate", "ci95"} of these
+    trials under `criterion` (at a budget of `at_step`), with the rate's 95 % Wilson interval. A trial
+    in `error` (its worker, node or process died: an infrastructure fault) is no run: it is counted
+    apart, never as a run that did not succeed."""
     runs = [t for t in trials if t.status != "error"]
     n = len(runs)
     k = sum(is_success(t, criterion, at_step) for t in runs)
@@ -101,16 +119,16 @@ def success_table(
                     fields[key][repr_value(value)].append(t)
         by_value[model] = {
             key: {
-                v: _cell(vs, criterion, at_step)
-                for v, vs in sorted(values.items(), key=lambda kv: _sort_key(kv[0]))
+                v: success_cell(vs, criterion, at_step)
+                for v, vs in sorted(values.items(), key=lambda kv: value_sort_key(kv[0]))
             }
             for key, values in fields.items()
         }
     return {
         "criterion": criterion.to_dict(),
         "at_step": at_step,
-        "total": _cell(trials, criterion, at_step),
-        "by_model": {m: _cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())},
+        "total": success_cell(trials, criterion, at_step),
+        "by_model": {m: success_cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())},
         "by_value": by_value,
     }
 
@@ -131,7 +149,7 @@ def success_vs_budget(
     for model, ts in sorted(by_model.items()):
         rows[model] = []
         for step in steps:
-            cell = _cell(ts, criterion, step)
+            cell = success_cell(ts, criterion, step)
             rows[model].append(
                 {"step": step, **{k: cell[k] for k in ("succeeded", "trials", "rate", "ci95")}}
             )
@@ -142,7 +160,7 @@ def repr_value(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _sort_key(s: str) -> tuple[int, float, str]:
+def value_sort_key(s: str) -> tuple[int, float, str]:
     try:
         return (0, float(s), s)
     except ValueError:

@@ -13,6 +13,7 @@ import collections
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -509,6 +510,52 @@ class Tracker:
         self.client.set_tag(parent_run_id, "memsweep.criterion", table["criterion"]["name"])
         self.client.set_tag(parent_run_id, "memsweep.trainer_version", str(summary.get("trainer_version")))
         self.client.set_terminated(parent_run_id, status=status)
+
+    def log_comparison(self, comparison: dict[str, Any], table_csv: str, figure: bytes) -> tuple[str, str]:
+        """A comparison of studies as its own run (written now, not queued): each study's rate and
+        interval per group as metrics, `comparison.csv`, `comparison.json` and `plots/comparison.png`;
+        (experiment id, run id)."""
+        from mlflow.entities import Metric, Param
+
+        exp_id = self.experiment_id()
+        ids = [s["study_id"] for s in comparison["studies"]]
+        run = self.client.create_run(
+            exp_id,
+            run_name=f"compare {' vs '.join(s['name'] for s in comparison['studies'])}",
+            tags={
+                "memsweep.kind": "comparison",
+                "memsweep.studies": ",".join(ids),
+                "memsweep.criterion": "; ".join(s["criterion"]["name"] for s in comparison["studies"]),
+                "memsweep.trainer_version": str(comparison["trainer_version"]),
+            },
+        )
+        run_id = run.info.run_id
+        params = [Param("by", ",".join(comparison["by"])), Param("reference", comparison["reference"])]
+        params += [Param("at_step", str(comparison["at_step"]))]
+        params += [Param(f"criterion.{s['study_id']}", s["criterion"]["name"]) for s in comparison["studies"]]
+        ts = int(time.time() * 1000)
+        metrics = []
+        for row in comparison["rows"]:
+            where = ".".join(str(v) for v in row["group"].values()) if row["scope"] == "group" else "total"
+            who = row["study_id"] or "pooled"
+            name = re.sub(r"[^\w\-. /]", "_", f"{who}.{where}")  # what MLflow allows in a name
+            metrics += [
+                Metric(f"success_rate.{name}", float(row["rate"]), ts, 0),
+                Metric(f"success_ci95_low.{name}", float(row["ci95"][0]), ts, 0),
+                Metric(f"success_ci95_high.{name}", float(row["ci95"][1]), ts, 0),
+            ]
+            if row["difference"] is not None:
+                metrics.append(Metric(f"difference.{name}", float(row["difference"]), ts, 0))
+        for batch in batches(params, metrics, []):
+            self.client.log_batch(run_id, metrics=batch.metrics, params=batch.params)
+        self.client.log_text(run_id, table_csv, "comparison.csv")
+        self.client.log_dict(run_id, comparison, "comparison.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "comparison.png"
+            path.write_bytes(figure)
+            self.client.log_artifact(run_id, str(path), "plots")
+        self.client.set_terminated(run_id, status="FINISHED")
+        return exp_id, run_id
 
     def close(self) -> None:
         self.flush()

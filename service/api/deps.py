@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Header, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.study_service import StudyService
@@ -28,6 +28,12 @@ def get_engine(request: Request) -> Engine:
 
 StudiesDep = Annotated[StudyService, Depends(get_studies)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
+#: how a table answers: `?format=csv|json` (else the Accept header decides; JSON by default)
+FormatDep = Annotated[
+    Literal["json", "csv"] | None,
+    Query(alias="format", description="csv or json; default: text/csv when Accept asks for it, else JSON"),
+]
+AcceptDep = Annotated[str | None, Header(include_in_schema=False)]
 
 bearer = HTTPBearer(
     auto_error=False,

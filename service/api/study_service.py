@@ -11,11 +11,13 @@ from typing import Any
 from service.api.runner import StudyRunner
 from service.api.schemas import (
     BestConfig,
+    Comparison,
     CriterionPublic,
     MlflowLinks,
     StudyExtend,
     StudyExtended,
     StudyList,
+    StudyPlan,
     StudyPublic,
     SuccessBudget,
     SuccessTable,
@@ -23,9 +25,11 @@ from service.api.schemas import (
     TrialPage,
     TrialPublic,
 )
+from service.compare import UnknownStudiesError, compare_studies
 from service.engine import Engine
 from service.ledger import FINISHED, Study, Trial
-from service.spec import StudyError, StudySpec
+from service.plan import plan_spec, record_plan
+from service.spec import StudyError, StudySpec, judged_under
 from service.summary import best_configs, success_table, success_vs_budget
 from trainers.criterion import Criterion
 
@@ -90,8 +94,30 @@ class StudyService:
             raise StudyError(
                 f"{exc}; fix the spec's values (GET /presets/{{name}} shows valid ones)"
             ) from None
+        record_plan(self.engine, study.id, calibrate=False)  # from the cache; the run calibrates the rest
         self.runner.submit(study.id)
-        return study
+        return self._get(study.id)
+
+    def plan(self, spec: StudySpec, recalibrate: bool = False) -> StudyPlan:
+        """What the spec's study would run and cost (`service.plan`), calibrating shapes on this server's
+        Ray (brought up first) unless the server runs no studies; nothing is stored but calibrations."""
+        calibrate = self.runner.workers > 0
+        if calibrate:
+            self.runner.prepare()  # Ray lives in the runner's thread: never started from a request's
+        try:
+            planned = plan_spec(self.engine, spec, calibrate=calibrate, recalibrate=recalibrate)
+        except StudyError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StudyError(
+                f"{exc}; fix the spec's values (GET /presets/{{name}} shows valid ones)"
+            ) from None
+        if not calibrate:
+            planned["notes"].append(
+                "this server runs no studies (MEMSWEEP_MAX_PARALLEL_STUDIES=0): no Ray to calibrate on, "
+                "only cached calibrations are used"
+            )
+        return StudyPlan.model_validate(planned)
 
     def extend(self, study_id: str, changes: StudyExtend) -> StudyExtended:
         study = self._get(study_id)
@@ -242,6 +268,49 @@ class StudyService:
         criterion = self.criterion(self._get(study_id))
         return SuccessBudget.model_validate(success_vs_budget(self.ledger.trials(study_id), criterion))
 
+    def compare(
+        self,
+        study_ids: list[str],
+        by: list[str],
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+        at_step: int | None = None,
+        log: bool = False,
+    ) -> Comparison:
+        """Success counts of the studies side by side (`service.compare`); with `log`, also an MLflow
+        run holding the table and its figure."""
+        try:
+            found = compare_studies(self.ledger, study_ids, by, fraction, threshold, baseline, at_step)
+        except UnknownStudiesError as exc:
+            raise NotFoundError(str(exc)) from None
+        comparison = Comparison.model_validate(found)
+        if log:
+            comparison.mlflow = self._log_comparison(found)
+        return comparison
+
+    def _log_comparison(self, comparison: dict[str, Any]) -> MlflowLinks:
+        from service.plots import comparison_rates
+        from service.tables import comparison_csv
+        from service.tracking import Tracker, server_healthy
+
+        uri = self.runner.tracking_uri or self.engine.settings.mlflow_tracking_uri
+        if uri is None:
+            uri = self.engine.tracking_uri()  # starts the local MLflow server, as a study would
+        if not server_healthy(uri):
+            raise UnavailableError(
+                f"MLflow at {uri} does not answer, so the comparison was not logged; ask again without "
+                "log=true for the table, or when MLflow is up (GET /ready)"
+            )
+        tracker = Tracker(uri, self.engine.settings.mlflow_experiment)
+        try:
+            exp_id, run_id = tracker.log_comparison(
+                comparison, comparison_csv(comparison), comparison_rates(comparison)
+            )
+        finally:
+            tracker.close()
+        return self.links_of(exp_id, run_id)
+
     def criterion(
         self,
         study: Study,
@@ -250,15 +319,7 @@ class StudyService:
         baseline: str | None = None,
     ) -> Criterion:
         """The study's success criterion, or the one a request names instead."""
-        if fraction is None and threshold is None and baseline is None:
-            return StudySpec.model_validate(study.spec).criterion()
-        try:
-            if threshold is not None:
-                return Criterion(fraction=None, threshold=threshold)
-            own = StudySpec.model_validate(study.spec).criterion()
-            return Criterion(fraction=fraction or own.fraction or 0.5, baseline=baseline or "task")
-        except ValueError as exc:
-            raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
+        return judged_under(StudySpec.model_validate(study.spec).criterion(), fraction, threshold, baseline)
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _get(self, study_id: str) -> Study:
@@ -296,11 +357,15 @@ class StudyService:
             created_at=study.created_at,
             updated_at=study.updated_at,
             mlflow=self.links(study),
+            plan=study.plan,
         )
 
     def links(self, study: Study) -> MlflowLinks:
+        return self.links_of(study.mlflow_experiment_id, study.mlflow_run_id)
+
+    def links_of(self, exp: str | None, run: str | None) -> MlflowLinks:
+        """An MLflow run's ids and its links in the UI."""
         ui = self.engine.settings.mlflow_ui_url or self.runner.tracking_uri
-        exp, run = study.mlflow_experiment_id, study.mlflow_run_id
         base = ui.rstrip("/") if ui else None
         return MlflowLinks(
             experiment_id=exp,

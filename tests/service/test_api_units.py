@@ -344,7 +344,7 @@ def test_with_a_token_every_route_but_health_and_the_api_pages_answers_401_witho
     routes = documented + hidden
     paths = {p for _, p in routes}
     assert {"/openapi.json", "/docs", "/redoc", "/studies", "/studies/{study_id}/extend", "/ready"} <= paths
-    assert len(routes) == 18  # 15 documented + the 3 docs routes
+    assert len(routes) == 19  # 16 documented + the 3 docs routes
     with TestClient(app) as c:
         for method, path in routes:
             url = concrete(path)

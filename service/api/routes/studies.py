@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
 
-from service.api.deps import StudiesDep
+from service import tables
+from service.api.deps import AcceptDep, FormatDep, StudiesDep
 from service.api.schemas import (
     STUDY_CREATE_EXAMPLES,
     BestConfig,
@@ -15,6 +16,7 @@ from service.api.schemas import (
     StudyExtend,
     StudyExtended,
     StudyList,
+    StudyPlan,
     StudyPublic,
     StudyState,
     SuccessBudget,
@@ -40,6 +42,13 @@ TOO_LARGE: dict[int | str, dict[str, Any]] = {
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorMessage, "description": "missing or wrong bearer token"}
 }
+#: a table's answer as CSV (`Accept: text/csv` or `?format=csv`)
+CSV: dict[str, Any] = {
+    tables.MEDIA_TYPE: {
+        "schema": {"type": "string"},
+        "example": '# table: success\n# criterion: 0.5 × baseline\n# trainer_version: 4\n"table","model",…',
+    }
+}
 
 router = APIRouter(prefix="/studies", tags=["studies"], responses=UNAUTHORIZED)
 
@@ -47,10 +56,12 @@ router = APIRouter(prefix="/studies", tags=["studies"], responses=UNAUTHORIZED)
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
+    response_model=StudyPublic | StudyPlan,
     responses={
         200: {
-            "model": StudyPublic,
-            "description": "the study an earlier request with this Idempotency-Key made",
+            "model": StudyPlan | StudyPublic,
+            "description": "with dry_run=true: the plan (nothing stored); else the study an earlier request "
+            "with this Idempotency-Key made",
         },
         **BAD_BODY,
         **CONFLICT,
@@ -71,8 +82,22 @@ def create_study(
             description="repeat a request safely: the same key gives the same study back",
         ),
     ] = None,
-) -> StudyPublic:
-    """Create a study from a spec (or a preset with overrides) and queue it to run."""
+    dry_run: Annotated[
+        bool,
+        Query(
+            description="answer the study's plan and cost (trials, bundles, budget, estimate) without "
+            "running or storing it; shapes not calibrated yet are measured with a few real steps"
+        ),
+    ] = False,
+    recalibrate: Annotated[
+        bool, Query(description="with dry_run: measure every shape again instead of using the cache")
+    ] = False,
+) -> StudyPublic | StudyPlan:
+    """Create a study from a spec (or a preset with overrides) and queue it to run; with `dry_run=true`,
+    answer its plan and estimated cost instead (nothing is stored or run)."""
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+        return studies.plan(spec, recalibrate)
     study, created = studies.create(spec, idempotency_key)
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -96,7 +121,15 @@ def get_study(studies: StudiesDep, study_id: str) -> StudyPublic:
     return studies.get(study_id)
 
 
-@router.get("/{study_id}/trials", responses={**NOT_FOUND, **REFUSED})
+@router.get(
+    "/{study_id}/trials",
+    response_model=TrialPage,
+    responses={
+        **NOT_FOUND,
+        **REFUSED,
+        200: {"content": CSV, "description": "a page of trials (JSON or CSV)"},
+    },
+)
 def list_trials(
     studies: StudiesDep,
     study_id: str,
@@ -122,13 +155,19 @@ def list_trials(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     history: Annotated[bool, Query(description="include every evaluation of each trial")] = False,
-) -> TrialPage:
+    output: FormatDep = None,
+    accept: AcceptDep = None,
+) -> TrialPage | Response:
     """A study's trials: filtered by status, success, model and the point's values, sorted, one page
-    at a time."""
-    return studies.trials(
+    at a time (as CSV for `Accept: text/csv` or `?format=csv`: one row per trial, `params.*` and
+    `config.*` columns)."""
+    page = studies.trials(
         study_id, list(trial_status or []) or None, success, sort, order == "desc", offset, limit, history,
         models=model, params=param,
     )  # fmt: skip
+    if tables.wants_csv(output, accept):
+        return csv_response(tables.trials_csv(page.model_dump(mode="json"), study_id))
+    return page
 
 
 @router.get("/{study_id}/best", responses=NOT_FOUND)
@@ -142,7 +181,15 @@ def best(
     return studies.best(study_id, k, model)
 
 
-@router.get("/{study_id}/success", responses={**NOT_FOUND, **REFUSED})
+@router.get(
+    "/{study_id}/success",
+    response_model=SuccessTable,
+    responses={
+        **NOT_FOUND,
+        **REFUSED,
+        200: {"content": CSV, "description": "the success table (JSON or CSV)"},
+    },
+)
 def success(
     studies: StudiesDep,
     study_id: str,
@@ -165,11 +212,17 @@ def success(
         int | None,
         Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),
     ] = None,
-) -> SuccessTable:
+    output: FormatDep = None,
+    accept: AcceptDep = None,
+) -> SuccessTable | Response:
     """Successful runs by model and by hyperparameter value, with 95 % Wilson intervals, under the
     study's criterion or the one the query names (a recount from the stored losses: nothing trains),
-    at the end of each run or at a budget of `at_step` steps."""
-    return studies.success(study_id, fraction, threshold, baseline, at_step)
+    at the end of each run or at a budget of `at_step` steps; as CSV for `Accept: text/csv` or
+    `?format=csv` (one row per cell: `table` total / by_model / by_value)."""
+    table = studies.success(study_id, fraction, threshold, baseline, at_step)
+    if tables.wants_csv(output, accept):
+        return csv_response(tables.success_csv(table.model_dump(mode="json"), study_id))
+    return table
 
 
 @router.get("/{study_id}/success/budget", responses=NOT_FOUND)
@@ -208,3 +261,8 @@ def resume(studies: StudiesDep, study_id: str) -> StudyPublic:
 def extend(studies: StudiesDep, study_id: str, changes: StudyExtend) -> StudyExtended:
     """Add seeds, values, models or trials to a finished or stopped study, and run only the new points."""
     return studies.extend(study_id, changes)
+
+
+def csv_response(text: str) -> Response:
+    """A CSV table (`service.tables`) as the answer."""
+    return Response(content=text, media_type=f"{tables.MEDIA_TYPE}; charset=utf-8")

@@ -1,0 +1,321 @@
+"""Calibration: a few real training steps of each distinct shape a study trains, timed where its
+trials would run, and kept in the ledger per shape and node type (a second plan is instant).
+
+A *shape* is what sets a unit's cost per step: its trials' resolved config without the values a
+grid varies (seed, learning rate and the optimiser's constants, the initialiser and its scale, the
+budget and thresholds), whether it trains fused, and its bundle size. A calibration trains one real
+unit of the shape — the members of the study's largest unit of it: a fused bundle at the study's
+bundle size, or one trial — for `STEPS` steps with the trainers themselves (`train_fused` or
+`train`), as a Ray task with the study's resources (a GPU study calibrates on a GPU node), and times
+
+- every training step but the first (a warm-up), between the moments the trainer asks its task for
+  a training batch (`Task.encode` with gradients on: the task class is wrapped for the calibration,
+  the trainers are unchanged), so the spread of the steps is known;
+- one validation pass over at most `VAL` sequences (from its first `encode` without gradients to the
+  evaluation's report), to be scaled to the real validation set;
+- the set-up before the first step (data, models, and the warm-up step's excess) and the finish after
+  the last report (the trained matrices' analyses).
+
+The trainers' own numbers do not enter: only the configs' budget, evaluation cadence, validation set
+size and learning rate (the smallest of the unit's, so no member diverges) are changed.
+
+Node type: the CPU model and count, and the GPU for a GPU study (`node_type`); the cache key adds
+the shape and TRAINER_VERSION (kernels set the speed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trainers
+from service.settings import Settings
+from trainers import TRAINER_VERSION
+
+log = logging.getLogger(__name__)
+
+#: training steps a calibration runs; the first is a warm-up, the others are timed
+STEPS = 7
+#: seconds of timed steps under which a calibration runs again with more steps (at most MAX_STEPS)
+TIMED_SECONDS = 1.0
+MAX_STEPS = 200
+#: validation sequences a calibration evaluates at most (the time is scaled to the real set)
+VAL = 64
+#: seconds a plan waits for its calibrations (a busy cluster may have no free slot)
+TIMEOUT = 180.0
+#: trial fields that set a trial's values, not its cost per step (the budget is counted separately)
+VALUE_FIELDS = (
+    "seed", "lr", "rho", "betas", "eps", "clip_norm", "steps", "epochs", "eval_every", "early_stop_loss",
+    "divergence_guard",
+)  # fmt: skip
+#: cell fields that set only initial weights
+VALUE_CELL_FIELDS = ("init", "scale")
+
+
+def shape_of(resolved: trainers.Resolved) -> dict[str, Any]:
+    """A trial's config without the values a grid varies: what its cost per step depends on."""
+    config = resolved.to_dict()
+    shape = {k: v for k, v in config.items() if k not in VALUE_FIELDS}
+    shape["cell_params"] = {k: v for k, v in config["cell_params"].items() if k not in VALUE_CELL_FIELDS}
+    return shape
+
+
+def shape_key(shape: Mapping[str, Any], fused: bool, bundle_size: int) -> str:
+    """The cache key of a shape trained fused (or not) in bundles of `bundle_size`."""
+    ident = {"shape": shape, "fused": fused, "bundle_size": bundle_size, "trainer_version": TRAINER_VERSION}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def describe_shape(shape: Mapping[str, Any]) -> str:
+    """A shape as people read it: `copy seq_len=500 · rnn nonlinearity=elu · hidden 100 · batch 16`."""
+    task = " ".join(f"{k}={v}" for k, v in sorted(shape["task_params"].items()) if k in ("seq_len", "data"))
+    cell = " ".join(f"{k}={v}" for k, v in sorted(shape["cell_params"].items()) if k in ("nonlinearity",))
+    return (
+        f"{shape['task']} {task} · {shape['cell']} {cell} · hidden {shape['hidden']} · "
+        f"batch {shape['batch_size']} · {shape['threads']} thread(s)"
+    ).replace("  ", " ")
+
+
+def node_type(gpu: bool) -> str:
+    """This machine as a calibration's cache knows it: CPU model × logical CPUs (+ the GPU)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    kind = f"{cpu} ×{os.cpu_count()}"
+    if gpu:
+        import torch
+
+        kind += f" + {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else " + no GPU"
+    return kind
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One shape to calibrate: a real unit's members (resolved configs), trained fused or alone."""
+
+    key: str
+    members: tuple[trainers.Resolved, ...]
+    fused: bool
+
+
+# ----- in the worker -------------------------------------------------------------------------------
+
+
+def calibrate(probe: Probe, gpu: bool = False) -> dict[str, Any]:
+    """Train the probe's unit for `STEPS` steps and time it (see the module docstring) — again for
+    more steps, up to `MAX_STEPS`, when its timed steps took under `TIMED_SECONDS` in all (a cheap
+    shape's few steps say little) — never raises: a failure is the answer's `error`."""
+    started = time.perf_counter()
+    out: dict[str, Any] = {"bundle_size": len(probe.members), "fused": probe.fused, "error": None}
+    try:
+        out["node_type"] = node_type(gpu)
+        out["node"] = platform.node()
+        out.update(_run(probe, STEPS))
+        timed = sum(out["step_seconds"])
+        if timed < TIMED_SECONDS:
+            more = min(
+                MAX_STEPS, math.ceil(TIMED_SECONDS / max(statistics.median(out["step_seconds"]), 1e-6))
+            )
+            out.update(_run(probe, max(more, STEPS)))
+    except Exception as exc:  # a calibration never takes its caller down
+        out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+def _run(probe: Probe, steps: int) -> dict[str, Any]:
+    """One timed run of the probe's unit for `steps` steps."""
+    marks: list[tuple[int, float, bool]] = []
+    reports: list[float] = []
+    real_val, members = _short(probe.members, steps, marks)
+    begin = time.perf_counter()
+    if probe.fused and len(members) > 1:
+        from trainers.fused import train_fused
+
+        results = train_fused(members, lambda k, e: reports.append(time.perf_counter()))
+    else:
+        results = [trainers.train(members[0], lambda e: reports.append(time.perf_counter()))]
+    end = time.perf_counter()
+    failed = [r.reason for r in results if r.status != "done"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(results)} calibration trial(s) failed: {failed[0]}")
+    val_sequences = _val_size(members[0])
+    return {
+        **_timings(marks, reports, begin, end),
+        "device": results[0].device,
+        "val_sequences": val_sequences,
+        "val_scale": real_val / val_sequences,
+    }
+
+
+def _short(
+    members: Sequence[trainers.Resolved], steps: int, marks: list[tuple[int, float, bool]]
+) -> tuple[int, list[trainers.Resolved]]:
+    """(the real validation set's size, the members cut to a calibration: `steps` steps evaluated at
+    the end on at most `VAL` sequences, the unit's smallest learning rate, and the timed task class)."""
+    first = members[0]
+    real_val = _val_size(first)
+    changes: dict[str, Any] = {"steps": steps, "eval_every": steps, "lr": min(m.config.lr for m in members)}
+    if hasattr(first.task_config, "n_val"):
+        changes["task.n_val"] = min(real_val, VAL)
+    timed = _timed_task(first.task_cls, marks)
+    return real_val, [
+        dataclasses.replace(trainers.resolve(trainers.apply_overrides(m.config, changes)), task_cls=timed)
+        for m in members
+    ]
+
+
+def _val_size(resolved: trainers.Resolved) -> int:
+    n = getattr(resolved.task_config, "n_val", None)
+    return int(n) if isinstance(n, int) else len(resolved.make_task().val_split())
+
+
+def _timed_task(task_cls: type[Any], marks: list[tuple[int, float, bool]]) -> type[Any]:
+    """`task_cls` whose `encode` notes (instance, time, gradients on) — a training batch with gradients,
+    a validation batch without — after waiting for a GPU's queued work."""
+
+    class Timed(task_cls):  # type: ignore[misc]
+        def encode(self, batch: Any, device: Any) -> Any:
+            import torch
+
+            if getattr(device, "type", None) == "cuda":
+                torch.cuda.synchronize(device)
+            marks.append((id(self), time.perf_counter(), torch.is_grad_enabled()))
+            return super().encode(batch, device)
+
+    Timed.__name__ = Timed.__qualname__ = task_cls.__name__
+    return Timed
+
+
+def _timings(
+    marks: Sequence[tuple[int, float, bool]], reports: Sequence[float], begin: float, end: float
+) -> dict[str, Any]:
+    """Step, evaluation, set-up and finish times from the marks of one calibration run."""
+    train: dict[int, list[float]] = defaultdict(list)
+    val = sorted(t for _, t, grad in marks if not grad)
+    for who, t, grad in marks:
+        if grad:
+            train[who].append(t)
+    if not train:
+        raise RuntimeError("the trainer asked for no training batch; nothing to time")
+    starts = max(train.values(), key=len)  # one task's batches: one a step (a bundle's seeds share steps)
+    steps: list[float] = []
+    evals: list[float] = []
+    for i, t in enumerate(starts):
+        nxt = starts[i + 1] if i + 1 < len(starts) else None
+        v = next((x for x in val if x > t and (nxt is None or x < nxt)), None)
+        if v is not None:
+            stop = nxt if nxt is not None else next((r for r in reports if r > v), end)
+            evals.append(stop - v)
+        finish = v if v is not None else nxt
+        if finish is not None:
+            steps.append(finish - t)
+    if len(steps) < 2:
+        raise RuntimeError(f"only {len(steps)} timed step(s); a calibration needs at least 3")
+    warm, timed = steps[0], steps[1:]
+    first = min(t for ts in train.values() for t in ts)
+    return {
+        "step_seconds": timed,
+        "eval_seconds": statistics.fmean(evals) if evals else None,
+        "setup_seconds": first - begin + max(0.0, warm - statistics.median(timed)),
+        "finish_seconds": max(0.0, end - (reports[-1] if reports else end)),
+    }
+
+
+# ----- in the driver -------------------------------------------------------------------------------
+
+
+def embedded(settings: Settings) -> bool:
+    """Whether studies run on an embedded Ray (this machine), not a cluster."""
+    return not (settings.ray_address or os.environ.get("RAY_ADDRESS"))
+
+
+def where_trials_run(settings: Settings, cpus: float, gpus: float, start: bool = True) -> tuple[str, int]:
+    """(the node type a study's trials run on, how many of its units fit on the cluster at once).
+    An embedded Ray is this machine (nothing starts); a cluster is asked with a small Ray task, after
+    joining it when `start` (else a cluster not joined yet is an error)."""
+    if embedded(settings):
+        capacity = int((settings.ray_num_cpus or os.cpu_count() or 1) // max(cpus, 1e-9))
+        if gpus > 0:
+            import torch
+
+            capacity = min(capacity, int(torch.cuda.device_count() // gpus))
+        return node_type(gpus > 0), capacity
+    import ray
+
+    from service.ray_tune import ensure_ray
+
+    if not ray.is_initialized():
+        if not start:
+            raise RuntimeError("Ray is not up yet: a cluster's node type is asked of the cluster")
+        ensure_ray(settings)
+    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    capacity = int(total.get("CPU", 0) // max(cpus, 1e-9))
+    if gpus > 0:
+        capacity = min(capacity, int(total.get("GPU", 0) // gpus))
+    if capacity < 1:
+        raise RuntimeError(
+            f"no node of the Ray cluster offers a unit's resources (cpus={cpus:g}, gpus={gpus:g}; the "
+            f"cluster has {total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs)"
+        )
+    ref = ray.remote(num_cpus=cpus, num_gpus=gpus)(node_type).remote(gpus > 0)
+    return str(ray.get(ref, timeout=TIMEOUT)), capacity
+
+
+def run_on_ray(
+    settings: Settings,
+    probes: Sequence[Probe],
+    cpus: float,
+    gpus: float,
+    slots: int,
+    timeout: float = TIMEOUT,
+) -> dict[str, dict[str, Any]]:
+    """Each probe calibrated as a Ray task with a unit's resources, at most `slots` at once (as the
+    study would run); key → the calibration (its `error` when it failed or did not finish in time)."""
+    import ray
+
+    from service.ray_tune import ensure_ray
+
+    ensure_ray(settings)
+    task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(calibrate)
+    deadline = time.monotonic() + timeout
+    todo, out = list(probes), {}
+    running: dict[Any, Probe] = {}
+    while todo or running:
+        while todo and len(running) < max(slots, 1):
+            probe = todo.pop(0)
+            running[task.remote(probe, gpus > 0)] = probe
+        done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not done:
+            break
+        for ref in done:
+            probe = running.pop(ref)
+            try:
+                out[probe.key] = ray.get(ref)
+            except Exception as exc:  # the task itself died (out of memory, a lost node)
+                out[probe.key] = {"error": f"the calibration task failed: {type(exc).__name__}: {exc}"[:2000]}
+    for ref, probe in [*running.items(), *((None, p) for p in todo)]:
+        if ref is not None:
+            ray.cancel(ref, force=True)
+        out[probe.key] = {
+            "error": f"no result within {timeout:g} s: the cluster's slots are busy (other studies?) or no "
+            "node offers the study's resources; plan again when a slot is free"
+        }
+    return out
+
+
+Calibrate = Callable[[Sequence[Probe]], dict[str, dict[str, Any]]]

@@ -1,0 +1,193 @@
+"""Comparing studies: success counts side by side, by model or by any trial field, with the
+difference of two rates and its 95 % interval.
+
+    comparison = compare_studies(ledger, ["3f9c…", "a71d…"], by=["cell", "seq_len"])
+
+- Groups: `by` names fields — `model`, a varied value (`lr`, `scale`, `seed`, …) or any field of the
+  resolved trial config (`cell`, `hidden`, `task`; a task's or a cell's own fields by their names,
+  `seq_len`, `init`, or as `task.seq_len`, `cell.init`). `?by=cell,seq_len` is the cells × sequence
+  lengths matrix the NRU and SRNN papers tabulate, one row per (group, study).
+- Each study is judged under its own criterion (`trainers.Criterion`, through `summary.success_cell`),
+  unless the request names one: then every study is judged under that one.
+- Each rate has its 95 % Wilson interval. Each study after the first (the *reference*) gets the
+  difference of its rate and the reference's in the same group, with Newcombe's hybrid score interval
+  (`summary.newcombe_interval`; Stat. Med. 17:873, 1998, method 10).
+- Runs are identified by config hash. A run both studies hold (one reused the other's, or both ran the
+  same config: the trainers are deterministic) counts in each study's own rate, and the row reports
+  how many there are as `shared`; the pooled rows (`study_id` null: one per group, and one over
+  everything) count every distinct run of all the studies once, judged under the reference study's criterion (or the
+  one the request names). Newcombe's interval assumes independent samples; a shared run's outcomes in the
+  two studies are positively correlated (the same loss, judged once or under two criteria), which
+  only lowers the variance of the difference, so with shared runs the interval is conservative (wider
+  than it need be). For a difference between disjoint samples, compare studies that share none.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.ledger import Ledger, Study, Trial
+from service.spec import StudyError, StudySpec, judged_under
+from service.summary import newcombe_interval, repr_value, success_cell, value_sort_key
+from trainers import TRAINER_VERSION, Criterion
+
+#: what a trial config holds beside its own fields (its task's and cell's fields are looked up in them)
+NESTED = {"task": "task_params", "cell": "cell_params"}
+
+
+class UnknownStudiesError(LookupError):
+    """Study ids the ledger does not hold; the message names them."""
+
+
+def field_value(t: Trial, name: str) -> Any:
+    """A trial's value of a field: its model, a varied value, or a field of its resolved config
+    (a task's or cell's field by its name, or as `task.x` / `cell.x`); None when it has none."""
+    if name == "model":
+        return t.model
+    if name in t.params:
+        return t.params[name]
+    config = t.config or {}
+    scope, _, field = name.rpartition(".")
+    if scope:
+        return (config.get(NESTED.get(scope, scope)) or {}).get(field)
+    if name in config and name not in NESTED.values():
+        return config[name]
+    for nested in NESTED.values():
+        if name in (config.get(nested) or {}):
+            return config[nested][name]
+    return None
+
+
+def field_names(trials: Sequence[Trial]) -> list[str]:
+    """Every field the trials can be grouped by."""
+    names = {"model"}
+    for t in trials:
+        names.update(t.params)
+        config = t.config or {}
+        names.update(k for k in config if k not in NESTED.values())
+        for nested in NESTED.values():
+            names.update(config.get(nested) or {})
+    return sorted(names)
+
+
+def compare_studies(
+    ledger: Ledger,
+    study_ids: Sequence[str],
+    by: Sequence[str] = ("model",),
+    fraction: float | None = None,
+    threshold: float | None = None,
+    baseline: str | None = None,
+    at_step: int | None = None,
+) -> dict[str, Any]:
+    """Success counts of the studies side by side, grouped by `by` (see the module docstring); every
+    study under its own criterion unless `fraction` / `threshold` / `baseline` name one, at the end of
+    each run or at a budget of `at_step` steps."""
+    ids = list(dict.fromkeys(i.strip() for i in study_ids if i.strip()))
+    if len(ids) < 2:
+        raise StudyError(
+            f"studies: give at least two distinct study ids to compare (got {', '.join(ids) or 'none'}); "
+            "e.g. ?studies=3f9c2a1b7d4e,a71d09c3b2e5 (GET /studies lists them)"
+        )
+    studies: list[Study] = []
+    missing = []
+    for i in ids:
+        study = ledger.get_study(i)
+        if study is None:
+            missing.append(i)
+        else:
+            studies.append(study)
+    if missing:
+        raise UnknownStudiesError(
+            f"no studies {', '.join(repr(m) for m in missing)} in the ledger; GET /studies lists the studies"
+        )
+    fields = [f.strip() for f in by if f.strip()] or ["model"]
+    trials = {s.id: ledger.trials(s.id) for s in studies}
+    everything = [t for ts in trials.values() for t in ts]
+    known = field_names(everything)
+    unknown = [f for f in fields if f not in known and f.rpartition(".")[0] not in NESTED]
+    if unknown:
+        raise StudyError(
+            f"by: unknown field {', '.join(repr(f) for f in unknown)}; these studies' trials can be grouped "
+            f"by {', '.join(known)} (comma-separated, e.g. ?by=cell,seq_len)"
+        )
+    criteria = {s.id: judged_under(StudySpec.model_validate(s.spec).criterion(), fraction, threshold, baseline)
+                for s in studies}  # fmt: skip
+    groups: dict[tuple[str | None, ...], dict[str, list[Trial]]] = defaultdict(lambda: defaultdict(list))
+    for s in studies:
+        for t in trials[s.id]:
+            key = tuple(None if (v := field_value(t, f)) is None else repr_value(v) for f in fields)
+            groups[key][s.id].append(t)
+    reference = studies[0].id
+    rows: list[dict[str, Any]] = []
+    for key in sorted(groups, key=lambda k: tuple(value_sort_key(v or "") for v in k)):
+        group = dict(zip(fields, key, strict=True))
+        rows += _rows("group", group, groups[key], studies, criteria, reference, at_step)
+        rows.append(_pooled("group", group, groups[key], criteria[reference], at_step))
+    rows += _rows("total", dict.fromkeys(fields), trials, studies, criteria, reference, at_step)
+    rows.append(_pooled("total", dict.fromkeys(fields), trials, criteria[reference], at_step))
+    return {
+        "by": fields,
+        "at_step": at_step,
+        "reference": reference,
+        "trainer_version": TRAINER_VERSION,
+        "studies": [
+            {
+                "study_id": s.id,
+                "name": s.name,
+                "state": s.state,
+                "criterion": criteria[s.id].to_dict(),
+                "trials": len(trials[s.id]),
+            }
+            for s in studies
+        ],
+        "rows": rows,
+    }
+
+
+def _rows(
+    scope: str,
+    group: dict[str, str | None],
+    members: Mapping[str, Sequence[Trial]],
+    studies: Sequence[Study],
+    criteria: Mapping[str, Criterion],
+    reference: str,
+    at_step: int | None,
+) -> list[dict[str, Any]]:
+    """One row per study: its cell in this group, and its difference from the reference study's."""
+    cells = {s.id: success_cell(members.get(s.id, []), criteria[s.id], at_step) for s in studies}
+    ref, ref_hashes = cells[reference], {t.config_hash for t in members.get(reference, [])}
+    rows = []
+    for s in studies:
+        cell = cells[s.id]
+        row: dict[str, Any] = {"scope": scope, "group": group, "study_id": s.id, **cell}
+        if s.id == reference or not cell["trials"] or not ref["trials"]:
+            row.update(difference=None, difference_ci95=None, shared=None)
+        else:
+            lo, hi = newcombe_interval(cell["succeeded"], cell["trials"], ref["succeeded"], ref["trials"])
+            shared = len(ref_hashes & {t.config_hash for t in members.get(s.id, [])})
+            row.update(difference=cell["rate"] - ref["rate"], difference_ci95=[lo, hi], shared=shared)
+        rows.append(row)
+    return rows
+
+
+def _pooled(
+    scope: str,
+    group: dict[str, str | None],
+    members: Mapping[str, Sequence[Trial]],
+    criterion: Criterion,
+    at_step: int | None,
+) -> dict[str, Any]:
+    """Every distinct run (config hash) of the studies in this group once; `shared`: the runs more than
+    one study holds."""
+    runs: dict[str, Trial] = {}
+    holders: dict[str, int] = defaultdict(int)
+    for ts in members.values():
+        for t in ts:
+            runs.setdefault(t.config_hash, t)
+            holders[t.config_hash] += 1
+    cell = success_cell(list(runs.values()), criterion, at_step)
+    shared = sum(n > 1 for n in holders.values())
+    return {"scope": scope, "group": group, "study_id": None, **cell, "difference": None,
+            "difference_ci95": None, "shared": shared}  # fmt: skip
