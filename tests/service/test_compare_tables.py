@@ -1,0 +1,175 @@
+"""Comparing studies and tables as CSV, through the REST app in-process (a real SQLite ledger; the
+server runs no study, results are written to the ledger as the engine writes them — see
+test_api_units.py), the Python client's DataFrame and the CLI on the local ledger."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api import create_app
+from service.client import MemsweepClient
+from service.summary import newcombe_interval, wilson_interval
+from service.tables import read_csv
+from tests.service.test_api_units import finish_all, grid, ledger_of, settings
+from trainers import TRAINER_VERSION
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Any:
+    with TestClient(create_app(settings(tmp_path))) as c:
+        yield c
+
+
+def two_studies(c: TestClient) -> tuple[str, str]:
+    """A: chain/orth × lr {1e-3, 1e-2} × seeds {1, 2}, finished. B: lr {1e-3, 3e-3}, created after A
+    finished, so its lr = 1e-3 trials are A's runs (same config hash, reused); judged at 0.5 × baseline
+    (A: threshold 0.12)."""
+    a = c.post("/studies", json=grid(name="A", success_threshold=0.12)).json()["id"]
+    finish_all(c, a)
+    b_spec = grid(name="B")
+    for m in b_spec["space"]["models"].values():
+        m["dims"]["lr"] = [1e-3, 3e-3]
+    b = c.post("/studies", json=b_spec).json()["id"]
+    finish_all(c, b)
+    return a, b
+
+
+def test_newcombe_interval_matches_newcombe_1998() -> None:
+    """Newcombe (Stat. Med. 17:873, 1998), Table II, example (a): 56/70 − 48/80, method 10: 0.0524 to 0.3339."""
+    lo, hi = newcombe_interval(56, 70, 48, 80)
+    assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+    assert newcombe_interval(0, 10, 10, 10)[0] >= -1.0 and newcombe_interval(5, 0, 1, 2) == (-1.0, 1.0)
+
+
+def test_a_run_both_studies_hold_is_one_run(client: TestClient) -> None:
+    a, b = two_studies(client)
+    ledger = ledger_of(client)
+    shared = {t.config_hash for t in ledger.trials(a)} & {t.config_hash for t in ledger.trials(b)}
+    assert len(shared) == 4  # 2 models × lr 1e-3 × 2 seeds, reused by B
+    r = client.get("/compare", params={"studies": f"{a},{b}", "by": "model"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["reference"] == a and body["trainer_version"] == TRAINER_VERSION
+    assert [s["criterion"]["name"] for s in body["studies"]] != [body["studies"][0]["criterion"]["name"]] * 2
+    rows = {(r["scope"], r["group"]["model"], r["study_id"]): r for r in body["rows"]}
+    for model in ("chain", "orth"):
+        ra, rb = rows[("group", model, a)], rows[("group", model, b)]
+        assert ra["trials"] == rb["trials"] == 4
+        assert rb["shared"] == 2 and ra["shared"] is None
+        assert tuple(ra["ci95"]) == pytest.approx(wilson_interval(ra["succeeded"], ra["trials"]))
+        assert rb["difference"] == pytest.approx(rb["rate"] - ra["rate"])
+        assert tuple(rb["difference_ci95"]) == pytest.approx(
+            newcombe_interval(rb["succeeded"], 4, ra["succeeded"], 4)
+        )
+        pooled = rows[("group", model, None)]
+        assert pooled["trials"] == 6 and pooled["shared"] == 2  # 4 + 4 trials, 2 of them the same runs
+    total = rows[("total", None, None)]
+    assert total["trials"] == 12 and total["shared"] == 4
+    # the same counts as each study's own success table (its own criterion)
+    for study in (a, b):
+        own = client.get(f"/studies/{study}/success").json()["by_model"]
+        for model in ("chain", "orth"):
+            assert rows[("group", model, study)]["succeeded"] == own[model]["succeeded"]
+
+
+def test_a_matrix_by_any_field_and_refusals(client: TestClient) -> None:
+    a, b = two_studies(client)
+    body = client.get("/compare", params={"studies": [a, b], "by": "model,lr"}).json()
+    groups = {(r["group"]["model"], r["group"]["lr"]) for r in body["rows"] if r["scope"] == "group"}
+    assert groups == {(m, lr) for m in ("chain", "orth") for lr in ("0.001", "0.003", "0.01")}
+    only_a = [r for r in body["rows"] if r["group"] == {"model": "chain", "lr": "0.01"}]
+    assert [(r["study_id"], r["trials"]) for r in only_a] == [(a, 2), (b, 0), (None, 2)]
+    by_config = client.get("/compare", params={"studies": f"{a},{b}", "by": "cell,seq_len,hidden"}).json()
+    assert {tuple(r["group"].values()) for r in by_config["rows"] if r["scope"] == "group"} == {
+        ("rnn", "20", "16")
+    }
+    r = client.get("/compare", params={"studies": f"{a},{b}", "by": "model,colour"})
+    assert r.status_code == 422 and "by: unknown field 'colour'" in r.json()["detail"]
+    assert "seq_len" in r.json()["detail"]  # the fields it can be grouped by
+    r = client.get("/compare", params={"studies": a})
+    assert r.status_code == 422 and "at least two" in r.json()["detail"]
+    r = client.get("/compare", params={"studies": f"{a},nosuchstudy"})
+    assert r.status_code == 404 and "nosuchstudy" in r.json()["detail"]
+    r = client.get("/compare", params={"studies": f"{a},{b}", "fraction": 2})
+    assert r.status_code == 422 and "fraction" in r.text
+    # a criterion named in the query judges both studies
+    same = client.get("/compare", params={"studies": f"{a},{b}", "fraction": 0.25}).json()
+    assert {s["criterion"]["name"] for s in same["studies"]} == {"0.25 × baseline"}
+
+
+def test_tables_as_csv_name_their_criterion_and_trainer_version(client: TestClient) -> None:
+    a, b = two_studies(client)
+    for how in ({"params": {"format": "csv"}}, {"headers": {"Accept": "text/csv"}}):
+        r = client.get(f"/studies/{a}/success", **how)  # type: ignore[arg-type]
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+        head = dict(line[2:].split(": ", 1) for line in r.text.splitlines() if line.startswith("# "))
+        assert head["criterion"] == "loss < 0.12" and head["trainer_version"] == str(TRAINER_VERSION)
+        frame = read_csv(io.StringIO(r.text))
+        assert frame.attrs["criterion"] == "loss < 0.12"
+        json_table = client.get(f"/studies/{a}/success").json()
+        chain = frame[(frame.table == "by_model") & (frame.model == "chain")].iloc[0]
+        assert chain.succeeded == json_table["by_model"]["chain"]["succeeded"]
+        assert chain.ci95_low == pytest.approx(json_table["by_model"]["chain"]["ci95"][0])
+    assert client.get(
+        f"/studies/{a}/success", params={"format": "json"}, headers={"Accept": "text/csv"}
+    ).json()
+    trials = client.get(f"/studies/{b}/trials", params={"format": "csv", "model": "chain"})
+    frame = read_csv(io.StringIO(trials.text))
+    assert len(frame) == 4 and set(frame.model) == {"chain"}
+    assert {"params.lr", "params.seed", "config.task_params.seq_len", "final_val_loss"} <= set(frame.columns)
+    assert frame.attrs["criterion"] == "0.5 × baseline" and frame.attrs["trainer_version"] == str(
+        TRAINER_VERSION
+    )
+    comparison = client.get("/compare", params={"studies": f"{a},{b}"}, headers={"Accept": "text/csv"})
+    frame = read_csv(io.StringIO(comparison.text))
+    assert a in frame.attrs["criterion"] and "loss < 0.12" in frame.attrs["criterion"]
+    assert {"difference_ci95_low", "difference_ci95_high", "shared", "group.model"} <= set(frame.columns)
+    assert client.get("/compare", params={"studies": f"{a},{b}", "format": "xml"}).status_code == 422
+
+
+def test_the_client_returns_a_comparison_frame(client: TestClient) -> None:
+    a, b = two_studies(client)
+    remote = MemsweepClient("http://testserver")
+    remote._http = client  # the client's HTTP calls go to the in-process app
+    frame = remote.compare([a, b], by=["model"])
+    assert isinstance(frame, pd.DataFrame)
+    assert frame.index.names == ["scope", "model", "study_id"]
+    row = frame.loc[("group", "chain", b)]
+    assert row.shared == 2 and row.trials == 4
+    assert frame.loc[("group", "chain", "pooled")].trials == 6
+    assert frame.attrs["reference"] == a and frame.attrs["criteria"][a] == "loss < 0.12"
+    text = remote.table_csv(f"/studies/{a}/success")
+    assert text.startswith("# table: success")
+
+
+def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -> None:
+    with TestClient(create_app(settings(tmp_path))) as c:
+        a, b = two_studies(c)
+    env = {"MEMSWEEP_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "service.cli", *args], env=env, capture_output=True, text=True, timeout=120,
+            cwd=Path(__file__).parents[2],
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    found = json.loads(cli("compare", a, b, "--by", "model", "--json"))
+    assert [r["shared"] for r in found["rows"] if r["study_id"] == b] == [2, 2, 4]
+    csv_text = cli("compare", a, b, "--csv")
+    assert csv_text.startswith("# table: comparison") and f"# trainer_version: {TRAINER_VERSION}" in csv_text
+    success = cli("success", a, "--csv")
+    assert "# criterion: loss < 0.12" in success
+    trials = read_csv(io.StringIO(cli("trials", b, "--csv")))
+    assert len(trials) == 8 and trials.attrs["table"] == "trials"
+    assert "shared" in cli("compare", a, b)  # the rich table's header
