@@ -47,6 +47,7 @@ from service.calibration import (
     Calibrate,
     Probe,
     describe_shape,
+    embedded,
     run_on_ray,
     shape_key,
     shape_of,
@@ -104,7 +105,7 @@ def plan_spec(
         trials = grid_trials(space, execution(spec))
         reusable = _done(engine.ledger, [t.config_hash for t in trials])
         todo = [t for t in trials if t.config_hash not in reusable]
-        units = pack_study(spec, todo)
+        units = pack_study(spec, todo, unit_memory_here(engine, spec))
     else:
         trials, todo, units = [], [], _sampled_units(spec, space, spec.max_trials or 0)
     return _plan(engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator)
@@ -123,7 +124,7 @@ def plan_study(
     trials = [_spec_of(r) for r in rows]
     todo = [t for t, r in zip(trials, rows, strict=True) if r.status not in FINISHED and t is not None]
     if spec.sampler == "grid":
-        units = pack_study(spec, [t for t in todo if t is not None])
+        units = pack_study(spec, [t for t in todo if t is not None], unit_memory_here(engine, spec))
     else:
         left = (spec.max_trials or 0) - sum(r.status in FINISHED for r in rows)
         units = _sampled_units(spec, space, max(left, 0))
@@ -139,6 +140,29 @@ def plan_study(
         False,
         calibrator,
     )
+
+
+def unit_memory_here(engine: Engine, spec: StudySpec) -> tuple[str, int] | None:
+    """(device, bytes a unit may use) as the run measures it before packing (`Engine._run_units`), so
+    that the plan's bundles are the run's: on this machine for an embedded Ray, on a node when the
+    cluster is joined already; else None (the packer's assumptions, as a run whose probe failed)."""
+    if not spec.fuses:
+        return None
+    resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
+    try:
+        if embedded(engine.settings):
+            from service.ray_tune import device_on_this_node
+
+            return device_on_this_node(spec.resources.gpus, spec.resources.cpus)
+        import ray
+
+        if ray.is_initialized():
+            from service.ray_tune import unit_memory
+
+            return engine._unit_memory(resources, unit_memory)
+    except Exception as exc:  # a plan is information: the packer's defaults then
+        log.warning("no node's memory for the plan's bundles (%s)", exc)
+    return None
 
 
 def _spec_of(row: Trial) -> TrialSpec | None:

@@ -81,7 +81,7 @@ def unplaceable(resources: Mapping[str, float]) -> str | None:
     )
 
 
-def _device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
+def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
     """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
     given, or of the node's free memory among the units its CPUs take at once."""
     import torch
@@ -102,7 +102,7 @@ def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[
     import ray
 
     cpus, gpus = float(resources.get("cpu", 1.0)), float(resources.get("gpu", 0.0))
-    probe = ray.remote(_device_on_this_node).options(num_cpus=cpus, num_gpus=gpus)
+    probe = ray.remote(device_on_this_node).options(num_cpus=cpus, num_gpus=gpus)
     ref = probe.remote(gpus, cpus)
     try:
         kind, share = ray.get(ref, timeout=timeout)
