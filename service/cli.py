@@ -108,9 +108,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(
         f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
     )
-    from service.plan import ensure_estimate
+    from service.plan import plan_run
 
-    ensure_estimate(engine, study.id)  # its plan and estimate (calibrating new shapes), kept to compare
+    plan_run(engine, study.id)  # its plan and estimate (calibrating new shapes), kept to compare
     planned = (engine.ledger.get_study(study.id).plan or {}).get("planned")  # type: ignore[union-attr]
     if planned and not args.json:
         print(plan_line(planned), file=sys.stderr)

@@ -456,7 +456,19 @@ def record_plan(engine: Engine, study_id: str, *, calibrate: bool) -> dict[str, 
         planned = plan_study(engine, study_id, calibrate=calibrate)
         study = engine.ledger.get_study(study_id)
         kept = dict(study.plan or {}) if study is not None else {}
-        kept.update(planned=planned, planned_at=datetime.now(UTC).isoformat())
+        if kept.get("actual"):  # an earlier run's estimate and cost, kept beside the next run's
+            estimate = (kept.get("planned") or {}).get("estimate")
+            earlier = {"planned_at": kept.get("planned_at"), "estimate": estimate}
+            earlier |= {k: kept.pop(k) for k in ("actual", "accuracy") if k in kept}
+            kept["earlier"] = [*kept.get("earlier", []), earlier]
+        rows = engine.ledger.trials(study_id)
+        kept.update(
+            planned=planned,
+            planned_at=datetime.now(UTC).isoformat(),
+            # what this run will train: the unfinished rows now, and any a sampler adds (a higher id)
+            unfinished_ids=[t.id for t in rows if t.status not in FINISHED],
+            last_id=max((t.id for t in rows), default=0),
+        )
         engine.ledger.update_study(study_id, plan=kept)
         return planned
     except Exception as exc:
@@ -464,28 +476,29 @@ def record_plan(engine: Engine, study_id: str, *, calibrate: bool) -> dict[str, 
         return None
 
 
-def ensure_estimate(engine: Engine, study_id: str) -> None:
-    """Before a run: calibrate what the study's kept plan lacks (a study created from the cache may wait
-    for a calibration), so its estimate is there to compare the run with."""
-    study = engine.ledger.get_study(study_id)
-    if study is None:
-        return
-    planned = (study.plan or {}).get("planned") or {}
-    if not (planned.get("estimate") or {}).get("complete"):
-        record_plan(engine, study_id, calibrate=True)
+def plan_run(engine: Engine, study_id: str) -> None:
+    """Before each run of a study (the first, a resume, an extension): its plan of what is left to run,
+    calibrating the shapes the cache lacks, kept so that `record_actual` compares the run with it."""
+    record_plan(engine, study_id, calibrate=True)
 
 
 def record_actual(ledger: Ledger, study_id: str, phases: Mapping[str, float]) -> None:
-    """After a run: what it took — wall seconds (over every run of the study), the training time of its
-    units (each unit's slowest member, the units re-packed as the run packed them) — beside the kept
-    estimate, in `studies.plan["actual"]` and `["accuracy"]`; never raises."""
+    """After a run: what it took — its wall seconds, the training time of the units it ran (each unit's
+    slowest member, the trials re-packed as the run packed them) — beside the estimate kept before it,
+    in `studies.plan["actual"]` and `["accuracy"]` (`record_plan` moves them to `["earlier"]` before
+    the next run); never raises."""
     try:
         study = ledger.get_study(study_id)
         if study is None:
             return
         spec = StudySpec.model_validate(study.spec)
+        kept = dict(study.plan or {})
+        planned_ids = set(kept.get("unfinished_ids") or [])
+        last_id = int(kept.get("last_id") or 0)
         ran = [
-            t for t in ledger.trials(study_id) if t.status in FINISHED and t.runs and t.reused_from is None
+            t
+            for t in ledger.trials(study_id)
+            if t.status in FINISHED and t.reused_from is None and (t.id in planned_ids or t.id > last_id)
         ]
         seconds = {t.config_hash: t.seconds or 0.0 for t in ran}
         specs = [s for s in (_spec_of(t) for t in ran) if s is not None]
@@ -498,11 +511,9 @@ def record_actual(ledger: Ledger, study_id: str, phases: Mapping[str, float]) ->
                     (s.model, tuple(sorted((k, repr(v)) for k, v in s.params.items() if k != "seed")))
                 ].append(s)
             units = list(points.values())
-        kept = dict(study.plan or {})
-        before = kept.get("actual") or {}
         actual = {
-            "runs": int(before.get("runs", 0)) + 1,
-            "wall_seconds": float(before.get("wall_seconds", 0.0)) + sum(phases.values()),
+            "runs": len(kept.get("earlier", [])) + 1,
+            "wall_seconds": sum(phases.values()),
             "phases": dict(phases),
             "training_seconds": sum(max(seconds[m.config_hash] for m in u) for u in units if u),
             "trials_run": len(ran),

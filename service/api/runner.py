@@ -21,7 +21,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 
 from service.engine import Engine
-from service.plan import ensure_estimate
+from service.plan import plan_run
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class StudyRunner:
             if a.cancel.is_set():
                 ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
                 return
-            ensure_estimate(self.engine, study_id)  # a study created before its shapes were calibrated
+            plan_run(self.engine, study_id)  # what is left, estimated: record_actual compares the run
             c = ledger.counts(study_id)
             with self._lock:
                 a.started, a.finished_at_start = time.monotonic(), c["done"] + c["failed"] + c["pruned"]

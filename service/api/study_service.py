@@ -50,6 +50,10 @@ class IdempotencyMismatchError(ValueError):
     """An Idempotency-Key reused with a different request."""
 
 
+#: what `studies.plan` keeps for `service.plan.record_actual` only (trial ids), not served
+PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
+
+
 class StudyService:
     def __init__(self, engine: Engine, runner: StudyRunner) -> None:
         self.engine = engine
@@ -357,7 +361,7 @@ class StudyService:
             created_at=study.created_at,
             updated_at=study.updated_at,
             mlflow=self.links(study),
-            plan=study.plan,
+            plan={k: v for k, v in study.plan.items() if k not in PLAN_BOOKKEEPING} if study.plan else None,
         )
 
     def links(self, study: Study) -> MlflowLinks:
