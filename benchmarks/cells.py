@@ -12,6 +12,14 @@ ratio is the median over rounds of the ratio within a round (robust when the mac
     python benchmarks/cells.py [--reps 10] [--threads 1] [--cells nru janet gru]
 
 `--cells` times only those registered cells (beside the three torch references, always timed).
+
+`--fused` then measures each cell that fuses (`trainers.fused_cells.FUSED_CELLS`) as a grid runs it:
+a bundle of K=32 members in each of two processes against one trial per process ×2 (the real
+`train_fused` and `train`, members differing in learning rate and seed, `benchmarks/fused.py`'s
+harness), at the copy-like shape above and at N=32; the two run side by side in every round and the
+ratio is the median over rounds of the ratio within a round (min–max beside it).
+
+    python benchmarks/cells.py --fused [--fused-steps 10] [--fused-rounds 3] [--cells srnn sgornn]
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -63,12 +72,71 @@ def step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], 
     return step
 
 
+def fused_grid(cell: str, hidden: int, n: int, steps: int, offset: int = 0) -> list[dict[str, Any]]:
+    """n trials of `cell` at the copy-like shape (hidden N): learning rate and seed vary."""
+    return [
+        {
+            "task": "copy",
+            "cell": cell,
+            "hidden": hidden,
+            "task_params": {"seq_len": T, "n_train": 256, "n_val": 16},
+            "seed": offset + i + 1,
+            "lr": 1e-4 * (1 + (offset + i) % 7),
+            "steps": steps,
+            "eval_every": steps,
+            "early_stop_loss": None,
+            "divergence_factor": None,  # keep every member for the whole budget
+            "batch_size": B,
+            "threads": 1,
+            "device": "cpu",
+        }
+        for i in range(n)
+    ]
+
+
+def fused_figures(cells: list[str], steps: int, rounds: int, k: int = 32) -> None:
+    """Bundle K ×2 against one trial per process ×2, per fused cell and hidden size, side by side."""
+    from fused import measure  # benchmarks/fused.py (run as a script from the repo)
+
+    print(f"\nfused bundles: K={k} ×2 against 1 trial/process ×2, {steps} steps per trial, {rounds} rounds")
+    print(f"{'cell':<10}{'N':>5}{'solo ts/s':>12}{'fused ts/s':>12}{'× (median)':>12}{'min–max':>14}")
+    for cell in cells:
+        for hidden in (N, 32):
+            ratios, solo, fused = [], [], []
+            for _ in range(rounds):  # side by side: the machine's load hits both alike
+                s_wall, _ = measure(
+                    "solo", [fused_grid(cell, hidden, 2, steps), fused_grid(cell, hidden, 2, steps, 2)], T
+                )
+                f_wall, _ = measure(
+                    "fused", [fused_grid(cell, hidden, k, steps), fused_grid(cell, hidden, k, steps, k)], T
+                )
+                ratios.append(f_wall / s_wall)
+                solo.append(s_wall)
+                fused.append(f_wall)
+            print(
+                f"{cell:<10}{hidden:>5}{statistics.median(solo):>12,.0f}{statistics.median(fused):>12,.0f}"
+                f"{statistics.median(ratios):>11.2f}×{f'{min(ratios):.2f}–{max(ratios):.2f}':>14}",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cells", nargs="+", choices=list_cells(), help="only these cells (default: every one)")
+    ap.add_argument("--fused", action="store_true", help="also bundles of every fused cell (see above)")
+    ap.add_argument("--fused-only", action="store_true", help="only the bundles, not the per-step table")
+    ap.add_argument("--fused-steps", type=int, default=10, help="training steps per trial in --fused")
+    ap.add_argument("--fused-rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.fused or args.fused_only:
+        from trainers.fused_cells import FUSED_CELLS
+
+        selected = [c for c in (args.cells or list_cells()) if c in FUSED_CELLS]
+        if args.fused_only:
+            fused_figures(selected, args.fused_steps, args.fused_rounds)
+            return
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     g = torch.Generator().manual_seed(0)
@@ -124,6 +192,8 @@ def main() -> None:
         print(f"{label:<28}{med:>9.1f}{f'{q1:.1f}–{q3:.1f}':>15}" + "".join(f"{x:>10.2f}×" for x in ratios))
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
+    if args.fused:
+        fused_figures(selected, args.fused_steps, args.fused_rounds)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ class StudySpec(BaseModel):
     scheduler: Literal["fifo", "asha"] = "fifo"
     fused: bool = Field(
         default=True,
-        description="train same-shape trials together as fused bundles (vanilla rnn; bit for bit as alone); "
+        description="train same-shape trials together as fused bundles (cells rnn, urnn, crnn, vprnn, fastrnn, "
+        "sgornn, srnn: trainers.fused_cells; bit for bit as alone); "
         "false: one trial per Ray trial. The asha scheduler always runs trials alone",
     )
     bundle_size: int | None = Field(

@@ -1,10 +1,13 @@
-"""Fused trial bundles (issue 7): K same-shape `rnn` trials trained as one model in one process.
+"""Fused trial bundles (issues 7, 17): K same-shape trials of one cell trained as one model in one process.
+
+The cells that fuse, and how each runs its recurrence for all members at once, are listed in
+`trainers.fused_cells.FUSED_CELLS` (rnn, urnn, crnn, vprnn, fastrnn, sgornn, srnn).
 
 A bundle is K configs that agree on every shape and schedule field (`fusable_key`); members may
 differ in seed (so data, permutation and weights), learning rate and the optimiser's constants,
 clip norm, initialiser and its scale, and the early-stop / divergence / success thresholds. Their
-weights are stacked [K, …] and the recurrence runs as batched matmuls (`FusedElmanScan`); the
-optimiser (RMSprop or Adam) and the global-norm clip are written over the stacked tensors with
+weights are stacked [K, …] and the recurrence runs as batched matmuls (`FusedElmanScan`,
+`FusedFastRNNScan`) or, for SRNN's shift, elementwise ops over all members; the optimiser (RMSprop or Adam) and the global-norm clip are written over the stacked tensors with
 per-member constants.
 
 Each member sees the very batches it would see alone (`training_batches` of its own task and seed;
@@ -38,8 +41,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trainers.cells import Cell
 from trainers.config import Resolved, TrainConfig, resolve
-from trainers.kernels import Workspace, fused_elman_rnn
+from trainers.fused_cells import FUSED_CELLS, FusedCell
+from trainers.kernels import Workspace
 from trainers.loop import (
     ValidationSums,
     fail,
@@ -54,10 +59,6 @@ from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split
 
-#: cells the fused trainer supports
-FUSED_CELLS = ("rnn",)
-#: rnn cell fields every member of a bundle must share (the others only set initial weights)
-SHARED_CELL_FIELDS = ("nonlinearity", "bias", "backend")
 #: trial fields every member must share: shapes, budget, schedule, optimiser kind, execution
 SHARED_FIELDS = (
     "task",
@@ -81,12 +82,13 @@ def fusable_key(resolved: Resolved) -> tuple[tuple[str, Any], ...] | None:
     epochs when no step budget is set.
     """
     cfg = resolved.config
-    if cfg.cell not in FUSED_CELLS or getattr(resolved.task_cls, "input_vocab", None) is not None:
+    spec = FUSED_CELLS.get(cfg.cell)
+    if spec is None or getattr(resolved.task_cls, "input_vocab", None) is not None:
         return None  # another cell, or a token task (an embedding before the cell)
     key: list[tuple[str, Any]] = [(name, getattr(cfg, name)) for name in SHARED_FIELDS]
     key.append(("budget", ("steps", cfg.steps) if cfg.steps is not None else ("epochs", cfg.epochs)))
     key.append(("task_params", json.dumps(dict(cfg.task_params), sort_keys=True, default=str)))
-    key.extend((f"cell_params.{name}", cfg.cell_params.get(name)) for name in SHARED_CELL_FIELDS)
+    key.extend((f"cell_params.{name}", getattr(resolved.cell_config, name)) for name in spec.shared)
     return tuple(key)
 
 
@@ -148,25 +150,26 @@ def _flat(stacked: torch.Tensor) -> torch.Tensor:
 # ----- the stacked model ---------------------------------------------------------------------------
 
 
-class FusedRNN:
-    """K `rnn` SequenceModels as stacked leaf tensors [K, …], in the solo model's parameter order."""
+class FusedModel:
+    """K SequenceModels of one fusable cell as stacked leaf tensors [K, …], in the solo model's
+    parameter order; the cell's recurrence runs as its `FusedCell` says, the readout per member."""
 
-    NAMES = ("cell.weight_hh", "cell.weight_ih", "cell.bias", "readout.weight", "readout.bias")
-
-    def __init__(self, models: Sequence[SequenceModel], nonlinearity: str, output: str) -> None:
+    def __init__(self, models: Sequence[SequenceModel], spec: FusedCell, output: str) -> None:
         named = [dict(m.named_parameters()) for m in models]
-        self.names = [n for n in self.NAMES if n in named[0]]
-        if list(named[0]) != self.names:
-            raise ValueError(f"unexpected rnn model parameters {list(named[0])}; expected {self.names}")
-        # W [K, N, N], V [K, N, d], b [K, N], readout [K, C, N] and [K, C]
+        self.names = list(named[0])
+        if self.names[-2:] != ["readout.weight", "readout.bias"] or any(list(n) != self.names for n in named):
+            raise ValueError(f"unexpected model parameters {self.names}: the members' models differ in shape")
+        # e.g. rnn: W [K, N, N], V [K, N, d], b [K, N], readout [K, C, N] and [K, C]
         self.params = [_stack([p[n].detach() for p in named]).requires_grad_() for n in self.names]
-        self.nonlinearity = nonlinearity
+        self.cells: list[Cell] = [m.cell for m in models]  # each member's own buffers (e.g. permutations)
+        self.spec = spec
         self.output = output
         self.workspace = Workspace()  # the recurrence's big buffers, reused every step
         self.eval_workspace = Workspace()  # the validation passes' (other batch sizes)
 
-    def __getitem__(self, name: str) -> torch.Tensor | None:
-        return self.params[self.names.index(name)] if name in self.names else None
+    def cell_params(self, rows: slice = slice(None)) -> dict[str, torch.Tensor]:
+        """The cell's stacked parameters (rows `rows`) by their name in the cell."""
+        return {n[5:]: p[rows] for n, p in zip(self.names, self.params, strict=True) if n.startswith("cell.")}
 
     def forward(
         self, xs: Sequence[torch.Tensor], rows: slice = slice(None), workspace: Workspace | None = None
@@ -175,21 +178,23 @@ class FusedRNN:
 
         `rows`: the members (rows of the stacked tensors) that xs feed, all by default; `workspace`:
         where the recurrence keeps its buffers (the training one by default)."""
-        w_hh, w_ih, bias, w_out, b_out = (
-            p[rows] if p is not None else None for p in map(self.__getitem__, self.NAMES)
-        )
-        assert w_hh is not None and w_ih is not None and w_out is not None and b_out is not None
-        K, N = w_hh.shape[0], w_hh.shape[1]
-        h0 = xs[0].new_zeros(K, xs[0].shape[1], N)  # [K, B, N]
         last = self.output == "last"
         ws = workspace if workspace is not None else self.workspace
-        hs = fused_elman_rnn(xs, h0, w_ih, w_hh, bias, self.nonlinearity, last, ws)
+        hs = self.spec.states(self.cells[rows], self.cell_params(rows), xs, last, ws)
+        w_out, b_out = self.params[-2][rows], self.params[-1][rows]
         # member k's readout of its last state [B, N] or of every state [T, B, N]
         return [F.linear(h, w, b) for h, w, b in zip(hs, w_out.unbind(0), b_out.unbind(0), strict=True)]
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        """Each member's `after_step` hook, as its solo run calls it after every optimiser step."""
+        if self.spec.after_step is not None:
+            self.spec.after_step(self.cells, self.cell_params())
 
     def keep(self, index: torch.Tensor) -> None:
         """Keep only the members at `index` (rows of every stacked tensor)."""
         self.params = [_take(p.detach(), index).requires_grad_() for p in self.params]
+        self.cells = [self.cells[i] for i in index.tolist()]
 
     @torch.no_grad()
     def load_into(self, k: int, model: SequenceModel) -> None:
@@ -350,9 +355,9 @@ def _layout_groups(members: list[_Member]) -> list[list[_Member]]:
     initialiser's W comes out of QR column-major while the others' are row-major: a member keeps
     its solo run's numbers only in a bundle whose W slices are laid out as its own.
     """
-    groups: dict[tuple[int, ...], list[_Member]] = {}
+    groups: dict[tuple[tuple[int, ...], ...], list[_Member]] = {}
     for m in members:
-        groups.setdefault(dict(m.model.named_parameters())["cell.weight_hh"].stride(), []).append(m)
+        groups.setdefault(tuple(p.stride() for p in m.model.parameters()), []).append(m)
     return list(groups.values())
 
 
@@ -398,8 +403,7 @@ def _run(members: list[_Member], started: float) -> None:
     cfg = members[0].config  # shared fields only
     task = members[0].data.task
     device = next(members[0].model.parameters()).device
-    nonlinearity = members[0].model.cell.config.nonlinearity or "tanh"  # as RNNCell.forward
-    model = FusedRNN([m.model for m in members], nonlinearity, task.output)
+    model = FusedModel([m.model for m in members], FUSED_CELLS[cfg.cell], task.output)
     optimizer = FusedOptimizer(cfg.optimizer, [m.config for m in members], model.params)
     schedule = Schedule.of(cfg, task.train_size)
     for m in members:
@@ -421,6 +425,7 @@ def _run(members: list[_Member], started: float) -> None:
             p.grad = None
         losses.sum().backward()  # type: ignore[no-untyped-call]
         optimizer.step(model.params)
+        model.after_step()
         running += losses.detach()
         n_running += 1
         for m in active:
@@ -469,7 +474,7 @@ EVAL_BUFFER_BYTES = 256 * 2**20
 
 
 @torch.no_grad()
-def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, float | None]]:
+def _validate(model: FusedModel, members: list[_Member]) -> list[tuple[float, float | None]]:
     """Each member's (mean validation loss, mean metric) as the loop's `evaluate` computes it alone.
 
     The same batches of its own validation set go through the fused forward (each member's outputs
@@ -479,7 +484,7 @@ def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, floa
     """
     cfg = members[0].config  # shared fields only
     device = model.params[0].device
-    N = model.params[0].shape[1]
+    N = cfg.hidden
     n_val, batch_size = len(members[0].data.val_split), cfg.eval_batch_size
     sums = [ValidationSums() for _ in members]
     for start in range(0, n_val, batch_size):
@@ -491,7 +496,8 @@ def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, floa
                 )
         xs = [batch[m.config.seed][0] for m in members]
         T, b = xs[0].shape[0], xs[0].shape[1]
-        chunk = max(1, EVAL_BUFFER_BYTES // (2 * (T + 1) * b * N * xs[0].element_size()))  # xp and hs
+        stores = model.spec.stores  # e.g. xp and hs
+        chunk = max(1, EVAL_BUFFER_BYTES // (stores * (T + 1) * b * N * xs[0].element_size()))
         for first in range(0, len(members), chunk):
             rows = slice(first, min(first + chunk, len(members)))
             outs = model.forward(xs[rows], rows, model.eval_workspace)
@@ -500,7 +506,7 @@ def _validate(model: FusedRNN, members: list[_Member]) -> list[tuple[float, floa
     return [member_sums.means(m.data.task) for m, member_sums in zip(members, sums, strict=True)]
 
 
-def _leave(m: _Member, k: int, model: FusedRNN) -> None:
+def _leave(m: _Member, k: int, model: FusedModel) -> None:
     """Member k leaves the bundle; one that is still `done` takes its trained weights (and their
     analyses) into its result, as its solo run does."""
     if m.result.status == "done":

@@ -368,3 +368,52 @@ def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, m
     assert sum(v[0] == "failed" for v in results[True].values()) == 6
     # 12 trials, 2 slots: chain and orth each cut into bundles of 6 → 2 Ray units instead of 12
     assert "12 trials packed into 2 Ray units" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "dims", "base"),
+    [
+        # SGORNN addition (Taylor-Melanson et al. Table 1): its T × lr grid at T = 30, 60 steps
+        ("sgornn2022-addition", "sgornn", {"seq_len": [30]}, {"steps": 60, "eval_every": 20, "hidden": 32}),
+        # SRNN copy (Rotman & Wolf Fig. 2) with three learning rates: T = 20, 60 steps
+        (
+            "srnn2020-copy",
+            "srnn",
+            {"seq_len": [20], "lr": [1e-3, 3e-3, 1e-2]},
+            {"epochs": None, "steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_size": 16},
+        ),
+    ],
+)
+def test_sgornn_and_srnn_presets_run_in_bundles_and_equal_their_solo_runs(
+    tmp_path: Path, mlflow_uri: str, caplog, preset, model, dims, base
+):
+    """A paper's preset (shortened budget) through the engine in fused bundles and one trial per Ray
+    trial: the same ledger rows bit for bit (every evaluation's train and validation loss)."""
+    import logging
+
+    from service.engine import Engine
+    from service.settings import Settings
+
+    results = {}
+    for fused in (True, False):
+        engine = Engine(Settings(home=tmp_path / str(fused), mlflow_tracking_uri=mlflow_uri, ray_num_cpus=2))
+        spec = StudySpec(
+            preset=preset,
+            models=[model],
+            dims=dims,
+            base=base,
+            seeds=[1, 2],
+            name=f"{model}-{fused}",
+            fused=fused,
+        )
+        study = engine.create_study(spec)
+        with caplog.at_level(logging.INFO, logger="service.engine"):
+            engine.run_study(study.id)
+        trials = engine.ledger.trials(study.id)
+        assert len(trials) == 6 and all(t.runs == 1 and t.status == "done" for t in trials)
+        results[fused] = {
+            t.config_hash: [(e["train_loss"], e["val_loss"]) for e in t.history or []] for t in trials
+        }
+    assert results[True] == results[False]
+    assert all(len(history) == 3 for history in results[True].values())
+    assert "6 trials in 2 Ray units" in caplog.text  # two bundles of three, not six units

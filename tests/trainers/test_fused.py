@@ -7,13 +7,17 @@ for the same shapes and layout (torch 2.14, AVX-512 and AVX2); with another BLAS
 
 import math
 import re
+from dataclasses import fields
 
 import pytest
 import torch
 
 from trainers import fused as fused_module
 from trainers import resolve, train
+from trainers.cells import get_cell, list_cells
+from trainers.cells.fastrnn import FastRNNScan, fused_fast_rnn
 from trainers.fused import FusedOptimizer, check_fusable, fusable_key, train_fused
+from trainers.fused_cells import FUSED_CELLS
 from trainers.kernels import elman_rnn, fused_elman_rnn
 from trainers.tasks.addition import AdditionTask
 
@@ -126,6 +130,44 @@ def test_fused_kernel_is_each_members_elman_scan(nonlinearity, last):
         (ref * weights[k]).sum().backward()
         pairs = [(outs[k], ref)] + [(t.grad[k], q.grad) for t, q in zip((h0, wi, wr, b), p, strict=True)]
         assert all(torch.equal(f, s) for f, s in pairs)
+
+
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
+def test_fused_fastrnn_kernel_gradients_match_finite_differences(nonlinearity, last):
+    g = torch.Generator().manual_seed(1)
+    K, T, B, N = 3, 5, 2, 4
+    xp = torch.randn(K, T, B, N, generator=g, dtype=torch.double).requires_grad_()
+    w = (0.5 * torch.randn(K, N, N, generator=g, dtype=torch.double)).requires_grad_()
+    a = torch.rand(K, 1, generator=g, dtype=torch.double).requires_grad_()
+    b = torch.rand(K, 1, generator=g, dtype=torch.double).requires_grad_()
+
+    def fn(xp, w, a, b):
+        return fused_fast_rnn(xp, w, a, b, nonlinearity, last)
+
+    assert torch.autograd.gradcheck(fn, (xp, w, a, b))
+
+
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
+def test_fused_fastrnn_kernel_is_each_members_fastrnn_scan(nonlinearity, last):
+    """Float32, N=25, B=16, per-member a and β: states and gradients against `FastRNNScan`."""
+    g = torch.Generator().manual_seed(2)
+    K, T, B, N = 3, 7, 16, 25
+    xp = torch.randn(K, T, B, N, generator=g).requires_grad_()
+    w = (torch.randn(K, N, N, generator=g) / 5).requires_grad_()
+    a = torch.rand(K, 1, generator=g).requires_grad_()
+    b = torch.rand(K, 1, generator=g).requires_grad_()
+    outs = fused_fast_rnn(xp, w, a, b, nonlinearity, last)
+    weights = [torch.randn_like(o) for o in outs]
+    sum((o * q).sum() for o, q in zip(outs, weights, strict=True)).backward()
+    for k in range(K):
+        p = [t.detach()[k].clone().requires_grad_() for t in (xp, w, a, b)]
+        hs = FastRNNScan.apply(*p, nonlinearity)
+        ref = hs[-1] if last else hs
+        (ref * weights[k]).sum().backward()
+        pairs = [(outs[k], ref)] + [(t.grad[k], q.grad) for t, q in zip((xp, w, a, b), p, strict=True)]
+        assert all(torch.equal(f, s) for f, s in pairs), k
 
 
 # ----- the optimiser ---------------------------------------------------------------------------------
@@ -306,6 +348,98 @@ def test_nan_in_one_member_does_not_reach_the_others(monkeypatch):
     assert fused[1].status == "failed" and "nan" in fused[1].reason and fused[1].steps == 50
     for k in (0, 2):
         assert_same_run(fused[k], solo[k])
+
+
+# ----- every fused cell ---------------------------------------------------------------------------
+
+# per cell: members that differ in learning rate, seed and the fields that only set initial weights;
+# hidden 26 with batch 12 (312 states a step: f's vectorised body and scalar tail both occur)
+CELL_MEMBERS = {
+    "rnn": [{"init": "chain"}, {"init": "orthogonal", "scale": 0.9}, {"init": "identity"}],
+    "urnn": [{}, {"init": "chain"}, {"input_init": "initializer", "init": "identity"}],
+    "crnn": [{}, {"init": "fbchain", "scale": 1.5}, {"scale": 1.2}],
+    "vprnn": [{}, {"theta_bound": 0.5}, {}],
+    "fastrnn": [{}, {"alpha_init": -2.0, "beta_init": 2.0}, {}],
+    "sgornn": [{}, {"alpha_init": -2.0}, {"theta_bound": 0.3}],
+    "srnn": [{}, {}, {}],
+}
+SMALL = {"rotations": 4, "hyper_size": 8}  # shape fields of the rotation cells and SRNN, kept small
+
+
+def cell_bundle(cell, base, **cell_fields):
+    shape = {k: v for k, v in SMALL.items() if k in {f.name for f in fields(get_cell(cell).Config)}}
+    return [
+        {**c, "cell": cell, "cell_params": {**shape, **extra, **cell_fields}}
+        for c, extra in zip(bundle(base), CELL_MEMBERS[cell], strict=True)
+    ]
+
+
+def test_every_fused_cell_has_members_to_test_it_with():
+    assert set(CELL_MEMBERS) == set(FUSED_CELLS) and set(FUSED_CELLS) <= set(list_cells())
+
+
+@pytest.mark.parametrize("cell", sorted(FUSED_CELLS))
+@pytest.mark.parametrize(
+    ("base", "common"),
+    [
+        ({**COPY, "hidden": 26}, {"batch_size": 12, "steps": 60, "eval_every": 20}),  # sequence loss
+        (ADDITION, {"steps": 60, "eval_every": 20, "optimizer": "adam"}),  # last-step loss
+    ],
+    ids=["copy", "addition-adam"],
+)
+def test_each_member_of_every_fused_cell_runs_as_it_would_alone(cell, base, common):
+    configs = [{**c, **common} for c in cell_bundle(cell, base)]
+    fused, solo = run_both(configs)
+    for f, s in zip(fused, solo, strict=True):
+        assert f.status == "done" and len(f.history) == 3
+        assert_same_run(f, s)
+
+
+@pytest.mark.parametrize("cell", ["fastrnn", "sgornn"])
+def test_fastrnn_cells_without_the_clip_and_with_tanh(cell):
+    configs = cell_bundle(cell, ADDITION, clip_scalar=False, nonlinearity="tanh")
+    fused, solo = run_both([{**c, "steps": 40, "eval_every": 20} for c in configs])
+    for f, s in zip(fused, solo, strict=True):
+        assert_same_run(f, s)
+
+
+def test_srnn_without_gate_and_with_a_deeper_mlp():
+    configs = cell_bundle("srnn", COPY, no_gate=True, n_layers=2)
+    fused, solo = run_both([{**c, "steps": 40, "eval_every": 20} for c in configs])
+    for f, s in zip(fused, solo, strict=True):
+        assert_same_run(f, s)
+
+
+@pytest.mark.parametrize(
+    ("cell", "change", "field"),
+    [
+        ("srnn", {"hyper_size": 16}, "cell_params.hyper_size"),
+        ("srnn", {"no_gate": True}, "cell_params.no_gate"),
+        ("sgornn", {"rotations": 6}, "cell_params.rotations"),
+        ("sgornn", {"clip_scalar": False}, "cell_params.clip_scalar"),
+        ("vprnn", {"nonlinearity": "tanh"}, "cell_params.nonlinearity"),
+    ],
+)
+def test_fused_cells_refuse_members_of_another_shape(cell, change, field):
+    configs = cell_bundle(cell, ADDITION)
+    configs[1] = {**configs[1], "cell_params": {**configs[1]["cell_params"], **change}}
+    with pytest.raises(ValueError, match=re.escape(f"differ in '{field}'")):
+        train_fused(configs)
+
+
+@pytest.mark.parametrize("cell", ["sgornn", "srnn", "urnn"])
+def test_members_leaving_a_fused_cells_bundle_leave_the_others_untouched(cell):
+    """Member 0 fails its divergence guard at the first check, member 1 stops early at the second;
+    member 2 trains on alone (its rows, permutations and MLP weights are the ones kept)."""
+    configs = cell_bundle(cell, ADDITION)
+    configs[0] = {**configs[0], "divergence_guard": 1e-3, "eval_every": 10}
+    configs[1] = {**configs[1], "early_stop_loss": 10.0, "eval_every": 10}
+    configs[2] = {**configs[2], "eval_every": 10}
+    fused, solo = run_both([{**c, "steps": 40} for c in configs])
+    assert fused[0].status == "failed" and fused[0].steps == 10
+    assert fused[1].early_stopped and fused[1].steps == 10 and fused[2].steps == 40
+    for f, s in zip(fused, solo, strict=True):
+        assert_same_run(f, s)
 
 
 # ----- grouping --------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import glorot_uniform, random_orthogonal
-from trainers.kernels import ACTIVATIONS, _act_, _act_grad
+from trainers.kernels import ACTIVATIONS, Workspace, _act_, _act_grad, _member_acts
 
 
 class ScalarGates(nn.Module):
@@ -39,11 +39,18 @@ class ScalarGates(nn.Module):
         self.clip = clip
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
-        a = torch.sigmoid(self.alpha_raw)
-        b = torch.sigmoid(self.beta_raw)
-        if self.clip:  # K.clip(b, 0, 1 − 2a) = max(min(b, 1 − 2a), 0), as TF 1.x computes clip_by_value
-            b = torch.minimum(b, 1.0 - 2.0 * a).clamp_min(0.0)
-        return a, b
+        return scalar_gates(self.alpha_raw, self.beta_raw, self.clip)
+
+
+def scalar_gates(
+    alpha_raw: torch.Tensor, beta_raw: torch.Tensor, clip: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, β) = (sigmoid(α_raw), sigmoid(β_raw)), β clipped to [0, 1 − 2a] with `clip` (eq. 3)."""
+    a = torch.sigmoid(alpha_raw)
+    b = torch.sigmoid(beta_raw)
+    if clip:  # K.clip(b, 0, 1 − 2a) = max(min(b, 1 − 2a), 0), as TF 1.x computes clip_by_value
+        b = torch.minimum(b, 1.0 - 2.0 * a).clamp_min(0.0)
+    return a, b
 
 
 class FastRNNScan(torch.autograd.Function):
@@ -115,10 +122,122 @@ def fast_rnn(
     """All states [T, B, N] of h_t = a·f(W_rec h_{t−1} + W_in x_t + bias) + β·h_{t−1}, h_{−1} = 0, x [T, B, d]."""
     if nonlinearity not in ACTIVATIONS:
         raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
-    xp = x @ w_in.t()  # [T, B, N]: the input projection, hoisted out of the loop
-    if bias is not None:
-        xp = xp + bias
-    return FastRNNScan.apply(xp, w_rec, a, b, nonlinearity)  # type: ignore[no-any-return]
+    return FastRNNScan.apply(input_projection(x, w_in, bias), w_rec, a, b, nonlinearity)  # type: ignore[no-any-return]
+
+
+def input_projection(x: torch.Tensor, w_in: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """xp = x W_inᵀ + bias [T, B, N], for all steps at once (a fused bundle runs it per member)."""
+    xp = x @ w_in.t()
+    return xp + bias if bias is not None else xp
+
+
+class FusedFastRNNScan(torch.autograd.Function):
+    """`FastRNNScan` for K independent networks at once (a fused trial bundle, `trainers.fused`).
+
+    Inputs: xp [K, T, B, N] (member k's x W_inᵀ + b), W [K, N, N], a and β [K, 1]. Outputs: member
+    k's states h [T, B, N], or with `last` only h_T [B, N]. Each member's numbers are its solo
+    `FastRNNScan`'s: MKL applies addmm's alpha to its B operand and its beta to C before the product
+    (so `addmm(xp, u, Wᵀ, alpha=a)` is `baddbmm(xp, u, (aW)ᵀ)` and `addmm(e, g, W, beta=β)` is
+    `baddbmm(β·e, g, W)`, per member, for the shapes where a batched GEMM runs addmm's kernel),
+    `add(z, u, alpha=β)` rounds as `addcmul(z, u, β)` with β a per-row scalar, and f splits each
+    member's elements between torch's vectorised and scalar paths as a solo call does. Per step:
+    baddbmm, f, addcmul forward; mul, mul, baddbmm (and an add for a per-step loss) backward; ∂W,
+    ∂a, ∂β per member after the loop with the solo code. Stores are member-major [K, T, B, N].
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        xp: torch.Tensor,
+        w: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        nonlinearity: str,
+        last: bool,
+        workspace: Workspace | None,
+    ) -> tuple[torch.Tensor, ...]:
+        ws = workspace if workspace is not None else Workspace()
+        K, T, B, N = xp.shape
+        acol, bcol = a.detach().view(K, 1, 1), b.detach().view(K, 1, 1)
+        wa = torch.mul(w, acol, out=torch.empty_like(w))  # a_k W_k, in W_k's own layout
+        wat = wa.transpose(1, 2)
+        zs = ws.get("zs", (K, T, B, N), xp)  # z_t = f(pre_t), member-major
+        us = ws.get("us", (K, T, B, N), xp)  # u_t = h_t / a
+        step = ws.get("step", (K, B, N), xp)  # this step's pre_t, then z_t, contiguous
+        scratch = ws.get("scratch", (K, B, N), xp)
+        (act,) = _member_acts(nonlinearity, [step], scratch)
+        xps, z_t, u_t = xp.detach().unbind(1), zs.unbind(1), us.unbind(1)  # views made once
+        baddbmm, addcmul = torch.baddbmm, torch.addcmul
+        u = xp.new_zeros(K, B, N)  # u_{−1} = 0
+        for t in range(T):
+            baddbmm(xps[t], u, wat, out=step)  # pre_t = xp_t + a·u_{t−1} Wᵀ
+            z = act()  # z_t = f(pre_t), in place
+            z_t[t].copy_(z)
+            u = addcmul(z, u, bcol, out=u_t[t])  # u_t = z_t + β u_{t−1}
+        ctx.nonlinearity, ctx.last, ctx.workspace = nonlinearity, last, ws
+        ctx.save_for_backward(zs, us, w, a, b)
+        acol4 = acol.view(K, 1, 1, 1)
+        return tuple((us[:, T - 1] * acol).unbind(0) if last else (us * acol4).unbind(0))  # h = a u
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        zs, us, w, a, b = ctx.saved_tensors
+        ws: Workspace = ctx.workspace
+        K, T, B, N = zs.shape
+        acol4, bcol = a.view(K, 1, 1, 1), b.view(K, 1, 1)
+        shape = (B, N) if ctx.last else (T, B, N)
+        gk = [g if g is not None else w.new_zeros(shape) for g in grads]
+        e = ws.get("e", (K, T, B, N), w)  # e_t = ∂L/∂h_t, total
+        grad_pre = torch.empty(K, T, B, N, dtype=w.dtype, device=w.device)  # ∂L/∂pre_t (returned)
+        if ctx.last:  # the loss reads h_T only: FastRNNScan's only_last
+            gh = None
+            torch.stack(gk, out=e[:, T - 1])
+        else:
+            gh = torch.stack(gk, out=ws.get("grad_hs", (K, T, B, N), w))
+            e[:, T - 1].copy_(gh[:, T - 1])
+            if not bool(gh[:, :-1].any()):
+                gh = None
+        fprime_a = _act_grad(zs, ctx.nonlinearity, out=ws.get("fprime", (K, T, B, N), w)).mul_(acol4)
+        es, gs, fs = e.unbind(1), grad_pre.unbind(1), fprime_a.unbind(1)
+        g_prev = gh.unbind(1) if gh is not None else None
+        dh_buf = ws.get("dh", (2, K, B, N), w).unbind(0)
+        mul, baddbmm = torch.mul, torch.baddbmm
+        for t in range(T - 1, 0, -1):
+            mul(es[t], fs[t], out=gs[t])  # ∂pre_t = a f'_t ⊙ e_t
+            dh = mul(es[t], bcol, out=dh_buf[t & 1])  # β e_t
+            baddbmm(dh, gs[t], w, out=dh)  # + ∂pre_t W
+            if g_prev is not None:
+                dh.add_(g_prev[t - 1])  # + g_{t−1}
+            es[t - 1].copy_(dh)
+        mul(es[0], fs[0], out=gs[0])
+        grad_w, grad_a, grad_b = [], [], []
+        for k in range(K):  # FastRNNScan's reductions, per member, on its contiguous [T, B, N] slices
+            av = float(a[k])
+            g_pre, u_prev, e_next = (
+                grad_pre[k, 1:].reshape(-1, N),
+                us[k, :-1].reshape(-1, N),
+                e[k, 1:].reshape(-1),
+            )
+            grad_w.append((g_pre.t() @ u_prev).mul_(av))
+            grad_a.append(torch.dot(e[k].reshape(-1), zs[k].reshape(-1)).reshape(a.shape[1:]))
+            grad_b.append(torch.dot(e_next, u_prev.reshape(-1)).mul(av).reshape(b.shape[1:]))
+        return grad_pre, torch.stack(grad_w), torch.stack(grad_a), torch.stack(grad_b), None, None, None
+
+
+def fused_fast_rnn(
+    xp: torch.Tensor,
+    w_rec: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    nonlinearity: str,
+    last: bool = False,
+    workspace: Workspace | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """K networks h_t = a_k·f(xp_t + W_k h_{t−1}) + β_k·h_{t−1} on xp [K, T, B, N]: member k's states
+    [T, B, N] (or [B, N], the last step only, with `last`), each bit for bit its `fast_rnn`'s."""
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
+    return FusedFastRNNScan.apply(xp, w_rec, a, b, nonlinearity, last, workspace)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

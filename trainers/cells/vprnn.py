@@ -47,19 +47,28 @@ class Rotations(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the sublayers in order to the columns of x [N, M] (Keras `Rotation.call`, transposed)."""
-        half = x.shape[0] // 2
-        c, s = torch.cos(self.theta).unsqueeze(-1), torch.sin(self.theta).unsqueeze(-1)  # [k, N/2, 1]
-        for perm, ck, sk in zip(self.perms, c, s, strict=True):
-            p = x.index_select(0, perm)  # the sublayer's permutation first
-            xi, xj = p[:half], p[half:]
-            x = torch.cat([ck * xi - sk * xj, ck * xj + sk * xi])  # rotate pairs (i, i + N/2)
-        return x
+        return rotate(x, self.theta, self.perms)
 
     def matrix(self) -> torch.Tensor:
         """W [N, N] with W h = sublayers(h): column j is the sublayers applied to e_j (= Keras' layer(I)ᵀ)."""
-        eye = torch.eye(self.perms.shape[1], device=self.theta.device, dtype=self.theta.dtype)
-        w: torch.Tensor = self(eye)
-        return w
+        return rotation_matrix(self.theta, self.perms)
+
+
+def rotate(x: torch.Tensor, theta: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
+    """The sublayers with angles θ [k, N/2] and permutations [k, N] applied to the columns of x [N, M]."""
+    half = x.shape[0] // 2
+    c, s = torch.cos(theta).unsqueeze(-1), torch.sin(theta).unsqueeze(-1)  # [k, N/2, 1]
+    for perm, ck, sk in zip(perms, c, s, strict=True):
+        p = x.index_select(0, perm)  # the sublayer's permutation first
+        xi, xj = p[:half], p[half:]
+        x = torch.cat([ck * xi - sk * xj, ck * xj + sk * xi])  # rotate pairs (i, i + N/2)
+    return x
+
+
+def rotation_matrix(theta: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
+    """W [N, N] = the sublayers applied to I (a fused bundle calls it per member)."""
+    eye = torch.eye(perms.shape[1], device=theta.device, dtype=theta.dtype)
+    return rotate(eye, theta, perms)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""Which cells a fused bundle can train, and how: one `FusedCell` per cell name (issue 17).
+
+A fused bundle (`trainers.fused`) stacks its members' parameters [K, …]. A cell fuses when its
+recurrence, the part with one small op per timestep, can run for all K members at once with each
+member's numbers its solo run's; everything else — input projections, the rotations that make
+VPRNN's W, FastRNN's gates, SRNN's MLP — runs per member with the solo cell's own ops on member k's
+slice of the stacked parameters, once per sequence. Each entry says:
+
+- `shared`: the cell fields every member must share (shapes and the graph; the others only set
+  initial weights and may differ);
+- `states`: member k's hidden states [T, B, N] (or [B, N] with `last`) from the stacked
+  parameters, named as in the cell (`weight_hh`, `rotations.theta`, …), and its inputs xs[k];
+- `after_step`: the cell's `after_step` hook on the stacked parameters (URNN's projection);
+- `stores`: [K, T, B, N] buffers the recurrence keeps per pass (to size validation chunks).
+
+The scans: `FusedElmanScan` (rnn, urnn, crnn, vprnn), `FusedFastRNNScan` (fastrnn, sgornn) and
+SRNN's own `ShiftScan`, which is elementwise, so it runs on [T, K, B, N] as it runs on [T, B, N].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainers.cells import Cell
+from trainers.cells.fastrnn import fused_fast_rnn, input_projection, scalar_gates
+from trainers.cells.srnn import ShiftScan
+from trainers.cells.urnn import URNNCell, project_
+from trainers.cells.vprnn import rotation_matrix
+from trainers.kernels import Workspace, fused_elman_rnn
+
+Params = Mapping[str, torch.Tensor]  # the cell's parameters, stacked [K, …], by their name in the cell
+States = Callable[[Sequence[Cell], Params, Sequence[torch.Tensor], bool, Workspace], Sequence[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class FusedCell:
+    shared: tuple[str, ...]
+    states: States
+    after_step: Callable[[Sequence[Cell], Params], None] | None = None
+    stores: int = 2
+
+
+def _members(stacked: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Member k's slice of a stacked parameter, as K views (autograd stacks their gradients back)."""
+    return stacked.unbind(0)
+
+
+def _rotation_matrices(cells: Sequence[Cell], p: Params) -> torch.Tensor:
+    """[K, N, N]: member k's W = φ(Θ_k), by its own `Rotations.matrix` (its own fixed permutations)."""
+    perms: list[torch.Tensor] = [cell.get_buffer("rotations.perms") for cell in cells]
+    thetas = _members(p["rotations.theta"])
+    return torch.stack([rotation_matrix(t, q) for t, q in zip(thetas, perms, strict=True)])
+
+
+def _elman(
+    cells: Sequence[Cell], p: Params, xs: Sequence[torch.Tensor], last: bool, ws: Workspace
+) -> Sequence[torch.Tensor]:
+    """rnn, urnn, crnn (W a parameter) and vprnn (W from rotations): `FusedElmanScan`."""
+    w = p["weight_hh"] if "weight_hh" in p else _rotation_matrices(cells, p)
+    h0 = xs[0].new_zeros(len(xs), xs[0].shape[1], w.shape[1])  # [K, B, N]
+    nonlinearity = cells[0].config.nonlinearity or "tanh"  # as RNNCell.forward
+    return fused_elman_rnn(xs, h0, p["weight_ih"], w, p.get("bias"), nonlinearity, last, ws)
+
+
+def _fastrnn(
+    cells: Sequence[Cell], p: Params, xs: Sequence[torch.Tensor], last: bool, ws: Workspace
+) -> Sequence[torch.Tensor]:
+    """fastrnn (W a parameter) and sgornn (W from rotations): `FusedFastRNNScan`."""
+    w = p["weight_hh"] if "weight_hh" in p else _rotation_matrices(cells, p)
+    biases = _members(p["bias"]) if "bias" in p else [None] * len(xs)
+    xp = torch.stack(
+        [input_projection(x, v, b) for x, v, b in zip(xs, _members(p["weight_ih"]), biases, strict=True)]
+    )  # [K, T, B, N]
+    clip = cells[0].config.clip_scalar
+    gates = [
+        scalar_gates(a, b, clip)
+        for a, b in zip(_members(p["gates.alpha_raw"]), _members(p["gates.beta_raw"]), strict=True)
+    ]
+    a = torch.stack([g[0] for g in gates])  # [K, 1]
+    b = torch.stack([g[1] for g in gates])
+    return fused_fast_rnn(xp, w, a, b, cells[0].config.nonlinearity, last, ws)
+
+
+def _srnn(
+    cells: Sequence[Cell], p: Params, xs: Sequence[torch.Tensor], last: bool, ws: Workspace
+) -> Sequence[torch.Tensor]:
+    """srnn: member k's drive b_k(x) by its own MLP, then one `ShiftScan` over [T, K, B, N]."""
+    members = {n: _members(t) for n, t in p.items()}
+    f_r: nn.Sequential = cells[0].f_r  # type: ignore[assignment]
+    drives = []
+    for k, x in enumerate(xs):
+        b = x
+        for i, layer in enumerate(f_r):  # Linear (member k's weights) or ReLU, as nn.Sequential runs them
+            b = (
+                F.linear(b, members[f"f_r.{i}.weight"][k], members[f"f_r.{i}.bias"][k])
+                if isinstance(layer, nn.Linear)
+                else layer(b)
+            )
+        if "gate.weight" in members:  # eq. 5: f_r(x) ⊙ σ(W_s x + b_s)
+            b = b * torch.sigmoid(F.linear(x, members["gate.weight"][k], members["gate.bias"][k]))
+        drives.append(b)  # [T, B, N], as SRNNCell.forward
+    hs: torch.Tensor = ShiftScan.apply(torch.stack(drives, 1))  # [T, K, B, N]
+    return hs[-1].unbind(0) if last else hs.unbind(1)  # roll, add and relu act on each member's rows
+
+
+def _project(cells: Sequence[Cell], p: Params) -> None:
+    """urnn / crnn: each member's W projected by the solo hook's code, on its slice."""
+    if not isinstance(cells[0], URNNCell):
+        raise TypeError(f"{type(cells[0]).__name__} has no projection: fuse it without `_project`")
+    mode = cells[0].projection
+    for w in _members(p["weight_hh"].detach()):
+        project_(w, mode)
+
+
+ELMAN_FIELDS = ("nonlinearity", "bias", "backend")
+FASTRNN_FIELDS = ("nonlinearity", "bias", "clip_scalar")
+
+#: cell name → how its bundles run; a cell not listed here trains one trial per process
+FUSED_CELLS: dict[str, FusedCell] = {
+    "rnn": FusedCell(ELMAN_FIELDS, _elman),
+    "urnn": FusedCell(ELMAN_FIELDS, _elman, _project),
+    "crnn": FusedCell(ELMAN_FIELDS, _elman, _project),
+    "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
+    "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=3),
+    "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=3),
+    "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn),
+}
