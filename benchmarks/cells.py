@@ -85,7 +85,6 @@ def fused_grid(cell: str, hidden: int, n: int, steps: int, offset: int = 0) -> l
             "steps": steps,
             "eval_every": steps,
             "early_stop_loss": None,
-            "divergence_factor": None,  # keep every member for the whole budget
             "batch_size": B,
             "threads": 1,
             "device": "cpu",

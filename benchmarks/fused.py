@@ -89,7 +89,6 @@ def grid(base: dict[str, Any], n: int, steps: int, offset: int = 0) -> list[dict
             "steps": steps,
             "eval_every": steps,
             "early_stop_loss": None,
-            "divergence_factor": None,  # keep every member for the whole budget
             "batch_size": 16,
             "threads": 1,
             "device": "cpu",

@@ -15,7 +15,13 @@ The ceiling (solo time per timestep / floor) bounds the speed-up a fused bundle 
 dispatch, no Python and no memory stalls at all; the floor leaves out the input projection, readout,
 loss and optimiser, so the true bound is lower still.
 
-    python benchmarks/fused_floor.py [--k 32] [--steps 12] [--shape psmnist|copy]
+`--cell` takes any fused cell (`trainers.fused_cells.FUSED_CELLS`; default rnn, the members
+differing in initialiser as well, other cells in learning rate and seed). The floor is the
+recurrence's own: the three GEMMs for the cells with a recurrent matrix (exp only for elu); for
+srnn, whose shift has no GEMM, the elementwise passes its scan makes (roll, add, relu forward; roll
+and a masked add backward).
+
+    python benchmarks/fused_floor.py [--k 32] [--steps 12] [--shape psmnist|copy] [--cell sgornn]
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from typing import Any
 
 import torch
 from fused import grid, shapes, synthetic_mnist  # benchmarks/fused.py (run as a script from the repo)
+
+from trainers.config import resolve
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
@@ -75,13 +83,15 @@ def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(params, resolved.config.clip_norm)
         optimizer.step()
+        model.cell.after_step()
 
     return step
 
 
 def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
-    from trainers.fused import FusedOptimizer, FusedRNN
+    from trainers.fused import FusedModel, FusedOptimizer
+    from trainers.fused_cells import FUSED_CELLS
     from trainers.loop import training_batches
     from trainers.model import build_model
 
@@ -90,7 +100,7 @@ def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     models = [build_model(r, tasks[r.config.seed]) for r in resolved]
     seeds = [r.config.seed for r in resolved]
     task = tasks[seeds[0]]
-    model = FusedRNN(models, "elu", task.output)
+    model = FusedModel(models, FUSED_CELLS[resolved[0].config.cell], task.output)
     optimizer = FusedOptimizer(resolved[0].config.optimizer, [r.config for r in resolved], model.params)
     streams = {seed: training_batches(t, 16, seed) for seed, t in tasks.items()}
     cpu = torch.device("cpu")
@@ -105,8 +115,19 @@ def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
             p.grad = None
         losses.sum().backward()  # type: ignore[no-untyped-call]
         optimizer.step(model.params)
+        model.after_step()
 
     return step
+
+
+def shift_floor(K: int, B: int, N: int) -> tuple[dict[str, float], dict[str, float]]:
+    """srnn: seconds per member-timestep of its scan's passes on [K, B, N] blocks (no GEMM at all)."""
+    g = torch.Generator().manual_seed(0)
+    h, b, m, out = (torch.randn(K, B, N, generator=g) for _ in range(4))
+    steps = 2000
+    forward = per_call(lambda: torch.add(b, h.roll(1, -1), out=out).relu_(), steps) / K
+    backward = per_call(lambda: out.addcmul_(m, h.roll(-1, -1)), steps) / K
+    return {"forward: roll, add, relu": forward}, {"backward: roll, masked add": backward}
 
 
 def floor(K: int, T: int, B: int, N: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -142,6 +163,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=32, help="bundle size")
     ap.add_argument("--steps", type=int, default=12, help="timed training steps")
     ap.add_argument("--shape", default="psmnist", choices=["psmnist", "copy"])
+    ap.add_argument("--cell", default="rnn", help="a fused cell (trainers.fused_cells.FUSED_CELLS)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
@@ -149,10 +171,20 @@ def main() -> None:
     configs = grid(base, args.k, 10**6)
     for c in configs:
         c.update(optimizer="rmsprop", clip_norm=1.0)
+        if args.cell != "rnn":  # lr and seed vary; the cell's own defaults (rotation cells: N even)
+            c.update(cell=args.cell, cell_params={}, hidden=base["hidden"] + base["hidden"] % 2)
+    base = {**base, "hidden": configs[0]["hidden"]}
     N, B = base["hidden"], 16
     solo_min, solo_med = step_times(solo_step(configs), args.steps)
     fused_min, fused_med = step_times(fused_step(configs), args.steps)
-    arithmetic, passes = floor(args.k, T, B, N)
+    if args.cell == "srnn":
+        arithmetic, passes = shift_floor(args.k, B, N)
+    else:
+        arithmetic, passes = floor(args.k, T, B, N)
+        nonlinearity = resolve(configs[0]).cell_config.nonlinearity
+        if nonlinearity != "elu":  # exp only for elu (the default on copy and psMNIST for rnn)
+            arithmetic.pop("exp")
+    print(f"cell {args.cell}")
     us = 1e6 / T
     print(f"torch {torch.__version__}, 1 thread, shape {args.shape}: N={N}, B={B}, T={T}, K={args.k}\n")
     print(
