@@ -185,7 +185,7 @@ def best_configs(
         if not losses:
             continue
         mean = statistics.fmean(losses)
-        sem = statistics.stdev(losses) / math.sqrt(len(losses)) if len(losses) > 1 else 0.0
+        sem = standard_error(losses)
         params = {key: v for key, v in ts[0].params.items() if key != "seed"}
         rows.append(
             {
@@ -203,6 +203,16 @@ def best_configs(
     return rows[:k]
 
 
+def standard_error(values: Sequence[float]) -> float:
+    """The s.e.m. of `values` (0 for one value; NaN when one is not finite: a failed seed's last
+    evaluation can be NaN or infinite, and `statistics.stdev` raises on those instead)."""
+    if len(values) < 2:
+        return 0.0
+    if not all(math.isfinite(v) for v in values):
+        return math.nan
+    return statistics.stdev(values) / math.sqrt(len(values))
+
+
 def mean_curve(trials: Sequence[TrialLike]) -> list[dict[str, float]]:
     """Validation loss per evaluation step: mean and s.e.m. over the given trials (seeds)."""
     per_step: dict[int, list[float]] = defaultdict(list)
@@ -212,14 +222,14 @@ def mean_curve(trials: Sequence[TrialLike]) -> list[dict[str, float]]:
     out = []
     for step in sorted(per_step):
         vals = per_step[step]
-        sem = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
+        sem = standard_error(vals)
         out.append({"step": step, "mean": statistics.fmean(vals), "sem": sem, "n": len(vals)})
     return out
 
 
 def _mean_sem(values: Sequence[float]) -> dict[str, float | int]:
     mean = statistics.fmean(values)
-    sem = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    sem = standard_error(values)
     return {"mean": mean, "sem": sem, "n": len(values)}
 
 

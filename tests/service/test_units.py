@@ -137,6 +137,32 @@ def test_success_plot_accepts_all_and_none_successful():
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_failed_seeds_non_finite_evaluation_does_not_break_the_best_curve_or_its_figures():
+    """A seed that failed at a NaN or infinite loss keeps that evaluation in its history; the best
+    configuration's mean curve over seeds (statistics.stdev raises on those) has no s.e.m. there,
+    and the study's figures are still drawn."""
+    from service.plots import study_figures
+    from service.summary import mean_curve, success_vs_budget
+
+    ok = T("chain", {"lr": 1e-3, "seed": 1}, 0.05)
+    ok.history = [{"step": 10, "val_loss": 0.3}, {"step": 20, "val_loss": 0.05}]
+    for bad in (math.nan, math.inf):
+        failed = T("chain", {"lr": 1e-3, "seed": 2}, None, "failed")
+        failed.history = [{"step": 10, "val_loss": 0.2}, {"step": 20, "val_loss": bad}]
+        curve = mean_curve([ok, failed])
+        assert curve[0] == {"step": 10, "mean": 0.25, "sem": pytest.approx(0.05), "n": 2}
+        assert curve[1]["n"] == 2 and math.isnan(curve[1]["sem"])
+        trials = [ok, failed]
+        summary = {
+            "name": "s",
+            "success": success_table(trials),
+            "success_vs_budget": success_vs_budget(trials),
+            "best_per_model": {"chain": best_configs(trials, model="chain")},
+        }
+        figures = study_figures(trials, summary, HALF_BASELINE)
+        assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in figures.values()) and figures
+
+
 def test_log_batch_requests_respect_mlflow_limits_and_lose_nothing() -> None:
     from service.tracking import MAX_BATCH_ENTITIES, MAX_BATCH_PARAMS, batches
 
