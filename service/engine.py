@@ -159,12 +159,23 @@ class Engine:
         again if MLflow lost it), a complete child run for every finished trial (an incomplete one, left
         by an outage, is made again; one no trial owns is deleted), and the summary. Returns the study
         summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger)."""
-        from service.tracking import Tracker
+        from service.tracking import Tracker, server_healthy
 
         study = self._study(study_id)
         spec = StudySpec.model_validate(study.spec)
-        tracker = Tracker(self.tracking_uri(), self.settings.mlflow_experiment)
-        exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
+        uri = self.tracking_uri()
+        down = (
+            None if not uri.startswith("http") or server_healthy(uri) else f"MLflow at {uri} does not answer"
+        )
+        try:  # a quick probe first: MLflow's client retries a refused connection for a minute or more
+            if down:
+                raise ConnectionError(down)
+            tracker = Tracker(uri, self.settings.mlflow_experiment)
+            exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
+        except Exception as exc:  # nothing to rebuild on yet; the ledger keeps every result
+            summary = self.summary(study.id)
+            summary["mlflow_errors"] = [down or f"{type(exc).__name__}: {exc}"]
+            return summary
         self.ledger.update_study(study.id, mlflow_experiment_id=exp_id, mlflow_run_id=parent)
         state = study.state if study.state in ("done", "failed", "cancelled") else "cancelled"
         summary, errors = self._project(study.id, tracker, exp_id, parent, spec.criterion(), state, [])

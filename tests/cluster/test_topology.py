@@ -63,7 +63,8 @@ def test_a_study_runs_on_the_compose_topology(cluster: Topology):
     assert cpus == {ips["ray-head"]: 0, ips["api"]: 0, **dict.fromkeys(workers, 1.0)}, cpus
     trial_actors = [a for a in state["actors"] if a["ActorClassName"].startswith("ImplicitFunc")]
     assert trial_actors, sorted({a["ActorClassName"] for a in state["actors"]})
-    placed = {nodes[a["Address"]["NodeID"]]["NodeManagerAddress"] for a in trial_actors}
+    every_node = {n["NodeID"]: n for n in state["nodes"]}  # earlier tests' actors may name a killed node
+    placed = {every_node[a["Address"]["NodeID"]]["NodeManagerAddress"] for a in trial_actors}
     assert placed == workers, (placed, workers)
 
 

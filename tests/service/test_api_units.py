@@ -548,3 +548,20 @@ def test_a_sampled_study_keeps_the_arms_it_draws_apart() -> None:
         for init in ("chain", "orthogonal")
     }
     assert arms == {"chain", "orthogonal"}
+
+
+def test_a_sync_while_mlflow_is_down_is_a_quick_503_that_keeps_everything(client: TestClient) -> None:
+    """MLflow's client retries a refused connection for minutes; a sync probes first and answers 503
+    at once, saying the ledger keeps every result (this client's MLflow, port 9, never answers)."""
+    import time
+
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    before = [t.final_val_loss for t in ledger_of(client).trials(study["id"])]
+    started = time.monotonic()
+    r = client.post(f"/studies/{study['id']}/sync")
+    assert r.status_code == 503, r.text
+    assert time.monotonic() - started < 15
+    assert "does not answer" in r.text and "ledger keeps every result" in r.text
+    assert [t.final_val_loss for t in ledger_of(client).trials(study["id"])] == before
+    assert client.get(f"/studies/{study['id']}").json()["state"] == "done"

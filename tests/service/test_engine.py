@@ -367,7 +367,7 @@ def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, m
     assert results[True] == results[False]  # bit for bit, failures (lr 50 diverges) included
     assert sum(v[0] == "failed" for v in results[True].values()) == 6
     # 12 trials, 2 slots: chain and orth each cut into bundles of 6 → 2 Ray units instead of 12
-    assert "12 trials packed into 2 Ray units" in caplog.text
+    assert "12 trials in 2 Ray units" in caplog.text
 
 
 @pytest.mark.parametrize(
