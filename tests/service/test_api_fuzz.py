@@ -1,5 +1,6 @@
 """Property-based fuzzing of the OpenAPI schema (schemathesis): no request, valid or not, gets a 5xx, and
-every answer matches the schema the API documents. The app runs in-process over ASGI with a real SQLite
+every answer matches the schema the API documents (a 503 only where the operation documents one: this
+app's MLflow never answers). The app runs in-process over ASGI with a real SQLite
 ledger that holds a finished study; it runs no study (MEMSWEEP_MAX_PARALLEL_STUDIES=0), so created
 studies stay queued. Half of the generated study ids are replaced by the real one, so the reads and state
 changes of an existing study are fuzzed too, not only their 404s."""
@@ -80,11 +81,10 @@ def test_no_5xx_and_answers_match_the_schema(case: Any) -> None:
     params = case.path_parameters or {}
     if "study_id" in params and len(str(params["study_id"])) % 2 == 0:
         params["study_id"] = STUDY["id"]
-    case.call_and_validate(
-        checks=[
-            not_a_server_error,
-            status_code_conformance,
-            content_type_conformance,
-            response_schema_conformance,
-        ]
-    )
+    response = case.call()
+    checks = [status_code_conformance, content_type_conformance, response_schema_conformance]
+    # This app's MLflow (port 9) never answers: a 503 the operation documents for that (sync, compare
+    # with log=true, /ready) is its right answer, checked against the schema; any other 5xx is a bug.
+    if not (response.status_code == 503 and "503" in case.operation.definition.raw.get("responses", {})):
+        checks.insert(0, not_a_server_error)
+    case.validate_response(response, checks=checks)
