@@ -34,6 +34,23 @@ FormatDep = Annotated[
     Query(alias="format", description="csv or json; default: text/csv when Accept asks for it, else JSON"),
 ]
 AcceptDep = Annotated[str | None, Header(include_in_schema=False)]
+#: a success criterion a request names instead of each study's own, and a budget to count at
+#: (GET /studies/{id}/success, GET /compare)
+FractionQuery = Annotated[
+    float | None,
+    Query(gt=0, le=1, allow_inf_nan=False, description="judge under this fraction of the baseline instead"),
+]
+ThresholdQuery = Annotated[
+    float | None, Query(gt=0, allow_inf_nan=False, description="judge under this loss threshold instead")
+]
+BaselineQuery = Annotated[
+    str | None,
+    Query(max_length=64, description="with fraction: a reference baseline the task reports (copy: arjovsky)"),
+]
+AtStepQuery = Annotated[
+    int | None,
+    Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),
+]
 
 bearer = HTTPBearer(
     auto_error=False,

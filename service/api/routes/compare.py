@@ -7,7 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from service import tables
-from service.api.deps import AcceptDep, FormatDep, StudiesDep
+from service.api.deps import (
+    AcceptDep,
+    AtStepQuery,
+    BaselineQuery,
+    FormatDep,
+    FractionQuery,
+    StudiesDep,
+    ThresholdQuery,
+)
 from service.api.routes.studies import CSV, NOT_FOUND, REFUSED, UNAUTHORIZED, csv_response
 from service.api.schemas import Comparison, ErrorMessage
 
@@ -43,29 +51,10 @@ def compare(
             "(lr, scale, seed) or a trial config field (cell, hidden, seq_len, task.seq_len, cell.init)",
         ),
     ] = "model",
-    fraction: Annotated[
-        float | None,
-        Query(
-            gt=0,
-            le=1,
-            allow_inf_nan=False,
-            description="judge every study under this fraction of the baseline",
-        ),
-    ] = None,
-    threshold: Annotated[
-        float | None,
-        Query(gt=0, allow_inf_nan=False, description="judge every study under this loss threshold"),
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        Query(
-            max_length=64, description="with fraction: a reference baseline the task reports (copy: arjovsky)"
-        ),
-    ] = None,
-    at_step: Annotated[
-        int | None,
-        Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),
-    ] = None,
+    fraction: FractionQuery = None,
+    threshold: ThresholdQuery = None,
+    baseline: BaselineQuery = None,
+    at_step: AtStepQuery = None,
     log: Annotated[
         bool, Query(description="also log the comparison to MLflow as its own run (table and figure)")
     ] = False,

@@ -7,7 +7,15 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Response, status
 
 from service import tables
-from service.api.deps import AcceptDep, FormatDep, StudiesDep
+from service.api.deps import (
+    AcceptDep,
+    AtStepQuery,
+    BaselineQuery,
+    FormatDep,
+    FractionQuery,
+    StudiesDep,
+    ThresholdQuery,
+)
 from service.api.schemas import (
     STUDY_CREATE_EXAMPLES,
     BestConfig,
@@ -193,25 +201,10 @@ def best(
 def success(
     studies: StudiesDep,
     study_id: str,
-    fraction: Annotated[
-        float | None,
-        Query(
-            gt=0, le=1, allow_inf_nan=False, description="judge under this fraction of the baseline instead"
-        ),
-    ] = None,
-    threshold: Annotated[
-        float | None, Query(gt=0, allow_inf_nan=False, description="judge under this loss threshold instead")
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        Query(
-            max_length=64, description="with fraction: a reference baseline the task reports (copy: arjovsky)"
-        ),
-    ] = None,
-    at_step: Annotated[
-        int | None,
-        Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),
-    ] = None,
+    fraction: FractionQuery = None,
+    threshold: ThresholdQuery = None,
+    baseline: BaselineQuery = None,
+    at_step: AtStepQuery = None,
     output: FormatDep = None,
     accept: AcceptDep = None,
 ) -> SuccessTable | Response:
