@@ -125,7 +125,11 @@ class Engine:
         spec = StudySpec.model_validate(study.spec)
         space = self._space(spec)
         cancel = cancel if cancel is not None else threading.Event()
-        tracker = Tracker(self.tracking_uri(), self.settings.mlflow_experiment)
+        tracker = Tracker(
+            self.tracking_uri(),
+            self.settings.mlflow_experiment,
+            live_interval=self.settings.mlflow_live_interval,
+        )
         exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
         self.ledger.update_study(
             study.id, state="running", error=None, mlflow_experiment_id=exp_id, mlflow_run_id=parent

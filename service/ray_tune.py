@@ -83,14 +83,16 @@ def unplaceable(resources: Mapping[str, float]) -> str | None:
 
 def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
     """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
-    given, or of the node's free memory among the units its CPUs take at once."""
-    import torch
-
+    given, or of the node's free memory among the units its CPUs take at once. A unit that asks no
+    GPU trains on the CPU: Ray hides the node's GPUs from it."""
     from service.packing import unit_share
 
-    if torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-        return "cuda", unit_share(free, 1.0 / gpus_per_unit if gpus_per_unit > 0 else 1.0)
+    if gpus_per_unit > 0:
+        import torch
+
+        if torch.cuda.is_available():
+            free, _ = torch.cuda.mem_get_info()
+            return "cuda", unit_share(free, 1.0 / gpus_per_unit)
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return "cpu", unit_share(available, (os.cpu_count() or 1) / max(cpus_per_unit, 1.0))
 
@@ -98,10 +100,15 @@ def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str
 def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[str, int] | None:
     """(device kind, bytes) a unit of the study may use, measured on a node that would run it (a
     task with the study's resources; a cluster's nodes are not the driver's machine); None when no
-    node answered within `timeout` (the packer then falls back on its assumptions)."""
+    node answered within `timeout` (the packer then falls back on its assumptions). A CPU study on
+    a Ray that is the driver's own node alone (the embedded one) is measured here: a probe task would
+    start a worker process, seconds of a short study."""
     import ray
 
     cpus, gpus = float(resources.get("cpu", 1.0)), float(resources.get("gpu", 0.0))
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    if gpus == 0 and nodes == [ray.get_runtime_context().get_node_id()]:
+        return device_on_this_node(gpus, cpus)
     probe = ray.remote(device_on_this_node).options(num_cpus=cpus, num_gpus=gpus)
     ref = probe.remote(gpus, cpus)
     try:

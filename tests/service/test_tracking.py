@@ -1,0 +1,140 @@
+"""A trial's child run against a real MLflow server: live while its trial trains, at a bounded
+number of requests, and complete when it ends (`service.tracking.Tracker`)."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainers
+from service.ledger import Ledger, Trial
+from service.tracking import Tracker
+from trainers import Criterion
+
+INTERVAL = 1.0  # seconds between two live writes of a run, in these tests
+
+
+class Counted(Tracker):
+    """The real tracker, its MLflow client's requests counted per run (they still go to the server)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri, "tracking-tests", live_interval=INTERVAL)
+        self.calls: collections.Counter[str] = collections.Counter()
+        for name in ("create_run", "log_batch", "set_terminated"):
+            real = getattr(self.client, name)
+            setattr(self.client, name, self._count(name, real))
+
+    def _count(self, name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    def _log_text(self, artifact_uri: str, text: str, name: str) -> None:
+        self.calls["artifact"] += 1
+        super()._log_text(artifact_uri, text, name)
+
+
+def two_trials(tmp_path: Path) -> tuple[Ledger, list[Trial]]:
+    from service.search import grid_trials
+    from service.spec import StudySpec
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3, 2e-3]}}, "base": {"task": "addition"}})
+    study = ledger.create_study("s", {})
+    ledger.add_trials(study.id, grid_trials(spec.search_space(), {}))
+    return ledger, ledger.trials(study.id)
+
+
+def evaluation(step: int) -> trainers.Evaluation:
+    return trainers.Evaluation(step, step / 10, 1.0 / step, 0.5 / step, None, step * 0.1)
+
+
+def children(client: Any, exp_id: str, parent: str) -> dict[str, Any]:
+    runs = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    return {r.data.tags["memsweep.config_hash"]: r for r in runs}
+
+
+def test_a_long_trial_is_live_and_a_short_one_is_written_whole_in_four_requests(tmp_path, mlflow_uri):
+    ledger, (long, short) = two_trials(tmp_path)
+    tracker = Counted(mlflow_uri)
+    exp_id, parent = tracker.start_study(long.study_id, "s", {}, None)
+    tracker.calls.clear()  # the parent run's
+    client = tracker.client
+    run_ids: dict[int, str] = {}
+
+    def setter(trial: Trial) -> Any:
+        return lambda run_id: run_ids.__setitem__(trial.id, run_id)
+
+    try:
+        tracker.trial_started(exp_id, parent, long, setter(long))
+        tracker.trial_started(exp_id, parent, short, setter(short))
+        tracker.trial_evaluated(short.config_hash, [evaluation(1)])
+        result = trainers.TrialResult(
+            final_val_loss=0.25, steps=2, budget_steps=2, history=[evaluation(1), evaluation(2)]
+        )
+        row = ledger.finish_trial(short.id, result)
+        tracker.log_trial(exp_id, parent, row, Criterion(), None, setter(short))  # ends before its interval
+        tracker.flush()
+        assert set(children(client, exp_id, parent)) == {short.config_hash}  # the long one is not made yet
+
+        deadline = time.monotonic() + 30  # made one interval after its start, with its params
+        while (
+            long.config_hash not in (runs := children(client, exp_id, parent)) and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        live = runs[long.config_hash]
+        assert live.info.status == "RUNNING" and live.data.tags["memsweep.status"] == "running"
+        assert live.data.params["config.lr"] == str(long.config["lr"])
+
+        for step in range(1, 31):  # thirty evaluations in about three intervals: a few batches, not thirty
+            tracker.trial_evaluated(long.config_hash, [evaluation(step)])
+            time.sleep(INTERVAL / 10)
+        deadline = time.monotonic() + 30
+        while (
+            len(client.get_metric_history(live.info.run_id, "val_loss")) < 10 and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        assert len(client.get_metric_history(live.info.run_id, "val_loss")) >= 10  # the curve grows live
+        live_batches = tracker.calls["log_batch"] - 1  # but the short trial's one
+        assert 2 <= live_batches <= 6, live_batches
+
+        result = trainers.TrialResult(
+            final_val_loss=0.5 / 30, steps=30, budget_steps=30, history=[evaluation(s) for s in range(1, 31)],
+            recurrent_matrix=__import__("torch").eye(3),
+        )  # fmt: skip
+        row = ledger.finish_trial(long.id, result)
+        tracker.log_trial(exp_id, parent, row, Criterion(), ledger.matrices(long.id), setter(long))
+        tracker.flush()
+    finally:
+        tracker.close()
+
+    runs = children(client, exp_id, parent)
+    assert {h: r.info.status for h, r in runs.items()} == {
+        long.config_hash: "FINISHED",
+        short.config_hash: "FINISHED",
+    }
+    assert run_ids == {
+        long.id: runs[long.config_hash].info.run_id,
+        short.id: runs[short.config_hash].info.run_id,
+    }
+    for trial, steps in ((long, 30), (short, 2)):
+        run = runs[trial.config_hash]
+        curve = client.get_metric_history(run.info.run_id, "val_loss")
+        assert sorted(m.step for m in curve) == list(range(1, steps + 1))  # every evaluation, once
+        assert run.data.params["config.lr"] == str(trial.config["lr"])
+        assert run.data.metrics["final_val_loss"] == pytest.approx(0.5 / steps)
+        assert run.data.tags["memsweep.status"] == "done"
+    assert [a.path for a in client.list_artifacts(runs[long.config_hash].info.run_id)] == [
+        "recurrent_matrix.json"
+    ]
+    # the short trial: create, one batch (params, curve, results, tags), set_terminated; the long one
+    # its live writes and then one batch, its matrix and its status
+    assert tracker.calls["create_run"] == 2
+    assert tracker.calls["set_terminated"] == 2
+    assert tracker.calls["artifact"] == 1
