@@ -277,18 +277,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _log_comparison(engine: Any, comparison: dict[str, Any]) -> dict[str, Any]:
-    from service.plots import comparison_rates
-    from service.tables import comparison_csv
-    from service.tracking import Tracker
+    from service.compare import log_comparison
 
     uri = engine.tracking_uri()
-    tracker = Tracker(uri, engine.settings.mlflow_experiment)
-    try:
-        exp_id, run_id = tracker.log_comparison(
-            comparison, comparison_csv(comparison), comparison_rates(comparison)
-        )
-    finally:
-        tracker.close()
+    exp_id, run_id = log_comparison(comparison, uri, engine.settings.mlflow_experiment)
     print(f"MLflow: {uri}/#/experiments/{exp_id}/runs/{run_id}", file=sys.stderr)
     return {"experiment_id": exp_id, "run_id": run_id}
 

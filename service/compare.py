@@ -146,6 +146,20 @@ def compare_studies(
     }
 
 
+def log_comparison(comparison: dict[str, Any], tracking_uri: str, experiment: str) -> tuple[str, str]:
+    """A comparison as its own MLflow run (its table as CSV and JSON, its figure): (experiment id,
+    run id). The REST `GET /compare?log=true` and `memsweep compare --mlflow` both log through here."""
+    from service.plots import comparison_rates
+    from service.tables import comparison_csv
+    from service.tracking import Tracker
+
+    tracker = Tracker(tracking_uri, experiment)
+    try:
+        return tracker.log_comparison(comparison, comparison_csv(comparison), comparison_rates(comparison))
+    finally:
+        tracker.close()
+
+
 def _rows(
     scope: str,
     group: dict[str, str | None],

@@ -25,7 +25,7 @@ from service.api.schemas import (
     TrialPage,
     TrialPublic,
 )
-from service.compare import UnknownStudiesError, compare_studies
+from service.compare import UnknownStudiesError, compare_studies, log_comparison
 from service.engine import Engine
 from service.ledger import FINISHED, Study, Trial
 from service.plan import plan_spec, record_plan
@@ -294,9 +294,7 @@ class StudyService:
         return comparison
 
     def _log_comparison(self, comparison: dict[str, Any]) -> MlflowLinks:
-        from service.plots import comparison_rates
-        from service.tables import comparison_csv
-        from service.tracking import Tracker, server_healthy
+        from service.tracking import server_healthy
 
         uri = self.runner.tracking_uri or self.engine.settings.mlflow_tracking_uri
         if uri is None:
@@ -306,13 +304,7 @@ class StudyService:
                 f"MLflow at {uri} does not answer, so the comparison was not logged; ask again without "
                 "log=true for the table, or when MLflow is up (GET /ready)"
             )
-        tracker = Tracker(uri, self.engine.settings.mlflow_experiment)
-        try:
-            exp_id, run_id = tracker.log_comparison(
-                comparison, comparison_csv(comparison), comparison_rates(comparison)
-            )
-        finally:
-            tracker.close()
+        exp_id, run_id = log_comparison(comparison, uri, self.engine.settings.mlflow_experiment)
         return self.links_of(exp_id, run_id)
 
     def criterion(

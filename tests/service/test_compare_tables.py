@@ -173,3 +173,51 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
     trials = read_csv(io.StringIO(cli("trials", b, "--csv")))
     assert len(trials) == 8 and trials.attrs["table"] == "trials"
     assert "shared" in cli("compare", a, b)  # the rich table's header
+
+
+def test_a_comparison_is_logged_to_a_real_mlflow_over_rest_and_from_the_cli(
+    tmp_path: Path, mlflow_uri: str
+) -> None:
+    """`GET /compare?log=true` and `memsweep compare --mlflow`: a run of its own in MLflow, holding each
+    study's rate and interval as metrics, the table (the CSV the API serves) and the figure."""
+    from mlflow.tracking import MlflowClient
+
+    with TestClient(create_app(settings(tmp_path, mlflow_tracking_uri=mlflow_uri))) as c:
+        a, b = two_studies(c)
+        r = c.get("/compare", params={"studies": f"{a},{b}", "by": "model", "log": "true"})
+        assert r.status_code == 200, r.text
+        links = r.json()["mlflow"]
+        served_csv = c.get("/compare", params={"studies": f"{a},{b}", "by": "model", "format": "csv"}).text
+    mlflow = MlflowClient(mlflow_uri)
+    run = mlflow.get_run(links["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["memsweep.kind"] == "comparison"
+    assert run.data.tags["memsweep.studies"] == f"{a},{b}"
+    assert run.data.tags["memsweep.trainer_version"] == str(TRAINER_VERSION)
+    body = r.json()
+    for row in body["rows"]:  # every row's rate, under its study and group
+        where = row["group"]["model"] if row["scope"] == "group" else "total"
+        assert run.data.metrics[f"success_rate.{row['study_id'] or 'pooled'}.{where}"] == pytest.approx(
+            row["rate"]
+        )
+    assert {f.path for f in mlflow.list_artifacts(run.info.run_id)} == {
+        "comparison.csv",
+        "comparison.json",
+        "plots",
+    }
+    logged = Path(mlflow.download_artifacts(run.info.run_id, "comparison.csv", str(tmp_path))).read_text()
+    assert read_csv(io.StringIO(logged)).equals(read_csv(io.StringIO(served_csv)))
+    assert [f.path for f in mlflow.list_artifacts(run.info.run_id, "plots")] == ["plots/comparison.png"]
+
+    env = {
+        "MEMSWEEP_HOME": str(tmp_path),
+        "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", "compare", a, b, "--by", "model", "--mlflow", "--json"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    cli_run = json.loads(out.stdout)["mlflow"]["run_id"]
+    assert cli_run != links["run_id"] and f"/runs/{cli_run}" in out.stderr
+    assert mlflow.get_run(cli_run).data.metrics == run.data.metrics
