@@ -109,12 +109,10 @@ def _srnn(
 
 
 def _project(cells: Sequence[Cell], p: Params) -> None:
-    """urnn / crnn: each member's W projected by the solo hook's code, on its slice."""
+    """urnn / crnn: every member's W projected by the solo hook's code (one batched SVD on the CPU)."""
     if not isinstance(cells[0], URNNCell):
         raise TypeError(f"{type(cells[0]).__name__} has no projection: fuse it without `_project`")
-    mode = cells[0].projection
-    for w in _members(p["weight_hh"].detach()):
-        project_(w, mode)
+    project_(p["weight_hh"].detach(), cells[0].projection)
 
 
 ELMAN_FIELDS = ("nonlinearity", "bias", "backend")

@@ -35,8 +35,25 @@ def project_(w: torch.Tensor, mode: Projection) -> None:
     """Project W in place: onto the orthogonal group (U Vᵀ) or onto ‖W‖₂ ≤ 1 (singular values ≤ 1).
 
     The SVD runs in float64 so that the float32 result is orthogonal (or contractive) to ~1e-7.
+    W may be a stack [K, N, N] (a fused bundle's members): on the CPU one batched SVD, which LAPACK
+    computes one matrix at a time, so each member's factors are bit for bit its solo ones (tested);
+    elsewhere (cuSOLVER's batched SVD is another algorithm) one member at a time. The products that
+    follow run per member, as the solo hook runs them.
     """
+    if w.dim() == 3:
+        if w.device.type != "cpu":
+            for member in w.unbind(0):
+                project_(member, mode)
+            return
+        factors = torch.linalg.svd(w.double())
+        for k, member in enumerate(w.unbind(0)):
+            _apply(member, factors.U[k], factors.S[k], factors.Vh[k], mode)
+        return
     u, s, vh = torch.linalg.svd(w.double())  # W = U diag(s) Vᵀ
+    _apply(w, u, s, vh, mode)
+
+
+def _apply(w: torch.Tensor, u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, mode: Projection) -> None:
     if mode == "orthogonal":
         w.copy_(u @ vh)
     elif s[0] > 1.0:  # contractive: nothing to do when already non-expansive (keeps W bit-identical)
