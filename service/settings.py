@@ -32,11 +32,12 @@ class Settings(BaseSettings):
         default=None, description="MLflow as users' browsers reach it, for links (default: the tracking URI)"
     )
     mlflow_live_interval: float = Field(
-        default=5.0,
+        default=2.0,
         ge=0.0,
         description="seconds between two writes of a training trial's live child run: it is made this long "
-        "after its trial starts, and its curve written at most this often; a trial that ends sooner is "
-        "written whole at its end (fewer requests: MLflow's writes are the tail of short-trial studies)",
+        "after its trial starts, and its curve written at most this often (less often when over 20 runs are "
+        "live); a trial that ends sooner is written whole at its end (four requests: MLflow's writes are "
+        "the tail of short-trial studies)",
     )
     max_grid_size: int = Field(default=50_000, description="largest number of trials one study may hold")
     trial_attempts: int = Field(

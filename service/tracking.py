@@ -6,7 +6,8 @@ parallel); `flush` waits for all of them, and the parent's summary is written af
 
 A training trial's child run is live, at a bounded number of requests: made `live_interval` seconds
 after its trial starts (with its params), its curve then written at most every `live_interval`
-seconds, and the rest in one batch at its end; a trial that ends sooner is written whole at its end
+seconds (less often when many runs are live: LIVE_WRITES_PER_SECOND), and the rest in one batch at
+its end; a trial that ends sooner is written whole at its end
 (create, one batch, its matrix, its status: four requests). MLflow's server answers some 40 requests
 a second here, and its writes were the tail of short-trial studies. `ensure_mlflow_server` starts a local tracking
 server on loopback (SQLite backend store, artifacts on disk) when no tracking URI is configured.
@@ -160,6 +161,11 @@ def criterion_slug(criterion: dict[str, Any]) -> str:
     return f"{criterion['fraction']:g}x_{criterion['baseline']}"
 
 
+#: live curve writes per second at most, over all of a tracker's running trials: with many live runs
+#: (two 32-member bundles) each is written less often than `live_interval`, and the server (~40
+#: requests a second here) keeps most of its time for the end-of-trial writes
+LIVE_WRITES_PER_SECOND = 10.0
+
 # MLflow's LogBatch limits: 1,000 metrics, 100 params, 100 tags and 1,000 entities per request
 MAX_BATCH_ENTITIES, MAX_BATCH_PARAMS, MAX_BATCH_TAGS = 1000, 100, 100
 
@@ -204,7 +210,7 @@ class Tracker:
     """Parent/child runs of studies; writes are queued to a small pool of writer threads."""
 
     def __init__(
-        self, tracking_uri: str, experiment: str, writers: int = 4, live_interval: float = 5.0
+        self, tracking_uri: str, experiment: str, writers: int = 4, live_interval: float = 2.0
     ) -> None:
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         from mlflow.tracking import MlflowClient
@@ -360,8 +366,13 @@ class Tracker:
                 return
             live.curve.extend(evaluations)
             if live.due is None and not live.queued:
-                live.due = live.last_write + self.live_interval
+                live.due = live.last_write + self._spacing()
                 self._wake.notify()
+
+    def _spacing(self) -> float:
+        """Seconds between two live writes of a run (the lock held): `live_interval`, or longer when
+        that many live runs would write more than LIVE_WRITES_PER_SECOND."""
+        return max(self.live_interval, len(self._live) / LIVE_WRITES_PER_SECOND)
 
     def _tick(self) -> None:
         """The live-write clock: queues each live run's write when it falls due."""
@@ -406,7 +417,7 @@ class Tracker:
                 live.queued = False
                 live.last_write = time.monotonic()
                 if live.curve and not live.ended:
-                    live.due = live.last_write + self.live_interval
+                    live.due = live.last_write + self._spacing()
                     self._wake.notify()
 
     def log_trial(
