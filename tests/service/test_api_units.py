@@ -44,7 +44,9 @@ def grid(**kw: Any) -> dict[str, Any]:
 
 
 def settings(home: Path, **kw: Any) -> Settings:
-    return Settings(**{"home": home, "max_parallel_studies": 0, "mlflow_tracking_uri": "http://127.0.0.1:9", **kw})
+    return Settings(
+        **{"home": home, "max_parallel_studies": 0, "mlflow_tracking_uri": "http://127.0.0.1:9", **kw}
+    )
 
 
 @pytest.fixture

@@ -370,32 +370,33 @@ def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, m
     assert "12 trials in 2 Ray units" in caplog.text
 
 
+SGORNN_ADDITION = {"steps": 60, "eval_every": 20, "hidden": 32}  # its T × lr grid at T = 30, 60 steps
+SRNN_COPY = {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_size": 16}
+
+
 @pytest.mark.parametrize(
     ("preset", "model", "dims", "base", "seeds"),
     [
-        # SGORNN addition (Taylor-Melanson et al. Table 1): its T × lr grid at T = 30, 60 steps
+        # SGORNN addition (Taylor-Melanson et al. Table 1) for each of its fused cells: T = 30, 60 steps
+        ("sgornn2022-addition", "sgornn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
+        ("sgornn2022-addition", "vprnn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
+        ("sgornn2022-addition", "fastrnn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
+        # SRNN copy (Rotman & Wolf Fig. 2; one lr in the grid, so six seeds) for srnn and its uRNN: T = 20
+        ("srnn2020-copy", "srnn", {"seq_len": [20]}, SRNN_COPY, [1, 2, 3, 4, 5, 6]),
+        ("srnn2020-copy", "urnn", {"seq_len": [20]}, SRNN_COPY, [1, 2, 3, 4, 5, 6]),
+        # the contractive uRNN has no paper preset: the copy task, 3 learning rates × 2 seeds
         (
-            "sgornn2022-addition",
-            "sgornn",
-            {"seq_len": [30]},
-            {"steps": 60, "eval_every": 20, "hidden": 32},
-            [1, 2],
-        ),
-        # SRNN copy (Rotman & Wolf Fig. 2; one lr in the grid, so six seeds): T = 20, 60 steps
-        (
-            "srnn2020-copy",
-            "srnn",
-            {"seq_len": [20]},
-            {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_size": 16},
-            [1, 2, 3, 4, 5, 6],
+            None, "crnn", {"lr": [1e-3, 2e-3, 5e-4]},
+            {"cell": "crnn", "task": "copy", "seq_len": 30, **SRNN_COPY}, [1, 2],
         ),
     ],
-)
-def test_sgornn_and_srnn_presets_run_in_bundles_and_equal_their_solo_runs(
+)  # fmt: skip
+def test_every_fused_cell_runs_in_bundles_through_the_engine_and_equals_its_solo_runs(
     tmp_path: Path, mlflow_uri: str, caplog, preset, model, dims, base, seeds
 ):
-    """A paper's preset (shortened budget) through the engine in fused bundles and one trial per Ray
-    trial: the same ledger rows bit for bit (every evaluation's train and validation loss)."""
+    """Each cell that fuses, in a paper's preset where it has one (shortened budget), through the
+    engine in fused bundles and one trial per Ray trial: the same ledger rows bit for bit (every
+    evaluation's train and validation loss)."""
     import logging
 
     from service.engine import Engine
@@ -404,14 +405,9 @@ def test_sgornn_and_srnn_presets_run_in_bundles_and_equal_their_solo_runs(
     results = {}
     for fused in (True, False):
         engine = Engine(Settings(home=tmp_path / str(fused), mlflow_tracking_uri=mlflow_uri, ray_num_cpus=2))
-        spec = StudySpec(
-            preset=preset,
-            models=[model],
-            dims=dims,
-            base=base,
-            seeds=seeds,
-            name=f"{model}-{fused}",
-            fused=fused,
+        where = {"preset": preset, "models": [model], "dims": dims} if preset else {"space": {"dims": dims}}
+        spec = StudySpec.model_validate(
+            {**where, "base": base, "seeds": seeds, "name": f"{model}-{fused}", "fused": fused}
         )
         study = engine.create_study(spec)
         with caplog.at_level(logging.INFO, logger="service.engine"):
@@ -424,3 +420,33 @@ def test_sgornn_and_srnn_presets_run_in_bundles_and_equal_their_solo_runs(
     assert results[True] == results[False]
     assert all(len(history) == 3 for history in results[True].values())
     assert "6 trials in 2 Ray units" in caplog.text  # two bundles of three, not six units
+
+
+def test_an_nru_preset_runs_through_the_engine_on_the_nru_kernel(engine):
+    """NRU's copy preset (Chandar et al. Fig. 2; shortened: T = 20, 40 steps, 2 seeds) through the
+    engine: every trial done, each bit for bit what `trainers.train` gives in this process (the NRU cell
+    runs its recurrence as `trainers.kernels_nru.NRUScan`, whose backward the trainers' tests check)."""
+    import trainers
+    from trainers.kernels_nru import NRUScan
+
+    spec = StudySpec.model_validate({
+        "name": "nru-copy", "preset": "nru2019-copy100", "models": ["nru"],
+        "base": {"seq_len": 20, "steps": 40, "eval_every": 20, "n_train": 256, "n_val": 64},
+        "seeds": [1, 2],
+    })  # fmt: skip
+    study = engine.create_study(spec)
+    engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert len(trials) == len(engine.ledger.trials(study.id)) >= 2
+    assert all(t.status == "done" and t.runs == 1 for t in trials)
+    used = []
+    apply = NRUScan.apply
+    NRUScan.apply = lambda *a: used.append(1) or apply(*a)  # the kernel is what the cell calls
+    try:
+        direct = trainers.train(trials[0].spec().resolved)
+    finally:
+        NRUScan.apply = apply
+    assert used
+    assert [(e.train_loss, e.val_loss) for e in direct.history] == [
+        (e["train_loss"], e["val_loss"]) for e in trials[0].history or []
+    ]

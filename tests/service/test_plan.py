@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service.api import create_app
 from service.ledger import Calibration
 from service.packing import pack_study
-from service.plan import makespan, plan_spec, record_plan, unit_seconds
+from service.plan import makespan, plan_run, plan_spec, record_plan, unit_seconds
 from service.search import execution, grid_trials
 from service.spec import StudySpec
 from tests.service.conftest import TINY
@@ -108,3 +108,22 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
         assert accuracy[key]["within_range"] == (lo <= actual[key] <= hi)
     # How close it came is measured, not asserted: on this shared 2-core machine a 300-step study's
     # units are mostly Ray start-up, which the estimate's per-unit overhead undercounts (README).
+
+    # extended by one learning rate: the next run's plan is what is left (2 trials), and its cost is
+    # kept beside that plan, the first run's estimate and cost moved to `earlier`
+    wider = spec.model_dump(mode="json", exclude_unset=True)
+    wider["space"] = {"dims": {"lr": [1e-3, 3e-3, 1e-2], "init": ["chain"]}}
+    assert engine.extend_study(study.id, StudySpec.model_validate(wider)) == 2
+    plan_run(engine, study.id)  # as each run does: two trials on two slots are another shape, calibrated now
+    kept = engine.ledger.get_study(study.id).plan
+    assert (
+        kept["planned"]["trials"] == 6 and kept["planned"]["to_run"] == 2 and kept["planned"]["reused"] == 4
+    )
+    assert kept["planned"]["estimate"]["complete"]
+    assert kept["earlier"][0]["actual"]["trials_run"] == 4 and "actual" not in kept
+    engine.run_study(study.id)
+    kept = engine.ledger.get_study(study.id).plan
+    assert kept["actual"]["runs"] == 2 and kept["actual"]["trials_run"] == 2
+    assert kept["actual"]["units"] == kept["planned"]["units"] == 2  # two trials on two slots: one each
+    assert kept["accuracy"]["wall_seconds"]["actual"] == kept["actual"]["wall_seconds"]
+    assert kept["earlier"][0]["estimate"]["wall_seconds"] == pytest.approx(e["wall_seconds"])
