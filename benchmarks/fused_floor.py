@@ -17,11 +17,13 @@ loss and optimiser, so the true bound is lower still.
 
 `--cell` takes any fused cell (`trainers.fused_cells.FUSED_CELLS`; default rnn, the members
 differing in initialiser as well, other cells in learning rate and seed). The floor is the
-recurrence's own: the three GEMMs for the cells with a recurrent matrix (exp only for elu); for
-srnn, whose shift has no GEMM, the elementwise passes its scan makes (roll, add, relu forward; roll
-and a masked add backward).
+recurrence's own: the three GEMMs for the cells with a recurrent matrix (exp only for elu), and for
+urnn and crnn the float64 SVD that projects each member's W after each step (LAPACK's, one matrix
+at a time: what keeps a member bit for bit its solo run), spread over the T timesteps; for srnn,
+whose shift has no GEMM, the elementwise passes its scan makes (roll, add, relu forward; roll and a
+masked add backward).
 
-    python benchmarks/fused_floor.py [--k 32] [--steps 12] [--shape psmnist|copy] [--cell sgornn]
+    python benchmarks/fused_floor.py [--k 32] [--steps 12] [--shape psmnist|copy] [--cell sgornn] [--hidden 32]
 """
 
 from __future__ import annotations
@@ -164,10 +166,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12, help="timed training steps")
     ap.add_argument("--shape", default="psmnist", choices=["psmnist", "copy"])
     ap.add_argument("--cell", default="rnn", help="a fused cell (trainers.fused_cells.FUSED_CELLS)")
+    ap.add_argument("--hidden", type=int, help="N instead of the shape's (e.g. 32 at the copy shape)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     base, T = shapes(synthetic_mnist(Path(tempfile.mkdtemp(prefix="memsweep-floor-"))))[args.shape]
+    if args.hidden:
+        base = {**base, "hidden": args.hidden}
     configs = grid(base, args.k, 10**6)
     for c in configs:
         c.update(optimizer="rmsprop", clip_norm=1.0)
@@ -184,6 +189,9 @@ def main() -> None:
         nonlinearity = resolve(configs[0]).cell_config.nonlinearity
         if nonlinearity != "elu":  # exp only for elu (the default on copy and psMNIST for rnn)
             arithmetic.pop("exp")
+        if args.cell in ("urnn", "crnn"):  # each member's W projected after each step, by LAPACK's SVD
+            w = torch.randn(N, N, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            arithmetic["SVD of W after each step (÷ T)"] = per_call(lambda: torch.linalg.svd(w), 50) / T
     print(f"cell {args.cell}")
     us = 1e6 / T
     print(f"torch {torch.__version__}, 1 thread, shape {args.shape}: N={N}, B={B}, T={T}, K={args.k}\n")
