@@ -51,10 +51,9 @@ def _members(stacked: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _rotation_matrices(cells: Sequence[Cell], p: Params) -> torch.Tensor:
-    """[K, N, N]: member k's W = φ(Θ_k), by its own `Rotations.matrix` (its own fixed permutations)."""
-    perms: list[torch.Tensor] = [cell.get_buffer("rotations.perms") for cell in cells]
-    thetas = _members(p["rotations.theta"])
-    return torch.stack([rotation_matrix(t, q) for t, q in zip(thetas, perms, strict=True)])
+    """[K, N, N]: member k's W = φ(Θ_k) with its own fixed permutations, all at once (`rotation_matrix`)."""
+    perms = torch.stack([cell.get_buffer("rotations.perms") for cell in cells])  # [K, k, N]
+    return rotation_matrix(p["rotations.theta"], perms)
 
 
 def _elman(

@@ -53,6 +53,16 @@ def scalar_gates(
     return a, b
 
 
+def reads_before_last(grads: torch.Tensor, time_dim: int) -> bool:
+    """Whether the loss's gradient w.r.t. the states is non-zero at any step before the last. The step
+    before the last is looked at first: a per-step loss answers there, without scanning the whole
+    store (at [32, 500, 16, 100] a full `any()` takes ~40 ms)."""
+    steps = grads.shape[time_dim]
+    if steps < 2:
+        return False
+    return bool(grads.select(time_dim, steps - 2).any()) or bool(grads.narrow(time_dim, 0, steps - 1).any())
+
+
 class FastRNNScan(torch.autograd.Function):
     """h_t = a·f(xp_t + h_{t−1} Wᵀ) + β·h_{t−1} for all t (h_{−1} = 0), as one autograd node.
 
@@ -90,7 +100,7 @@ class FastRNNScan(torch.autograd.Function):
         av, bv = ctx.coefs
         T, _B, N = us.shape
         grad_hs = grad_hs.contiguous()
-        only_last = not bool(grad_hs[:-1].any())  # e.g. a readout of the last state only
+        only_last = not reads_before_last(grad_hs, 0)  # e.g. a readout of the last state only
         fprime_a = _act_grad(zs, ctx.nonlinearity).mul_(av)  # ∂h_t/∂pre_t = a f'(pre_t), all t at once
         e = torch.empty_like(us)  # e_t = ∂L/∂h_t, total
         grad_pre = torch.empty_like(us)  # ∂L/∂pre_t
@@ -195,7 +205,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         else:
             gh = torch.stack(gk, out=ws.get("grad_hs", (K, T, B, N), w))
             e[:, T - 1].copy_(gh[:, T - 1])
-            if not bool(gh[:, :-1].any()):
+            if not reads_before_last(gh, 1):
                 gh = None
         fprime_a = _act_grad(zs, ctx.nonlinearity, out=ws.get("fprime", (K, T, B, N), w)).mul_(acol4)
         es, gs, fs = e.unbind(1), grad_pre.unbind(1), fprime_a.unbind(1)

@@ -55,19 +55,29 @@ class Rotations(nn.Module):
 
 
 def rotate(x: torch.Tensor, theta: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
-    """The sublayers with angles θ [k, N/2] and permutations [k, N] applied to the columns of x [N, M]."""
-    half = x.shape[0] // 2
-    c, s = torch.cos(theta).unsqueeze(-1), torch.sin(theta).unsqueeze(-1)  # [k, N/2, 1]
-    for perm, ck, sk in zip(perms, c, s, strict=True):
-        p = x.index_select(0, perm)  # the sublayer's permutation first
-        xi, xj = p[:half], p[half:]
-        x = torch.cat([ck * xi - sk * xj, ck * xj + sk * xi])  # rotate pairs (i, i + N/2)
+    """The sublayers with angles θ [k, N/2] and permutations [k, N] applied to the columns of x [N, M];
+    or, with a leading member dimension K on all three, each member's own (a fused bundle). Members
+    get their cos and sin one call each: torch splits a tensor's elements between vectorised and
+    scalar code by position, so a member's angles are computed as its solo run computes them. The
+    gathers, products and sums then run over all members at once: single multiplies, adds and copies
+    round alike wherever an element falls, so each member stays bit for bit its solo run (tested)."""
+    if theta.dim() == 2:
+        c, s = torch.cos(theta).unsqueeze(-1), torch.sin(theta).unsqueeze(-1)  # [k, N/2, 1]
+    else:
+        c = torch.stack([torch.cos(t) for t in theta.unbind(0)]).unsqueeze(-1)  # [K, k, N/2, 1]
+        s = torch.stack([torch.sin(t) for t in theta.unbind(0)]).unsqueeze(-1)
+    half = x.shape[-2] // 2
+    for i in range(perms.shape[-2]):
+        p = x.gather(-2, perms[..., i, :, None].expand(x.shape))  # the sublayer's permutation first
+        xi, xj, ck, sk = p[..., :half, :], p[..., half:, :], c[..., i, :, :], s[..., i, :, :]
+        x = torch.cat([ck * xi - sk * xj, ck * xj + sk * xi], -2)  # rotate pairs (i, i + N/2)
     return x
 
 
 def rotation_matrix(theta: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
-    """W [N, N] = the sublayers applied to I (a fused bundle calls it per member)."""
-    eye = torch.eye(perms.shape[1], device=theta.device, dtype=theta.dtype)
+    """W [N, N] = the sublayers applied to I; [K, N, N] for a bundle's θ [K, k, N/2], perms [K, k, N]."""
+    n = perms.shape[-1]
+    eye = torch.eye(n, device=theta.device, dtype=theta.dtype).expand(*perms.shape[:-2], n, n)
     return rotate(eye, theta, perms)
 
 
