@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells import Cell
-from trainers.cells.fastrnn import fused_fast_rnn, input_projection, scalar_gates
+from trainers.cells.fastrnn import fused_fast_rnn, scalar_gates
 from trainers.cells.srnn import ShiftScan
 from trainers.cells.urnn import URNNCell, project_
 from trainers.cells.vprnn import rotation_matrix
@@ -71,10 +71,6 @@ def _fastrnn(
 ) -> Sequence[torch.Tensor]:
     """fastrnn (W a parameter) and sgornn (W from rotations): `FusedFastRNNScan`."""
     w = p["weight_hh"] if "weight_hh" in p else _rotation_matrices(cells, p)
-    biases = _members(p["bias"]) if "bias" in p else [None] * len(xs)
-    xp = torch.stack(
-        [input_projection(x, v, b) for x, v, b in zip(xs, _members(p["weight_ih"]), biases, strict=True)]
-    )  # [K, T, B, N]
     clip = cells[0].config.clip_scalar
     gates = [
         scalar_gates(a, b, clip)
@@ -82,7 +78,8 @@ def _fastrnn(
     ]
     a = torch.stack([g[0] for g in gates])  # [K, 1]
     b = torch.stack([g[1] for g in gates])
-    return fused_fast_rnn(xp, w, a, b, cells[0].config.nonlinearity, last, ws)
+    nonlinearity = cells[0].config.nonlinearity
+    return fused_fast_rnn(xs, p["weight_ih"], p.get("bias"), w, a, b, nonlinearity, last, ws)
 
 
 def _srnn(
@@ -123,7 +120,7 @@ FUSED_CELLS: dict[str, FusedCell] = {
     "urnn": FusedCell(ELMAN_FIELDS, _elman, _project),
     "crnn": FusedCell(ELMAN_FIELDS, _elman, _project),
     "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
-    "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=3),
-    "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=3),
+    "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4),
+    "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4),
     "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn),
 }

@@ -239,6 +239,27 @@ class Workspace:
         return buf[:numel].view(shape)
 
 
+def project_members(
+    xs: Sequence[torch.Tensor], w_in: torch.Tensor, bias: torch.Tensor | None, ws: Workspace
+) -> torch.Tensor:
+    """xp [K, T, B, N] in workspace buffer "xp": member k's `x @ w_in[k].t() + bias[k]` for xs[k]
+    [T, B, d], bit for bit what the solo cell's projection gives (addmm rounds as mm then add:
+    checked), written straight into the member's block (no [K, …] stack of K fresh tensors)."""
+    (T, B, d), K, N = xs[0].shape, len(xs), w_in.shape[1]
+    xp = ws.get("xp", (K, T, B, N), w_in)
+    for k, x in enumerate(xs):
+        out = xp[k].view(T * B, N)
+        if out.data_ptr() % 16:  # MKL's rounding can depend on C's alignment: go via aligned memory
+            out = ws.get("proj", (T * B, N), w_in)
+        if bias is None:
+            torch.mm(x.reshape(T * B, d), w_in[k].t(), out=out)
+        else:
+            torch.addmm(bias[k], x.reshape(T * B, d), w_in[k].t(), out=out)
+        if out.data_ptr() != xp[k].data_ptr():
+            xp[k].view(T * B, N).copy_(out)
+    return xp
+
+
 class FusedElmanScan(torch.autograd.Function):
     """`ElmanScan` for K independent networks at once (a fused trial bundle, `trainers.fused`).
 
@@ -270,18 +291,8 @@ class FusedElmanScan(torch.autograd.Function):
         *xs: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         ws = workspace if workspace is not None else Workspace()
-        (T, B, d), K, N = xs[0].shape, len(xs), w.shape[1]
-        xp = ws.get("xp", (K, T, B, N), h0)  # member k's x_t Vᵀ + b
-        for k, x in enumerate(xs):  # `x @ w_in.t() + bias` (addmm rounds as mm then add: checked)
-            out = xp[k].view(T * B, N)
-            if out.data_ptr() % 16:  # MKL's rounding can depend on C's alignment: go via aligned memory
-                out = ws.get("proj", (T * B, N), h0)
-            if bias is None:
-                torch.mm(x.reshape(T * B, d), w_in[k].t(), out=out)
-            else:
-                torch.addmm(bias[k], x.reshape(T * B, d), w_in[k].t(), out=out)
-            if out.data_ptr() != xp[k].data_ptr():
-                xp[k].view(T * B, N).copy_(out)
+        (T, B, _d), K, N = xs[0].shape, len(xs), w.shape[1]
+        xp = project_members(xs, w_in, bias, ws)  # member k's x_t Vᵀ + b
         hs = ws.get("hs", (K, T + 1, B, N), h0)  # h_0 … h_T, member-major
         hs[:, 0].copy_(h0)
         step = ws.get("step", (2, K, B, N), h0)  # this step's a_t, then h_t, contiguous

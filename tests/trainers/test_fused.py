@@ -15,10 +15,10 @@ import torch
 from trainers import fused as fused_module
 from trainers import resolve, train
 from trainers.cells import get_cell, list_cells
-from trainers.cells.fastrnn import FastRNNScan, fused_fast_rnn
+from trainers.cells.fastrnn import fast_rnn, fused_fast_rnn
 from trainers.fused import FusedOptimizer, check_fusable, fusable_key, train_fused
 from trainers.fused_cells import FUSED_CELLS
-from trainers.kernels import elman_rnn, fused_elman_rnn
+from trainers.kernels import Workspace, elman_rnn, fused_elman_rnn
 from trainers.tasks.addition import AdditionTask
 
 RTOL = 1e-4  # the issue's "tight tolerance" on every evaluation's train and validation loss
@@ -132,42 +132,53 @@ def test_fused_kernel_is_each_members_elman_scan(nonlinearity, last):
         assert all(torch.equal(f, s) for f, s in pairs)
 
 
+def fastrnn_inputs(K=3, T=5, B=2, N=4, d=3, dtype=torch.double, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(T, B, d, generator=g, dtype=dtype) for _ in range(K)]
+    wi = torch.randn(K, N, d, generator=g, dtype=dtype).requires_grad_()
+    bias = torch.randn(K, N, generator=g, dtype=dtype).requires_grad_()
+    w = (torch.randn(K, N, N, generator=g, dtype=dtype) / N**0.5).requires_grad_()
+    a = torch.rand(K, 1, generator=g, dtype=dtype).requires_grad_()
+    b = torch.rand(K, 1, generator=g, dtype=dtype).requires_grad_()
+    return xs, wi, bias, w, a, b
+
+
 @pytest.mark.parametrize("last", [False, True])
 @pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
 def test_fused_fastrnn_kernel_gradients_match_finite_differences(nonlinearity, last):
-    g = torch.Generator().manual_seed(1)
-    K, T, B, N = 3, 5, 2, 4
-    xp = torch.randn(K, T, B, N, generator=g, dtype=torch.double).requires_grad_()
-    w = (0.5 * torch.randn(K, N, N, generator=g, dtype=torch.double)).requires_grad_()
-    a = torch.rand(K, 1, generator=g, dtype=torch.double).requires_grad_()
-    b = torch.rand(K, 1, generator=g, dtype=torch.double).requires_grad_()
+    xs, wi, bias, w, a, b = fastrnn_inputs()
 
-    def fn(xp, w, a, b):
-        return fused_fast_rnn(xp, w, a, b, nonlinearity, last)
+    def fn(wi, bias, w, a, b):
+        return fused_fast_rnn(xs, wi, bias, w, a, b, nonlinearity, last)
 
-    assert torch.autograd.gradcheck(fn, (xp, w, a, b))
+    assert torch.autograd.gradcheck(fn, (wi, bias, w, a, b))
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("last", [False, True])
 @pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
-def test_fused_fastrnn_kernel_is_each_members_fastrnn_scan(nonlinearity, last):
-    """Float32, N=25, B=16, per-member a and β: states and gradients against `FastRNNScan`."""
-    g = torch.Generator().manual_seed(2)
-    K, T, B, N = 3, 7, 16, 25
-    xp = torch.randn(K, T, B, N, generator=g).requires_grad_()
-    w = (torch.randn(K, N, N, generator=g) / 5).requires_grad_()
-    a = torch.rand(K, 1, generator=g).requires_grad_()
-    b = torch.rand(K, 1, generator=g).requires_grad_()
-    outs = fused_fast_rnn(xp, w, a, b, nonlinearity, last)
-    weights = [torch.randn_like(o) for o in outs]
-    sum((o * q).sum() for o, q in zip(outs, weights, strict=True)).backward()
-    for k in range(K):
-        p = [t.detach()[k].clone().requires_grad_() for t in (xp, w, a, b)]
-        hs = FastRNNScan.apply(*p, nonlinearity)
-        ref = hs[-1] if last else hs
-        (ref * weights[k]).sum().backward()
-        pairs = [(outs[k], ref)] + [(t.grad[k], q.grad) for t, q in zip((xp, w, a, b), p, strict=True)]
-        assert all(torch.equal(f, s) for f, s in pairs), k
+def test_fused_fastrnn_kernel_is_each_members_fast_rnn(nonlinearity, last, with_bias):
+    """Float32, N=25, B=16, d=10, per-member a and β: states and every gradient (W_in and bias
+    included) against the solo `fast_rnn`, projection and all."""
+    xs, wi, bias, w, a, b = fastrnn_inputs(T=7, B=16, N=25, d=10, dtype=torch.float32, seed=2)
+    params = (wi, bias if with_bias else None, w, a, b)
+    ws = Workspace()
+    for _ in range(2):  # the second call reuses the workspace's buffers
+        for t in params:
+            if t is not None:
+                t.grad = None
+        outs = fused_fast_rnn(xs, *params, nonlinearity, last, ws)
+        weights = [torch.randn_like(o) for o in outs]
+        sum((o * q).sum() for o, q in zip(outs, weights, strict=True)).backward()
+        for k, x in enumerate(xs):
+            p = [t.detach()[k].clone().requires_grad_() if t is not None else None for t in params]
+            hs = fast_rnn(x, p[0], p[2], p[1], p[3], p[4], nonlinearity)
+            ref = hs[-1] if last else hs
+            (ref * weights[k]).sum().backward()
+            pairs = [(outs[k], ref)] + [
+                (t.grad[k], q.grad) for t, q in zip(params, p, strict=True) if t is not None
+            ]
+            assert all(torch.equal(f, s) for f, s in pairs), k
 
 
 # ----- the optimiser ---------------------------------------------------------------------------------

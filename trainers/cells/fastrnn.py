@@ -18,6 +18,7 @@ SGORNN (`trainers.cells.sgornn`), which only swaps U for VPRNN's rotations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,7 +27,7 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import glorot_uniform, random_orthogonal
-from trainers.kernels import ACTIVATIONS, Workspace, _act_, _act_grad, _member_acts
+from trainers.kernels import ACTIVATIONS, Workspace, _act_, _act_grad, _member_acts, project_members
 
 
 class ScalarGates(nn.Module):
@@ -142,33 +143,41 @@ def input_projection(x: torch.Tensor, w_in: torch.Tensor, bias: torch.Tensor | N
 
 
 class FusedFastRNNScan(torch.autograd.Function):
-    """`FastRNNScan` for K independent networks at once (a fused trial bundle, `trainers.fused`).
+    """`fast_rnn` for K independent networks at once (a fused trial bundle, `trainers.fused`).
 
-    Inputs: xp [K, T, B, N] (member k's x W_inᵀ + b), W [K, N, N], a and β [K, 1]. Outputs: member
-    k's states h [T, B, N], or with `last` only h_T [B, N]. Each member's numbers are its solo
-    `FastRNNScan`'s: MKL applies addmm's alpha to its B operand and its beta to C before the product
-    (so `addmm(xp, u, Wᵀ, alpha=a)` is `baddbmm(xp, u, (aW)ᵀ)` and `addmm(e, g, W, beta=β)` is
-    `baddbmm(β·e, g, W)`, per member, for the shapes where a batched GEMM runs addmm's kernel),
-    `add(z, u, alpha=β)` rounds as `addcmul(z, u, β)` with β a per-row scalar, and f splits each
-    member's elements between torch's vectorised and scalar paths as a solo call does. Per step:
-    baddbmm, f, addcmul forward; mul, mul, baddbmm (and an add for a per-step loss) backward; ∂W,
-    ∂a, ∂β per member after the loop with the solo code. Stores are member-major [K, T, B, N].
+    Inputs: input weights W_in [K, N, d], bias [K, N] or None, W [K, N, N], a and β [K, 1], and
+    member k's inputs xs[k] [T, B, d] (no gradient). Outputs: member k's states h [T, B, N], or with
+    `last` only h_T [B, N]. Each member's numbers are its solo `fast_rnn`'s:
+    - the input projection is written per member straight into its block (`project_members`), and
+      its gradients are the ones autograd takes through the solo `input_projection` (`_projection_grads`);
+    - MKL applies addmm's alpha to its B operand and its beta to C before the product, so
+      `addmm(xp, u, Wᵀ, alpha=a)` is `baddbmm(xp, u, (aW)ᵀ)` and `addmm(e, g, W, beta=β)` is
+      `baddbmm(β·e, g, W)`, per member, for the shapes where a batched GEMM runs addmm's kernel;
+    - `add(z, u, alpha=β)` rounds as `addcmul(z, u, β)` with β a per-row scalar, and f splits each
+      member's elements between torch's vectorised and scalar paths as a solo call does.
+    Per step: baddbmm, f, a copy and addcmul forward; mul, mul, baddbmm and a copy (and an add for a
+    per-step loss) backward; ∂W, ∂a, ∂β, ∂W_in, ∂b per member after the loop with the solo code.
+    Stores are member-major [K, T, B, N] and live in `workspace` (the outputs too: valid until its
+    next use), so no step maps fresh pages for them.
     """
 
     @staticmethod
     def forward(
         ctx: Any,
-        xp: torch.Tensor,
+        w_in: torch.Tensor,
+        bias: torch.Tensor | None,
         w: torch.Tensor,
         a: torch.Tensor,
         b: torch.Tensor,
         nonlinearity: str,
         last: bool,
         workspace: Workspace | None,
+        *xs: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         ws = workspace if workspace is not None else Workspace()
+        xp = project_members(xs, w_in, bias, ws)  # member k's x W_inᵀ + b
         K, T, B, N = xp.shape
-        acol, bcol = a.detach().view(K, 1, 1), b.detach().view(K, 1, 1)
+        acol, bcol = a.view(K, 1, 1), b.view(K, 1, 1)
         wa = torch.mul(w, acol, out=torch.empty_like(w))  # a_k W_k, in W_k's own layout
         wat = wa.transpose(1, 2)
         zs = ws.get("zs", (K, T, B, N), xp)  # z_t = f(pre_t), member-major
@@ -176,29 +185,31 @@ class FusedFastRNNScan(torch.autograd.Function):
         step = ws.get("step", (K, B, N), xp)  # this step's pre_t, then z_t, contiguous
         scratch = ws.get("scratch", (K, B, N), xp)
         (act,) = _member_acts(nonlinearity, [step], scratch)
-        xps, z_t, u_t = xp.detach().unbind(1), zs.unbind(1), us.unbind(1)  # views made once
+        xps, z_t, u_t = xp.unbind(1), zs.unbind(1), us.unbind(1)  # views made once
         baddbmm, addcmul = torch.baddbmm, torch.addcmul
-        u = xp.new_zeros(K, B, N)  # u_{−1} = 0
+        u = ws.get("u0", (K, B, N), xp).zero_()  # u_{−1} = 0
         for t in range(T):
             baddbmm(xps[t], u, wat, out=step)  # pre_t = xp_t + a·u_{t−1} Wᵀ
             z = act()  # z_t = f(pre_t), in place
             z_t[t].copy_(z)
             u = addcmul(z, u, bcol, out=u_t[t])  # u_t = z_t + β u_{t−1}
-        ctx.nonlinearity, ctx.last, ctx.workspace = nonlinearity, last, ws
-        ctx.save_for_backward(zs, us, w, a, b)
-        acol4 = acol.view(K, 1, 1, 1)
-        return tuple((us[:, T - 1] * acol).unbind(0) if last else (us * acol4).unbind(0))  # h = a u
+        ctx.nonlinearity, ctx.last, ctx.workspace, ctx.has_bias = nonlinearity, last, ws, bias is not None
+        ctx.save_for_backward(zs, us, w_in, w, a, b, *xs)
+        if last:
+            return tuple((us[:, T - 1] * acol).unbind(0))
+        hs = torch.mul(us, acol.view(K, 1, 1, 1), out=ws.get("hs", (K, T, B, N), xp))  # h = a u
+        return tuple(hs.unbind(0))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-        zs, us, w, a, b = ctx.saved_tensors
+        zs, us, w_in, w, a, b, *xs = ctx.saved_tensors
         ws: Workspace = ctx.workspace
         K, T, B, N = zs.shape
         acol4, bcol = a.view(K, 1, 1, 1), b.view(K, 1, 1)
         shape = (B, N) if ctx.last else (T, B, N)
         gk = [g if g is not None else w.new_zeros(shape) for g in grads]
         e = ws.get("e", (K, T, B, N), w)  # e_t = ∂L/∂h_t, total
-        grad_pre = torch.empty(K, T, B, N, dtype=w.dtype, device=w.device)  # ∂L/∂pre_t (returned)
+        grad_pre = ws.get("xp", (K, T, B, N), w)  # ∂L/∂pre_t, in the forward's xp (dead by now)
         if ctx.last:  # the loss reads h_T only: FastRNNScan's only_last
             gh = None
             torch.stack(gk, out=e[:, T - 1])
@@ -220,8 +231,8 @@ class FusedFastRNNScan(torch.autograd.Function):
                 dh.add_(g_prev[t - 1])  # + g_{t−1}
             es[t - 1].copy_(dh)
         mul(es[0], fs[0], out=gs[0])
-        grad_w, grad_a, grad_b = [], [], []
-        for k in range(K):  # FastRNNScan's reductions, per member, on its contiguous [T, B, N] slices
+        grad_w, grad_a, grad_b, grad_in, grad_bias = [], [], [], [], []
+        for k, x in enumerate(xs):  # FastRNNScan's reductions, per member, on its contiguous slices
             av = float(a[k])
             g_pre, u_prev, e_next = (
                 grad_pre[k, 1:].reshape(-1, N),
@@ -231,11 +242,40 @@ class FusedFastRNNScan(torch.autograd.Function):
             grad_w.append((g_pre.t() @ u_prev).mul_(av))
             grad_a.append(torch.dot(e[k].reshape(-1), zs[k].reshape(-1)).reshape(a.shape[1:]))
             grad_b.append(torch.dot(e_next, u_prev.reshape(-1)).mul(av).reshape(b.shape[1:]))
-        return grad_pre, torch.stack(grad_w), torch.stack(grad_a), torch.stack(grad_b), None, None, None
+            v, bk = _projection_grads(x, w_in[k], grad_pre[k], ctx.has_bias)
+            grad_in.append(v)
+            grad_bias.append(bk)
+        return (
+            torch.stack(grad_in),
+            torch.stack(grad_bias) if ctx.has_bias else None,  # type: ignore[arg-type]
+            torch.stack(grad_w),
+            torch.stack(grad_a),
+            torch.stack(grad_b),
+            None,
+            None,
+            None,
+            *([None] * len(xs)),
+        )
+
+
+def _projection_grads(
+    x: torch.Tensor, w_in: torch.Tensor, grad: torch.Tensor, need_bias: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(∂W_in, ∂bias) of `input_projection(x, w_in, bias)` for ∂L/∂xp `grad` [T, B, N], the very ops
+    autograd runs for it: `x @ w_in.t()` folds x to [T·B, d] and calls mm, whose gradient for a
+    column-major second operand (w_in.t() of a row-major w_in) is `(gradᵀ x)ᵀ`, else `xᵀ grad`
+    (torch's `mm_mat2_backward`); `+ bias` sums the gradient over the leading dims (`sum_to_size`)."""
+    x2d, g2d = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
+    wt = w_in.t()
+    column_major = wt.stride(0) == 1 and wt.stride(1) == wt.shape[0]
+    grad_wt = g2d.t().mm(x2d).t() if column_major else x2d.t().mm(g2d)
+    return grad_wt.t(), grad.sum((0, 1), keepdim=True).view(-1) if need_bias else None
 
 
 def fused_fast_rnn(
-    xp: torch.Tensor,
+    xs: Sequence[torch.Tensor],
+    w_in: torch.Tensor,
+    bias: torch.Tensor | None,
     w_rec: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -243,11 +283,12 @@ def fused_fast_rnn(
     last: bool = False,
     workspace: Workspace | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """K networks h_t = a_k·f(xp_t + W_k h_{t−1}) + β_k·h_{t−1} on xp [K, T, B, N]: member k's states
-    [T, B, N] (or [B, N], the last step only, with `last`), each bit for bit its `fast_rnn`'s."""
+    """K networks h_t = a_k·f(W_rec,k h_{t−1} + W_in,k x_t + bias_k) + β_k·h_{t−1} on xs[k] [T, B, d]:
+    member k's states [T, B, N] (or [B, N], the last step only, with `last`), each bit for bit its
+    `fast_rnn`'s. Outputs live in `workspace` until its next use."""
     if nonlinearity not in ACTIVATIONS:
         raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
-    return FusedFastRNNScan.apply(xp, w_rec, a, b, nonlinearity, last, workspace)  # type: ignore[no-any-return]
+    return FusedFastRNNScan.apply(w_in, bias, w_rec, a, b, nonlinearity, last, workspace, *xs)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
