@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells import get_cell, list_cells
+from trainers.loop import configure_process
 from trainers.model import SequenceModel
 from trainers.tasks import get_task
 
@@ -136,8 +137,7 @@ def main() -> None:
         if args.fused_only:
             fused_figures(selected, args.fused_steps, args.fused_rounds)
             return
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
+    configure_process(torch.device("cpu"), args.threads)  # as the trainers set a CPU process up
     g = torch.Generator().manual_seed(0)
     x = torch.rand(T, B, D, generator=g)
     y = torch.randint(0, OUT, (T, B), generator=g)

@@ -40,6 +40,7 @@ import torch
 from fused import grid, shapes, synthetic_mnist  # benchmarks/fused.py (run as a script from the repo)
 
 from trainers.config import resolve
+from trainers.loop import configure_process
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
@@ -168,8 +169,7 @@ def main() -> None:
     ap.add_argument("--cell", default="rnn", help="a fused cell (trainers.fused_cells.FUSED_CELLS)")
     ap.add_argument("--hidden", type=int, help="N instead of the shape's (e.g. 32 at the copy shape)")
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
+    configure_process(torch.device("cpu"), 1)  # as the trainers set a CPU process up
     base, T = shapes(synthetic_mnist(Path(tempfile.mkdtemp(prefix="memsweep-floor-"))))[args.shape]
     if args.hidden:
         base = {**base, "hidden": args.hidden}

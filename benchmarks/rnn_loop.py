@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells.rnn import RNNCell, RNNConfig
+from trainers.loop import configure_process
 from trainers.model import SequenceModel
 
 # label: (hidden N, steps T, input d, outputs, loss on the last step only)
@@ -63,8 +64,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
+    configure_process(torch.device("cpu"), args.threads)  # as the trainers set a CPU process up
     print(
         f"torch {torch.__version__}, CPU, {args.threads} thread(s), median of {args.reps} iterations, B=16\n"
     )

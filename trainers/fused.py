@@ -47,6 +47,7 @@ from trainers.fused_cells import FUSED_CELLS, FusedCell
 from trainers.kernels import Workspace
 from trainers.loop import (
     ValidationSums,
+    configure_process,
     fail,
     keep_network,
     record_task,
@@ -367,9 +368,7 @@ def _members(
     """Each member's task (one per seed), model and schedule watch, as `train` makes them."""
     cfg = resolved[0].config  # shared fields only
     device = resolve_device(cfg.device)
-    torch.set_num_threads(cfg.threads)
-    if device.type == "cpu":
-        torch.set_flush_denormal(True)  # denormals in decaying states cost 5–25× on CPU
+    configure_process(device, cfg.threads)
     data: dict[int, _Data] = {}
     members = []
     for i, (r, result) in enumerate(zip(resolved, results, strict=True)):
