@@ -14,7 +14,7 @@ slice of the stacked parameters, once per sequence. Each entry says:
 - `stores`: [K, T, B, N] buffers the recurrence keeps per pass (to size validation chunks).
 
 The scans: `FusedElmanScan` (rnn, urnn, crnn, vprnn), `FusedFastRNNScan` (fastrnn, sgornn) and
-SRNN's own `ShiftScan`, which is elementwise, so it runs on [T, K, B, N] as it runs on [T, B, N].
+`FusedShiftScan` (srnn: SRNN's shift is elementwise, so each step runs once over every member's rows).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 
 from trainers.cells import Cell
 from trainers.cells.fastrnn import fused_fast_rnn, scalar_gates
-from trainers.cells.srnn import ShiftScan
+from trainers.cells.srnn import FusedShiftScan
 from trainers.cells.urnn import URNNCell, project_
 from trainers.cells.vprnn import rotation_matrix
 from trainers.kernels import Workspace, fused_elman_rnn
@@ -85,7 +85,7 @@ def _fastrnn(
 def _srnn(
     cells: Sequence[Cell], p: Params, xs: Sequence[torch.Tensor], last: bool, ws: Workspace
 ) -> Sequence[torch.Tensor]:
-    """srnn: member k's drive b_k(x) by its own MLP, then one `ShiftScan` over [T, K, B, N]."""
+    """srnn: member k's drive b_k(x) by its own MLP, then one `FusedShiftScan` over all members."""
     members = {n: _members(t) for n, t in p.items()}
     f_r: nn.Sequential = cells[0].f_r  # type: ignore[assignment]
     drives = []
@@ -100,8 +100,7 @@ def _srnn(
         if "gate.weight" in members:  # eq. 5: f_r(x) ⊙ σ(W_s x + b_s)
             b = b * torch.sigmoid(F.linear(x, members["gate.weight"][k], members["gate.bias"][k]))
         drives.append(b)  # [T, B, N], as SRNNCell.forward
-    hs: torch.Tensor = ShiftScan.apply(torch.stack(drives, 1))  # [T, K, B, N]
-    return hs[-1].unbind(0) if last else hs.unbind(1)  # roll, add and relu act on each member's rows
+    return FusedShiftScan.apply(last, ws, *drives)  # type: ignore[no-any-return]
 
 
 def _project(cells: Sequence[Cell], p: Params) -> None:
@@ -122,5 +121,5 @@ FUSED_CELLS: dict[str, FusedCell] = {
     "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
     "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4),
     "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4),
-    "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn),
+    "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn, stores=2),
 }

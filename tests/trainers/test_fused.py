@@ -16,6 +16,7 @@ from trainers import fused as fused_module
 from trainers import resolve, train
 from trainers.cells import get_cell, list_cells
 from trainers.cells.fastrnn import fast_rnn, fused_fast_rnn
+from trainers.cells.srnn import FusedShiftScan, ShiftScan
 from trainers.fused import FusedOptimizer, check_fusable, fusable_key, train_fused
 from trainers.fused_cells import FUSED_CELLS
 from trainers.kernels import Workspace, elman_rnn, fused_elman_rnn
@@ -179,6 +180,27 @@ def test_fused_fastrnn_kernel_is_each_members_fast_rnn(nonlinearity, last, with_
                 (t.grad[k], q.grad) for t, q in zip(params, p, strict=True) if t is not None
             ]
             assert all(torch.equal(f, s) for f, s in pairs), k
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_fused_shift_scan_is_each_members_shift_scan(last):
+    """SRNN's shift for K members, B·N = 21 (not a multiple of a vector: scalar tails inside every
+    member's rows): states and drive gradients against `ShiftScan` on each member alone, twice
+    through one workspace."""
+    g = torch.Generator().manual_seed(3)
+    K, T, B, N = 3, 6, 3, 7
+    ws = Workspace()
+    for _ in range(2):
+        drives = [torch.randn(T, B, N, generator=g).requires_grad_() for _ in range(K)]
+        outs = FusedShiftScan.apply(last, ws, *drives)
+        weights = [torch.randn_like(o) for o in outs]
+        sum((o * q).sum() for o, q in zip(outs, weights, strict=True)).backward()
+        for k, b in enumerate(drives):
+            solo = b.detach().clone().requires_grad_()
+            hs = ShiftScan.apply(solo)
+            ref = hs[-1] if last else hs
+            (ref * weights[k]).sum().backward()
+            assert torch.equal(outs[k], ref) and torch.equal(b.grad, solo.grad), k
 
 
 # ----- the optimiser ---------------------------------------------------------------------------------

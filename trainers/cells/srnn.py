@@ -22,6 +22,7 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import torch_default_linear
+from trainers.kernels import Workspace
 from trainers.params import ConfigError
 
 
@@ -65,6 +66,55 @@ class ShiftScan(torch.autograd.Function):
         for t in range(len(g_t) - 2, -1, -1):
             g_t[t].addcmul_(m_t[t], g_t[t + 1].roll(-1, -1))  # ∂z_{t+1}/∂h_t = Pᵀ: roll back by one
         return grad_z
+
+
+class FusedShiftScan(torch.autograd.Function):
+    """`ShiftScan` for K networks at once (a fused trial bundle, `trainers.fused`): member k's drive
+    b_k [T, B, N] in, its states [T, B, N] (or h_T [B, N] with `last`) out.
+
+    Every op is elementwise — roll copies, add, ReLU, the 0/1 mask and `addcmul` with it round each
+    element alone and alike on any path — so each step runs once over all members' [K, B, N] rows
+    and each member's numbers are its solo `ShiftScan`'s. Drives, states and gradients live in
+    member-major [K, T, B, N] buffers of `workspace` (each member's states contiguous for its
+    readout; no [T, K, B, N] stack of fresh pages every step); the outputs and the returned
+    gradients are views into it, valid until its next use.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, last: bool, workspace: Workspace | None, *drives: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        ws = workspace if workspace is not None else Workspace()
+        (T, B, N), K = drives[0].shape, len(drives)
+        b = torch.stack(drives, out=ws.get("drive", (K, T, B, N), drives[0]))
+        hs = ws.get("hs", (K, T, B, N), drives[0])
+        b_t, h_t = b.unbind(1), hs.unbind(1)
+        torch.clamp(b_t[0], min=0.0, out=h_t[0])  # h_1 = ReLU(b_1 + roll(0))
+        for t in range(1, T):
+            torch.add(b_t[t], h_t[t - 1].roll(1, -1), out=h_t[t]).relu_()  # eq. 3, every member at once
+        ctx.last, ctx.workspace = last, ws
+        ctx.save_for_backward(hs)
+        return tuple(hs[:, T - 1].unbind(0) if last else hs.unbind(0))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        (hs,) = ctx.saved_tensors
+        K, T, B, N = hs.shape
+        ws: Workspace = ctx.workspace
+        grad_z = ws.get("grad", (K, T, B, N), hs)
+        if ctx.last:  # ∂L/∂h_t is zero but at the last step
+            grad_z.zero_()
+            for k, g in enumerate(grads):
+                if g is not None:
+                    grad_z[k, T - 1].copy_(g)
+        else:
+            torch.stack([g if g is not None else hs.new_zeros(T, B, N) for g in grads], out=grad_z)
+        mask = torch.gt(hs, 0, out=ws.get("mask", (K, T, B, N), hs))  # D_t, as ShiftScan's (hs > 0)
+        grad_z.mul_(mask)  # ∂L/∂z_t = D_t ⊙ ∂L/∂h_t, then the path through h_{t+1}
+        g_t, m_t = grad_z.unbind(1), mask.unbind(1)
+        for t in range(T - 2, -1, -1):
+            g_t[t].addcmul_(m_t[t], g_t[t + 1].roll(-1, -1))
+        return (None, None, *grad_z.unbind(0))
 
 
 class SRNNCell(Cell):
