@@ -161,6 +161,59 @@ def floor(K: int, T: int, B: int, N: int) -> tuple[dict[str, float], dict[str, f
     return arithmetic, passes
 
 
+def member_floor(config: dict[str, Any], N: int) -> dict[str, float]:
+    """Seconds per member-timestep of the work outside the recurrence each member must do as its
+    solo run does it (one solo model, its own ops, hot caches): the readout, the loss and their
+    gradients; the input side — the projection x W_inᵀ + b (the Elman cells with `ElmanScan`'s ops,
+    fastrnn and sgornn through autograd, as `input_projection` runs) or SRNN's MLP and gate — and
+    its gradients. A bundle runs each of these per member with the solo ops (they fix its
+    rounding), so no fused step can go below the recurrence's floor plus this. Left out: the
+    optimiser (tens of µs) and VPRNN's and SGORNN's rotations into W (O(k·N²) elementwise work that
+    a bundle does for all members at once; alone, the solo autograd graph's ~10 small ops per
+    sublayer cost more than a fused member's whole step)."""
+    from trainers.cells.fastrnn import input_projection
+    from trainers.kernels import _input_grads
+    from trainers.loop import training_batches
+    from trainers.model import build_model
+
+    resolved = resolve(config)
+    task = resolved.make_task()
+    model = build_model(resolved, task)
+    cell = model.cell
+    x, y = task.encode(next(training_batches(task, 16, resolved.config.seed)), torch.device("cpu"))
+    T, B = x.shape[0], x.shape[1]
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(T, B, N, generator=g).requires_grad_()
+    grad = torch.randn(T, B, N, generator=g)
+
+    def readout() -> None:
+        out = model.readout(h[-1] if model.output == "last" else h)
+        task.loss(out, y).backward()  # type: ignore[no-untyped-call]
+
+    def elman_input() -> None:
+        xp = x @ cell.weight_ih.detach().t()
+        if cell.bias is not None:
+            xp = xp + cell.bias.detach()
+        _input_grads(x, grad, True, cell.bias is not None)
+
+    def fastrnn_input() -> None:
+        input_projection(x, cell.weight_ih, cell.bias).backward(grad)  # type: ignore[no-untyped-call]
+
+    def srnn_input() -> None:
+        b = cell.f_r(x)
+        if cell.gate is not None:
+            b = b * torch.sigmoid(cell.gate(x))
+        b.backward(grad)  # type: ignore[no-untyped-call]
+
+    name = resolved.config.cell
+    inputs = {"srnn": srnn_input, "fastrnn": fastrnn_input, "sgornn": fastrnn_input}.get(name, elman_input)
+    work = {
+        "readout, loss and their gradients": per_call(readout, 20) / T,
+        "input side and its gradients": per_call(inputs, 20) / T,
+    }
+    return work
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--k", type=int, default=32, help="bundle size")
@@ -203,6 +256,7 @@ def main() -> None:
         f"fused step / member  {per_member * 1e3:8.2f} ms (median {fused_med / args.k * 1e3:.2f})"
         f"  {per_member * us:6.2f} µs/member-timestep   {solo_min / per_member:.2f}× solo"
     )
+    own = member_floor(configs[0], N)
     print("\nfloor of the recurrence, µs per member-timestep:")
     for name, sec in {**arithmetic, **passes}.items():
         print(f"  {name:<38}{sec * 1e6:6.3f}")
@@ -212,6 +266,14 @@ def main() -> None:
     )
     print(
         f"  {'with the elementwise passes':<38}{(must + scan) * 1e6:6.3f}  → ceiling {solo_min / T / (must + scan):.1f}× solo"
+    )
+    print("\neach member's own work outside the recurrence (its solo ops), µs per member-timestep:")
+    for name, sec in own.items():
+        print(f"  {name:<38}{sec * 1e6:6.3f}")
+    whole = must + scan + sum(own.values())
+    print(
+        f"  {'floor of a member: all of the above':<38}{whole * 1e6:6.3f}  → ceiling {solo_min / T / whole:.1f}× solo;"
+        f" the fused step is {per_member / T / whole:.2f}× this floor"
     )
 
 
