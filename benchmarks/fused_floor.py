@@ -3,21 +3,26 @@
 One process, one thread, one shape (psMNIST-like by default: N=25, B=16, T=784, d=1, elu):
 
 - solo: a real training step of `trainers.train`'s model and optimiser (min and median of --steps);
-- fused: a real step of a K-member bundle (`FusedRNN` and `FusedOptimizer`, as `train_fused` runs
+- fused: a real step of a K-member bundle (`FusedModel` and `FusedOptimizer`, as `train_fused` runs
   them), per member;
 - floor: per member-timestep, what every member's recurrence must compute however it is
   scheduled if its numbers are to stay its solo run's — its GEMMs as `addmm` runs them (the forward
   and backward recurrence as one batched matmul over K, ∂W as one [N, T·B] × [T·B, N] product per
   member) and exp over its states — then the elementwise passes on [K, B, N] blocks the scan makes
-  (f and f' written with clamp, add, subtract, multiply; the copy into the state store).
+  (f and f' written with clamp, add, subtract, multiply; the copy into the state store);
+- a member's own work: what each member computes outside the recurrence, timed with its solo run's
+  own ops on one solo model (`member_floor`): the readout, the loss and their gradients, and the
+  input side (the projection or SRNN's MLP) and its gradients. A bundle runs these per member with
+  the very ops of the solo run (they fix its rounding), so they belong to every member's floor.
 
-The ceiling (solo time per timestep / floor) bounds the speed-up a fused bundle could reach with no
-dispatch, no Python and no memory stalls at all; the floor leaves out the input projection, readout,
-loss and optimiser, so the true bound is lower still.
+The ceilings (solo time per timestep / floor) bound the speed-up a fused bundle could reach with no
+dispatch, no Python and no memory stalls at all: the first from the recurrence alone, the last from
+the recurrence plus the member's own work (the floor a fused step is compared with; the optimiser,
+tens of µs, is left out, so the true bound is lower still).
 
 `--cell` takes any fused cell (`trainers.fused_cells.FUSED_CELLS`; default rnn, the members
-differing in initialiser as well, other cells in learning rate and seed). The floor is the
-recurrence's own: the three GEMMs for the cells with a recurrent matrix (exp only for elu), and for
+differing in initialiser as well, other cells in learning rate and seed). The recurrence's floor
+is: the three GEMMs for the cells with a recurrent matrix (exp only for elu), and for
 urnn and crnn the float64 SVD that projects each member's W after each step (LAPACK's, one matrix
 at a time: what keeps a member bit for bit its solo run), spread over the T timesteps; for srnn,
 whose shift has no GEMM, the elementwise passes its scan makes (roll, add, relu forward; roll and a
