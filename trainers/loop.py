@@ -65,31 +65,32 @@ def configure_process(device: torch.device, threads: int) -> None:
 
 
 #: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD_BYTES = 32 * 2**20  # glibc's largest
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 TRIM_THRESHOLD_BYTES = 512 * 2**20
 
 
 @functools.cache
 def keep_freed_memory() -> bool:
-    """Have glibc's malloc serve blocks up to 32 MB from its heap and keep up to 512 MB of freed
-    heap instead of handing it back to the kernel; True when set (False off glibc).
+    """Have glibc's malloc serve every block from its heap (no block of its own mapped with mmap) and
+    keep up to 512 MB of freed heap instead of handing it back to the kernel; True when set (False
+    off glibc).
 
-    A training step allocates and frees the same [T, B, N] tensors every step (autograd's
-    gradients, a loss's softmax). By default glibc maps a block above its threshold (128 KB at
-    first, raised only when a mapped block is freed) fresh each time, and the kernel zero-fills every
-    4 KB page on first touch: about 2 µs a page on this VM, 0.5 ms per 1 MB tensor. Measured on
-    fastrnn's copy shape (`benchmarks/fused_floor.py`, N = 100): a fused step per member 19.2–19.4 →
-    17.5–17.6 ms, a solo step's median 35–42 → 28–30 ms. Set once per process.
+    A training step allocates and frees the same large tensors every step (autograd's gradients, a
+    loss's softmax, oneDNN's LSTM workspace). By default glibc maps a block above its threshold
+    (128 KB at first, raised as mapped blocks are freed, never above 32 MB) fresh each time and
+    unmaps it when freed, and the kernel zero-fills every 4 KB page on first touch: about 2 µs a page
+    on this VM, 0.5 ms per 1 MB tensor. Measured (`benchmarks/fused_floor.py`, `benchmarks/cells.py`,
+    copy shape N = 100): a fused fastrnn step per member 19.2–19.4 → 17.5–17.6 ms and a solo one's
+    median 35–42 → 28–30 ms with blocks up to 32 MB from the heap; the `lstm` cell's step 73 → 52 ms
+    only once no block is mapped (its ~36 MB workspace faulted 7,318 pages every step). The cost: a
+    process keeps the heap its largest step needed. Set once per process.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (macOS, musl): its allocator's defaults stay
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
-    )
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 
 
 def training_batches(task: Task, batch_size: int, seed: int) -> Iterator[Tensors]:
