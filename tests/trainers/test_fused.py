@@ -15,7 +15,7 @@ import torch
 from trainers import fused as fused_module
 from trainers import resolve, train
 from trainers.cells import get_cell, list_cells
-from trainers.cells.fastrnn import fast_rnn, fused_fast_rnn
+from trainers.cells.fastrnn import _projection_grads, fast_rnn, fused_fast_rnn, input_projection
 from trainers.cells.srnn import FusedShiftScan, ShiftScan
 from trainers.fused import FusedOptimizer, check_fusable, fusable_key, train_fused
 from trainers.fused_cells import FUSED_CELLS
@@ -180,6 +180,21 @@ def test_fused_fastrnn_kernel_is_each_members_fast_rnn(nonlinearity, last, with_
                 (t.grad[k], q.grad) for t, q in zip(params, p, strict=True) if t is not None
             ]
             assert all(torch.equal(f, s) for f, s in pairs), k
+
+
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+@pytest.mark.parametrize("d", [1, 10])
+def test_fastrnn_projection_grads_are_autograds_through_input_projection(d, layout):
+    """The fused scan's ∂W_in and ∂bias: autograd's own, for either memory layout of W_in (the
+    branch torch's mm backward takes depends on it)."""
+    g = torch.Generator().manual_seed(4)
+    x, grad = torch.randn(9, 16, d, generator=g), torch.randn(9, 16, 25, generator=g)
+    w = torch.randn(25, d, generator=g) if layout == "row-major" else torch.randn(d, 25, generator=g).t()
+    w.requires_grad_()
+    bias = torch.randn(25, generator=g).requires_grad_()
+    input_projection(x, w, bias).backward(grad)
+    grad_w, grad_b = _projection_grads(x, w.detach(), grad, True)
+    assert torch.equal(grad_w, w.grad) and torch.equal(grad_b, bias.grad)
 
 
 @pytest.mark.parametrize("last", [False, True])
