@@ -57,7 +57,7 @@ def resolve_device(name: str) -> torch.device:
 def configure_process(device: torch.device, threads: int) -> None:
     """What a training process sets before its first step (`train`, `train_fused`, the benchmarks):
     torch's thread count and, on the CPU, denormals flushed to zero (denormals in decaying states
-    cost 5–25×) and freed memory kept for reuse (`keep_freed_memory`). Neither moves a number."""
+    cost 5–25×) and freed memory kept for reuse (`keep_freed_memory`). None of these moves a number."""
     torch.set_num_threads(threads)
     if device.type == "cpu":
         torch.set_flush_denormal(True)

@@ -268,8 +268,8 @@ def _projection_grads(
     x2d, g2d = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
     wt = w_in.t()
     column_major = wt.stride(0) == 1 and wt.stride(1) == wt.shape[0]
-    grad_wt = g2d.t().mm(x2d).t() if column_major else x2d.t().mm(g2d)
-    return grad_wt.t(), grad.sum((0, 1), keepdim=True).view(-1) if need_bias else None
+    grad_w = g2d.t().mm(x2d) if column_major else x2d.t().mm(g2d).t()  # ∂W_in = (∂(w_in.t()))ᵀ
+    return grad_w, grad.sum((0, 1), keepdim=True).view(-1) if need_bias else None
 
 
 def fused_fast_rnn(
