@@ -183,7 +183,9 @@ def fingerprint(tree: Path) -> dict[str, Any]:
                     "params": json.loads(r["params"]),
                     "status": "done" if r["status"] in ("done", "ok") else r["status"],
                     "reason": reason.splitlines()[0] if reason else None,
-                    "success": None if r["success"] is None else bool(r["success"]),
+                    "success": None
+                    if r.get("success") is None
+                    else bool(r["success"]),  # a column before TRAINER_VERSION 4
                     "steps": r["steps"],
                     "henrici_index": r.get("henrici_index", r.get("henrici")),
                     "profile": json.loads(r["profile"]) if r.get("profile") else None,
