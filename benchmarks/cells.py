@@ -25,6 +25,7 @@ ratio is the median over rounds of the ratio within a round (min–max beside it
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -71,6 +72,19 @@ def step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], 
         after_step()
 
     return step
+
+
+def python_loops(step: Callable[[], None]) -> Callable[[], None]:
+    """`step` with the NRU's step loops in Python (`trainers.kernels_nru.PythonSteps`)."""
+
+    def run() -> None:
+        os.environ["MEMSWEEP_NRU_STEPS"] = "python"
+        try:
+            step()
+        finally:
+            del os.environ["MEMSWEEP_NRU_STEPS"]
+
+    return run
 
 
 def fused_grid(cell: str, hidden: int, n: int, steps: int, offset: int = 0) -> list[dict[str, Any]]:
@@ -162,6 +176,8 @@ def main() -> None:
             skipped[name] = f"{type(exc).__name__}: {exc}"
             continue
         cands[f"memsweep {name}"] = step
+        if name == "nru":  # its step loops compiled (what trials run) and in Python (the fallback)
+            cands["memsweep nru, Python loops"] = python_loops(step)
 
     times: dict[str, list[float]] = {k: [] for k in cands}
     for fn in cands.values():  # warm-up

@@ -33,7 +33,10 @@ from trainers.tasks import TASKS, Task
 #: 5: janet, gru and nru as whole-sequence autograd functions with hand-written backwards
 #:    (trainers/kernels_gated.py, kernels_nru.py): the same gradients summed in another order, and the
 #:    NRU's forward reorganised (L5 norm from V³|V|, heads summed in one baddbmm).
-TRAINER_VERSION = "5"
+#: 6: nru with ReLU heads (`use_relu`): where a head's ρ(p qᵀ) is all zero (n = ε) its ∂V has no norm
+#:    term, as in autograd's F.normalize, instead of NaN (ε⁵ underflowed in float32). Every other
+#:    config computes what it computed under 5, bit for bit.
+TRAINER_VERSION = "6"
 
 
 @dataclass(frozen=True)

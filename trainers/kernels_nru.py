@@ -34,11 +34,22 @@ Backward, with dm = ∂L/∂m_i (which alone reaches o_i) and the forward-only �
 The per-step gradients live batch-major in D [B, T+1, N + 2k + 4s], D[:, i] = [∂z_i, ∂o_i] and
 D[:, T] = 0, so both addmm inputs are slices of a row again, and every weight's gradient is one
 product over all B·(T+1) rows of D and S after the loop (the zero rows pair with S's extra ones).
+
+The per-step loops run compiled (`csrc/nru_scan.cpp`, built on first use: `compiled_steps`): the same
+ATen calls on the same views as `PythonSteps`, hence the same numbers bit for bit, minus the
+interpreter's ~1 µs per call and the autograd dispatch keys (~30 small calls a timestep: the NRU step
+at the cells benchmark's shape goes from ~2.1× to ~1.4× nn.LSTM). `PythonSteps` is the reference in
+the tests and the fallback where no C++ compiler is found.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
+import os
+import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,25 +64,156 @@ def _head_rows(k: int, s: int, device: torch.device) -> torch.Tensor:
     return torch.cat(blocks).to(device)
 
 
-def _rows(buf: torch.Tensor, width: int, offset: int, count: int) -> tuple[torch.Tensor, ...]:
-    """Views [B, width] of the batch-major buf [B, R, C]: the i-th starts at row i, column `offset`,
-    of every batch row and may run on into row i + 1 (for i < count). Made once, before the loop."""
+def _rows(buf: torch.Tensor, width: int, offset: int, count: int) -> torch.Tensor:
+    """A view [count, B, width] of the batch-major buf [B, R, C]: its i-th [B, width] starts at row i,
+    column `offset`, of every batch row and may run on into row i + 1."""
     B, R, C = buf.shape
-    return buf.as_strided((count, B, width), (C, R * C, 1), buf.storage_offset() + offset).unbind(0)
+    return buf.as_strided((count, B, width), (C, R * C, 1), buf.storage_offset() + offset)
 
 
-def _directions(o: torch.Tensor, k: int, s: int) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """Per step, p as [B, 2, s, 1] and q as [B, 2, 1, s] (write, erase) from o [T, B, 2k + 4s] = [α̃, β̃ |
+def _directions(o: torch.Tensor, k: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """p as [T, B, 2, s, 1] and q as [T, B, 2, 1, s] (write, erase) from o [T, B, 2k + 4s] = [α̃, β̃ |
     p^w, p^e | q^w, q^e]: ready to broadcast into p qᵀ."""
     T, B = o.shape[:2]
     pq = o[..., 2 * k :].view(T, B, 2, 2, s)
-    return pq[:, :, 0].unsqueeze(-1).unbind(0), pq[:, :, 1].unsqueeze(-2).unbind(0)
+    return pq[:, :, 0].unsqueeze(-1), pq[:, :, 1].unsqueeze(-2)
 
 
 def _state_store(x: torch.Tensor, B: int, T: int, N: int, M: int) -> torch.Tensor:
     """S [B, T+1, N+m] of zeros, in storage N elements longer: the row of [m_{i−1}, h_i] that starts
     in S's last row (paired with a zero gradient row) stays inside it."""
     return x.new_zeros(B * (T + 1) * (N + M) + N)[: B * (T + 1) * (N + M)].view(B, T + 1, N + M)
+
+
+class PythonSteps:
+    """The per-step loops of `NRUScan` in Python. `csrc/nru_scan.cpp` is the same loops, call for
+    call, in C++ (`compiled_steps`): the reference in the tests, and the fallback without a compiler.
+
+    Each per-step argument is a view with a leading T dim, unbound once; `fixed` are the buffers and
+    weights every step reuses (the orders are `NRUScan`'s)."""
+
+    @staticmethod
+    def forward_steps(
+        steps: list[torch.Tensor],
+        fixed: list[torch.Tensor],
+        ln_w: torch.Tensor | None,
+        ln_b: torch.Tensor | None,
+        use_relu: bool,
+        ln_eps: float,
+    ) -> list[torch.Tensor]:
+        w_z, w_o, b_o, v, u, v4, v_rows, u_rows, m_bufs, sign = fixed
+        N = steps[0].shape[2]
+        m_rows = m_bufs.squeeze(2).unbind(0)
+        means, rstds = [], []
+        addmm, baddbmm, mul, vecdot = torch.addmm, torch.baddbmm, torch.mul, torch.linalg.vecdot
+        for i, (xp, z, zin, h, oin, o, ab, p, q, n, cn, m) in enumerate(
+            zip(*(t.unbind(0) for t in steps), strict=True)
+        ):
+            addmm(xp, zin, w_z, out=z)  # z_i (eq. 9)
+            if ln_w is not None:
+                z, mean, rstd = torch.native_layer_norm(z, (N,), ln_w, ln_b, ln_eps)
+                means.append(mean)
+                rstds.append(rstd)
+            torch.clamp_min(z, 0.0, out=h)  # h_i = ReLU(z)
+            addmm(b_o, oin, w_o, out=o)  # o_i = b_H + W_H [m_{i−1}, h_i]
+            mul(p, q, out=v4)  # V = ρ(p qᵀ), both directions   [B, 2, s, s]
+            if use_relu:
+                v4.relu_()
+            mul(v, v, out=u).mul_(u).copysign_(v)  # U = V³|V|
+            vecdot(u_rows, v_rows, out=n).pow_(0.2).clamp_min_(NORM_EPS)  # n = max((Σ|V|⁵)^⅕, ε)
+            mul(ab.relu() if use_relu else ab, sign, out=cn).div_(n)  # c / n   [B, 1, 2k]
+            baddbmm(m_bufs[i & 1], cn, v, out=m_bufs[~i & 1])  # m_i = m_{i−1} + Σ (c/n) V   [B, 1, m]
+            m.copy_(m_rows[~i & 1])
+        return [torch.stack(means), torch.stack(rstds)] if ln_w is not None else []
+
+    @staticmethod
+    def backward_steps(
+        steps: list[torch.Tensor],
+        fixed: list[torch.Tensor],
+        gm: torch.Tensor | None,
+        ln_w: torch.Tensor | None,
+        ln_b: torch.Tensor | None,
+        use_relu: bool,
+    ) -> None:
+        vu, v, u, vu5, dV, dV4, dcr, gamma, gamma2, dh, w_dh, w_dm, dm_buf, dm_rows_buf = fixed
+        T, N = steps[0].shape[0], steps[0].shape[2]
+        g, fp, fq, ps, qs, kappa, coef, gab, hmask, d_p, d_q, d_ab, d_z, doz, dzo, *ln = (
+            t.unbind(0) for t in steps
+        )
+        dz_hat, z, mean, rstd = ln if ln else ((), (), (), ())  # ∂ẑ_i, z_i and the stats: LayerNorm only
+        dms, dm_rows = dm_buf.unbind(0), dm_rows_buf.unbind(0)  # [B, m], [B, 1, m]
+        j = T & 1  # step i writes ∂m_{i−1} into the other buffer, dms[i & 1]
+        dm, dm_row = dms[j], dm_rows[j]
+        if gm is not None:
+            dm.copy_(gm[T - 1])
+        addmm, mul, vecdot = torch.addmm, torch.mul, torch.linalg.vecdot
+        for i in range(T - 1, -1, -1):
+            mul(fp[i], fq[i], out=vu5)  # V and U again
+            if use_relu:
+                vu.relu_()
+            vecdot(v, dm_row, out=dcr)  # ⟨dm, V⟩
+            mul(dcr, kappa[i], out=gamma2)
+            mul(dm_row, coef[i], out=dV).addcmul_(gamma, u, value=-1.0)  # ∂V
+            if use_relu:
+                dV.mul_(v > 0)  # ρ'
+            vecdot(dV4, qs[i], out=d_p[i])  # ∂p = ∂V q
+            vecdot(dV4, ps[i], dim=-2, out=d_q[i])  # ∂q = ∂Vᵀ p
+            mul(dcr, gab[i], out=d_ab[i])  # ∂(α̃, β̃)
+            addmm(g[i], doz[i], w_dh, out=dh)  # ∂h_i = g_i + ∂o_i W_Hh + ∂z_{i+1} W_h
+            if not ln:
+                mul(dh, hmask[i], out=d_z[i])  # ∂z_i
+            else:
+                mul(dh, hmask[i], out=dz_hat[i])  # ∂ẑ_i, then LayerNorm's backward
+                d_z[i].copy_(
+                    torch.ops.aten.native_layer_norm_backward(
+                        dz_hat[i], z[i], (N,), mean[i], rstd[i], ln_w, ln_b, [True, False, False]
+                    )[0]
+                )
+            if i == 0:
+                break  # m_{−1} = 0 is no input
+            j = i & 1
+            if gm is not None:  # ∂L/∂m_{i−1} from outside
+                torch.add(dm, gm[i - 1], out=dms[j]).addmm_(dzo[i], w_dm)
+            else:
+                addmm(dm, dzo[i], w_dm, out=dms[j])  # ∂m_{i−1}
+            dm, dm_row = dms[j], dm_rows[j]
+
+
+SOURCE = Path(__file__).with_name("csrc") / "nru_scan.cpp"
+
+
+@functools.cache
+def compiled_steps() -> Any | None:
+    """`torch.ops.memsweep_nru`: the loops of `csrc/nru_scan.cpp`, built on first use with torch's
+    C++ extension builder (once per machine and source; kept in $TORCH_EXTENSIONS_DIR, by default
+    ~/.cache/torch_extensions), or None where it cannot be built (no C++ compiler): `PythonSteps`
+    then runs, the same numbers, slower."""
+    try:
+        import ninja  # the build tool torch's builder runs; on PATH for it, venv activated or not
+
+        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime"
+        from torch.utils.cpp_extension import load
+
+        load("memsweep_nru", [str(SOURCE)], is_python_module=False, extra_cflags=["-O2"])
+    except Exception as e:  # any build failure: the Python loops run instead
+        warnings.warn(
+            f"NRU: the compiled step loops ({SOURCE.name}) could not be built ({type(e).__name__}: {str(e)[:300]}…); "
+            "the Python loops run instead: the same numbers, about 1.5x slower. Install a C++ compiler "
+            "(Debian: apt install g++) to build them.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return torch.ops.memsweep_nru
+
+
+def step_loops() -> Any:
+    """The step loops `NRUScan` runs: the compiled ones where they build, else `PythonSteps`;
+    MEMSWEEP_NRU_STEPS=python asks for `PythonSteps` (the tests compare the two)."""
+    if os.environ.get("MEMSWEEP_NRU_STEPS", "compiled") == "python":
+        return PythonSteps
+    return compiled_steps() or PythonSteps
 
 
 class NRUScan(torch.autograd.Function):
@@ -116,45 +258,27 @@ class NRUScan(torch.autograd.Function):
         v, u = x.new_empty(B, 2 * k, M), x.new_empty(B, 2 * k, M)
         v4, v_rows, u_rows = v.view(B, 2, s, s), v.view(B, 1, 2 * k, M), u.view(B, 1, 2 * k, M)
         m_bufs = x.new_zeros(2, B, 1, M)  # m_{i−1} and m_i, contiguous: step i reads m_bufs[i & 1]
-        m_rows = m_bufs.view(2, B, M).unbind(0)
         sign = torch.full((2 * k,), scale, dtype=x.dtype, device=x.device)
         sign[k:] = -scale  # +r for writing, −r for erasing
-        ln_stats: list[tuple[torch.Tensor, torch.Tensor]] = []
-        steps = zip(  # every view the loop touches, made once (a view costs ~1 µs)
-            xp.unbind(0),
-            Z.unbind(0) if Z is not None else [x.new_empty(B, N)] * T,
+        steps = [  # every view the loop touches, each step's as one [T, …] view (unbound once)
+            xp,
+            Z if Z is not None else x.new_empty(B, N).expand(T, B, N),  # z_i's place
             _rows(S, N + M, 0, T),  # [h_{i−1}, m_{i−1}]
-            S[:, 1:, :N].unbind(1),  # h_i's place
+            S[:, 1:, :N].transpose(0, 1),  # h_i's place
             _rows(S, M + N, N, T),  # [m_{i−1}, h_i]
-            Ho.unbind(0),
-            Ho[..., : 2 * k].unsqueeze(2).unbind(0),  # α̃, β̃   [B, 1, 2k]
+            Ho,
+            Ho[..., : 2 * k].unsqueeze(2),  # α̃, β̃   [B, 1, 2k]
             *_directions(Ho, k, s),
-            nrm.unbind(0),
-            coef.unbind(0),
-            S[:, 1:, N:].unbind(1),  # m_i's place
-            strict=True,
-        )
-        addmm, baddbmm, mul, vecdot = torch.addmm, torch.baddbmm, torch.mul, torch.linalg.vecdot
-        for i, (xp_i, z, zin, h, oin, o, ab, p, q, n, cn, m) in enumerate(steps):
-            addmm(xp_i, zin, w_z, out=z)  # z_i (eq. 9)
-            if ln_w is not None:
-                z, mean, rstd = torch.native_layer_norm(z, (N,), ln_w, ln_b, ln_eps)
-                ln_stats.append((mean, rstd))
-            torch.clamp_min(z, 0.0, out=h)  # h_i = ReLU(z)
-            addmm(b_o, oin, w_o, out=o)  # o_i = b_H + W_H [m_{i−1}, h_i]
-            if use_relu:
-                mul(p, q, out=v4).relu_()  # V = ρ(p qᵀ), both directions   [B, 2, s, s]
-            else:
-                mul(p, q, out=v4)
-            mul(v, v, out=u).mul_(u).copysign_(v)  # U = V³|V|
-            vecdot(u_rows, v_rows, out=n).pow_(0.2).clamp_min_(NORM_EPS)  # n = max((Σ|V|⁵)^⅕, ε)
-            mul(ab.relu() if use_relu else ab, sign, out=cn).div_(n)  # c / n   [B, 1, 2k]
-            baddbmm(m_bufs[i & 1], cn, v, out=m_bufs[~i & 1])  # m_i = m_{i−1} + Σ (c/n) V   [B, 1, m]
-            m.copy_(m_rows[~i & 1])
+            nrm,
+            coef,
+            S[:, 1:, N:].transpose(0, 1),  # m_i's place
+        ]
+        fixed = [w_z, w_o, b_o, v, u, v4, v_rows, u_rows, m_bufs, sign]
+        ln_stats = step_loops().forward_steps(steps, fixed, ln_w, ln_b, use_relu, ln_eps)
         ctx.dims = (k, M, s, use_relu)
         ctx.rows = rows
         if ln_w is not None:
-            means, rstds = (torch.stack(t) for t in zip(*ln_stats, strict=True))
+            means, rstds = ln_stats
             ctx.save_for_backward(x, w, w_z, w_o, S, Ho, nrm, coef, sign, Z, ln_w, ln_b, means, rstds)
         else:
             ctx.save_for_backward(x, w, w_z, w_o, S, Ho, nrm, coef, sign)
@@ -176,8 +300,9 @@ class NRUScan(torch.autograd.Function):
         g = grad_hs.contiguous() if grad_hs is not None else x.new_zeros(T, B, N)
         # factors that depend on forward values only, all steps at once ([T, B, 2k]: small)
         nrm = nrm.view(T, B, 2 * k)
-        live = nrm > NORM_EPS  # n = ε: the norm is a constant
-        kappa = coef.view(T, B, 2 * k) / nrm.pow(5) * live  # ∂V = (c/n) dm − ⟨dm, V⟩ (c/n) / n⁵ · U
+        # ∂V = (c/n) dm − ⟨dm, V⟩ κ U with κ = (c/n) / n⁵, and κ = 0 where n = ε (the norm is a
+        # constant there): a select, not a product with the mask — ε⁵ underflows in float32, κ = ∞
+        kappa = torch.where(nrm > NORM_EPS, coef.view(T, B, 2 * k) / nrm.pow(5), 0.0)
         gab = sign / nrm  # ∂(α̃, β̃) = ⟨dm, V⟩ (±r / n) ρ'
         if use_relu:
             gab = gab * (Ho[..., : 2 * k] > 0)
@@ -196,59 +321,34 @@ class NRUScan(torch.autograd.Function):
         dV4, gamma2 = dV.view(B, 2, s, s), gamma.view(B, 2 * k)
         dh = x.new_empty(B, N)
         dz_hat = x.new_empty(T, B, N) if ln else None
-        # views made once
-        dzo = _rows(D, N + H, 0, T)  # [∂z_i, ∂o_i]
-        doz = _rows(D, H + N, N, T)  # [∂o_i, ∂z_{i+1}]
-        d_z, d_ab = D[:, :T, :N].unbind(1), D[:, :T, N : N + 2 * k].unbind(1)
-        dpq = D[:, :T, N + 2 * k :].view(B, T, 2, 2, s)
-        d_p, d_q = dpq[:, :, 0].unbind(1), dpq[:, :, 1].unbind(1)  # ∂p, ∂q   [B, 2, s]
-        ps, qs = _directions(Ho, k, s)
         # the factors [u; u³|u|] for all steps: one outer product then gives V = ρ(p qᵀ) and U = V³|V|
         # = ρ((p³|p|)(q³|q|)ᵀ) (the same signs), a third of the ops of making U from V per step
         uu = Ho[..., 2 * k :].unsqueeze(2).repeat(1, 1, 2, 1)  # [T, B, (V, U), 4s]
         ut = uu[:, :, 1]
         torch.mul(ut, ut, out=ut).mul_(ut).copysign_(uu[:, :, 0])
         uu6 = uu.view(T, B, 2, 2, 2, s)  # [T, B, (V, U), (p, q), j, s]
-        fp, fq = uu6[:, :, :, 0].unsqueeze(-1).unbind(0), uu6[:, :, :, 1].unsqueeze(-2).unbind(0)
-        gs, hmasks, kappas, gabs = g.unbind(0), hmask.unbind(1), kappa.unbind(0), gab.unbind(0)
-        coefs = coef.transpose(2, 3).unbind(0)  # [B, 2k, 1]
-        dms, dm_rows = dm_buf.unbind(0), dm_buf.unsqueeze(2).unbind(0)  # [B, m], [B, 1, m]
-        j = T & 1  # step i writes ∂m_{i−1} into the other buffer, dms[i & 1]
-        dm, dm_row = dms[j], dm_rows[j]
-        if gm is not None:
-            dm.copy_(gm[T - 1])
-        addmm, mul, vecdot = torch.addmm, torch.mul, torch.linalg.vecdot
-        for i in range(T - 1, -1, -1):
-            p, q = ps[i], qs[i]
-            mul(fp[i], fq[i], out=vu5)  # V and U again
-            if use_relu:
-                vu.relu_()
-            vecdot(v, dm_row, out=dcr)  # ⟨dm, V⟩
-            mul(dcr, kappas[i], out=gamma2)
-            mul(dm_row, coefs[i], out=dV).addcmul_(gamma, u, value=-1.0)  # ∂V
-            if use_relu:
-                dV.mul_(v > 0)  # ρ'
-            vecdot(dV4, q, out=d_p[i])  # ∂p = ∂V q
-            vecdot(dV4, p, dim=-2, out=d_q[i])  # ∂q = ∂Vᵀ p
-            mul(dcr, gabs[i], out=d_ab[i])  # ∂(α̃, β̃)
-            addmm(gs[i], doz[i], w_dh, out=dh)  # ∂h_i = g_i + ∂o_i W_Hh + ∂z_{i+1} W_h
-            if dz_hat is None:
-                mul(dh, hmasks[i], out=d_z[i])  # ∂z_i
-            else:
-                mul(dh, hmasks[i], out=dz_hat[i])  # ∂ẑ_i, then LayerNorm's backward
-                d_z[i].copy_(
-                    torch.ops.aten.native_layer_norm_backward(
-                        dz_hat[i], ln[0][i], (N,), ln[3][i], ln[4][i], ln[1], ln[2], [True, False, False]
-                    )[0]
-                )
-            if i == 0:
-                break  # m_{−1} = 0 is no input
-            j = i & 1
-            if gm is not None:  # ∂L/∂m_{i−1} from outside
-                torch.add(dm, gm[i - 1], out=dms[j]).addmm_(dzo[i], w_dm)
-            else:
-                addmm(dm, dzo[i], w_dm, out=dms[j])  # ∂m_{i−1}
-            dm, dm_row = dms[j], dm_rows[j]
+        dpq = D[:, :T, N + 2 * k :].view(B, T, 2, 2, s).transpose(0, 1)
+        steps = [  # every view the loop touches, each step's as one [T, …] view (unbound once)
+            g,
+            uu6[:, :, :, 0].unsqueeze(-1),  # [p; p³|p|]
+            uu6[:, :, :, 1].unsqueeze(-2),  # [q; q³|q|]
+            *_directions(Ho, k, s),  # p, q
+            kappa,
+            coef.transpose(2, 3),  # c / n   [B, 2k, 1]
+            gab,
+            hmask.transpose(0, 1),
+            dpq[:, :, 0],  # ∂p   [B, 2, s]
+            dpq[:, :, 1],  # ∂q
+            D[:, :T, N : N + 2 * k].transpose(0, 1),  # ∂(α̃, β̃)
+            D[:, :T, :N].transpose(0, 1),  # ∂z_i
+            _rows(D, H + N, N, T),  # [∂o_i, ∂z_{i+1}]
+            _rows(D, N + H, 0, T),  # [∂z_i, ∂o_i]
+        ]
+        if dz_hat is not None:  # ∂ẑ_i, z_i, LayerNorm's mean and rstd
+            steps += [dz_hat, ln[0], ln[3], ln[4]]
+        fixed = [vu, v, u, vu5, dV, dV4, dcr, gamma, gamma2, dh, w_dh, w_dm, dm_buf, dm_buf.unsqueeze(2)]
+        ln_w, ln_b = (ln[1], ln[2]) if ln else (None, None)
+        step_loops().backward_steps(steps, fixed, gm, ln_w, ln_b, use_relu)
         need = ctx.needs_input_grad
         # every weight's gradient: one product over all (B, T+1) rows of the batch-major stores, whose
         # extra row per sequence has ∂ = 0 (D[:, T]) — no copies

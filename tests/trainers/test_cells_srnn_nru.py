@@ -2,6 +2,9 @@
 against the papers, and (slow) learning the addition task (docs/protocol.md §2, §3.3)."""
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ import torch.nn.functional as F
 from trainers import HALF_BASELINE, ConfigError, resolve, train
 from trainers.cells.nru import NRUCell, NRUConfig
 from trainers.cells.srnn import ShiftScan, SRNNCell, SRNNConfig
-from trainers.kernels_nru import NRUScan
+from trainers.kernels_nru import NRUScan, compiled_steps
 from trainers.model import SequenceModel, count_params
 
 
@@ -246,6 +249,87 @@ def test_nru_scan_equals_the_former_eager_cell_in_float64(variant, one_thread):
         scale = max(g.abs().max().item() for g in ref)  # some gradients are 0 up to rounding
         for g, g_ref in zip(ours, ref, strict=True):
             torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-11 * scale)
+
+
+def nru_run(config: NRUConfig, T: int, N: int, d: int = 3, B: int = 4) -> list[torch.Tensor]:
+    """h, m, ∂x and every weight's gradient of a float32 NRU under a loss on both h and m."""
+    cell = NRUCell(config, d, N, gen(3))
+    x = torch.randn(T, B, d, generator=gen(4)).requires_grad_()
+    hs, ms = cell.scan(x)
+    loss = (hs * torch.randn(hs.shape, generator=gen(5))).sum() + (
+        ms * torch.randn(ms.shape, generator=gen(6))
+    ).sum()
+    loss.backward()
+    return [hs.detach(), ms.detach(), x.grad, *(p.grad for p in cell.parameters())]
+
+
+@pytest.mark.parametrize("variant", NRU_VARIANTS)
+def test_nru_compiled_steps_are_the_python_steps_bit_for_bit(variant, one_thread, monkeypatch):
+    """The C++ loops (csrc/nru_scan.cpp, what trials run) make the same ATen calls as `PythonSteps`:
+    the same h, m and gradients to the last bit, in float32, in every variant of the cell."""
+    assert compiled_steps() is not None  # a C++ compiler is part of the set-up (README)
+    compiled = nru_run(NRUConfig(**NRU_VARIANTS[variant]), T=30, N=7)
+    monkeypatch.setenv("MEMSWEEP_NRU_STEPS", "python")
+    python = nru_run(NRUConfig(**NRU_VARIANTS[variant]), T=30, N=7)
+    assert len(compiled) == len(python) and all(
+        torch.equal(a, b) for a, b in zip(compiled, python, strict=True)
+    )
+
+
+def test_nru_compiled_steps_are_the_python_steps_at_the_benchmark_shape(one_thread, monkeypatch):
+    compiled = nru_run(NRUConfig(), T=40, N=100, d=10, B=16)
+    monkeypatch.setenv("MEMSWEEP_NRU_STEPS", "python")
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(compiled, nru_run(NRUConfig(), T=40, N=100, d=10, B=16), strict=True)
+    )
+
+
+FALLBACK = """
+import sys, warnings, torch
+from tests.trainers.test_cells_srnn_nru import NRUConfig, nru_run
+from trainers.kernels_nru import PythonSteps, step_loops
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    loops = step_loops()
+assert loops is PythonSteps, loops
+print(caught[0].message, file=sys.stderr)
+torch.set_num_threads(1)
+torch.save(nru_run(NRUConfig(use_relu=True), T=30, N=7), sys.argv[1])
+"""
+
+
+def test_without_a_compiler_the_python_steps_run_with_a_warning_and_the_same_numbers(tmp_path, one_thread):
+    """No C++ compiler (CXX names none) and no earlier build: one warning that says what to install,
+    then the Python loops, which give what the compiled ones give."""
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-c++"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    env.pop("MEMSWEEP_NRU_STEPS", None)
+    out = tmp_path / "fallback.pt"
+    run = subprocess.run(
+        [sys.executable, "-c", FALLBACK, str(out)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert "could not be built" in run.stderr and "apt install g++" in run.stderr, run.stderr
+    ours = nru_run(NRUConfig(use_relu=True), T=30, N=7)
+    assert all(torch.equal(a, b) for a, b in zip(ours, torch.load(out), strict=True))
+
+
+def test_nru_relu_heads_whose_directions_are_all_zero_train_as_the_authors_code_in_float32(one_thread):
+    """ReLU heads: a head whose ρ(p qᵀ) is all zero has n = ε, where F.normalize's norm is a
+    constant. The kernel's ∂V must then lose the norm's term (κ = 0), as autograd does — not
+    ε⁵ = 0 in float32, κ = ∞, and NaN gradients (the kernel before TRAINER_VERSION 6)."""
+    cell = NRUCell(NRUConfig(memory_size=4, heads=4, use_relu=True), 3, 7, gen(0))
+    s = cell.sqrt_mk
+    with torch.no_grad():  # writing: p = 1, q = −1, so p qᵀ = −1 and every write head is all zero
+        cell.hm2v_alpha.weight.zero_()
+        cell.hm2v_alpha.bias.copy_(torch.cat([torch.ones(s), -torch.ones(s)]))
+    x = torch.randn(30, 4, 3, generator=gen(1))
+    target = torch.randn(30, 4, 7, generator=gen(2))
+    ours = torch.autograd.grad((cell(x) * target).sum(), list(cell.parameters()))
+    theirs = torch.autograd.grad((nru_reference(cell, x)[0] * target).sum(), list(cell.parameters()))
+    for g, g_ref in zip(ours, theirs, strict=True):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-5 * max(g_ref.abs().max().item(), 1e-6))
 
 
 def test_nru_scan_agrees_with_the_former_eager_cell_in_float32_at_a_copy_shape(one_thread):
