@@ -45,9 +45,11 @@ the tests and the fallback where no C++ compiler is found.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import math
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -182,20 +184,46 @@ class PythonSteps:
 SOURCE = Path(__file__).with_name("csrc") / "nru_scan.cpp"
 
 
+def build_directory() -> Path:
+    """Where the compiled loops live: one folder per source, torch and Python version, under
+    $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), shared by every checkout of this source."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
+    key = hashlib.sha256(SOURCE.read_bytes() + f"{torch.__version__} {sys.version}".encode()).hexdigest()
+    return Path(root) / f"memsweep_nru_{key[:16]}"
+
+
 @functools.cache
 def compiled_steps() -> Any | None:
     """`torch.ops.memsweep_nru`: the loops of `csrc/nru_scan.cpp`, built on first use with torch's
-    C++ extension builder (once per machine and source; kept in $TORCH_EXTENSIONS_DIR, by default
-    ~/.cache/torch_extensions), or None where it cannot be built (no C++ compiler): `PythonSteps`
-    then runs, the same numbers, slower."""
+    C++ extension builder (once per machine and source, in `build_directory`; later processes load the
+    library at once), or None where it cannot be built (no C++ compiler): `PythonSteps` then runs, the
+    same numbers, slower."""
+    where = build_directory()
+    built = where / "built"  # written after a whole build: a library another process is linking is not loaded
     try:
+        if built.exists():
+            torch.ops.load_library(where / f"{where.name}.so")  # type: ignore[no-untyped-call]
+            return torch.ops.memsweep_nru
         import ninja  # the build tool torch's builder runs; on PATH for it, venv activated or not
 
         os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime"
         from torch.utils.cpp_extension import load
 
-        load("memsweep_nru", [str(SOURCE)], is_python_module=False, extra_cflags=["-O2"])
+        where.mkdir(parents=True, exist_ok=True)
+        source = where / SOURCE.name  # a copy at a path of its own: every checkout builds the same command
+        if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
+            part = where / f"{SOURCE.name}.{os.getpid()}"
+            part.write_bytes(SOURCE.read_bytes())
+            part.replace(source)
+        load(
+            where.name,
+            [str(source)],
+            build_directory=str(where),
+            is_python_module=False,
+            extra_cflags=["-O2"],
+        )
+        built.touch()
     except Exception as e:  # any build failure: the Python loops run instead
         warnings.warn(
             f"NRU: the compiled step loops ({SOURCE.name}) could not be built ({type(e).__name__}: {str(e)[:300]}…); "
