@@ -314,6 +314,49 @@ def test_without_a_compiler_the_python_steps_run_with_a_warning_and_the_same_num
     assert all(torch.equal(a, b) for a, b in zip(ours, torch.load(out), strict=True))
 
 
+FIRST_BUILD = """
+import sys, torch
+from tests.trainers.test_cells_srnn_nru import NRUConfig, nru_run
+from trainers.kernels_nru import compiled_steps
+assert compiled_steps() is not None
+torch.set_num_threads(1)
+torch.save(nru_run(NRUConfig(), T=30, N=7), sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_processes_that_find_no_build_build_the_loops_once_together_and_agree(tmp_path, one_thread):
+    """Two processes start on a machine with no build yet (two Ray workers' first NRU trials): both
+    get the compiled loops (one builds, the other waits for it), and their numbers are the in-process
+    loops'. A third process then loads the finished library without building."""
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    env.pop("MEMSWEEP_NRU_STEPS", None)
+    outs = [tmp_path / f"{i}.pt" for i in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FIRST_BUILD, str(o)], env=env, stderr=subprocess.PIPE, text=True
+        )
+        for o in outs[:2]
+    ]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read() if p.stderr else ""
+    (built,) = (tmp_path / "ext").glob("memsweep_nru_*/built")
+    so = next(built.parent.glob("*.so"))
+    mtime = so.stat().st_mtime_ns
+    third = subprocess.run(
+        [sys.executable, "-c", FIRST_BUILD, str(outs[2])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert third.returncode == 0, third.stderr
+    assert so.stat().st_mtime_ns == mtime  # loaded, not built again
+    ours = nru_run(NRUConfig(), T=30, N=7)
+    for out in outs:
+        assert all(torch.equal(a, b) for a, b in zip(ours, torch.load(out), strict=True))
+
+
 def test_nru_relu_heads_whose_directions_are_all_zero_train_as_the_authors_code_in_float32(one_thread):
     """ReLU heads: a head whose ρ(p qᵀ) is all zero has n = ε, where F.normalize's norm is a
     constant. The kernel's ∂V must then lose the norm's term (κ = 0), as autograd does — not
