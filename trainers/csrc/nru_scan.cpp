@@ -1,6 +1,8 @@
 // The per-step loops of NRUScan (trainers/kernels_nru.py) in C++: the same ATen calls on the same
 // views in the same order as the Python loops there, so the same numbers bit for bit, without the
-// interpreter's few microseconds per call (a third of an NRU step at the cells benchmark's shape).
+// interpreter's cost per call and below the autograd dispatch keys (together a third of an NRU step
+// at the cells benchmark's shape). In-place writes here bump no version counter: every buffer is the
+// scan's own, and what the backward needs is saved after the loop.
 // The Python loops stay: the reference in the tests and the fallback where no C++ compiler is found.
 //
 // Every per-step argument is a view with a leading T dim (made once in kernels_nru.py); the loops
