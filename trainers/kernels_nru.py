@@ -185,29 +185,25 @@ SOURCE = Path(__file__).with_name("csrc") / "nru_scan.cpp"
 
 
 def build_directory() -> Path:
-    """Where the compiled loops live: one folder per source, torch and Python version, under
-    $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), shared by every checkout of this source."""
+    """Where the compiled loops live: one folder per source, torch installation and Python version,
+    under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions); shared by the checkouts that use
+    one venv (another venv's torch headers would make another build command: a folder of its own)."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
-    key = hashlib.sha256(SOURCE.read_bytes() + f"{torch.__version__} {sys.version}".encode()).hexdigest()
+    ident = f"{torch.__version__} {Path(torch.__file__).parent} {sys.version}"
+    key = hashlib.sha256(SOURCE.read_bytes() + ident.encode()).hexdigest()
     return Path(root) / f"memsweep_nru_{key[:16]}"
 
 
-@functools.cache
-def compiled_steps() -> Any | None:
-    """`torch.ops.memsweep_nru`: the loops of `csrc/nru_scan.cpp`, built on first use with torch's
-    C++ extension builder (once per machine and source, in `build_directory`; later processes load the
-    library at once), or None where it cannot be built (no C++ compiler): `PythonSteps` then runs, the
-    same numbers, slower."""
-    where = build_directory()
-    built = where / "built"  # written after a whole build: a library another process is linking is not loaded
-    try:
-        if built.exists():
-            torch.ops.load_library(where / f"{where.name}.so")  # type: ignore[no-untyped-call]
-            return torch.ops.memsweep_nru
-        import ninja  # the build tool torch's builder runs; on PATH for it, venv activated or not
+def _build(where: Path) -> None:
+    """Build the loops in `where` with torch's C++ extension builder (its file lock makes concurrent
+    first builds one build) and load them; then mark the folder built."""
+    import ninja  # the build tool torch's builder runs, on PATH for the build, venv activated or not
 
-        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime"
+    quiet = logging.getLogger("torch.utils.cpp_extension")  # its import warns "no CUDA runtime"
+    level, path = quiet.level, os.environ.get("PATH", "")
+    quiet.setLevel(logging.ERROR)
+    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])
+    try:
         from torch.utils.cpp_extension import load
 
         where.mkdir(parents=True, exist_ok=True)
@@ -223,7 +219,26 @@ def compiled_steps() -> Any | None:
             is_python_module=False,
             extra_cflags=["-O2"],
         )
-        built.touch()
+    finally:
+        os.environ["PATH"] = path
+        quiet.setLevel(level)
+    (where / "built").touch()
+
+
+@functools.cache
+def compiled_steps() -> Any | None:
+    """`torch.ops.memsweep_nru`: the loops of `csrc/nru_scan.cpp`, built on first use (once per machine
+    and source, in `build_directory`; later processes load the finished library at once), or None where
+    they cannot be built (no C++ compiler): `PythonSteps` then runs, the same numbers, slower."""
+    where = build_directory()
+    try:
+        if (where / "built").exists():  # written after a whole build: a library being linked is not loaded
+            try:
+                torch.ops.load_library(where / f"{where.name}.so")  # type: ignore[no-untyped-call]
+                return torch.ops.memsweep_nru
+            except Exception:  # a damaged or removed library: built again below
+                (where / "built").unlink(missing_ok=True)
+        _build(where)
     except Exception as e:  # any build failure: the Python loops run instead
         warnings.warn(
             f"NRU: the compiled step loops ({SOURCE.name}) could not be built ({type(e).__name__}: {str(e)[:300]}…); "
@@ -320,6 +335,11 @@ class NRUScan(torch.autograd.Function):
     def backward(
         ctx: Any, grad_hs: torch.Tensor | None, *grad_ms: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
+        if torch.is_grad_enabled():  # create_graph=True: the compiled loops would give a silent 0
+            raise RuntimeError(
+                "nru: the NRU kernel's backward is written by hand and builds no graph, so a gradient "
+                "of its gradient (create_graph=True, e.g. a gradient penalty) is not supported"
+            )
         x, w, w_z, w_o, S, Ho, nrm, coef, sign, *ln = ctx.saved_tensors
         k, M, s, use_relu = ctx.dims
         T, B, d = x.shape
@@ -329,7 +349,10 @@ class NRUScan(torch.autograd.Function):
         # factors that depend on forward values only, all steps at once ([T, B, 2k]: small)
         nrm = nrm.view(T, B, 2 * k)
         # ∂V = (c/n) dm − ⟨dm, V⟩ κ U with κ = (c/n) / n⁵, and κ = 0 where n = ε (the norm is a
-        # constant there): a select, not a product with the mask — ε⁵ underflows in float32, κ = ∞
+        # constant there): a select, not a product with the mask — ε⁵ underflows in float32, κ = ∞.
+        # Known limit: for ε < n ≲ 4e-7·(c/n·n)^⅙ (a head whose entries are all ~1e-7 or smaller) κ still
+        # overflows in float32 where autograd through F.normalize stays finite; forming κU as (c/n)(V/n)⁴/n
+        # would fix it at the cost of every NRU trial's rounding (a TRAINER_VERSION), not done
         kappa = torch.where(nrm > NORM_EPS, coef.view(T, B, 2 * k) / nrm.pow(5), 0.0)
         gab = sign / nrm  # ∂(α̃, β̃) = ⟨dm, V⟩ (±r / n) ρ'
         if use_relu:

@@ -251,38 +251,58 @@ def test_nru_scan_equals_the_former_eager_cell_in_float64(variant, one_thread):
             torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-11 * scale)
 
 
-def nru_run(config: NRUConfig, T: int, N: int, d: int = 3, B: int = 4) -> list[torch.Tensor]:
-    """h, m, ∂x and every weight's gradient of a float32 NRU under a loss on both h and m."""
+def nru_run(config: NRUConfig, T: int, N: int, d: int = 3, B: int = 4, on: str = "h+m") -> list[torch.Tensor]:
+    """h, m, ∂x and every weight's gradient of a float32 NRU under a loss `on` h and m, h alone (the
+    trainers' case: no m kept) or m alone (no gradient reaches h from outside)."""
     cell = NRUCell(config, d, N, gen(3))
     x = torch.randn(T, B, d, generator=gen(4)).requires_grad_()
-    hs, ms = cell.scan(x)
-    loss = (hs * torch.randn(hs.shape, generator=gen(5))).sum() + (
-        ms * torch.randn(ms.shape, generator=gen(6))
-    ).sum()
-    loss.backward()
-    return [hs.detach(), ms.detach(), x.grad, *(p.grad for p in cell.parameters())]
+    hs, ms = cell.scan(x, keep_memory=on != "h")
+    terms = {"h": hs * torch.randn(hs.shape, generator=gen(5))}
+    if ms is not None:
+        terms["m"] = ms * torch.randn(ms.shape, generator=gen(6))
+    sum(terms[k].sum() for k in on.split("+")).backward()
+    grads = [x.grad, *(p.grad for p in cell.parameters())]
+    return [hs.detach(), *([] if ms is None else [ms.detach()]), *grads]
+
+
+def compiled_and_python(monkeypatch, run) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """`run()` with the compiled loops (asserted to build), then with the Python loops."""
+    monkeypatch.delenv("MEMSWEEP_NRU_STEPS", raising=False)
+    assert compiled_steps() is not None  # a C++ compiler is part of the set-up (README)
+    compiled = run()
+    monkeypatch.setenv("MEMSWEEP_NRU_STEPS", "python")
+    return compiled, run()
 
 
 @pytest.mark.parametrize("variant", NRU_VARIANTS)
 def test_nru_compiled_steps_are_the_python_steps_bit_for_bit(variant, one_thread, monkeypatch):
     """The C++ loops (csrc/nru_scan.cpp, what trials run) make the same ATen calls as `PythonSteps`:
-    the same h, m and gradients to the last bit, in float32, in every variant of the cell."""
-    assert compiled_steps() is not None  # a C++ compiler is part of the set-up (README)
-    compiled = nru_run(NRUConfig(**NRU_VARIANTS[variant]), T=30, N=7)
-    monkeypatch.setenv("MEMSWEEP_NRU_STEPS", "python")
-    python = nru_run(NRUConfig(**NRU_VARIANTS[variant]), T=30, N=7)
-    assert len(compiled) == len(python) and all(
-        torch.equal(a, b) for a, b in zip(compiled, python, strict=True)
-    )
+    the same h, m and gradients to the last bit, in float32, in every variant of the cell, with the
+    loss on h and m, on h alone, or on m alone; even and odd lengths, and one step."""
+    config = NRUConfig(**NRU_VARIANTS[variant])
+    for T, on in ((30, "h+m"), (7, "h"), (1, "h"), (8, "m"), (3, "m")):
+        compiled, python = compiled_and_python(
+            monkeypatch, lambda T=T, on=on: nru_run(config, T=T, N=7, on=on)
+        )
+        assert len(compiled) == len(python) and all(
+            torch.equal(a, b) for a, b in zip(compiled, python, strict=True)
+        ), (T, on)
 
 
 def test_nru_compiled_steps_are_the_python_steps_at_the_benchmark_shape(one_thread, monkeypatch):
-    compiled = nru_run(NRUConfig(), T=40, N=100, d=10, B=16)
-    monkeypatch.setenv("MEMSWEEP_NRU_STEPS", "python")
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(compiled, nru_run(NRUConfig(), T=40, N=100, d=10, B=16), strict=True)
-    )
+    compiled, python = compiled_and_python(monkeypatch, lambda: nru_run(NRUConfig(), T=40, N=100, d=10, B=16))
+    assert all(torch.equal(a, b) for a, b in zip(compiled, python, strict=True))
+
+
+@pytest.mark.parametrize("steps", ["compiled", "python"])
+def test_nru_scan_refuses_a_double_backward_loops_compiled_or_not(steps, one_thread, monkeypatch):
+    """The hand-written backward builds no graph: asking for one (create_graph=True) must raise, not
+    give a gradient penalty that is silently 0 (the compiled loops run below autograd)."""
+    monkeypatch.setenv("MEMSWEEP_NRU_STEPS", steps)
+    cell = NRUCell(NRUConfig(memory_size=4, heads=4), 3, 5, gen(0))
+    loss = cell(torch.randn(6, 2, 3, generator=gen(1))).sum()
+    with pytest.raises(RuntimeError, match="gradient of its gradient"):
+        torch.autograd.grad(loss, [cell.hmi2h.weight], create_graph=True)
 
 
 FALLBACK = """
@@ -319,6 +339,7 @@ import sys, torch
 from tests.trainers.test_cells_srnn_nru import NRUConfig, nru_run
 from trainers.kernels_nru import compiled_steps
 assert compiled_steps() is not None
+print("builder imported:", "torch.utils.cpp_extension" in sys.modules)
 torch.set_num_threads(1)
 torch.save(nru_run(NRUConfig(), T=30, N=7), sys.argv[1])
 """
@@ -328,19 +349,26 @@ torch.save(nru_run(NRUConfig(), T=30, N=7), sys.argv[1])
 def test_processes_that_find_no_build_build_the_loops_once_together_and_agree(tmp_path, one_thread):
     """Two processes start on a machine with no build yet (two Ray workers' first NRU trials): both
     get the compiled loops (one builds, the other waits for it), and their numbers are the in-process
-    loops'. A third process then loads the finished library without building."""
+    loops'. A third process then loads the finished library without torch's builder."""
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
     env.pop("MEMSWEEP_NRU_STEPS", None)
     outs = [tmp_path / f"{i}.pt" for i in range(3)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", FIRST_BUILD, str(o)], env=env, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", FIRST_BUILD, str(o)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for o in outs[:2]
     ]
     for p in procs:
-        assert p.wait(timeout=600) == 0, p.stderr.read() if p.stderr else ""
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
     (built,) = (tmp_path / "ext").glob("memsweep_nru_*/built")
+    # the object was compiled once: the second process waited on the builder's lock and found it built
+    assert (built.parent / ".ninja_log").read_text().count("nru_scan.o") == 1
     so = next(built.parent.glob("*.so"))
     mtime = so.stat().st_mtime_ns
     third = subprocess.run(
@@ -351,7 +379,8 @@ def test_processes_that_find_no_build_build_the_loops_once_together_and_agree(tm
         timeout=300,
     )
     assert third.returncode == 0, third.stderr
-    assert so.stat().st_mtime_ns == mtime  # loaded, not built again
+    assert "builder imported: False" in third.stdout  # loaded as a library: torch's builder not even imported
+    assert so.stat().st_mtime_ns == mtime
     ours = nru_run(NRUConfig(), T=30, N=7)
     for out in outs:
         assert all(torch.equal(a, b) for a, b in zip(ours, torch.load(out), strict=True))
