@@ -350,9 +350,9 @@ class NRUScan(torch.autograd.Function):
         nrm = nrm.view(T, B, 2 * k)
         # ∂V = (c/n) dm − ⟨dm, V⟩ κ U with κ = (c/n) / n⁵, and κ = 0 where n = ε (the norm is a
         # constant there): a select, not a product with the mask — ε⁵ underflows in float32, κ = ∞.
-        # Known limit: for ε < n ≲ 4e-7·(c/n·n)^⅙ (a head whose entries are all ~1e-7 or smaller) κ still
-        # overflows in float32 where autograd through F.normalize stays finite; forming κU as (c/n)(V/n)⁴/n
-        # would fix it at the cost of every NRU trial's rounding (a TRAINER_VERSION), not done
+        # Known limit: κ still overflows float32 where ε < n and n⁵ < (c/n) / 3.4e38 (a head whose
+        # entries are all about 1e-7 or smaller), where autograd through F.normalize stays finite.
+        # Forming κU as (c/n)(V/n)⁴/n would fix it, at the cost of every NRU trial's rounding: not done
         kappa = torch.where(nrm > NORM_EPS, coef.view(T, B, 2 * k) / nrm.pow(5), 0.0)
         gab = sign / nrm  # ∂(α̃, β̃) = ⟨dm, V⟩ (±r / n) ρ'
         if use_relu:
