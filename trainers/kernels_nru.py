@@ -207,10 +207,11 @@ def _build(where: Path) -> None:
         from torch.utils.cpp_extension import load
 
         where.mkdir(parents=True, exist_ok=True)
+        text = SOURCE.read_bytes()
         source = where / SOURCE.name  # a copy at a path of its own: every checkout builds the same command
-        if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
+        if not source.exists() or source.read_bytes() != text:
             part = where / f"{SOURCE.name}.{os.getpid()}"
-            part.write_bytes(SOURCE.read_bytes())
+            part.write_bytes(text)
             part.replace(source)
         load(
             where.name,
