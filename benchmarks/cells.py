@@ -38,6 +38,7 @@ from torch import nn
 from trainers.cells import get_cell, list_cells
 from trainers.loop import configure_process
 from trainers.model import SequenceModel
+from trainers.numerics import default_mode
 from trainers.tasks import get_task
 
 N, B, T, D, OUT = 100, 16, 500, 10, 9
@@ -151,7 +152,9 @@ def main() -> None:
         if args.fused_only:
             fused_figures(selected, args.fused_steps, args.fused_rounds)
             return
-    configure_process(torch.device("cpu"), args.threads)  # as the trainers set a CPU process up
+    configure_process(
+        torch.device("cpu"), args.threads, default_mode()
+    )  # as the trainers set a CPU process up
     g = torch.Generator().manual_seed(0)
     x = torch.rand(T, B, D, generator=g)
     y = torch.randint(0, OUT, (T, B), generator=g)

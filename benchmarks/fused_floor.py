@@ -46,6 +46,7 @@ from fused import grid, shapes, synthetic_mnist  # benchmarks/fused.py (run as a
 
 from trainers.config import resolve
 from trainers.loop import configure_process
+from trainers.numerics import default_mode
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
@@ -227,7 +228,7 @@ def main() -> None:
     ap.add_argument("--cell", default="rnn", help="a fused cell (trainers.fused_cells.FUSED_CELLS)")
     ap.add_argument("--hidden", type=int, help="N instead of the shape's (e.g. 32 at the copy shape)")
     args = ap.parse_args()
-    configure_process(torch.device("cpu"), 1)  # as the trainers set a CPU process up
+    configure_process(torch.device("cpu"), 1, default_mode())  # as the trainers set a CPU process up
     base, T = shapes(synthetic_mnist(Path(tempfile.mkdtemp(prefix="memsweep-floor-"))))[args.shape]
     if args.hidden:
         base = {**base, "hidden": args.hidden}

@@ -22,6 +22,7 @@ from torch import nn
 from trainers.cells.rnn import RNNCell, RNNConfig
 from trainers.loop import configure_process
 from trainers.model import SequenceModel
+from trainers.numerics import default_mode
 
 # label: (hidden N, steps T, input d, outputs, loss on the last step only)
 SHAPES = {
@@ -64,7 +65,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    configure_process(torch.device("cpu"), args.threads)  # as the trainers set a CPU process up
+    configure_process(
+        torch.device("cpu"), args.threads, default_mode()
+    )  # as the trainers set a CPU process up
     print(
         f"torch {torch.__version__}, CPU, {args.threads} thread(s), median of {args.reps} iterations, B=16\n"
     )

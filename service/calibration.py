@@ -89,13 +89,9 @@ def describe_shape(shape: Mapping[str, Any]) -> str:
 
 def node_type(gpu: bool) -> str:
     """This machine as a calibration's cache knows it: CPU model × logical CPUs (+ the GPU)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    kind = f"{cpu} ×{os.cpu_count()}"
+    from trainers.numerics import cpu_model
+
+    kind = f"{cpu_model()} ×{os.cpu_count()}"
     if gpu:
         import torch
 
@@ -289,6 +285,7 @@ def run_on_ray(
     import ray
 
     from service.ray_tune import ensure_ray
+    from trainers.numerics import environment as numerics_environment
 
     ensure_ray(settings)
     task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(calibrate)
@@ -298,7 +295,9 @@ def run_on_ray(
     while todo or running:
         while todo and len(running) < max(slots, 1):
             probe = todo.pop(0)
-            running[task.remote(probe, gpus > 0)] = probe
+            # a worker process computes with one numerics mode: each mode's probes get workers of their own
+            env = {"env_vars": numerics_environment(probe.members[0].config.numerics)}
+            running[task.options(runtime_env=env).remote(probe, gpus > 0)] = probe
         done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not done:
             break

@@ -118,6 +118,8 @@ class Trial(Base):
     history: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
     device: Mapped[str | None] = mapped_column(String(32), default=None)
     node: Mapped[str | None] = mapped_column(String(128), default=None)
+    # where its numbers came from: numerics mode, CPU, capability, MKL, torch (trainers.numerics)
+    provenance: Mapped[dict[str, str] | None] = mapped_column(JSON, default=None)
     # the trained W and V (float32 .npz), from which MLflow's recurrent_matrix.json can be rebuilt
     matrices: Mapped[bytes | None] = mapped_column(LargeBinary, default=None, deferred=True)
     # bookkeeping

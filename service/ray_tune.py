@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import statistics
@@ -29,6 +30,8 @@ from service.packing import bundle
 from service.search import point_trials, suggested_point
 from service.settings import Settings
 from service.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
+from trainers.numerics import NumericsError
+from trainers.numerics import use as use_numerics
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +158,10 @@ def run_unit(config: dict[str, Any]) -> None:
     if not todo:  # every member was already finished: the searcher still needs the objective
         tune.report({"objective": statistics.fmean(objectives) if objectives else 0.0, "events": []})
         return
+    # this worker process computes with the study's numerics mode from before its first computation
+    # (the baselines below build tasks); a process that cannot fails each member with the reason
+    with contextlib.suppress(NumericsError):
+        use_numerics(todo[0].resolved.config.numerics)
     baselines = [_baseline(m.resolved) for m in todo]
     node = node_name()
 

@@ -84,8 +84,15 @@ def first_point(model: Model) -> dict[str, Any]:
 def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
-    their first value — names, types, ranges, and what the task itself checks (`check_trials`)."""
+    their first value — names, types, ranges, and what the task itself checks (`check_trials`) — and
+    that every trial of the study computes with one numerics mode (its Ray workers run one)."""
+    modes: dict[str, str] = {}
     for model in space.models:
+        if "numerics" in model.dims:
+            raise StudyError(
+                f"model {model.name!r}: numerics is one mode per study, not a dimension; run one study per "
+                "mode (`numerics: portable` or `numerics: native`) and compare them"
+            )
         first = first_point(model)
         points = [first]
         for key, dim in model.dims.items():
@@ -93,12 +100,20 @@ def check_space(space: SearchSpace) -> None:
             points += [{**first, key: value} for value in ends]
         for point in points:
             try:
-                check_trials(point_trials(space, model, point, {}))
+                trials = point_trials(space, model, point, {})
+                check_trials(trials)
             except (ValueError, KeyError) as exc:
                 where = ", ".join(f"{k}={v!r}" for k, v in point.items() if k in model.dims)
                 raise StudyError(
                     f"model {model.name!r}" + (f" at {where}" if where else "") + f": {exc}"
                 ) from None
+            modes.update((t.resolved.config.numerics, model.name) for t in trials)
+    if len(modes) > 1:
+        raise StudyError(
+            "every trial of a study computes with one numerics mode, but "
+            + ", ".join(f"model {m!r} asks {mode!r}" for mode, m in sorted(modes.items()))
+            + ": set `numerics` on the study, not per model"
+        )
 
 
 def check_trials(trials: Iterable[TrialSpec]) -> None:

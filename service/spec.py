@@ -115,6 +115,12 @@ class StudySpec(BaseModel):
         ge=1,
         description="members per fused bundle at most; default: from the shapes, the memory and concurrency",
     )
+    numerics: Literal["portable", "native"] | None = Field(
+        default=None,
+        description="which CPU kernels compute every trial's numbers (trainers/numerics.py): portable, the "
+        "same numbers on any x86-64 CPU with AVX2 (the default), or native, this CPU's fastest; one mode "
+        "per study, part of each trial's identity",
+    )
     success_fraction: float | None = Field(
         default=None,
         gt=0,
@@ -232,7 +238,8 @@ class StudySpec(BaseModel):
             description=description,
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
-        return space.with_overrides(base=self.base, seeds=self.seeds, dims=dims or None, models=self.models)
+        base = {**self.base, **({"numerics": self.numerics} if self.numerics else {})}
+        return space.with_overrides(base=base, seeds=self.seeds, dims=dims or None, models=self.models)
 
 
 def _non_finite(value: Any, path: str) -> str | None:

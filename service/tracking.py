@@ -493,6 +493,7 @@ class Tracker:
         ]
         tags = [RunTag("memsweep.status", trial.status)]
         tags += [RunTag(f"memsweep.{k}", v) for k, v in (("node", trial.node), ("device", trial.device)) if v]
+        tags += [RunTag(f"memsweep.provenance.{k}", str(v)) for k, v in (trial.provenance or {}).items()]
         if trial.reason:
             tags.append(RunTag("memsweep.reason", trial.reason[:4000]))
         for batch in batches([Param(k, v) for k, v in params.items()], metrics, tags):

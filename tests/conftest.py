@@ -5,10 +5,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainers import numerics
 from trainers.tasks.har2 import CHANNELS, DATASET_DIR
 from trainers.tasks.mnist_files import RAW_FILES, raw_dir, write_idx
 from trainers.tasks.ptb import FILES as PTB_FILES
 from trainers.tasks.ptb import FOLDER as PTB_FOLDER
+
+# The test process computes with one numerics mode from its start ($MEMSWEEP_NUMERICS, else portable):
+# MKL and ATen fix their kernels at their first use. CI runs the numerics tests under each mode.
+numerics.use(numerics.default_mode())
 
 
 def make_tiny_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> Path:

@@ -35,6 +35,7 @@ SHORTCUTS = {
     "eval_every": "eval_every",
     "device": "device",
     "threads": "threads",
+    "numerics": "numerics",
 }
 
 
@@ -63,6 +64,11 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--threads", help="intra-op CPU threads (default 1)")
+    p.add_argument(
+        "--numerics",
+        help="portable (default: the same numbers on any x86-64 CPU with AVX2) | native (this CPU's fastest "
+        "kernels); the default is $MEMSWEEP_NUMERICS when set",
+    )
     p.add_argument(
         "--set",
         action="append",

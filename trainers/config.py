@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainers.cells import CELLS, Cell
+from trainers.numerics import MODES, default_mode
 from trainers.params import ConfigError, build, field_names
 from trainers.tasks import TASKS, Task
 
@@ -36,7 +37,11 @@ from trainers.tasks import TASKS, Task
 #: 6: nru with ReLU heads (`use_relu`): where a head's ρ(p qᵀ) is all zero (n = ε) its ∂V has no norm
 #:    term, as in autograd's F.normalize, instead of NaN (ε⁵ underflowed in float32). Every other
 #:    config computes what it computed under 5, bit for bit.
-TRAINER_VERSION = "6"
+#: 7: a numerics mode per trial (`numerics`, trainers/numerics.py): MKL's strict reproducibility always,
+#:    and by default the portable mode (MKL's COMPATIBLE branch, ATen's AVX2 kernels), whose numbers are
+#:    the same on any x86-64 CPU with AVX2; `numerics=native` is the CPU's own kernels, as before but
+#:    alignment-independent.
+TRAINER_VERSION = "7"
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class TrainConfig:
     # Not the papers' protocol (Keras trains on): a finite loss above this × the baseline fails the
     # trial. An opt-in for exploratory sweeps; None (default): only a non-finite loss fails a trial.
     divergence_guard: float | None = None
+    # which CPU kernels compute the numbers (trainers/numerics.py): portable (the same numbers on any
+    # x86-64 CPU with AVX2) or native (this CPU's fastest); part of the trial's identity
+    numerics: str = field(default_factory=default_mode)
     # execution (not part of the result's identity beyond reproducibility)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 1  # intra-op threads on CPU; 1 is fastest for small RNNs (benchmarks/)
@@ -139,6 +147,11 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
             raise ConfigError(f"{name} = {value} must be a positive integer, or none")
     if cfg.lr <= 0:
         raise ConfigError(f"lr = {cfg.lr} must be positive")
+    if cfg.numerics not in MODES:
+        raise ConfigError(
+            f"numerics = {cfg.numerics!r} is not a numerics mode; valid: {', '.join(MODES)} "
+            "(portable: the same numbers on any x86-64 CPU with AVX2; native: this CPU's fastest kernels)"
+        )
     full = dataclasses.replace(
         cfg, task_params=dataclasses.asdict(task_cfg), cell_params=dataclasses.asdict(cell_cfg)
     )

@@ -50,6 +50,7 @@ from trainers.loop import (
     configure_process,
     fail,
     keep_network,
+    record_device,
     record_task,
     resolve_device,
     training_batches,
@@ -71,6 +72,7 @@ SHARED_FIELDS = (
     "eval_batch_size",
     "device",
     "threads",
+    "numerics",
 )
 
 FusedReport = Callable[[int, Evaluation], Any]
@@ -368,7 +370,7 @@ def _members(
     """Each member's task (one per seed), model and schedule watch, as `train` makes them."""
     cfg = resolved[0].config  # shared fields only
     device = resolve_device(cfg.device)
-    configure_process(device, cfg.threads)
+    configure_process(device, cfg.threads, cfg.numerics)
     data: dict[int, _Data] = {}
     members = []
     for i, (r, result) in enumerate(zip(resolved, results, strict=True)):
@@ -380,7 +382,7 @@ def _members(
                 data[c.seed] = _Data(task, task.val_split())
             task = data[c.seed].task
             record_task(result, task)
-            result.device = str(device)
+            record_device(result, device)
             model = build_model(r, task).to(device)
             result.param_count = count_params(model)
         except Exception as exc:

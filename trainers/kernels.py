@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from trainers.numerics import batched_gemm_rounds_as_single
+
 ACTIVATIONS = ("elu", "relu", "tanh")
 
 
@@ -260,6 +262,28 @@ def project_members(
     return xp
 
 
+def member_gemms(like: torch.Tensor) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
+    """(baddbmm, bmm) for a fused scan's per-step products over K members: torch's batched GEMMs where
+    they round each member as its solo addmm / mm (`trainers.numerics.batched_gemm_rounds_as_single`;
+    always on a GPU, where bit equality is not promised), else one addmm / mm per member: the solo
+    op itself, on the member's slices (MKL's STRICT mode makes a GEMM independent of alignment)."""
+    if like.device.type != "cpu" or batched_gemm_rounds_as_single():
+        return torch.baddbmm, torch.bmm
+    return _addmm_each, _mm_each
+
+
+def _addmm_each(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    for ck, ak, bk, ok in zip(c.unbind(0), a.unbind(0), b.unbind(0), out.unbind(0), strict=True):
+        torch.addmm(ck, ak, bk, out=ok)
+    return out
+
+
+def _mm_each(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    for ak, bk, ok in zip(a.unbind(0), b.unbind(0), out.unbind(0), strict=True):
+        torch.mm(ak, bk, out=ok)
+    return out
+
+
 class FusedElmanScan(torch.autograd.Function):
     """`ElmanScan` for K independent networks at once (a fused trial bundle, `trainers.fused`).
 
@@ -301,7 +325,7 @@ class FusedElmanScan(torch.autograd.Function):
         # every view the loop touches, made up front (indexing in the loop cost ~15 % of the step)
         xps, states, steps = xp.unbind(1), hs.unbind(1), step.unbind(0)
         acts = _member_acts(nonlinearity, steps, scratch)  # f in place on steps[0] or steps[1]
-        baddbmm = torch.baddbmm
+        baddbmm, _ = member_gemms(h0)
         h = h0
         for t in range(T):
             baddbmm(xps[t], h, wt, out=steps[t & 1])  # a_t = xp_t + h_{t−1} Wᵀ, per member
@@ -329,7 +353,7 @@ class FusedElmanScan(torch.autograd.Function):
             grad_hs = torch.stack(grads_k, out=ws.get("grad_hs", (K, T, B, N), hs))
             dh = grad_hs[:, T - 1]
         states, grads_a, dhs = hs.unbind(1), grad_a.unbind(1), dh_buf.unbind(0)
-        nonlinearity, bmm, baddbmm = ctx.nonlinearity, torch.bmm, torch.baddbmm
+        nonlinearity, (baddbmm, bmm) = ctx.nonlinearity, member_gemms(hs)
         g_prev = grad_hs.unbind(1) if grad_hs is not None else None
         for t in range(T - 1, 0, -1):
             ga = _act_grad(states[t + 1], nonlinearity, out=grads_a[t]).mul_(dh)  # step by step: in cache
@@ -344,7 +368,7 @@ class FusedElmanScan(torch.autograd.Function):
         grad_w = torch.stack([g[0] for g in per_member])
         grad_in = torch.stack([g[1] for g in per_member if g[1] is not None])
         grad_b = torch.stack([g[2] for g in per_member if g[2] is not None]) if ctx.has_bias else None
-        grad_h0 = torch.bmm(grad_a[:, 0], w) if ctx.needs_input_grad[0] else None
+        grad_h0 = bmm(grad_a[:, 0], w, out=torch.empty_like(dh)) if ctx.needs_input_grad[0] else None
         return (grad_h0, grad_in, grad_w, grad_b, None, None, None, *([None] * len(xs)))
 
 

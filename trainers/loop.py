@@ -24,6 +24,8 @@ import torch
 
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.model import SequenceModel, build_model, count_params
+from trainers.numerics import provenance
+from trainers.numerics import use as use_numerics
 from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.seeding import derive_seed, generator
@@ -54,10 +56,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def configure_process(device: torch.device, threads: int) -> None:
+def configure_process(device: torch.device, threads: int, numerics: str) -> None:
     """What a training process sets before its first step (`train`, `train_fused`, the benchmarks):
-    torch's thread count and, on the CPU, denormals flushed to zero (denormals in decaying states
-    cost 5–25×) and freed memory kept for reuse (`keep_freed_memory`). None of these moves a number."""
+    its numerics mode (`trainers.numerics.use`: which CPU kernels compute the numbers; NumericsError
+    when the process already computes with another), torch's thread count and, on the CPU, denormals
+    flushed to zero (denormals in decaying states cost 5–25×) and freed memory kept for reuse
+    (`keep_freed_memory`). Only the numerics mode moves a number."""
+    use_numerics(numerics)
     torch.set_num_threads(threads)
     if device.type == "cpu":
         torch.set_flush_denormal(True)
@@ -168,6 +173,12 @@ def record_task(result: TrialResult, task: Task) -> None:
     result.reference_baselines = dict(task.reference_baselines)
 
 
+def record_device(result: TrialResult, device: torch.device) -> None:
+    """What a result records of where it trained: the device, and where its numbers came from."""
+    result.device = str(device)
+    result.provenance = provenance(device)
+
+
 def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | None) -> None:
     """The trained W and V in the result, with their analyses: the Henrici index d(W) and the weight
     profile (Orhan & Pitkow §3.2, Figs. 5-6: "a unit pulse of input" at t = 0, through the trained
@@ -188,8 +199,8 @@ def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | 
 def _run(resolved: Resolved, task: Task, result: TrialResult, report: Report | None, started: float) -> None:
     cfg = resolved.config
     device = resolve_device(cfg.device)
-    result.device = str(device)
-    configure_process(device, cfg.threads)
+    configure_process(device, cfg.threads, cfg.numerics)
+    record_device(result, device)
     torch.manual_seed(derive_seed(cfg.seed, "torch"))  # anything that still uses the global RNG
 
     model = build_model(resolved, task).to(device)

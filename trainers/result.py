@@ -76,6 +76,8 @@ class TrialResult:
     profile: list[float] | None = None  # weight profile over i − j of the trained W (Orhan Figs. 5-6)
     history: list[Evaluation] = field(default_factory=list)
     device: str | None = None  # what it trained on: cpu, cuda:0, …
+    # where its numbers came from: numerics mode, CPU and ATen capability, MKL, torch (trainers.numerics)
+    provenance: dict[str, str] | None = None
     node: str | None = None  # where it trained: the Ray node (set by the service's worker)
     recurrent_matrix: torch.Tensor | None = None  # the trained W [N, N] (not in `to_dict`)
     input_matrix: torch.Tensor | None = None  # the trained V [N, d] (not in `to_dict`)

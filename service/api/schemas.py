@@ -215,6 +215,11 @@ class TrialPublic(BaseModel):
     )
     device: str | None = Field(description="what it trained on: cpu, cuda:0, …")
     node: str | None = Field(description="the Ray node it trained on")
+    provenance: dict[str, str] | None = Field(
+        default=None,
+        description="where its numbers came from: numerics mode, CPU model and ATen capability, MKL's "
+        "version and reproducibility setting, oneDNN's ISA limit, torch (and the GPU and CUDA)",
+    )
     runs: int = Field(description="times the trial was started (1 for a trial run once, 0 when reused)")
     reused_from: int | None = Field(description="the trial whose finished result this one reuses")
     mlflow_run_id: str | None

@@ -7,6 +7,7 @@ import torch
 
 from trainers import HALF_BASELINE, Criterion, resolve, train
 from trainers.loop import configure_process, keep_freed_memory
+from trainers.numerics import default_mode
 from trainers.tasks.addition import AdditionTask
 
 TINY = {"task": "addition", "hidden": 8, "task_params": {"seq_len": 12, "n_train": 64, "n_val": 32}}
@@ -139,7 +140,7 @@ def test_a_cpu_process_reuses_freed_memory_instead_of_mapping_fresh_pages():
     default maps every block above 32 MB fresh (10,240 page faults each, 204,800 in all); from the
     heap, at most the first one or two grow it."""
     resource = pytest.importorskip("resource")
-    configure_process(torch.device("cpu"), torch.get_num_threads())
+    configure_process(torch.device("cpu"), torch.get_num_threads(), default_mode())
     assert keep_freed_memory()  # glibc (Linux, where CI runs): mallopt took both settings
     numel = 10 * 2**20  # 40 MB of float32
     torch.ones(numel).sum()

@@ -27,7 +27,15 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import glorot_uniform, random_orthogonal
-from trainers.kernels import ACTIVATIONS, Workspace, _act_, _act_grad, _member_acts, project_members
+from trainers.kernels import (
+    ACTIVATIONS,
+    Workspace,
+    _act_,
+    _act_grad,
+    _member_acts,
+    member_gemms,
+    project_members,
+)
 
 
 class ScalarGates(nn.Module):
@@ -82,12 +90,14 @@ class FastRNNScan(torch.autograd.Function):
         av, bv = float(a), float(b)
         zs = torch.empty_like(xp)  # z_t = f(pre_t), the inner cell's output
         us = torch.empty_like(xp)  # u_t = h_t / a
-        wt = w.t()
         u = xp.new_zeros(xp.shape[1:])  # u_{−1} = h_{−1} / a = 0
+        # a·W formed once, not as addmm's alpha: where MKL applies alpha (to an operand, or to the
+        # product) depends on its code path, and a fused bundle must round as this loop does
+        wat = torch.mul(w, av).t()
         for xp_t, z_t, u_t in zip(
             xp.unbind(0), zs.unbind(0), us.unbind(0), strict=True
         ):  # views, unbound once
-            torch.addmm(xp_t, u, wt, alpha=av, out=z_t)  # pre_t = xp_t + h_{t−1} Wᵀ
+            torch.addmm(xp_t, u, wat, out=z_t)  # pre_t = xp_t + a·u_{t−1} Wᵀ
             _act_(z_t, nonlinearity)  # z_t = f(pre_t), in place
             u = torch.add(z_t, u, alpha=bv, out=u_t)  # u_t = z_t + β u_{t−1}
         ctx.nonlinearity = nonlinearity
@@ -109,7 +119,8 @@ class FastRNNScan(torch.autograd.Function):
         es[T - 1].copy_(gh[T - 1])
         for t in range(T - 1, 0, -1):
             torch.mul(es[t], fs[t], out=gs[t])
-            torch.addmm(es[t], gs[t], w, beta=bv, out=es[t - 1])  # β e_t + ∂pre_t W
+            torch.mul(es[t], bv, out=es[t - 1])  # β e_t (not addmm's beta: see forward's a·W)
+            torch.addmm(es[t - 1], gs[t], w, out=es[t - 1])  # + ∂pre_t W
             if not only_last:
                 es[t - 1].add_(gh[t - 1])  # + g_{t−1}
         torch.mul(es[0], fs[0], out=gs[0])
@@ -150,9 +161,10 @@ class FusedFastRNNScan(torch.autograd.Function):
     `last` only h_T [B, N]. Each member's numbers are its solo `fast_rnn`'s:
     - the input projection is written per member straight into its block (`project_members`), and
       its gradients are the ones autograd takes through the solo `input_projection` (`_projection_grads`);
-    - MKL applies addmm's alpha to its B operand and its beta to C before the product, so
-      `addmm(xp, u, Wᵀ, alpha=a)` is `baddbmm(xp, u, (aW)ᵀ)` and `addmm(e, g, W, beta=β)` is
-      `baddbmm(β·e, g, W)`, per member, for the shapes where a batched GEMM runs addmm's kernel;
+    - the solo loop scales W by a and e by β itself (not through addmm's alpha and beta, which MKL
+      applies in different places on different code paths), so its `addmm(xp, u, (aW)ᵀ)` is
+      `baddbmm(xp, u, (aW)ᵀ)` and `addmm(β·e, g, W)` is `baddbmm(β·e, g, W)`, per member, for the
+      shapes where a batched GEMM runs addmm's kernel;
     - `add(z, u, alpha=β)` rounds as `addcmul(z, u, β)` with β a per-row scalar, and f splits each
       member's elements between torch's vectorised and scalar paths as a solo call does.
     Per step: baddbmm, f, a copy and addcmul forward; mul, mul, baddbmm and a copy (and an add for a
@@ -186,7 +198,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         scratch = ws.get("scratch", (K, B, N), xp)
         (act,) = _member_acts(nonlinearity, [step], scratch)
         xps, z_t, u_t = xp.unbind(1), zs.unbind(1), us.unbind(1)  # views made once
-        baddbmm, addcmul = torch.baddbmm, torch.addcmul
+        (baddbmm, _), addcmul = member_gemms(xp), torch.addcmul
         u = ws.get("u0", (K, B, N), xp).zero_()  # u_{−1} = 0
         for t in range(T):
             baddbmm(xps[t], u, wat, out=step)  # pre_t = xp_t + a·u_{t−1} Wᵀ
@@ -222,7 +234,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         es, gs, fs = e.unbind(1), grad_pre.unbind(1), fprime_a.unbind(1)
         g_prev = gh.unbind(1) if gh is not None else None
         dh_buf = ws.get("dh", (2, K, B, N), w).unbind(0)
-        mul, baddbmm = torch.mul, torch.baddbmm
+        mul, (baddbmm, _) = torch.mul, member_gemms(w)
         for t in range(T - 1, 0, -1):
             mul(es[t], fs[t], out=gs[t])  # ∂pre_t = a f'_t ⊙ e_t
             dh = mul(es[t], bcol, out=dh_buf[t & 1])  # β e_t

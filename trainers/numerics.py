@@ -1,0 +1,249 @@
+"""A trial's numerics mode: which CPU kernels compute its numbers, fixed for the whole process before
+its first computation, and the record of where a result's numbers came from (`provenance`).
+
+A float32 result on the CPU depends on the kernels that ran, not only on the config and the seed:
+
+- MKL's GEMMs (every matmul): MKL picks a code path per CPU (its "branch"), and without its strict
+  reproducibility mode its rounding also depends on the memory alignment of the operands, so a bundle
+  member's slice of a stacked tensor and a solo run's fresh tensor could round differently (seen on an
+  Intel Xeon with AVX-512: 22 bundle-against-solo tests failed in the last bits);
+- ATen's vectorised elementwise loops and reductions (tanh, exp, sums): 8 floats a vector with AVX2,
+  16 with AVX-512, so the split between vector body and scalar tail, and a sum's order, move;
+- oneDNN (the `lstm` cell's kernel): its own ISA choice.
+
+A mode fixes all three for a process (`use`):
+
+- ``portable`` (the default): MKL's COMPATIBLE branch in strict mode, ATen's AVX2 kernels and oneDNN
+  at most AVX2. The same trial gives the same numbers on any x86-64 CPU with AVX2, Intel or AMD.
+  MKL's named AVX2 branch would be faster but is Intel-only: on an AMD CPU MKL answers "unsupported
+  branch" and falls back to its automatic choice, so COMPATIBLE is the one branch that holds across
+  vendors (MKL's documentation says so). Its cost: `benchmarks/numerics.py`, quoted in the README.
+- ``native``: MKL's automatic branch in strict mode and the CPU's widest kernels. The same trial gives
+  the same numbers on the same kind of machine, and no more; it is the fastest.
+
+In both, MKL's STRICT mode makes every GEMM independent of its operands' alignment, so a bundle member
+equals its solo run bit for bit on any CPU (tests/trainers/test_numerics.py). On a GPU the mode fixes
+only the CPU side (data, evaluation sums on the host): cuBLAS and cuDNN rounding depends on the card.
+
+MKL reads its setting at its first call and ATen its capability at its first dispatch, so a process
+runs one mode: `use` applies it before the first computation, and refuses (NumericsError) a mode
+other than the one the process already computes with. Trials of different modes therefore train in
+different processes (the service runs one mode per study). A trial names its mode in its config
+(`TrainConfig.numerics`, part of its hash); one that names none takes ``MEMSWEEP_NUMERICS``, else
+``portable``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+#: the environment variable that names the mode of a trial that names none
+ENV = "MEMSWEEP_NUMERICS"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a numerics mode sets: MKL's branch (MKL_CBWR), ATen's capability and oneDNN's ISA limit
+    (None: the CPU's own)."""
+
+    name: str
+    mkl_branch: str  # MKL_CBWR's branch, always with STRICT
+    aten_capability: str | None  # ATEN_CPU_CAPABILITY's value (torch then reports it upper-case)
+    onednn_isa: str | None  # ONEDNN_MAX_CPU_ISA's value
+    description: str
+
+
+MODES = {
+    "portable": Mode(
+        "portable", "COMPATIBLE", "avx2", "AVX2",
+        "the same numbers on any x86-64 CPU with AVX2 (MKL COMPATIBLE,STRICT; ATen and oneDNN at AVX2)",
+    ),
+    "native": Mode(
+        "native", "AUTO", None, None,
+        "the same numbers on the same kind of machine; this CPU's fastest kernels (MKL AUTO,STRICT)",
+    ),
+}  # fmt: skip
+DEFAULT = "portable"
+
+
+class NumericsError(RuntimeError):
+    """A mode this process cannot compute with: another mode already ran here, or the CPU lacks it."""
+
+
+def default_mode() -> str:
+    """The mode of a trial that names none: $MEMSWEEP_NUMERICS, else ``portable``."""
+    return os.environ.get(ENV) or DEFAULT
+
+
+def environment(name: str) -> dict[str, str]:
+    """The environment a new process needs to compute with mode `name` from its start (what `use`
+    sets; a Ray worker's runtime environment, so that workers of different modes are never shared)."""
+    mode = MODES[name]
+    env = {ENV: name, "MKL_CBWR": f"{mode.mkl_branch},STRICT"}
+    if mode.aten_capability is not None:
+        env["ATEN_CPU_CAPABILITY"] = mode.aten_capability
+    if mode.onednn_isa is not None:
+        env["ONEDNN_MAX_CPU_ISA"] = mode.onednn_isa
+    return env
+
+
+# ----- MKL's conditional numerical reproducibility (mkl_cbwr.h), reached in torch's own library -----
+
+_CBWR_ALL, _CBWR_STRICT = -1, 0x10000  # mkl_cbwr_get(MKL_CBWR_ALL); the STRICT bit
+_CBWR_BRANCHES = {"OFF": 1, "AUTO": 2, "COMPATIBLE": 3, "AVX2": 10, "AVX512": 12}
+_CBWR_ERRORS = {-1: "invalid settings", -2: "invalid input", -3: "unsupported branch on this CPU",
+                -4: "unknown branch", -8: "MKL already ran in this process"}  # fmt: skip
+
+
+@functools.cache
+def _mkl() -> ctypes.CDLL | None:
+    """torch's CPU library when it carries MKL's service functions (x86-64 builds), else None."""
+    if not torch.backends.mkl.is_available():  # type: ignore[no-untyped-call]
+        return None
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        lib.mkl_serv_cbwr_get.argtypes = [ctypes.c_int]
+        lib.mkl_serv_cbwr_set.argtypes = [ctypes.c_int]
+        lib.MKL_Get_Version_String.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    except (OSError, AttributeError):
+        return None
+    return lib
+
+
+def mkl_cbwr() -> str | None:
+    """MKL's reproducibility setting now, as MKL_CBWR spells it ("COMPATIBLE,STRICT"); None without MKL."""
+    lib = _mkl()
+    if lib is None:
+        return None
+    value = lib.mkl_serv_cbwr_get(_CBWR_ALL)
+    names = {v: k for k, v in _CBWR_BRANCHES.items()}
+    branch = names.get(value & 0xFFFF, f"branch {value & 0xFFFF}")
+    return f"{branch},STRICT" if value & _CBWR_STRICT else branch
+
+
+def mkl_version() -> str | None:
+    lib = _mkl()
+    if lib is None:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    lib.MKL_Get_Version_String(buf, len(buf))
+    text = buf.value.decode(
+        errors="replace"
+    )  # "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product …"
+    return text.split("Version ", 1)[-1].split("-", 1)[0] if "Version " in text else text
+
+
+def batched_gemm_rounds_as_single() -> bool:
+    """Whether MKL's batched GEMM (torch's bmm and baddbmm on the CPU) rounds each matrix of the batch
+    as a single GEMM (mm, addmm) of that matrix does, so that a fused bundle may run its members'
+    products in one call. Under the AUTO branch it does (every shape measured, on AMD and Intel CPUs,
+    with STRICT); under COMPATIBLE it does not (most shapes whose N is not a multiple of 32 differ in
+    the last bits, even a batch of one), so bundles of the portable mode run one GEMM per member."""
+    return not (mkl_cbwr() or "").startswith("COMPATIBLE")
+
+
+def _set_mkl(mode: Mode) -> None:
+    wanted = f"{mode.mkl_branch},STRICT"
+    os.environ["MKL_CBWR"] = wanted  # for this process's children too; set() below wins over it here
+    lib = _mkl()
+    if lib is None:
+        return
+    code = lib.mkl_serv_cbwr_set(_CBWR_BRANCHES[mode.mkl_branch] | _CBWR_STRICT)
+    if code == 0 or mkl_cbwr() == wanted:
+        return
+    raise NumericsError(
+        f"numerics {mode.name!r} needs MKL_CBWR={wanted}, but MKL answered "
+        f"{_CBWR_ERRORS.get(code, code)!r} (it computes with {mkl_cbwr()}): "
+        + ("a process computes with one numerics mode; train this trial in a new process"
+           if code == -8 else "this CPU cannot run this mode; use numerics=native")
+    )  # fmt: skip
+
+
+# ----- the process's mode -------------------------------------------------------------------------
+
+_current: str | None = None  # the mode this process computes with, once `use` applied one
+
+
+def current() -> str | None:
+    """The mode this process computes with (None before the first `use`)."""
+    return _current
+
+
+def use(name: str) -> None:
+    """Compute with mode `name` in this process from now on; NumericsError when it cannot (another
+    mode already ran here, or this CPU cannot run it). Cheap after the first call."""
+    global _current
+    if name not in MODES:
+        raise NumericsError(f"unknown numerics mode {name!r}; valid: {', '.join(MODES)}")
+    mode = MODES[name]
+    if _current == name:
+        return
+    if _current is not None:
+        raise NumericsError(
+            f"this process computes with numerics {_current!r}; a trial with numerics {name!r} must train "
+            "in a new process (MKL and ATen fix their kernels at their first use)"
+        )
+    if mode.aten_capability is not None and platform.machine().lower() not in ("x86_64", "amd64"):
+        raise NumericsError(
+            f"numerics {name!r} is defined for x86-64 CPUs with AVX2; this machine is {platform.machine()}: "
+            "use numerics=native (set it per trial, or MEMSWEEP_NUMERICS=native)"
+        )
+    for var, value in (
+        ("ATEN_CPU_CAPABILITY", mode.aten_capability),
+        ("ONEDNN_MAX_CPU_ISA", mode.onednn_isa),
+    ):
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+    _set_mkl(mode)
+    capability = torch.backends.cpu.get_cpu_capability()  # fixed from here on
+    if mode.aten_capability is not None and capability != mode.aten_capability.upper():
+        raise NumericsError(
+            f"numerics {name!r} needs ATen's {mode.aten_capability.upper()} kernels, but this process "
+            f"computes with {capability} ("
+            + ("this CPU lacks AVX2" if capability == "DEFAULT" else "torch computed here before")
+            + "): use numerics=native, or train this trial in a new process"
+        )
+    _current = name
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it ("AMD EPYC", "Intel(R) Xeon(R) …")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(device: torch.device) -> dict[str, str]:
+    """Where this process's numbers come from: the numerics mode, the CPU and ATen's capability,
+    MKL's version and setting, oneDNN's ISA limit, torch (and on CUDA the card and CUDA's version)."""
+    out = {
+        "numerics": _current or "unset",
+        "cpu": cpu_model(),
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+    }
+    for key, value in (
+        ("mkl", mkl_version()),
+        ("mkl_cbwr", mkl_cbwr()),
+        ("onednn_isa", os.environ.get("ONEDNN_MAX_CPU_ISA")),
+    ):
+        if value:
+            out[key] = value
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+        out["cuda"] = str(torch.version.cuda)
+    return out
