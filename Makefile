@@ -51,10 +51,14 @@ postgres:
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql curl >/dev/null) \
 		|| echo "warning: could not install postgresql (apt-get needs root); the cluster tier will fail and say so"
 
+# The whole suite in the default numerics mode (portable), then the numbers themselves (the `numerics`
+# marker: bundles equal to solo runs, learning with a margin, the modes) again in the native mode, so
+# a green run means the same on the next CPU (trainers/numerics.py).
 test: setup browser postgres
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	env -u MEMSWEEP_NUMERICS $(PY) -m pytest -q
+	MEMSWEEP_NUMERICS=native $(PY) -m pytest -q -m numerics
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -135,6 +135,39 @@ def fused_figures(cells: list[str], steps: int, rounds: int, k: int = 32) -> Non
             )
 
 
+def candidates(names: list[str]) -> tuple[dict[str, Callable[[], None]], dict[str, str]]:
+    """(label → one training iteration, skipped cell → why): torch's three references, then each
+    named registered cell at the copy-like shape (the NRU also with its Python loops)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(T, B, D, generator=g)
+    y = torch.randint(0, OUT, (T, B), generator=g)
+
+    torch.manual_seed(0)  # the native modules draw from the global generator
+    cands: dict[str, Callable[[], None]] = {
+        "torch nn.LSTM": step_fn(NativeModel(nn.LSTM(D, N)), x, y),
+        "torch nn.GRU": step_fn(NativeModel(nn.GRU(D, N)), x, y),
+        "torch nn.RNN(relu)": step_fn(NativeModel(nn.RNN(D, N, nonlinearity="relu")), x, y),
+    }
+    skipped: dict[str, str] = {}
+    nonlinearity = get_task("copy").default_nonlinearity
+    for name in names:
+        cls = get_cell(name)
+        try:
+            config = cls.resolve(cls.Config(), nonlinearity)
+            cell = cls(config, D, N, g)  # type: ignore[call-arg]
+            model = SequenceModel(cell, OUT, "sequence", g)
+            step = step_fn(model, x, y)
+            step()  # a cell that fails on this shape is skipped, not timed
+        except Exception as exc:
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        cands[f"memsweep {name}"] = step
+        if name == "nru":  # its step loops compiled (what trials run) and in Python (the fallback)
+            cands["memsweep nru, Python loops"] = python_loops(step)
+
+    return cands, skipped
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
@@ -155,33 +188,7 @@ def main() -> None:
     configure_process(
         torch.device("cpu"), args.threads, default_mode()
     )  # as the trainers set a CPU process up
-    g = torch.Generator().manual_seed(0)
-    x = torch.rand(T, B, D, generator=g)
-    y = torch.randint(0, OUT, (T, B), generator=g)
-
-    torch.manual_seed(0)  # the native modules draw from the global generator
-    cands: dict[str, Callable[[], None]] = {
-        "torch nn.LSTM": step_fn(NativeModel(nn.LSTM(D, N)), x, y),
-        "torch nn.GRU": step_fn(NativeModel(nn.GRU(D, N)), x, y),
-        "torch nn.RNN(relu)": step_fn(NativeModel(nn.RNN(D, N, nonlinearity="relu")), x, y),
-    }
-    skipped: dict[str, str] = {}
-    nonlinearity = get_task("copy").default_nonlinearity
-    for name in args.cells or list_cells():
-        cls = get_cell(name)
-        try:
-            config = cls.resolve(cls.Config(), nonlinearity)
-            cell = cls(config, D, N, g)  # type: ignore[call-arg]
-            model = SequenceModel(cell, OUT, "sequence", g)
-            step = step_fn(model, x, y)
-            step()  # a cell that fails on this shape is skipped, not timed
-        except Exception as exc:
-            skipped[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        cands[f"memsweep {name}"] = step
-        if name == "nru":  # its step loops compiled (what trials run) and in Python (the fallback)
-            cands["memsweep nru, Python loops"] = python_loops(step)
-
+    cands, skipped = candidates(args.cells or list_cells())
     times: dict[str, list[float]] = {k: [] for k in cands}
     for fn in cands.values():  # warm-up
         fn()

@@ -92,6 +92,7 @@ def study_spec(task: str, seeds: list[int], quick: bool, concurrency: int) -> di
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from service.compare import numerics_of
     from service.engine import Engine
     from service.settings import Settings
     from service.spec import StudySpec
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "trials": len(trials),
             "spec": spec.model_dump(mode="json"),
             "summary": summary,
+            "numerics": dict(zip(("modes", "machines"), numerics_of(trials), strict=True)),
             "mlflow_url": f"{engine.tracking_uri()}/#/experiments/{summary['mlflow']['experiment_id']}/runs/"
             f"{summary['mlflow']['run_id']}",
         }
@@ -137,6 +139,8 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
         f"Command: `{command}` — {total_seconds / 60:.0f} min on this machine "
         f"({os.cpu_count()} cores, CPU). TRAINER_VERSION "
         f"{next(iter(result['tasks'].values()))['summary']['trainer_version']}.",
+        "",
+        *_numerics_lines(result),
         "",
         "Each task is one study through the engine (fused bundles, the ledger, MLflow) on the paper's protocol",
         "— Keras's clipped cross-entropy, RMSprop (ρ 0.9, ε 1e-7), clip 10, batch 16, early stop at 0.0025,",
@@ -199,6 +203,23 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
             ]
         lines += ["", f"MLflow: {r['mlflow_url']}", ""]
     return "\n".join(lines)
+
+
+def _numerics_lines(result: dict[str, Any]) -> list[str]:
+    """Where the numbers came from (trainers/numerics.py), and a warning when the tasks' differ."""
+    seen = {
+        t: r.get("numerics", {"modes": ["unrecorded"], "machines": []}) for t, r in result["tasks"].items()
+    }
+    modes = sorted({m for n in seen.values() for m in n["modes"]})
+    machines = sorted({m for n in seen.values() for m in n["machines"]})
+    line = f"Numerics: {', '.join(modes)}; computed on {', '.join(machines) or 'an unrecorded machine'}."
+    if modes == ["portable"]:
+        line += " Portable numbers are the same on any x86-64 CPU with AVX2."
+    elif len(modes) > 1:
+        line += " The tasks computed with different numerics modes: per-seed numbers are not comparable across them."
+    else:
+        line += " Native numbers hold on this kind of machine only (see the README's Reproducibility)."
+    return [line]
 
 
 def _budget_marks(steps: list[int], n: int = 3) -> list[int]:

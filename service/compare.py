@@ -127,6 +127,7 @@ def compare_studies(
         rows.append(_pooled("group", group, groups[key], criteria[reference], at_step))
     rows += _rows("total", dict.fromkeys(fields), trials, studies, criteria, reference, at_step)
     rows.append(_pooled("total", dict.fromkeys(fields), trials, criteria[reference], at_step))
+    where = {s.id: numerics_of(trials[s.id]) for s in studies}
     return {
         "by": fields,
         "at_step": at_step,
@@ -139,11 +140,44 @@ def compare_studies(
                 "state": s.state,
                 "criterion": criteria[s.id].to_dict(),
                 "trials": len(trials[s.id]),
+                "numerics": where[s.id][0],
+                "machines": where[s.id][1],
             }
             for s in studies
         ],
         "rows": rows,
+        "notes": numerics_notes([(s.id, *where[s.id]) for s in studies]),
     }
+
+
+def numerics_of(trials: Sequence[Trial]) -> tuple[list[str], list[str]]:
+    """(the numerics modes a study's trials computed with, the machines its finished trials' numbers
+    came from: CPU model and ATen capability, from their provenance)."""
+    modes = sorted({str((t.config or {}).get("numerics", "unrecorded")) for t in trials})
+    machines = sorted(
+        {f"{p.get('cpu', '?')} ({p.get('capability', '?')})" for t in trials if (p := t.provenance)}
+    )
+    return modes, machines
+
+
+def numerics_notes(studies: Sequence[tuple[str, list[str], list[str]]]) -> list[str]:
+    """What a reader of a comparison must know of its studies' numerics (trainers/numerics.py)."""
+    notes = []
+    modes = {sid: m for sid, m, _ in studies}
+    if len({tuple(m) for m in modes.values()}) > 1 or any(len(m) > 1 for m in modes.values()):
+        notes.append(
+            "the studies computed with different numerics modes ("
+            + "; ".join(f"{sid}: {', '.join(m)}" for sid, m in modes.items())
+            + "): the same config gives other numbers in another mode, so runs compare as samples, not run for run"
+        )
+    native = {sid: machines for sid, m, machines in studies if "native" in m and machines}
+    if len({machine for v in native.values() for machine in v}) > 1:
+        notes.append(
+            "native numerics ran on different machines ("
+            + "; ".join(f"{sid}: {', '.join(v)}" for sid, v in native.items())
+            + "): their numbers depend on the CPU; the portable mode gives the same numbers on any x86-64 CPU with AVX2"
+        )
+    return notes
 
 
 def log_comparison(comparison: dict[str, Any], tracking_uri: str, experiment: str) -> tuple[str, str]:

@@ -489,6 +489,13 @@ class ComparedStudy(BaseModel):
     state: StudyState
     criterion: CriterionPublic = Field(description="what counted as a success in this study's rows")
     trials: int
+    numerics: list[str] = Field(
+        description="the numerics modes its trials computed with (trainers/numerics.py; 'unrecorded' "
+        "for trials of a memsweep before TRAINER_VERSION 7)"
+    )
+    machines: list[str] = Field(
+        description="where its trials' numbers came from: CPU model and ATen capability (provenance)"
+    )
 
 
 class ComparisonRow(BaseModel):
@@ -529,6 +536,11 @@ class Comparison(BaseModel):
     trainer_version: str
     studies: list[ComparedStudy]
     rows: list[ComparisonRow]
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what to know before reading the rows: the studies' numerics differ, or native "
+        "numerics ran on different machines (their per-seed numbers are then not run-for-run comparable)",
+    )
     mlflow: MlflowLinks | None = Field(
         default=None, description="the comparison's MLflow run, with ?log=true"
     )

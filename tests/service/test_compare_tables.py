@@ -21,6 +21,7 @@ from service.summary import newcombe_interval, wilson_interval
 from service.tables import read_csv
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
 from trainers import TRAINER_VERSION
+from trainers.result import TrialResult
 
 
 @pytest.fixture
@@ -221,3 +222,34 @@ def test_a_comparison_is_logged_to_a_real_mlflow_over_rest_and_from_the_cli(
     cli_run = json.loads(out.stdout)["mlflow"]["run_id"]
     assert cli_run != links["run_id"] and f"/runs/{cli_run}" in out.stderr
     assert mlflow.get_run(cli_run).data.metrics == run.data.metrics
+
+
+def test_a_comparison_says_when_the_studies_numerics_differ(client: TestClient) -> None:
+    """Each study lists the numerics modes its trials computed with and the machines its numbers came
+    from (their provenance); the notes say when modes differ, or when native numerics ran on two CPUs."""
+    a, b = two_studies(client)  # both the default mode: nothing to note
+    same = client.get("/compare", params={"studies": f"{a},{b}"}).json()
+    assert [s["numerics"] for s in same["studies"]] == [["portable"], ["portable"]] and same["notes"] == []
+
+    native = client.post("/studies", json={**grid(name="N"), "numerics": "native"}).json()["id"]
+    client.app.state.runner.cancel(native)  # type: ignore[attr-defined]
+    ledger = ledger_of(client)
+    for i, t in enumerate(ledger.trials(native)):
+        assert t.config["numerics"] == "native"
+        ledger.start_trial(native, t.config_hash)
+        cpu = ("CPU one", "CPU two")[i % 2]
+        ledger.finish_trial(
+            t.id,
+            TrialResult(
+                final_val_loss=0.1,
+                baseline_loss=1 / 6,
+                steps=20,
+                provenance={"cpu": cpu, "capability": "AVX2"},
+            ),
+        )
+    body = client.get("/compare", params={"studies": f"{a},{native}"}).json()
+    assert body["studies"][1]["numerics"] == ["native"]
+    assert body["studies"][1]["machines"] == ["CPU one (AVX2)", "CPU two (AVX2)"]
+    assert len(body["notes"]) == 2, body["notes"]
+    assert "different numerics modes" in body["notes"][0] and f"{native}: native" in body["notes"][0]
+    assert "native numerics ran on different machines" in body["notes"][1]

@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from service.servers import free_port
 from service.spec import StudySpec
 from tests.service.conftest import TINY
+from trainers.numerics import default_mode
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +72,16 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
     runs = child_runs(mlflow_uri, exp_id, parent)
     assert sorted(r.data.tags["memsweep.config_hash"] for r in runs) == sorted(t.config_hash for t in trials)
+    # where each trial's numbers came from, under one name: its config's mode, computed so by a Ray
+    # worker, in the ledger and on its MLflow child run
+    assert {t.config["numerics"] for t in trials} == {default_mode()}
+    assert all(t.provenance and t.provenance["numerics"] == default_mode() for t in trials)
+    by_hash = {t.config_hash: t.provenance for t in trials}
+    for r in runs:
+        tagged = {
+            k.removeprefix("memsweep.provenance."): v for k, v in r.data.tags.items() if "provenance." in k
+        }
+        assert tagged == by_hash[r.data.tags["memsweep.config_hash"]]
     client = MlflowClient(mlflow_uri)
     parent_metrics = client.get_run(parent).data.metrics
     succeeded_children = [r for r in runs if r.data.metrics.get("success") == 1.0]
@@ -374,6 +385,7 @@ SGORNN_ADDITION = {"steps": 60, "eval_every": 20, "hidden": 32}  # its T × lr g
 SRNN_COPY = {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_size": 16}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     ("preset", "model", "dims", "base", "seeds"),
     [

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from trainers import HALF_BASELINE, ConfigError, resolve, train
+from tests.trainers.learning import assert_learns
+from trainers import ConfigError, resolve
 from trainers.cells.gru import GRUCell, GRUConfig
 from trainers.cells.janet import JANETCell, JANETConfig
 from trainers.cells.lstm import LSTMCell, LSTMConfig
@@ -204,9 +205,12 @@ def test_cell_equals_its_eager_reference_forward_and_backward(case):
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.parametrize("cell", ["lstm", "gru", "janet"])
 def test_learns_addition_t50(cell):
-    r = train(
+    """At least 2 of seeds 1–3 end below half the baseline (1/12); each stops at 0.02 (0.24 × the line).
+    MARGIN_GATED"""
+    assert_learns(
         {
             "task": "addition",
             "task_params": {"seq_len": 50, "data": "fresh", "n_val": 1000},
@@ -217,11 +221,9 @@ def test_learns_addition_t50(cell):
             "batch_size": 32,
             "steps": 2500,
             "eval_every": 100,
-            "early_stop_loss": 0.02,  # well under the success threshold 1/12: stop once clearly learned
+            "early_stop_loss": 0.02,
         }
     )
-    assert r.status == "done", r.reason
-    assert HALF_BASELINE.judge_result(r), [e.val_loss for e in r.history]
 
 
 # --- the whole-sequence kernels (trainers.kernels_gated) ---------------------------------------------------

@@ -22,6 +22,8 @@ from trainers.fused_cells import FUSED_CELLS
 from trainers.kernels import Workspace, elman_rnn, fused_elman_rnn
 from trainers.tasks.addition import AdditionTask
 
+pytestmark = pytest.mark.numerics  # CI runs them under every numerics mode
+
 RTOL = 1e-4  # the "tight tolerance" on every evaluation's train and validation loss
 
 # hidden 25 with batch 16: 400 states a step, so f's vectorised body and scalar tail both occur

@@ -5,6 +5,8 @@ import torch
 
 from trainers.kernels import elman_rnn
 
+pytestmark = pytest.mark.numerics  # CI runs them under every numerics mode
+
 
 def inputs(seed: int = 0, T: int = 6, B: int = 3, N: int = 5, d: int = 2):
     g = torch.Generator().manual_seed(seed)

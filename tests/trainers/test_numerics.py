@@ -19,12 +19,18 @@ from trainers.cells.fastrnn import fast_rnn, fused_fast_rnn
 from trainers.config import config_hash, resolve
 from trainers.kernels import Workspace, elman_rnn, fused_elman_rnn
 
+pytestmark = pytest.mark.numerics  # CI runs them under every numerics mode
+
 X86 = os.uname().machine in ("x86_64", "AMD64")
 
 
 def run_python(code: str, mode: str | None = None) -> dict:
     """Run `code` in a fresh Python (MEMSWEEP_NUMERICS=mode when given); its last stdout line as JSON."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+    }
     env.pop(numerics.ENV, None)
     if mode is not None:
         env[numerics.ENV] = mode
@@ -54,11 +60,15 @@ def test_each_mode_sets_mkl_strict_and_portable_fixes_avx2_kernels():
     native = run_python(PROCESS_STATE, "native")
     assert native["cbwr"] == "AUTO,STRICT"
     # native is the CPU's own widest kernels: whatever torch picks with no ATEN_CPU_CAPABILITY set
-    own = run_python('import json, torch; print(json.dumps(torch.backends.cpu.get_cpu_capability()))')
+    own = run_python("import json, torch; print(json.dumps(torch.backends.cpu.get_cpu_capability()))")
     assert native["capability"] == own
     for mode, state in (("portable", portable), ("native", native)):
         p = state["provenance"]
-        assert p["numerics"] == mode and p["mkl_cbwr"] == state["cbwr"] and p["capability"] == state["capability"]
+        assert (
+            p["numerics"] == mode
+            and p["mkl_cbwr"] == state["cbwr"]
+            and p["capability"] == state["capability"]
+        )
         assert p["torch"] == torch.__version__ and p["cpu"] and p["mkl"][:2] == "20"  # "2024.2"
     assert portable["provenance"]["onednn_isa"] == "AVX2" and "onednn_isa" not in native["provenance"]
 
@@ -109,7 +119,12 @@ def test_a_mode_is_refused_once_mkl_has_computed_without_it():
 
 
 def test_a_trial_of_another_mode_fails_with_the_reason_and_one_of_this_mode_records_its_provenance():
-    cfg = {"task": "addition", "task_params": {"seq_len": 10, "n_train": 32, "n_val": 16}, "steps": 2, "hidden": 8}
+    cfg = {
+        "task": "addition",
+        "task_params": {"seq_len": 10, "n_train": 32, "n_val": 16},
+        "steps": 2,
+        "hidden": 8,
+    }
     mine = trainers.train({**cfg, "numerics": numerics.current()})
     assert mine.status == "done", mine.reason
     assert mine.provenance is not None and mine.provenance["numerics"] == numerics.current()
@@ -147,7 +162,9 @@ def misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize(("m", "k", "n"), [(16, 100, 100), (16, 25, 25), (16, 10, 100), (1600, 100, 100), (7, 13, 5)])
+@pytest.mark.parametrize(
+    ("m", "k", "n"), [(16, 100, 100), (16, 25, 25), (16, 10, 100), (1600, 100, 100), (7, 13, 5)]
+)
 def test_a_gemm_rounds_alike_at_every_alignment_of_its_operands(m, k, n):
     """MKL's STRICT mode (set by every numerics mode): addmm's result does not depend on where its
     operands start, which is what lets a member's slice of a bundle tensor round as a fresh solo one."""
@@ -156,7 +173,9 @@ def test_a_gemm_rounds_alike_at_every_alignment_of_its_operands(m, k, n):
     fresh = torch.addmm(c, a, b.t())
     for offset in (1, 2, 3, 5, 8, 13):
         out = misaligned(torch.empty(m, n), (offset * 7) % 16)
-        torch.addmm(misaligned(c, offset), misaligned(a, (offset * 3) % 16), misaligned(b, offset).t(), out=out)
+        torch.addmm(
+            misaligned(c, offset), misaligned(a, (offset * 3) % 16), misaligned(b, offset).t(), out=out
+        )
         assert torch.equal(out, fresh), offset
 
 
