@@ -280,3 +280,20 @@ def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
         for rows in curve["by_model"].values()
         for r in rows
     )
+
+
+def test_a_study_computes_with_one_numerics_mode():
+    """The spec's `numerics` reaches every trial's config (and so its hash); a dimension over it, or
+    models that ask different modes, are refused before anything runs (a Ray worker runs one mode)."""
+    space = {"dims": {"lr": [1e-3]}}
+    native = grid_trials(StudySpec(space=space, numerics="native", base={"steps": 2}).search_space(), {})
+    portable = grid_trials(StudySpec(space=space, numerics="portable", base={"steps": 2}).search_space(), {})
+    assert {t.resolved.config.numerics for t in native} == {"native"}
+    assert {t.config_hash for t in native}.isdisjoint(t.config_hash for t in portable)
+    with pytest.raises(StudyError, match="numerics is one mode per study, not a dimension"):
+        check_space(StudySpec(space={"dims": {"numerics": ["portable", "native"]}}).search_space())
+    mixed = {"models": {"a": {"fixed": {"numerics": "native"}}, "b": {"fixed": {"numerics": "portable"}}}}
+    with pytest.raises(StudyError, match=r"one numerics mode.*model 'a' asks 'native'"):
+        check_space(StudySpec(space=mixed).search_space())
+    with pytest.raises(ValidationError, match="numerics"):
+        StudySpec(space=space, numerics="fast")

@@ -117,3 +117,18 @@ def test_a_config_file_keeps_its_task_and_cell_unless_a_flag_overrides_them(tmp_
     assert main(["describe", "--config", str(path), "--cell", "gru", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["config"]["task"], out["config"]["cell"], out["config"]["hidden"]) == ("addition", "gru", 8)
+
+
+@pytest.mark.parametrize("mode", ["portable", "native"])
+def test_train_in_a_numerics_mode_records_where_its_numbers_came_from(mode):
+    """`--numerics` sets the trial's mode; the CLI's process computes with it from its start (whatever
+    $MEMSWEEP_NUMERICS says) and the result's provenance says so."""
+    out = run(
+        "train", "--task", "addition", "--seq-len", "10", "--hidden", "8", "--steps", "2", "--numerics", mode,
+        "--set", "n_train=32", "--set", "n_val=16", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["status"] == "done" and result["config"]["numerics"] == mode
+    assert result["provenance"]["numerics"] == mode
+    assert result["provenance"]["mkl_cbwr"] == ("COMPATIBLE,STRICT" if mode == "portable" else "AUTO,STRICT")
