@@ -13,17 +13,22 @@ A float32 result on the CPU depends on the kernels that ran, not only on the con
 
 A mode fixes all three for a process (`use`):
 
-- ``portable`` (the default): MKL's COMPATIBLE branch in strict mode, ATen's AVX2 kernels and oneDNN
-  at most AVX2. The same trial gives the same numbers on any x86-64 CPU with AVX2, Intel or AMD.
-  MKL's named AVX2 branch would be faster but is Intel-only: on an AMD CPU MKL answers "unsupported
-  branch" and falls back to its automatic choice, so COMPATIBLE is the one branch that holds across
-  vendors (MKL's documentation says so). Its cost: `benchmarks/numerics.py`, quoted in the README.
+- ``portable`` (the default): MKL's COMPATIBLE branch, ATen's AVX2 kernels and oneDNN at most AVX2.
+  The same trial gives the same numbers on any x86-64 CPU with AVX2, Intel or AMD. MKL's named AVX2
+  branch would be faster but is Intel-only: on an AMD CPU MKL answers "unsupported branch" and falls
+  back to its automatic choice. MKL's documentation gives COMPATIBLE (SSE2 without the approximation
+  instructions rcpps/rsqrtps, whose results differ between vendors) as the branch for Intel and
+  compatible CPUs alike. Its cost: `benchmarks/numerics.py`, quoted in the README.
 - ``native``: MKL's automatic branch in strict mode and the CPU's widest kernels. The same trial gives
   the same numbers on the same kind of machine, and no more; it is the fastest.
 
-In both, MKL's STRICT mode makes every GEMM independent of its operands' alignment, so a bundle member
-equals its solo run bit for bit on any CPU (tests/trainers/test_numerics.py). On a GPU the mode fixes
-only the CPU side (data, evaluation sums on the host): cuBLAS and cuDNN rounding depends on the card.
+In both, MKL runs in its conditional-reproducibility mode, where a GEMM's result does not depend on
+its operands' alignment, so a bundle member equals its solo run bit for bit on any CPU
+(tests/trainers/test_numerics.py: operands at odd alignments). MKL's STRICT flag adds independence
+from the thread count, and MKL supports it on the AVX2 and AVX-512 branches only (so under AUTO on
+such a CPU, not under COMPATIBLE): a portable trial's numbers hold for its `threads` (1 by default),
+which its config records. On a GPU the mode fixes only the CPU side (data, host-side sums): cuBLAS and
+cuDNN rounding depends on the card.
 
 MKL reads its setting at its first call and ATen its capability at its first dispatch, so a process
 runs one mode: `use` applies it before the first computation, and refuses (NumericsError) a mode
@@ -54,7 +59,7 @@ class Mode:
     (None: the CPU's own)."""
 
     name: str
-    mkl_branch: str  # MKL_CBWR's branch, always with STRICT
+    mkl_cbwr: str  # MKL_CBWR: its branch, and STRICT where MKL supports it
     aten_capability: str | None  # ATEN_CPU_CAPABILITY's value (torch then reports it upper-case)
     onednn_isa: str | None  # ONEDNN_MAX_CPU_ISA's value
     description: str
@@ -63,10 +68,10 @@ class Mode:
 MODES = {
     "portable": Mode(
         "portable", "COMPATIBLE", "avx2", "AVX2",
-        "the same numbers on any x86-64 CPU with AVX2 (MKL COMPATIBLE,STRICT; ATen and oneDNN at AVX2)",
+        "the same numbers on any x86-64 CPU with AVX2 (MKL COMPATIBLE; ATen and oneDNN at AVX2)",
     ),
     "native": Mode(
-        "native", "AUTO", None, None,
+        "native", "AUTO,STRICT", None, None,
         "the same numbers on the same kind of machine; this CPU's fastest kernels (MKL AUTO,STRICT)",
     ),
 }  # fmt: skip
@@ -86,7 +91,7 @@ def environment(name: str) -> dict[str, str]:
     """The environment a new process needs to compute with mode `name` from its start (what `use`
     sets; a Ray worker's runtime environment, so that workers of different modes are never shared)."""
     mode = MODES[name]
-    env = {ENV: name, "MKL_CBWR": f"{mode.mkl_branch},STRICT"}
+    env = {ENV: name, "MKL_CBWR": mode.mkl_cbwr}
     if mode.aten_capability is not None:
         env["ATEN_CPU_CAPABILITY"] = mode.aten_capability
     if mode.onednn_isa is not None:
@@ -118,7 +123,7 @@ def _mkl() -> ctypes.CDLL | None:
 
 
 def mkl_cbwr() -> str | None:
-    """MKL's reproducibility setting now, as MKL_CBWR spells it ("COMPATIBLE,STRICT"); None without MKL."""
+    """MKL's reproducibility setting now, as MKL_CBWR spells it ("AUTO,STRICT"); None without MKL."""
     lib = _mkl()
     if lib is None:
         return None
@@ -143,19 +148,21 @@ def mkl_version() -> str | None:
 def batched_gemm_rounds_as_single() -> bool:
     """Whether MKL's batched GEMM (torch's bmm and baddbmm on the CPU) rounds each matrix of the batch
     as a single GEMM (mm, addmm) of that matrix does, so that a fused bundle may run its members'
-    products in one call. Under the AUTO branch it does (every shape measured, on AMD and Intel CPUs,
-    with STRICT); under COMPATIBLE it does not (most shapes whose N is not a multiple of 32 differ in
-    the last bits, even a batch of one), so bundles of the portable mode run one GEMM per member."""
+    products in one call. Under the AUTO branch it does (every shape measured on an AMD EPYC; the
+    bundle tests on an Intel Xeon with AVX-512 passed under AUTO,STRICT); under COMPATIBLE it does not
+    (most shapes whose N is not a multiple of 32 differ in the last bits, even a batch of one), so
+    bundles of the portable mode run one GEMM per member."""
     return not (mkl_cbwr() or "").startswith("COMPATIBLE")
 
 
 def _set_mkl(mode: Mode) -> None:
-    wanted = f"{mode.mkl_branch},STRICT"
+    wanted = mode.mkl_cbwr
     os.environ["MKL_CBWR"] = wanted  # for this process's children too; set() below wins over it here
     lib = _mkl()
     if lib is None:
         return
-    code = lib.mkl_serv_cbwr_set(_CBWR_BRANCHES[mode.mkl_branch] | _CBWR_STRICT)
+    branch, _, strict = wanted.partition(",")
+    code = lib.mkl_serv_cbwr_set(_CBWR_BRANCHES[branch] | (_CBWR_STRICT if strict == "STRICT" else 0))
     if code == 0 or mkl_cbwr() == wanted:
         return
     raise NumericsError(

@@ -53,9 +53,9 @@ PROCESS_STATE = """
 
 
 @pytest.mark.skipif(not X86, reason="the portable mode is defined for x86-64; elsewhere `use` refuses it")
-def test_each_mode_sets_mkl_strict_and_portable_fixes_avx2_kernels():
+def test_each_mode_sets_mkls_reproducibility_and_portable_fixes_avx2_kernels():
     portable = run_python(PROCESS_STATE, "portable")
-    assert portable["cbwr"] == "COMPATIBLE,STRICT"
+    assert portable["cbwr"] == "COMPATIBLE"
     assert portable["capability"] == "AVX2"
     native = run_python(PROCESS_STATE, "native")
     assert native["cbwr"] == "AUTO,STRICT"
@@ -166,8 +166,9 @@ def misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:
     ("m", "k", "n"), [(16, 100, 100), (16, 25, 25), (16, 10, 100), (1600, 100, 100), (7, 13, 5)]
 )
 def test_a_gemm_rounds_alike_at_every_alignment_of_its_operands(m, k, n):
-    """MKL's STRICT mode (set by every numerics mode): addmm's result does not depend on where its
-    operands start, which is what lets a member's slice of a bundle tensor round as a fresh solo one."""
+    """MKL's conditional-reproducibility mode (every numerics mode sets it): addmm's result does not
+    depend on where its operands start, which lets a member's slice of a bundle tensor round as a fresh
+    solo tensor does. (Without it, MKL's default: 5 of these 30 products differed here, at 7×13×5.)"""
     g = torch.Generator().manual_seed(m * k + n)
     c, a, b = torch.randn(m, n, generator=g), torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
     fresh = torch.addmm(c, a, b.t())
