@@ -85,14 +85,10 @@ def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
     their first value — names, types, ranges, and what the task itself checks (`check_trials`) — and
-    that every trial of the study computes with one numerics mode (its Ray workers run one)."""
+    that every trial of the study computes with one numerics mode (its Ray workers run one; a preset's
+    model could fix another)."""
     modes: dict[str, str] = {}
     for model in space.models:
-        if "numerics" in model.dims:
-            raise StudyError(
-                f"model {model.name!r}: numerics is one mode per study, not a dimension; run one study per "
-                "mode (`numerics: portable` or `numerics: native`) and compare them"
-            )
         first = first_point(model)
         points = [first]
         for key, dim in model.dims.items():

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from search_spaces import Model, SearchSpace, SpaceError, dim_from_dict, get_preset
 from trainers.criterion import Criterion
+from trainers.numerics import Numerics, default_mode
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
@@ -115,11 +116,11 @@ class StudySpec(BaseModel):
         ge=1,
         description="members per fused bundle at most; default: from the shapes, the memory and concurrency",
     )
-    numerics: Literal["portable", "native"] | None = Field(
-        default=None,
+    numerics: Numerics = Field(
+        default_factory=default_mode,  # fixed when the spec is made, so a stored study keeps its mode
         description="which CPU kernels compute every trial's numbers (trainers/numerics.py): portable, the "
-        "same numbers on any x86-64 CPU with AVX2 (the default), or native, this CPU's fastest; one mode "
-        "per study, part of each trial's identity",
+        "same numbers on any x86-64 CPU with AVX2 (the default, unless MEMSWEEP_NUMERICS says otherwise), "
+        "or native, this CPU's fastest; one mode per study, part of each trial's identity",
     )
     success_fraction: float | None = Field(
         default=None,
@@ -145,16 +146,35 @@ class StudySpec(BaseModel):
             return data
         base = dict(data["base"])
         data = {**data, "base": base}
-        for key in ("success_fraction", "success_threshold"):
+        for key in ("success_fraction", "success_threshold", "numerics"):
             if key in base:
                 value = base.pop(key)
                 if data.get(key) is not None and data[key] != value:
+                    what = "the study's numerics mode" if key == "numerics" else "the study's criterion"
                     raise ValueError(
                         f"{key} is given twice ({data[key]!r} and base.{key} = {value!r}); give it once, "
-                        f"as `{key}` (it is the study's criterion, not a trial setting)"
+                        f"as `{key}` ({what}, not a trial setting)"
                     )
                 data[key] = value
         return data
+
+    @model_validator(mode="after")
+    def _one_numerics_mode(self) -> StudySpec:
+        """A study computes with one mode (its Ray workers run one): `numerics` is not a dimension or a
+        model's setting."""
+        places = {"dims": self.dims}
+        if self.space is not None:
+            places["space.dims"] = self.space.dims
+            for name, m in self.space.models.items():
+                places[f"space.models.{name}.dims"], places[f"space.models.{name}.fixed"] = m.dims, m.fixed
+        found = [where for where, d in places.items() if "numerics" in d]
+        if found:
+            raise ValueError(
+                f"numerics is one mode per study, not a dimension or a model's setting ({', '.join(found)}): "
+                "set `numerics: portable` or `numerics: native` on the study, and run one study per mode "
+                "to compare them"
+            )
+        return self
 
     @field_validator("seeds")
     @classmethod
@@ -238,7 +258,7 @@ class StudySpec(BaseModel):
             description=description,
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
-        base = {**self.base, **({"numerics": self.numerics} if self.numerics else {})}
+        base = {**self.base, "numerics": self.numerics}
         return space.with_overrides(base=base, seeds=self.seeds, dims=dims or None, models=self.models)
 
 

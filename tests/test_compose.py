@@ -110,10 +110,40 @@ def test_the_api_is_healthy_once_ready_and_links_mlflow_where_browsers_reach_it(
 
 
 def test_published_ray_ports_are_the_ones_the_head_listens_on():
+    """Only the port workers join on: the dashboard is not started (`ray[tune]` lacks its packages, and
+    Ray's job API behind it runs any code it is sent), so nothing answers where none is published."""
     command = SERVICES["ray-head"]["command"]
     published = {p.rsplit(":", 1)[1] for p in SERVICES["ray-head"]["ports"]}
-    assert published == {"6379", "8265"}
-    assert "--port=6379" in command and "--dashboard-port=8265" in command
+    assert published == {"6379"}
+    assert (
+        "--port=6379" in command
+        and "--include-dashboard=false" in command
+        and "dashboard-port" not in command
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_every_port_is_published_on_loopback_unless_the_user_says_otherwise(name):
+    """MLflow has no authentication and the API's token is the only lock: by default nothing listens
+    beyond the host's loopback; MEMSWEEP_BIND_ADDRESS publishes the ports further (a worker host)."""
+    for mapping in SERVICES[name].get("ports", []):
+        assert re.fullmatch(r"\$\{MEMSWEEP_BIND_ADDRESS:-127\.0\.0\.1\}:\$\{\w+:-\d+\}:\d+", mapping), mapping
+
+
+class ComposeLoader(yaml.SafeLoader):
+    """YAML as compose reads it: `!reset` and `!override` are compose's own tags."""
+
+
+ComposeLoader.add_constructor("!reset", lambda loader, node: ("!reset", loader.construct_sequence(node)))
+
+
+def test_the_cpu_overlay_removes_the_gpu_reservation():
+    """`GPUS_PER_WORKER=0` still asked for the nvidia driver (compose drops a zero count): the overlay
+    resets the reservation, so a host without GPUs starts CPU workers."""
+    overlay = yaml.load((DOCKER / "compose.cpu.yaml").read_text(), Loader=ComposeLoader)
+    assert set(overlay["services"]) == {"ray-worker"}
+    devices = overlay["services"]["ray-worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == ("!reset", [])
 
 
 # ----- the image and its build context (issue 24's defects 1, 2 and 6, read from the files; the real

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainers.cells import CELLS, Cell
-from trainers.numerics import MODES, default_mode
+from trainers.numerics import ENV, MODES, default_mode
 from trainers.params import ConfigError, build, field_names
 from trainers.tasks import TASKS, Task
 
@@ -37,10 +37,10 @@ from trainers.tasks import TASKS, Task
 #: 6: nru with ReLU heads (`use_relu`): where a head's ρ(p qᵀ) is all zero (n = ε) its ∂V has no norm
 #:    term, as in autograd's F.normalize, instead of NaN (ε⁵ underflowed in float32). Every other
 #:    config computes what it computed under 5, bit for bit.
-#: 7: a numerics mode per trial (`numerics`, trainers/numerics.py): MKL's strict reproducibility always,
+#: 7: a numerics mode per trial (`numerics`, trainers/numerics.py): MKL's reproducibility mode always,
 #:    and by default the portable mode (MKL's COMPATIBLE branch, ATen's AVX2 kernels), whose numbers are
 #:    the same on any x86-64 CPU with AVX2; `numerics=native` is the CPU's own kernels, as before but
-#:    alignment-independent.
+#:    alignment-independent (MKL AUTO,STRICT).
 TRAINER_VERSION = "7"
 
 
@@ -150,7 +150,8 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
     if cfg.numerics not in MODES:
         raise ConfigError(
             f"numerics = {cfg.numerics!r} is not a numerics mode; valid: {', '.join(MODES)} "
-            "(portable: the same numbers on any x86-64 CPU with AVX2; native: this CPU's fastest kernels)"
+            "(portable: the same numbers on any x86-64 CPU with AVX2; native: this CPU's fastest kernels; "
+            f"a trial that names none takes ${ENV})"
         )
     full = dataclasses.replace(
         cfg, task_params=dataclasses.asdict(task_cfg), cell_params=dataclasses.asdict(cell_cfg)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from trainers.numerics import batched_gemm_rounds_as_single
+from trainers.numerics import ATEN_SMALL_BATCHED_GEMM, batched_gemm_rounds_as_single
 
 ACTIVATIONS = ("elu", "relu", "tanh")
 
@@ -262,12 +262,16 @@ def project_members(
     return xp
 
 
-def member_gemms(like: torch.Tensor) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
-    """(baddbmm, bmm) for a fused scan's per-step products over K members: torch's batched GEMMs where
-    they round each member as its solo addmm / mm (`trainers.numerics.batched_gemm_rounds_as_single`;
-    always on a GPU, where bit equality is not promised), else one addmm / mm per member: the solo
-    op itself, on the member's slices (MKL's STRICT mode makes a GEMM independent of alignment)."""
-    if like.device.type != "cpu" or batched_gemm_rounds_as_single():
+def member_gemms(
+    device: torch.device, rows: int, n: int
+) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
+    """(baddbmm, bmm) for a fused scan's per-step products over K members, each [rows, n] × [n, n]:
+    torch's batched GEMMs where they round each member as its solo addmm / mm does — MKL's batched GEMM
+    under the AUTO branch (`trainers.numerics.batched_gemm_rounds_as_single`), for products large
+    enough that ATen hands them to MKL at all (rows·n·n ≥ ATEN_SMALL_BATCHED_GEMM) — and always on a
+    GPU, where bit equality is not promised; else one addmm / mm per member: the solo op itself, on
+    the member's slices (MKL's reproducibility mode makes a GEMM independent of alignment)."""
+    if device.type != "cpu" or (rows * n * n >= ATEN_SMALL_BATCHED_GEMM and batched_gemm_rounds_as_single()):
         return torch.baddbmm, torch.bmm
     return _addmm_each, _mm_each
 
@@ -325,7 +329,7 @@ class FusedElmanScan(torch.autograd.Function):
         # every view the loop touches, made up front (indexing in the loop cost ~15 % of the step)
         xps, states, steps = xp.unbind(1), hs.unbind(1), step.unbind(0)
         acts = _member_acts(nonlinearity, steps, scratch)  # f in place on steps[0] or steps[1]
-        baddbmm, _ = member_gemms(h0)
+        baddbmm, _ = member_gemms(h0.device, B, N)
         h = h0
         for t in range(T):
             baddbmm(xps[t], h, wt, out=steps[t & 1])  # a_t = xp_t + h_{t−1} Wᵀ, per member
@@ -353,7 +357,7 @@ class FusedElmanScan(torch.autograd.Function):
             grad_hs = torch.stack(grads_k, out=ws.get("grad_hs", (K, T, B, N), hs))
             dh = grad_hs[:, T - 1]
         states, grads_a, dhs = hs.unbind(1), grad_a.unbind(1), dh_buf.unbind(0)
-        nonlinearity, (baddbmm, bmm) = ctx.nonlinearity, member_gemms(hs)
+        nonlinearity, (baddbmm, bmm) = ctx.nonlinearity, member_gemms(hs.device, B, N)
         g_prev = grad_hs.unbind(1) if grad_hs is not None else None
         for t in range(T - 1, 0, -1):
             ga = _act_grad(states[t + 1], nonlinearity, out=grads_a[t]).mul_(dh)  # step by step: in cache

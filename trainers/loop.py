@@ -157,6 +157,7 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
     started = time.perf_counter()
     result = TrialResult()
     try:
+        use_numerics(resolved.config.numerics)  # before anything computes: some tasks do as they are built
         task = resolved.make_task()  # may read data files: a missing file is a failed trial, with its fix
         record_task(result, task)
         _run(resolved, task, result, report, started)

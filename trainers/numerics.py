@@ -46,11 +46,14 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 import torch
 
 #: the environment variable that names the mode of a trial that names none
 ENV = "MEMSWEEP_NUMERICS"
+#: the modes' names, as a type
+Numerics = Literal["portable", "native"]
 
 
 @dataclass(frozen=True)
@@ -75,16 +78,17 @@ MODES = {
         "the same numbers on the same kind of machine; this CPU's fastest kernels (MKL AUTO,STRICT)",
     ),
 }  # fmt: skip
-DEFAULT = "portable"
+DEFAULT: Numerics = "portable"
 
 
 class NumericsError(RuntimeError):
     """A mode this process cannot compute with: another mode already ran here, or the CPU lacks it."""
 
 
-def default_mode() -> str:
-    """The mode of a trial that names none: $MEMSWEEP_NUMERICS, else ``portable``."""
-    return os.environ.get(ENV) or DEFAULT
+def default_mode() -> Numerics:
+    """The mode of a trial that names none: $MEMSWEEP_NUMERICS, else ``portable`` (a value that names
+    no mode is refused where a trial config is resolved)."""
+    return cast(Numerics, os.environ.get(ENV) or DEFAULT)
 
 
 def environment(name: str) -> dict[str, str]:
@@ -145,6 +149,11 @@ def mkl_version() -> str | None:
     return text.split("Version ", 1)[-1].split("-", 1)[0] if "Version " in text else text
 
 
+#: below this many multiply-adds per member (B·N·N) ATen runs a batched matmul in its own loops, not
+#: MKL's, and they round otherwise than addmm (aten/src/ATen/native/LinearAlgebra.cpp, bmm_out_or_baddbmm_)
+ATEN_SMALL_BATCHED_GEMM = 400
+
+
 def batched_gemm_rounds_as_single() -> bool:
     """Whether MKL's batched GEMM (torch's bmm and baddbmm on the CPU) rounds each matrix of the batch
     as a single GEMM (mm, addmm) of that matrix does, so that a fused bundle may run its members'
@@ -165,11 +174,12 @@ def _set_mkl(mode: Mode) -> None:
     code = lib.mkl_serv_cbwr_set(_CBWR_BRANCHES[branch] | (_CBWR_STRICT if strict == "STRICT" else 0))
     if code == 0 or mkl_cbwr() == wanted:
         return
+    other = next(m for m in MODES if m != mode.name)
     raise NumericsError(
         f"numerics {mode.name!r} needs MKL_CBWR={wanted}, but MKL answered "
         f"{_CBWR_ERRORS.get(code, code)!r} (it computes with {mkl_cbwr()}): "
-        + ("a process computes with one numerics mode; train this trial in a new process"
-           if code == -8 else "this CPU cannot run this mode; use numerics=native")
+        + ("MKL fixes its setting at its first call, so train this trial in a new process"
+           if code == -8 else f"this CPU cannot run this mode; try numerics={other}")
     )  # fmt: skip
 
 

@@ -164,12 +164,13 @@ class Compose:
         self.services: dict[str, dict[str, Any]] = self.spec["services"]
 
     def _published_ports(self) -> dict[str, str]:
-        """A port published as `"${VAR:-default}:PORT"` is, on one machine, the container's port
-        itself: VAR (unless given) is the free port that stands for PORT."""
+        """A port published as `"[BIND:]${VAR:-default}:PORT"` is, on one machine, the container's
+        port itself: VAR (unless given) is the free port that stands for PORT."""
         published: dict[str, str] = {}
         for service, spec in self.raw["services"].items():
             for mapping in spec.get("ports", []):
-                m = re.fullmatch(r"\$\{(\w+)[^}]*\}:(\d+)", str(mapping))
+                # [${BIND:-127.0.0.1}:]${VAR:-default}:PORT
+                m = re.fullmatch(r"(?:\$\{\w+[^}]*\}:|[\d.]+:)?\$\{(\w+)[^}]*\}:(\d+)", str(mapping))
                 if m and m[1] not in self.variables and len(self.replicas(service)) == 1:
                     published[m[1]] = str(self.host(service).ports[int(m[2])])
         return published

@@ -290,10 +290,24 @@ def test_a_study_computes_with_one_numerics_mode():
     portable = grid_trials(StudySpec(space=space, numerics="portable", base={"steps": 2}).search_space(), {})
     assert {t.resolved.config.numerics for t in native} == {"native"}
     assert {t.config_hash for t in native}.isdisjoint(t.config_hash for t in portable)
-    with pytest.raises(StudyError, match="numerics is one mode per study, not a dimension"):
-        check_space(StudySpec(space={"dims": {"numerics": ["portable", "native"]}}).search_space())
-    mixed = {"models": {"a": {"fixed": {"numerics": "native"}}, "b": {"fixed": {"numerics": "portable"}}}}
-    with pytest.raises(StudyError, match=r"one numerics mode.*model 'a' asks 'native'"):
-        check_space(StudySpec(space=mixed).search_space())
+    with pytest.raises(ValidationError, match=r"numerics is one mode per study.*\(space.dims\)"):
+        StudySpec(space={"dims": {"numerics": ["portable", "native"]}})
+    mixed = {"models": {"a": {"fixed": {"numerics": "native"}}, "b": {"fixed": {"lr": 1e-3}}}}
+    with pytest.raises(ValidationError, match=r"space.models.a.fixed"):
+        StudySpec(space=mixed)
     with pytest.raises(ValidationError, match="numerics"):
         StudySpec(space=space, numerics="fast")
+    with pytest.raises(ValidationError, match="numerics is given twice"):
+        StudySpec(space=space, numerics="native", base={"numerics": "portable"})
+    assert StudySpec(space=space, base={"numerics": "native"}).numerics == "native"
+
+
+def test_a_study_keeps_the_numerics_mode_it_was_made_with(monkeypatch):
+    """A spec that names no mode takes $MEMSWEEP_NUMERICS (else portable) when it is made, and keeps it
+    in its stored form: a server restarted under another default extends it in its own mode."""
+    monkeypatch.setenv("MEMSWEEP_NUMERICS", "native")
+    stored = StudySpec(space={"dims": {"lr": [1e-3]}}).model_dump(mode="json")
+    assert stored["numerics"] == "native"
+    monkeypatch.setenv("MEMSWEEP_NUMERICS", "portable")
+    trials = grid_trials(StudySpec.model_validate(stored).search_space(), {})
+    assert {t.resolved.config.numerics for t in trials} == {"native"}

@@ -121,11 +121,11 @@ def test_a_config_file_keeps_its_task_and_cell_unless_a_flag_overrides_them(tmp_
 
 @pytest.mark.parametrize("mode", ["portable", "native"])
 def test_train_in_a_numerics_mode_records_where_its_numbers_came_from(mode):
-    """`--numerics` sets the trial's mode; the CLI's process computes with it from its start (whatever
-    $MEMSWEEP_NUMERICS says) and the result's provenance says so."""
+    """`--numerics` sets the trial's mode, applied before anything computes — the variable-copy task
+    computes as it is built — and the result's provenance says so."""
     out = run(
-        "train", "--task", "addition", "--seq-len", "10", "--hidden", "8", "--steps", "2", "--numerics", mode,
-        "--set", "n_train=32", "--set", "n_val=16", "--json",
+        "train", "--task", "varcopy", "--hidden", "8", "--steps", "2", "--numerics", mode,
+        "--set", "lag_max=5", "--set", "n_train=32", "--set", "n_val=16", "--json",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -198,7 +198,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         scratch = ws.get("scratch", (K, B, N), xp)
         (act,) = _member_acts(nonlinearity, [step], scratch)
         xps, z_t, u_t = xp.unbind(1), zs.unbind(1), us.unbind(1)  # views made once
-        (baddbmm, _), addcmul = member_gemms(xp), torch.addcmul
+        (baddbmm, _), addcmul = member_gemms(xp.device, B, N), torch.addcmul
         u = ws.get("u0", (K, B, N), xp).zero_()  # u_{−1} = 0
         for t in range(T):
             baddbmm(xps[t], u, wat, out=step)  # pre_t = xp_t + a·u_{t−1} Wᵀ
@@ -234,7 +234,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         es, gs, fs = e.unbind(1), grad_pre.unbind(1), fprime_a.unbind(1)
         g_prev = gh.unbind(1) if gh is not None else None
         dh_buf = ws.get("dh", (2, K, B, N), w).unbind(0)
-        mul, (baddbmm, _) = torch.mul, member_gemms(w)
+        mul, (baddbmm, _) = torch.mul, member_gemms(w.device, B, N)
         for t in range(T - 1, 0, -1):
             mul(es[t], fs[t], out=gs[t])  # ∂pre_t = a f'_t ⊙ e_t
             dh = mul(es[t], bcol, out=dh_buf[t & 1])  # β e_t
