@@ -9,7 +9,8 @@ chown -R postgres:postgres "$PGDATA" /run/postgresql
 chmod 700 "$PGDATA"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pw=$(mktemp); printf '%s' "$POSTGRES_PASSWORD" > "$pw"; chown postgres "$pw"
-  gosu postgres $PGBIN/initdb -U "${POSTGRES_USER:-postgres}" --pwfile="$pw" -A scram-sha-256 >/dev/null
+  # UTF-8, as the postgres image initialises it (a minimal Debian has no locale: initdb would pick SQL_ASCII)
+  gosu postgres $PGBIN/initdb -U "${POSTGRES_USER:-postgres}" --pwfile="$pw" -A scram-sha-256 -E UTF8 --locale=C.UTF-8 >/dev/null
   rm -f "$pw"
   echo "host all all 0.0.0.0/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
   echo "listen_addresses='*'" >> "$PGDATA/postgresql.conf"
