@@ -290,7 +290,12 @@ class Tracker:
                 return out
 
     def delete_run(self, run_id: str) -> None:
-        """Delete a run (and forget it, if it was a live child run of this tracker)."""
+        """Delete a run (and forget it, if it was a live child run of this tracker). A run still
+        RUNNING (an outage, a killed worker or API came between its first and last request) is ended
+        KILLED first: deleted runs can be restored, and MLflow's UI would count it as running."""
+        if self.client.get_run(run_id).info.status == "RUNNING":
+            self.client.set_tag(run_id, "memsweep.replaced", "incomplete: made again whole, then deleted")
+            self.client.set_terminated(run_id, status="KILLED")
         self.client.delete_run(run_id)
         with self._lock:
             self._live = {k: v for k, v in self._live.items() if not v.run or v.run[0] != run_id}

@@ -140,3 +140,20 @@ def test_a_long_trial_is_live_and_a_short_one_is_written_whole_in_four_requests(
     assert tracker.calls["create_run"] == 2
     assert tracker.calls["set_terminated"] == 2
     assert tracker.calls["artifact"] == 1
+
+
+def test_a_deleted_run_is_never_left_running(tmp_path, mlflow_uri):
+    """The engine deletes a child run an outage left incomplete (and makes it again whole): deleted, it
+    is ended KILLED first, so a restored one is not counted as running; a finished one keeps its status."""
+    _ledger, (trial, _) = two_trials(tmp_path)
+    tracker = Tracker(mlflow_uri, "tracking-tests")
+    exp_id, parent = tracker.start_study(trial.study_id, "s", {}, None)
+    incomplete = tracker.client.create_run(exp_id, tags={"mlflow.parentRunId": parent}).info.run_id
+    finished = tracker.client.create_run(exp_id, tags={"mlflow.parentRunId": parent}).info.run_id
+    tracker.client.set_terminated(finished, status="FINISHED")
+    for run_id in (incomplete, finished):
+        tracker.delete_run(run_id)
+    gone = {r: tracker.client.get_run(r).info for r in (incomplete, finished)}
+    assert {r: i.lifecycle_stage for r, i in gone.items()} == {incomplete: "deleted", finished: "deleted"}
+    assert gone[incomplete].status == "KILLED" and gone[finished].status == "FINISHED"
+    assert tracker.client.get_run(incomplete).data.tags["memsweep.replaced"].startswith("incomplete")
