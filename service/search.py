@@ -84,10 +84,7 @@ def first_point(model: Model) -> dict[str, Any]:
 def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
-    their first value — names, types, ranges, and what the task itself checks (`check_trials`) — and
-    that every trial of the study computes with one numerics mode (its Ray workers run one; a preset's
-    model could fix another)."""
-    modes: dict[str, str] = {}
+    their first value — names, types, ranges, and what the task itself checks (`check_trials`)."""
     for model in space.models:
         first = first_point(model)
         points = [first]
@@ -96,20 +93,12 @@ def check_space(space: SearchSpace) -> None:
             points += [{**first, key: value} for value in ends]
         for point in points:
             try:
-                trials = point_trials(space, model, point, {})
-                check_trials(trials)
+                check_trials(point_trials(space, model, point, {}))
             except (ValueError, KeyError) as exc:
                 where = ", ".join(f"{k}={v!r}" for k, v in point.items() if k in model.dims)
                 raise StudyError(
                     f"model {model.name!r}" + (f" at {where}" if where else "") + f": {exc}"
                 ) from None
-            modes.update((t.resolved.config.numerics, model.name) for t in trials)
-    if len(modes) > 1:
-        raise StudyError(
-            "every trial of a study computes with one numerics mode, but "
-            + ", ".join(f"model {m!r} asks {mode!r}" for mode, m in sorted(modes.items()))
-            + ": set `numerics` on the study, not per model"
-        )
 
 
 def check_trials(trials: Iterable[TrialSpec]) -> None:

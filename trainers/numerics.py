@@ -3,8 +3,8 @@ its first computation, and the record of where a result's numbers came from (`pr
 
 A float32 result on the CPU depends on the kernels that ran, not only on the config and the seed:
 
-- MKL's GEMMs (every matmul): MKL picks a code path per CPU (its "branch"), and without its strict
-  reproducibility mode its rounding also depends on the memory alignment of the operands, so a bundle
+- MKL's GEMMs (every matmul): MKL picks a code path per CPU (its "branch"), and without its
+  conditional-reproducibility mode its rounding also depends on the memory alignment of the operands, so a bundle
   member's slice of a stacked tensor and a solo run's fresh tensor could round differently (seen on an
   Intel Xeon with AVX-512: 22 bundle-against-solo tests failed in the last bits);
 - ATen's vectorised elementwise loops and reductions (tanh, exp, sums): 8 floats a vector with AVX2,
@@ -65,19 +65,14 @@ class Mode:
     mkl_cbwr: str  # MKL_CBWR: its branch, and STRICT where MKL supports it
     aten_capability: str | None  # ATEN_CPU_CAPABILITY's value (torch then reports it upper-case)
     onednn_isa: str | None  # ONEDNN_MAX_CPU_ISA's value
-    description: str
 
 
 MODES = {
-    "portable": Mode(
-        "portable", "COMPATIBLE", "avx2", "AVX2",
-        "the same numbers on any x86-64 CPU with AVX2 (MKL COMPATIBLE; ATen and oneDNN at AVX2)",
-    ),
-    "native": Mode(
-        "native", "AUTO,STRICT", None, None,
-        "the same numbers on the same kind of machine; this CPU's fastest kernels (MKL AUTO,STRICT)",
-    ),
-}  # fmt: skip
+    # the same numbers on any x86-64 CPU with AVX2
+    "portable": Mode("portable", "COMPATIBLE", "avx2", "AVX2"),
+    # the same numbers on the same kind of machine; this CPU's fastest kernels
+    "native": Mode("native", "AUTO,STRICT", None, None),
+}
 DEFAULT: Numerics = "portable"
 
 
