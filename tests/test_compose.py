@@ -21,7 +21,9 @@ def test_services():
     assert set(SERVICES) == {"postgres", "mlflow", "ray-head", "ray-worker", "api"}
     for name in ("mlflow", "ray-head", "ray-worker", "api"):  # one image for all of ours
         assert SERVICES[name]["image"] == OUR_IMAGE
-        assert SERVICES[name]["build"]["dockerfile"] == "docker/Dockerfile"
+    # … built once: compose builds (and exports) an image once per service that has `build:`
+    builds = {name: spec["build"] for name, spec in SERVICES.items() if "build" in spec}
+    assert builds == {"api": {"context": "..", "dockerfile": "docker/Dockerfile"}}
 
 
 def test_ray_worker_reserves_gpus_and_scales():
