@@ -206,14 +206,14 @@ def _local_success(
     """The success table from the local ledger, under the study's criterion or the one given."""
     from service.engine import Engine
     from service.settings import get_settings
-    from service.spec import StudySpec, judged_under
+    from service.spec import StudySpec
     from service.summary import success_table
 
     engine = Engine(get_settings())
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
-    criterion = judged_under(StudySpec.model_validate(study.spec).criterion(), fraction, threshold, baseline)
+    criterion = StudySpec.model_validate(study.spec).criterion_for(fraction, threshold, baseline)
     return {"name": study.name, "success": success_table(engine.ledger.trials(study_id), criterion, at_step)}
 
 

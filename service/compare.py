@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.ledger import Ledger, Study, Trial
-from service.spec import StudyError, StudySpec, judged_under
+from service.spec import StudyError, StudySpec
 from service.summary import newcombe_interval, repr_value, success_cell, value_sort_key
 from trainers import TRAINER_VERSION, Criterion
 
@@ -112,8 +112,12 @@ def compare_studies(
             f"by: unknown field {', '.join(repr(f) for f in unknown)}; these studies' trials can be grouped "
             f"by {', '.join(known)} (comma-separated, e.g. ?by=cell,seq_len)"
         )
-    criteria = {s.id: judged_under(StudySpec.model_validate(s.spec).criterion(), fraction, threshold, baseline)
-                for s in studies}  # fmt: skip
+    criteria = {}
+    for s in studies:
+        try:
+            criteria[s.id] = StudySpec.model_validate(s.spec).criterion_for(fraction, threshold, baseline)
+        except StudyError as exc:
+            raise StudyError(f"study {s.id}: {exc}") from None
     groups: dict[tuple[str | None, ...], dict[str, list[Trial]]] = defaultdict(lambda: defaultdict(list))
     for s in studies:
         for t in trials[s.id]:

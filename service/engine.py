@@ -81,8 +81,7 @@ class Engine:
             space = spec.search_space()
         except (ValueError, KeyError) as exc:
             raise StudyError(str(exc)) from None
-        check_space(space)
-        if spec.sampler == "grid":
+        if spec.sampler == "grid":  # its size first: a product of the dimensions' lengths, nothing made
             if not space.is_grid:
                 raise StudyError(
                     "sampler 'grid' needs lists of values in every dimension; use tpe/random/qmc for ranges"
@@ -94,6 +93,7 @@ class Engine:
                     f"the grid holds {size} trials (points × seeds), over the limit of {limit}; "
                     "choose fewer models, values or seeds (or raise max_trials / MEMSWEEP_MAX_GRID_SIZE)"
                 )
+        check_space(space)
         return space
 
     def _trials(self, spec: StudySpec, space: SearchSpace) -> list[TrialSpec]:

@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from service.summary import repr_value
+from service.summary import value_matches
 from service.trial import TrialSpec, objective
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
@@ -337,7 +337,7 @@ class Ledger:
             )  # fmt: skip
             ids = []
             for r in light:
-                if params and any(repr_value(r.params.get(k)) != v for k, v in params.items()):
+                if params and not all(value_matches(r.params.get(k), v) for k, v in params.items()):
                     continue
                 if success is not None:
                     won = criterion.judge(r.status, r.final_val_loss, r.baseline_loss, r.reference_baselines)
@@ -347,6 +347,19 @@ class Ledger:
             page = ids[offset : offset + limit]
             found = {t.id: t for t in s.scalars(select(Trial).where(Trial.id.in_(page)))} if page else {}
             return len(ids), [found[i] for i in page]
+
+    @outlasting
+    def point_fields(self, study_id: str) -> tuple[set[str], set[str]]:
+        """The study's models and the names its points set (seed included): what filters may name."""
+        models: set[str] = set()
+        names: set[str] = set()
+        with self.session() as s:
+            for model, params in s.execute(
+                select(Trial.model, Trial.params).where(Trial.study_id == study_id)
+            ):
+                models.add(model)
+                names.update(params)
+        return models, names
 
     @outlasting
     def trial(self, trial_id: int) -> Trial:

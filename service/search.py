@@ -14,6 +14,7 @@ points. The searcher sees one objective per point: the mean over seeds of final 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import trainers
@@ -84,7 +85,10 @@ def first_point(model: Model) -> dict[str, Any]:
 def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
-    their first value — names, types, ranges, and what the task itself checks (`check_trials`)."""
+    their first value — names, types, ranges, and what the task itself checks (`check_trials`).
+    With the first seed only: a seed changes no setting, and the work stays the dimensions' lengths
+    summed (a grid's size is checked before, from their product)."""
+    space = replace(space, seeds=space.seeds[:1])
     for model in space.models:
         first = first_point(model)
         points = [first]

@@ -13,9 +13,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from search_spaces import Model, SearchSpace, SpaceError, dim_from_dict, get_preset
+from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
+from trainers.config import TrainConfig
 from trainers.criterion import Criterion
 from trainers.numerics import Numerics, default_mode
+from trainers.tasks import TASKS
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
@@ -181,6 +183,8 @@ class StudySpec(BaseModel):
     def _seeds_unique(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and (not v or len(set(v)) != len(v)):
             raise ValueError("seeds must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
+        if v is not None and not all(-(2**63) <= s < 2**63 for s in v):
+            raise ValueError("each seed must fit a 64-bit integer (|seed| < 2**63)")
         return v
 
     @model_validator(mode="after")
@@ -213,11 +217,46 @@ class StudySpec(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _known_baselines(self) -> StudySpec:
+        named = [(i, c.baseline) for i, c in enumerate(self.extra_criteria) if c.baseline != "task"]
+        if named:
+            known = self.baselines()
+            for i, baseline in named:
+                if baseline not in known:
+                    raise ValueError(f"extra_criteria[{i}].baseline: {unknown_baseline(baseline, known)}")
+        return self
+
     def criterion(self) -> Criterion:
         """The study's success criterion (default: half the random baseline, Orhan & Pitkow)."""
         if self.success_threshold is not None:
             return Criterion(fraction=None, threshold=self.success_threshold)
         return Criterion(fraction=self.success_fraction if self.success_fraction is not None else 0.5)
+
+    def criterion_for(
+        self, fraction: float | None = None, threshold: float | None = None, baseline: str | None = None
+    ) -> Criterion:
+        """The study's criterion, or the one a request names instead (a threshold; or a fraction and/or
+        a baseline, the missing one taken from the study's), for a recount: nothing trains. A baseline
+        must be one the study's trials report."""
+        if baseline is not None and baseline not in (known := self.baselines()):
+            raise StudyError(f"baseline: {unknown_baseline(baseline, known)}")
+        return judged_under(self.criterion(), fraction, threshold, baseline)
+
+    def baselines(self) -> list[str]:
+        """What a criterion may measure against: `task` (each task's random baseline), then the
+        reference baselines the study's tasks report (copy: `arjovsky`)."""
+        space = self.search_space()
+        tasks: set[str] = set()
+        for m in space.models:
+            dim = m.dims.get("task")
+            tasks |= (
+                {str(v) for v in dim.values}
+                if isinstance(dim, Values)
+                else {str({**space.base, **m.fixed}.get("task", TrainConfig.task))}
+            )
+        names = {name for t in tasks if t in TASKS for name in TASKS.get(t).reference_baseline_names}
+        return ["task", *sorted(names)]
 
     @property
     def fuses(self) -> bool:
@@ -277,6 +316,13 @@ def _non_finite(value: Any, path: str) -> str | None:
             if found:
                 return found
     return None
+
+
+def unknown_baseline(baseline: str, known: list[str]) -> str:
+    return (
+        f"{baseline!r} is not a baseline this study's trials report; valid: {', '.join(known)} "
+        "(task: the task's random baseline, the papers' criterion)"
+    )
 
 
 def judged_under(

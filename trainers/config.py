@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -147,6 +148,9 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
             raise ConfigError(f"{name} = {value} must be a positive integer, or none")
     if cfg.lr <= 0:
         raise ConfigError(f"lr = {cfg.lr} must be positive")
+    check_representable(dataclasses.asdict(cfg), "")
+    check_representable(dataclasses.asdict(task_cfg), f"task {cfg.task!r}: ")
+    check_representable(dataclasses.asdict(cell_cfg), f"cell {cfg.cell!r}: ")
     if cfg.numerics not in MODES:
         raise ConfigError(
             f"numerics = {cfg.numerics!r} is not a numerics mode; valid: {', '.join(MODES)} "
@@ -157,6 +161,29 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
         cfg, task_params=dataclasses.asdict(task_cfg), cell_params=dataclasses.asdict(cell_cfg)
     )
     return Resolved(full, task_cls, task_cfg, cell_cls, cell_cfg)
+
+
+#: a trial computes in float32 (torch's default dtype) and stores integers as 64-bit
+FLOAT_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, IEEE 754's largest single
+INT_LIMIT = 2**63
+
+
+def check_representable(values: Mapping[str, Any], where: str) -> None:
+    """Every number a trial uses fits its dtype: a float is finite and at most float32's largest (lr =
+    1e308 would overflow in the optimiser), an integer fits 64 bits (the ledger, torch). Refused here,
+    before a study holds it, not as a failed trial."""
+    for name, value in values.items():
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= FLOAT_MAX):
+                raise ConfigError(
+                    f"{where}{name} = {value!r} cannot be represented in float32, the trials' dtype: "
+                    f"give a finite number of at most ±{FLOAT_MAX:.4g}"
+                )
+            if isinstance(v, int) and not -INT_LIMIT <= v < INT_LIMIT:
+                raise ConfigError(f"{where}{name} = {value!r} does not fit a 64-bit integer (|n| < 2**63)")
 
 
 def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:

@@ -43,7 +43,13 @@ def install_error_handlers(app: FastAPI) -> None:
         exc = cast(StarletteHTTPException, exc)
         message = exc.detail
         if exc.status_code == status.HTTP_400_BAD_REQUEST and "parsing the body" in str(message):
-            message = "the body is not JSON (UTF-8 text); send a JSON object (examples: GET /docs)"
+            if isinstance(exc.__cause__, RecursionError):  # JSON, nested deeper than the parser goes
+                message = (
+                    "the body's JSON is nested too deeply to read (a study spec is a few levels deep); "
+                    "send the spec as a JSON object (examples: GET /docs)"
+                )
+            else:
+                message = "the body is not JSON (UTF-8 text); send a JSON object (examples: GET /docs)"
         return JSONResponse(status_code=exc.status_code, content={"detail": message}, headers=exc.headers)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

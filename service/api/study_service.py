@@ -29,7 +29,7 @@ from service.compare import UnknownStudiesError, compare_studies, log_comparison
 from service.engine import Engine
 from service.ledger import FINISHED, Study, Trial
 from service.plan import plan_spec, record_plan
-from service.spec import StudyError, StudySpec, judged_under
+from service.spec import StudyError, StudySpec
 from service.summary import best_configs, success_table, success_vs_budget
 from trainers.criterion import Criterion
 
@@ -230,6 +230,8 @@ class StudyService:
                     f"param={item!r}: write FIELD=VALUE, e.g. param=lr=0.001 (as tables print values)"
                 )
             values[key] = value
+        if models or values:
+            self._check_filters(study_id, models or [], values)
         total, rows = self.ledger.page_trials(
             study_id,
             statuses,
@@ -315,9 +317,25 @@ class StudyService:
         baseline: str | None = None,
     ) -> Criterion:
         """The study's success criterion, or the one a request names instead."""
-        return judged_under(StudySpec.model_validate(study.spec).criterion(), fraction, threshold, baseline)
+        return StudySpec.model_validate(study.spec).criterion_for(fraction, threshold, baseline)
 
     # ----- helpers -----------------------------------------------------------------------------------
+    def _check_filters(self, study_id: str, models: list[str], params: dict[str, str]) -> None:
+        """A filter names a model and fields the study's trials have (a typo would filter to nothing)."""
+        known_models, known_names = self.ledger.point_fields(study_id)
+        if not known_models:  # a sampled study before its first draw: nothing to check against
+            return
+        for name in models:
+            if name not in known_models:
+                raise StudyError(
+                    f"model={name!r}: no such model in this study; valid: {', '.join(sorted(known_models))}"
+                )
+        for name in params:
+            if name not in known_names:
+                raise StudyError(
+                    f"param={name}=…: this study's points do not set {name!r}; valid: {', '.join(sorted(known_names))}"
+                )
+
     def _get(self, study_id: str) -> Study:
         study = self.ledger.get_study(study_id)
         if study is None:

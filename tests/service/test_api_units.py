@@ -20,6 +20,7 @@ from service.api.schemas import StudyState, TrialSort, TrialStatus
 from service.client import MemsweepAPIError, MemsweepClient
 from service.ledger import STUDY_STATES, TRIAL_SORTS, TRIAL_STATES, Ledger
 from service.settings import Settings
+from service.spec import StudySpec
 from service.summary import best_configs, success_table
 from tests.service.conftest import TINY
 from trainers import Criterion, Evaluation, TrialResult
@@ -167,7 +168,15 @@ def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> 
         ("orth", 2),
     }
     assert client.get(base, params={"param": "lr"}).status_code == 422  # FIELD=VALUE
-    assert client.get(base, params={"model": "nope"}).json()["total"] == 0
+    # values compare as numbers where they are numbers (as text, lr=1e-3 found nothing)
+    for same in ("1e-3", "0.0010", "1E-03"):
+        assert client.get(base, params={"param": f"lr={same}"}).json()["total"] == 4, same
+    assert client.get(base, params=[("param", "seed=2.0"), ("model", "orth")]).json()["total"] == 2
+    # a model or a field the study does not have is named, with the ones it has (it filtered to nothing)
+    r = client.get(base, params={"model": "orthh"})
+    assert r.status_code == 422 and "'orthh'" in r.json()["detail"] and "chain, orth" in r.json()["detail"]
+    r = client.get(base, params={"param": "lrr=0.001"})
+    assert r.status_code == 422 and "'lrr'" in r.json()["detail"] and "lr, seed" in r.json()["detail"]
 
 
 def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
@@ -567,3 +576,86 @@ def test_a_sync_while_mlflow_is_down_is_a_quick_503_that_keeps_everything(client
     assert "does not answer" in r.text and "ledger keeps every result" in r.text
     assert [t.final_val_loss for t in ledger_of(client).trials(study["id"])] == before
     assert client.get(f"/studies/{study['id']}").json()["state"] == "done"
+
+
+def test_a_huge_grid_is_refused_from_its_size_before_any_trial_is_made(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10¹² trials (10⁴ learning rates × 10⁴ scales × 10⁴ seeds): the size is a product of the
+    dimensions' lengths, so the refusal makes no trial (it once made millions, for minutes)."""
+    from service import search
+
+    made: list[int] = []
+    materialize = search.materialize
+
+    def counted(settings: Any) -> Any:
+        made.append(1)
+        assert len(made) < 1000, "trials are being made for a grid its size refuses"
+        return materialize(settings)
+
+    monkeypatch.setattr(search, "materialize", counted)
+    n = 10_000
+    values = [round(1e-4 * (1 + i / n), 12) for i in range(n)]
+    spec = {"preset": "orhan2020-copy500", "models": ["chain"], "dims": {"lr": values, "scale": values}}
+    r = client.post("/studies", json={**spec, "seeds": list(range(n))})
+    assert r.status_code == 422, r.text
+    assert f"{n**3} trials" in r.json()["detail"] and "limit of 50000" in r.json()["detail"]
+    assert made == []
+    r = client.post("/studies", json={"preset": "orhan2020-copy500", "seeds": list(range(100_000))})
+    assert r.status_code == 422 and made == []
+    # a space is checked with one seed per value (a sampled study's ranges, too), not every seed
+    space = StudySpec.model_validate(
+        {**spec, "dims": {"lr": values[:3], "scale": [1.0]}, "seeds": list(range(1000))}
+    )
+    search.check_space(space.search_space())
+    assert 0 < len(made) <= 3  # the first point, and each other value of each dimension
+
+
+def test_an_unknown_baseline_is_refused_naming_the_ones_there_are(client: TestClient) -> None:
+    copy = client.post(
+        "/studies",
+        json={
+            "preset": "orhan2020-copy500",
+            "models": ["chain"],
+            "seeds": [1],
+            "dims": {"lr": [1e-3], "scale": [1.0]},
+        },
+    ).json()
+    addition = client.post("/studies", json=grid()).json()
+    r = client.get(f"/studies/{copy['id']}/success", params={"baseline": "arjovksy"})
+    assert (
+        r.status_code == 422 and "'arjovksy'" in r.json()["detail"] and "task, arjovsky" in r.json()["detail"]
+    )
+    assert client.get(f"/studies/{copy['id']}/success", params={"baseline": "arjovsky"}).status_code == 200
+    assert client.get(f"/studies/{copy['id']}/success", params={"baseline": "task"}).status_code == 200
+    r = client.get(f"/studies/{addition['id']}/success", params={"baseline": "arjovsky"})
+    assert r.status_code == 422 and "valid: task " in r.json()["detail"]  # addition reports none
+    r = client.get(
+        "/compare", params={"studies": f"{copy['id']},{addition['id']}", "by": "model", "baseline": "bogus"}
+    )
+    assert r.status_code == 422 and copy["id"] in r.json()["detail"] and "'bogus'" in r.json()["detail"]
+    extra = {"extra_criteria": [{"fraction": 0.5, "baseline": "arjovksy"}]}
+    r = client.post("/studies", json={"preset": "orhan2020-copy500", **extra})
+    assert r.status_code == 422 and "extra_criteria[0].baseline" in r.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"dims": {"lr": [1e308]}}, "lr = 1e+308 cannot be represented in float32"),
+     ({"base": {**TINY, "clip_norm": -1e39}}, "clip_norm"),
+     ({"seeds": [1, 10**30]}, "64-bit integer"), ({"base": {**TINY, "seq_len": 2**64}}, "seq_len")],
+)  # fmt: skip
+def test_a_value_the_trials_dtype_cannot_hold_is_refused_at_the_door(
+    client: TestClient, change: dict[str, Any], named: str
+) -> None:
+    """lr = 1e308 was accepted, and every trial then failed ("value cannot be converted to type float
+    without overflow"): a trial computes in float32 and stores integers in 64 bits."""
+    r = client.post("/studies", json=grid(**change))
+    assert r.status_code == 422 and named in r.json().get("message", r.json()["detail"]), r.text
+    assert client.get("/studies").json()["total"] == 0
+
+
+def test_a_body_nested_too_deeply_is_named_so(client: TestClient) -> None:
+    deep = b"[" * 10_000 + b"]" * 10_000  # JSON, but deeper than the parser goes
+    r = client.post("/studies", content=deep, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "nested too deeply" in r.json()["detail"], r.text

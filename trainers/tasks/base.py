@@ -113,6 +113,9 @@ class Task(ABC):
     metric_name: ClassVar[str | None] = None
     #: True when a fresh-batch regime exists (synthetic tasks); data sets (MNIST) have fixed splits only
     supports_fresh: ClassVar[bool] = False
+    #: the names of `reference_baselines` (known before a task is built: a study's criteria are checked
+    #: against them at the door)
+    reference_baseline_names: ClassVar[tuple[str, ...]] = ()
 
     #: Token inputs: when not None, `encode` returns x as int64 ids [T, B] and the model embeds them
     #: (nn.Embedding(input_vocab, input_dim)) before the cell; `input_dim` is then the embedding size.

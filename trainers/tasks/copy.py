@@ -47,6 +47,7 @@ class CopyTask(Task):
     default_nonlinearity = "elu"
     metric_name = "recall_accuracy"
     supports_fresh = True
+    reference_baseline_names = ("arjovsky",)
     config: CopyConfig
 
     def __init__(self, config: CopyConfig, seed: int) -> None:
