@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import sys
 import threading
 import time
@@ -492,11 +493,28 @@ def add_url_flag(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--url", help=f"{help} (default: MEMSWEEP_API_URL)")
 
 
+def lock_embedded_ray() -> None:
+    """Ray's token authentication, with a token made for this process, for the embedded Ray: its
+    GCS, raylet and workers listen on every interface (Ray 2.60 binds its gRPC servers to 0.0.0.0 and
+    has no setting for it; a node address of 127.0.0.1 is replaced by the host's), so without a token
+    anyone who reaches this machine could join it and run code. Ray reads the mode when it is first
+    imported: set before anything imports it. A cluster (MEMSWEEP_RAY_ADDRESS, RAY_ADDRESS) keeps its
+    own settings, and an explicit RAY_AUTH_MODE wins."""
+    from service.settings import get_settings
+
+    if get_settings().ray_address or os.environ.get("RAY_ADDRESS"):
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if os.environ["RAY_AUTH_MODE"] == "token":
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Ray's C++ failure-signal handler (absl) arms a 3-second alarm on SIGTERM that then kills the
     # process: `memsweep serve` stopped gracefully (docker stop, Ctrl-C) died mid-shutdown and left its
     # studies "running". Ray reads this when it is first imported, so it is set before anything is.
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    lock_embedded_ray()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in TRAINER_COMMANDS:
         from trainers.cli import main as trainers_main

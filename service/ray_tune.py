@@ -12,12 +12,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import secrets
+import signal
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from ray.tune import Callback, Stopper
@@ -58,11 +62,62 @@ def ensure_ray(settings: Settings) -> None:
     if address:
         ray.init(address=address, log_to_driver=False, runtime_env=workers)
     else:
-        # address="local": always a new embedded cluster, never one that `ray start` left running
-        ray.init(
-            address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, log_to_driver=False,
-            runtime_env=workers,
-        )  # fmt: skip
+        reap_embedded_ray(settings.home)
+        # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
+        # this driver leaves behind is found by it, not by names (Ray's agents rename themselves)
+        # (only Ray's: the driver's later children, a local MLflow server, do not carry it)
+        mark = f"{os.getpid()}-{secrets.token_hex(8)}"
+        os.environ[EMBEDDED_RAY_MARK] = mark
+        try:  # address="local": always a new embedded cluster, never one that `ray start` left running
+            ray.init(
+                address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
+                log_to_driver=False, runtime_env=workers,
+            )  # fmt: skip
+        finally:
+            del os.environ[EMBEDDED_RAY_MARK]
+        settings.home.mkdir(parents=True, exist_ok=True)
+        (settings.home / EMBEDDED_RAY).write_text(json.dumps({"pid": os.getpid(), "mark": mark}))
+
+
+#: the embedded Ray of a home: its driver's pid, and the mark its processes carry in their environment
+EMBEDDED_RAY = "embedded-ray.json"
+EMBEDDED_RAY_MARK = "MEMSWEEP_EMBEDDED_RAY"
+
+
+def reap_embedded_ray(home: Path) -> list[int]:
+    """Kill what the last embedded Ray of `home` left running when its driver died without shutting
+    it down (a SIGKILLed server leaves Ray's DashboardAgent and RuntimeEnvAgent behind, and they
+    ignore SIGTERM); their pids. Left alone while that driver still runs (a `memsweep run` beside a
+    server on the same home)."""
+    try:
+        record = json.loads((home / EMBEDDED_RAY).read_text())
+        owner, mark = int(record["pid"]), str(record["mark"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if owner != os.getpid() and _alive(owner):
+        return []
+    needle = f"{EMBEDDED_RAY_MARK}={mark}".encode() + b"\0"
+    reaped = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        with contextlib.suppress(OSError):
+            if pid != os.getpid() and needle in (proc / "environ").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+                reaped.append(pid)
+    if reaped:
+        log.warning("killed %d processes of an embedded Ray whose driver (pid %d) died", len(reaped), owner)
+    (home / EMBEDDED_RAY).unlink(missing_ok=True)
+    return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def unplaceable(resources: Mapping[str, float]) -> str | None:

@@ -1,0 +1,150 @@
+"""The embedded Ray of `memsweep serve` (issue 25 items 6 and 7): its servers listen on every interface
+(Ray 2.60 has no setting for it), so a token made by the server locks them; and when the server
+dies without shutting Ray down, the next start kills what was left of it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.client import MemsweepClient
+from service.servers import LocalServer, free_port
+
+pytestmark = pytest.mark.slow
+
+#: a study whose trials (a few seconds each) are still running when the server is killed
+RUNNING = {
+    "name": "running-at-the-crash",
+    "preset": "orhan2020-copy500",
+    "models": ["chain"],
+    "dims": {"lr": [1e-3, 3e-4], "scale": [1.0]},
+    "seeds": [1],
+    "base": {"seq_len": 30, "steps": 3000, "eval_every": 1000},
+    "fused": False,
+}
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def descendants(root: int) -> list[int]:
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = p = int(proc.name)
+        while p > 1:
+            p = parent(p)
+            if p == root:
+                out.append(pid)
+                break
+    return out
+
+
+def marked(mark: str) -> list[int]:
+    """The processes whose environment holds TEST_MARK=mark: the server and everything it started."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if f"TEST_MARK={mark}".encode() + b"\0" in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_for(check, what: str, timeout: float = 120):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+    return found
+
+
+def test_the_embedded_ray_refuses_strangers_and_is_reaped_after_a_crash(tmp_path: Path, mlflow_uri: str):
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))},
+        "MEMSWEEP_HOME": str(tmp_path / "home"),
+        "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+        "MEMSWEEP_RAY_NUM_CPUS": "1",
+        "TEST_MARK": f"embedded-ray-{os.getpid()}",
+    }
+    for name in ("MEMSWEEP_API_TOKEN", "MEMSWEEP_RAY_ADDRESS"):
+        env.pop(name, None)
+    server = LocalServer(free_port(), tmp_path / "server.log", env).start()
+    try:
+        wait_for(lambda: httpx.get(f"{server.url}/ready", timeout=30).status_code == 200, "Ray and MLflow")
+        assert server.proc is not None
+        gcs = wait_for(
+            lambda: next((p for p in descendants(server.proc.pid) if "gcs_server" in cmdline(p)), 0),
+            "the embedded Ray's GCS",
+        )
+        listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+        ports = [line.split()[3] for line in listening.splitlines() if f"pid={gcs}," in line]
+        assert ports, (cmdline(gcs), listening)
+        port = re.search(r":(\d+)$", ports[0])
+        assert port
+
+        # a stranger on this machine (or, as it listens on every interface, beyond it), without the token
+        stranger = {k: v for k, v in env.items() if not k.startswith("RAY_")}
+        joined = subprocess.run(
+            [sys.executable, "-c", f"import ray; ray.init(address='127.0.0.1:{port[1]}', log_to_driver=False)"],
+            env=stranger, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert joined.returncode != 0 and "token" in (joined.stdout + joined.stderr).lower(), joined.stderr[
+            -2000:
+        ]
+
+        # a crash of the server alone (as the OOM killer would), mid-study: some of Ray's processes
+        # outlive it
+        # (Ray 2.60: its DashboardAgent and RuntimeEnvAgent, which rename themselves and ignore SIGTERM) …
+        with MemsweepClient(server.url) as client:
+            study = client.submit(RUNNING)
+            wait_for(lambda: client.get(study["id"])["counts"]["running"] > 0, "a trial running")
+        ray_processes = [p for p in marked(env["TEST_MARK"]) if p != server.proc.pid]
+        assert len(ray_processes) >= 3, ray_processes  # the GCS, the raylet, its agents
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=30)
+        time.sleep(3)
+        left = [p for p in ray_processes if alive(p)]
+        print(
+            f"{len(left)} of the embedded Ray's processes outlived the server: {[cmdline(p) for p in left]}"
+        )
+        # … until the next start on the same home kills them
+        server.start()
+        wait_for(lambda: not any(alive(p) for p in ray_processes), "the old Ray's processes gone", timeout=90)
+        if left:
+            assert "processes of an embedded Ray whose driver" in server.tail(50_000)
+
+        # a graceful stop (SIGTERM to the server alone) takes its whole Ray down with it
+        wait_for(lambda: httpx.get(f"{server.url}/ready", timeout=30).status_code == 200, "Ray again")
+        assert server.proc is not None
+        everything = [p for p in marked(env["TEST_MARK"]) if p != server.proc.pid]
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=120)
+        wait_for(lambda: not any(alive(p) for p in everything), "Ray's processes gone after a stop", 60)
+    finally:
+        server.stop()
