@@ -199,7 +199,14 @@ class Engine:
         marks: list[float],
     ) -> tuple[dict[str, Any], list[str]]:
         """The end of a run, in MLflow: every finished trial's child run complete and once, then the
-        summary, figures and final status on the parent run. (summary, MLflow errors)."""
+        summary, figures and final status on the parent run. (summary, MLflow errors). With MLflow
+        down, nothing is written (the study ends now; the runs are rebuilt when it answers)."""
+        from service.tracking import server_healthy
+
+        if tracker.uri.startswith("http") and not server_healthy(tracker.uri):
+            marks.extend([time.perf_counter()] * 3)
+            down = f"MLflow at {tracker.uri} did not answer at the end of the study"
+            return self.summary(study_id), tracker.abandon(down)
         unreconciled = []
         try:
             self._reconcile_children(study_id, tracker, exp_id, parent, criterion)

@@ -54,6 +54,14 @@ METRIC_FIELDS = (
 JUDGED_FIELDS = ("success", "success_threshold")
 
 
+#: MLflow's HTTP retries for memsweep's writes: 3 tries, 1 s backoff, 30 s a request
+MLFLOW_FAIL_FAST = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+
 def server_healthy(uri: str, timeout: float = 2.0) -> bool:
     try:
         return httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout).status_code == 200
@@ -213,6 +221,11 @@ class Tracker:
         self, tracking_uri: str, experiment: str, writers: int = 4, live_interval: float = 2.0
     ) -> None:
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        # MLflow is a projection of the ledger, repaired by a sync: a write to a server that is down
+        # fails within seconds (MLflow's own client would retry each for about 4 minutes and hold a
+        # finished study "running" meanwhile). Explicit MLFLOW_HTTP_* settings win.
+        for name, value in MLFLOW_FAIL_FAST.items():
+            os.environ.setdefault(name, value)
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
@@ -663,3 +676,16 @@ class Tracker:
             self._clock.join()
         self.flush()
         self._pool.shutdown(wait=True)
+
+    def abandon(self, why: str) -> list[str]:
+        """Close without the queued writes (MLflow is down: each would only fail); the errors, `why`
+        first. What they would have written, the ledger holds, and a sync rebuilds it."""
+        with self._lock:
+            self._closing = True
+            self._lanes.clear()
+            self._live.clear()
+            self._wake.notify()
+            pending, self._pending = self._pending, []
+        dropped = sum(f.cancel() for f in pending)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        return [why, *self._errors] + ([f"{dropped} queued writes dropped"] if dropped else [])

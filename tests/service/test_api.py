@@ -316,3 +316,43 @@ def test_memsweep_demo_runs_the_readme_study_over_rest(tmp_path: Path, mlflow_ur
     assert "best configurations" in out.stdout
     assert f"/runs/{study.mlflow_run_id}" in out.stdout  # the MLflow URL of the parent run
     assert port_free("127.0.0.1", port), "the demo left its server running"
+
+
+def test_a_study_is_done_when_its_trials_are_while_mlflow_is_down(tmp_path: Path) -> None:
+    """MLflow killed mid-study and left down: the study is done (and its server stops) within seconds
+    of its last trial, not after MLflow's retries (minutes); once MLflow is back, a sync rebuilds its
+    runs from the ledger. (Issue 25 item 3: the study stayed `running` for 6.5 minutes.)"""
+    from service.tracking import start_mlflow_server, stop_mlflow_server
+
+    port = free_port()
+    uri, mlflow = start_mlflow_server(tmp_path / "mlflow", port)
+    server = Server(tmp_path / "home", uri).start()
+    try:
+        with MemsweepClient(server.url) as client:
+            study = client.submit(slower_grid("mlflow-gone", [1e-3, 3e-4], [1, 2], concurrency=2))
+            sid = study["id"]
+            wait_for_done(server.url, sid, 1)
+            stop_mlflow_server(mlflow)  # and it stays down
+            wait_for_done(server.url, sid, 8)
+            trained = time.monotonic()
+            final = client.wait(sid, poll=0.5, timeout=300, progress=False)
+            ended = time.monotonic() - trained
+            assert final["state"] == "done" and final["counts"]["done"] == 8
+            assert ended < 60, f"the study ended {ended:.0f} s after its last trial"
+            assert final["error"].startswith("MLflow:") and "did not answer" in final["error"], final
+        stopping = time.monotonic()
+        server.stop()
+        assert time.monotonic() - stopping < 30 and "Application shutdown complete" in server.tail(20_000)
+
+        uri, mlflow = start_mlflow_server(tmp_path / "mlflow", port)  # back, on the same store
+        server.start()
+        with MemsweepClient(server.url) as client:
+            client.sync(sid)
+            synced = client.get(sid)
+        assert synced["error"] is None, synced
+        exp_id, parent = synced["mlflow"]["experiment_id"], synced["mlflow"]["run_id"]
+        runs = child_runs(uri, exp_id, parent)
+        assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
+    finally:
+        server.stop()
+        stop_mlflow_server(mlflow)
