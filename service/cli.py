@@ -502,6 +502,8 @@ def lock_embedded_ray() -> None:
     own settings, and an explicit RAY_AUTH_MODE wins."""
     from service.settings import get_settings
 
+    if "ray" in sys.modules:  # too late: Ray read its mode at import (a caller that runs main in-process)
+        return
     if get_settings().ray_address or os.environ.get("RAY_ADDRESS"):
         return
     os.environ.setdefault("RAY_AUTH_MODE", "token")

@@ -19,8 +19,6 @@ import pytest
 from service.client import MemsweepClient
 from service.servers import LocalServer, free_port
 
-pytestmark = pytest.mark.slow
-
 #: a study whose trials (a few seconds each) are still running when the server is killed
 RUNNING = {
     "name": "running-at-the-crash",
@@ -84,6 +82,36 @@ def wait_for(check, what: str, timeout: float = 120):  # type: ignore[no-untyped
     return found
 
 
+def locked(**env: str) -> str:
+    """What `lock_embedded_ray` sets in a fresh process (before Ray is imported)."""
+    code = (
+        "import os, sys; from service.cli import lock_embedded_ray; lock_embedded_ray(); "
+        "print(os.environ.get('RAY_AUTH_MODE'), len(os.environ.get('RAY_AUTH_TOKEN', '')), 'ray' in sys.modules)"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_RAY"))}
+    done = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_cli_locks_only_an_embedded_ray_and_only_before_ray_is_imported(monkeypatch: pytest.MonkeyPatch):
+    from service.cli import lock_embedded_ray
+
+    assert locked() == "token 64 False"  # a token of its own, 32 random bytes
+    assert locked(RAY_AUTH_TOKEN="given") == "token 5 False"
+    assert locked(MEMSWEEP_RAY_ADDRESS="head:6379") == "None 0 False"  # a cluster keeps its own
+    assert locked(RAY_AUTH_MODE="disabled") == "disabled 0 False"  # an explicit choice wins
+    # in a process that already imported Ray (main called in-process), the mode is left alone: Ray
+    # read it at import, and a GCS started in token mode would refuse this process's own driver
+    import ray  # noqa: F401
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    lock_embedded_ray()
+    assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
+
+
+@pytest.mark.slow
 def test_the_embedded_ray_refuses_strangers_and_is_reaped_after_a_crash(tmp_path: Path, mlflow_uri: str):
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))},
