@@ -130,16 +130,20 @@ def test_the_embedded_ray_refuses_strangers_and_is_reaped_after_a_crash(tmp_path
             lambda: next((p for p in descendants(server.proc.pid) if "gcs_server" in cmdline(p)), 0),
             "the embedded Ray's GCS",
         )
+        # the GCS listens on more than one port: its gRPC port is the one Ray writes into the session
+        log_dir = re.search(r"--log_dir=(\S+)", cmdline(gcs))
+        assert log_dir, cmdline(gcs)
+        (port_file,) = Path(log_dir[1]).parent.glob("gcs_server_port_*")
+        port = port_file.read_text().strip()
         listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-        ports = [line.split()[3] for line in listening.splitlines() if f"pid={gcs}," in line]
-        assert ports, (cmdline(gcs), listening)
-        port = re.search(r":(\d+)$", ports[0])
-        assert port
+        assert any(f":{port} " in line and f"pid={gcs}," in line for line in listening.splitlines()), (
+            listening
+        )
 
         # a stranger on this machine (or, as it listens on every interface, beyond it), without the token
         stranger = {k: v for k, v in env.items() if not k.startswith("RAY_")}
         joined = subprocess.run(
-            [sys.executable, "-c", f"import ray; ray.init(address='127.0.0.1:{port[1]}', log_to_driver=False)"],
+            [sys.executable, "-c", f"import ray; ray.init(address='127.0.0.1:{port}', log_to_driver=False)"],
             env=stranger, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert joined.returncode != 0 and "token" in (joined.stdout + joined.stderr).lower(), joined.stderr[
