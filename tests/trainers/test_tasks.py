@@ -177,3 +177,12 @@ def test_orhans_tasks_use_keras_loss_by_default_and_the_pytorch_papers_tasks_do_
     keras = {"copy": 1e-7, "psmnist": 1e-7, "har2": 1e-7, "smnist": 1e-7}
     for name in ("copy", "psmnist", "smnist", "har2", "varcopy", "denoise", "bigpsmnist", "ptb"):
         assert get_task(name).Config().prob_clip == keras.get(name), name
+
+
+@pytest.mark.parametrize("name", list_tasks())
+def test_every_task_declares_the_reference_baselines_it_reports(name, tiny_task_params):
+    """A study's criteria are checked at the door against `reference_baseline_names` (no task built
+    there): the names must be those `reference_baselines` reports once the task is built."""
+    cls = get_task(name)
+    task = cls(cls.Config(**tiny_task_params[name]), seed=1)
+    assert set(task.reference_baselines) == set(cls.reference_baseline_names)
