@@ -27,10 +27,10 @@ from pathlib import Path
 
 
 def run_study(uri: str, home: Path, trials: int, concurrency: int, fused: bool) -> dict[str, float]:
-    from service.engine import Engine
-    from service.packing import pack
-    from service.settings import Settings
-    from service.spec import StudySpec
+    from service.core.settings import Settings
+    from service.core.spec import StudySpec
+    from service.study.engine import Engine
+    from service.study.packing import pack
 
     engine = Engine(Settings(home=home, mlflow_tracking_uri=uri, ray_num_cpus=concurrency))
     lrs = [1e-3 * (1 + i / trials) for i in range(trials)]
@@ -71,12 +71,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="studies per mode, interleaved; medians shown")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    logging.getLogger("service.engine").setLevel(logging.INFO)  # where each study's time went
+    logging.getLogger("service.study.engine").setLevel(logging.INFO)  # where each study's time went
 
-    from service.ray_tune import ensure_ray
-    from service.servers import free_port
-    from service.settings import Settings
-    from service.tracking import start_mlflow_server, stop_mlflow_server
+    from service.cli.servers import free_port
+    from service.core.settings import Settings
+    from service.study.ray_tune import ensure_ray
+    from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
 
     home = Path(tempfile.mkdtemp(prefix="memsweep-bench-"))
     uri, server = start_mlflow_server(home / "mlflow", free_port())

@@ -92,10 +92,10 @@ def study_spec(task: str, seeds: list[int], quick: bool, concurrency: int) -> di
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from service.compare import numerics_of
-    from service.engine import Engine
-    from service.settings import Settings
-    from service.spec import StudySpec
+    from service.core.settings import Settings
+    from service.core.spec import StudySpec
+    from service.reports.compare import numerics_of
+    from service.study.engine import Engine
 
     home = Path(args.home or tempfile.mkdtemp(prefix="memsweep-reproduce-"))
     os.environ.setdefault("MEMSWEEP_HOME", str(home))

@@ -245,7 +245,7 @@ class MemsweepClient:
         `attrs` hold each study's criterion, the reference and the MLflow run."""
         import pandas as pd
 
-        from service.tables import flatten
+        from service.reports.tables import flatten
 
         found = self.comparison(studies, by, **options)
         rows = [{**flatten(r), "study_id": r["study_id"] or "pooled"} for r in found["rows"]]
@@ -265,7 +265,7 @@ class MemsweepClient:
 
     def table_csv(self, path: str, **params: Any) -> str:
         """A table route's CSV text (`/studies/{id}/trials`, `/studies/{id}/success`, `/compare`), with
-        its `# criterion` and `# trainer_version` lines; `service.tables.read_csv` reads it."""
+        its `# criterion` and `# trainer_version` lines; `service.reports.tables.read_csv` reads it."""
         headers = {**self._headers, "Accept": "text/csv"}
         response = self._http.get(
             path, params={k: v for k, v in params.items() if v is not None}, headers=headers

@@ -172,7 +172,8 @@ def test_the_image_checks_the_installed_package_from_outside_the_source_tree():
     check = next(r for r in RUN_LINES if "pip install --no-deps ." in r)
     after_cd = check.split("cd / &&", 1)[1]
     assert (
-        "import trainers, service.engine" in after_cd and "from search_spaces import SearchSpace" in after_cd
+        "import trainers, service.study.engine" in after_cd
+        and "from search_spaces import SearchSpace" in after_cd
     )
     assert "/site-packages/" in after_cd
 

@@ -18,10 +18,10 @@ from starlette.concurrency import run_in_threadpool
 from service.api.errors import install_error_handlers
 from service.api.limits import BodyLimit
 from service.api.routes import api_router
-from service.api.runner import StudyRunner
 from service.api.study_service import StudyService
-from service.engine import Engine
-from service.settings import Settings, get_settings
+from service.core.settings import Settings, get_settings
+from service.runner import StudyRunner
+from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 

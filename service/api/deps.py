@@ -10,8 +10,8 @@ from fastapi import Depends, Header, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.study_service import StudyService
-from service.engine import Engine
-from service.settings import Settings, get_settings
+from service.core.settings import Settings, get_settings
+from service.study.engine import Engine
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.study_service import ConflictError, IdempotencyMismatchError, NotFoundError, UnavailableError
-from service.spec import StudyError
+from service.core.spec import StudyError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from service.spec import StudySpec
+from service.core.spec import StudySpec
 from trainers.result import Evaluation
 
 StudyState = Literal["pending", "running", "done", "failed", "cancelled"]

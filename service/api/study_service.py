@@ -8,7 +8,6 @@ import hashlib
 import json
 from typing import Any
 
-from service.api.runner import StudyRunner
 from service.api.schemas import (
     BestConfig,
     Comparison,
@@ -25,12 +24,13 @@ from service.api.schemas import (
     TrialPage,
     TrialPublic,
 )
-from service.compare import UnknownStudiesError, compare_studies, log_comparison
-from service.engine import Engine
-from service.ledger import FINISHED, Study, Trial
-from service.plan import plan_spec, record_plan
-from service.spec import StudyError, StudySpec
-from service.summary import best_configs, success_table, success_vs_budget
+from service.core.spec import StudyError, StudySpec
+from service.planning.plan import plan_spec, record_plan
+from service.reports.compare import UnknownStudiesError, compare_studies, log_comparison
+from service.reports.summary import best_configs, success_table, success_vs_budget
+from service.runner import StudyRunner
+from service.store.ledger import FINISHED, Study, Trial
+from service.study.engine import Engine
 from trainers.criterion import Criterion
 
 
@@ -50,7 +50,7 @@ class IdempotencyMismatchError(ValueError):
     """An Idempotency-Key reused with a different request."""
 
 
-#: what `studies.plan` keeps for `service.plan.record_actual` only (trial ids), not served
+#: what `studies.plan` keeps for `service.planning.plan.record_actual` only (trial ids), not served
 PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
 
 
@@ -103,7 +103,7 @@ class StudyService:
         return self._get(study.id)
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> StudyPlan:
-        """What the spec's study would run and cost (`service.plan`), calibrating shapes on this server's
+        """What the spec's study would run and cost (`service.planning.plan`), calibrating shapes on this server's
         Ray (brought up first) unless the server runs no studies; nothing is stored but calibrations."""
         calibrate = self.runner.workers > 0
         if calibrate:
@@ -284,7 +284,7 @@ class StudyService:
         at_step: int | None = None,
         log: bool = False,
     ) -> Comparison:
-        """Success counts of the studies side by side (`service.compare`); with `log`, also an MLflow
+        """Success counts of the studies side by side (`service.reports.compare`); with `log`, also an MLflow
         run holding the table and its figure."""
         try:
             found = compare_studies(self.ledger, study_ids, by, fraction, threshold, baseline, at_step)
@@ -296,7 +296,7 @@ class StudyService:
         return comparison
 
     def _log_comparison(self, comparison: dict[str, Any]) -> MlflowLinks:
-        from service.tracking import server_healthy
+        from service.tracking.tracker import server_healthy
 
         uri = self.runner.tracking_uri or self.engine.settings.mlflow_tracking_uri
         if uri is None:

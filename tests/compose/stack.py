@@ -23,7 +23,7 @@ from typing import Any
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from service.servers import free_port
+from service.cli.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"

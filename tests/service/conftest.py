@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from service.servers import free_port
+from service.cli.servers import free_port
 
 TINY = {
     "task": "addition",
@@ -21,7 +21,7 @@ TINY = {
 @pytest.fixture(scope="session")
 def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real MLflow tracking server on loopback (SQLite backend store, artifacts on disk)."""
-    from service.tracking import start_mlflow_server, stop_mlflow_server
+    from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
 
     uri, proc = start_mlflow_server(tmp_path_factory.mktemp("mlflow"), free_port())
     yield uri
@@ -39,7 +39,7 @@ def ray_session() -> Iterator[None]:
 
 @pytest.fixture
 def engine(tmp_path: Path, mlflow_uri: str, ray_session: None):  # type: ignore[no-untyped-def]
-    from service.engine import Engine
-    from service.settings import Settings
+    from service.core.settings import Settings
+    from service.study.engine import Engine
 
     return Engine(Settings(home=tmp_path, mlflow_tracking_uri=mlflow_uri, ray_num_cpus=2))

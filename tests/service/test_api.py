@@ -18,9 +18,9 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from service.cli.servers import LocalServer, free_port
 from service.client import MemsweepAPIError, MemsweepClient
-from service.ledger import Ledger
-from service.servers import LocalServer, free_port
+from service.store.ledger import Ledger
 from tests.service.conftest import TINY
 from trainers import HALF_BASELINE
 
@@ -99,7 +99,7 @@ def child_runs(uri: str, exp_id: str, parent: str) -> list[Any]:
 def memsweep_cli(*args: str, url: str) -> Any:
     env = {**os.environ, "MEMSWEEP_API_TOKEN": TOKEN, "MEMSWEEP_HOME": "/nonexistent-not-used"}
     out = subprocess.run(
-        [sys.executable, "-m", "service.cli", *args, "--url", url, "--json"],
+        [sys.executable, "-m", "service.cli.commands", *args, "--url", url, "--json"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -286,14 +286,14 @@ def test_a_killed_server_resumes_its_study_on_restart(tmp_path: Path, mlflow_uri
 def test_memsweep_demo_runs_the_readme_study_over_rest(tmp_path: Path, mlflow_uri: str) -> None:
     """`memsweep demo` (the README's main job), shortened: it starts a server, submits the demo study
     over REST, prints the success table and the best configs, leaves the MLflow URL, stops its server."""
-    from service.demo import DEMO_SPEC
-    from service.servers import port_free
+    from service.cli.demo import DEMO_SPEC
+    from service.cli.servers import port_free
 
     port = free_port()
     env = {**os.environ, "MEMSWEEP_HOME": str(tmp_path), "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri}
     env.pop("MEMSWEEP_API_TOKEN", None)
     out = subprocess.run(
-        [sys.executable, "-m", "service.cli", "demo", "--port", str(port), "--set", "steps=40",
+        [sys.executable, "-m", "service.cli.commands", "demo", "--port", str(port), "--set", "steps=40",
          "--set", "eval_every=20"],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -322,7 +322,7 @@ def test_a_study_is_done_when_its_trials_are_while_mlflow_is_down(tmp_path: Path
     """MLflow killed mid-study and left down: the study is done (and its server stops) within seconds
     of its last trial, not after MLflow's retries (minutes); once MLflow is back, a sync rebuilds its
     runs from the ledger. (Issue 25 item 3: the study stayed `running` for 6.5 minutes.)"""
-    from service.tracking import start_mlflow_server, stop_mlflow_server
+    from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
 
     port = free_port()
     uri, mlflow = start_mlflow_server(tmp_path / "mlflow", port)

@@ -25,8 +25,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from service.api import create_app
-from service.ledger import Ledger
-from service.settings import Settings
+from service.core.settings import Settings
+from service.store.ledger import Ledger
 from tests.service.conftest import TINY
 from trainers import Evaluation, TrialResult
 
@@ -37,8 +37,8 @@ STUDY: dict[str, str] = {}
 
 def seed_study(home: Path) -> str:
     """A finished 4-trial study in the ledger, as the engine leaves one."""
-    from service.engine import Engine
-    from service.spec import StudySpec
+    from service.core.spec import StudySpec
+    from service.study.engine import Engine
 
     engine = Engine(Settings(home=home))
     spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3, 1e-2]}}, "base": TINY, "seeds": [1, 2]})

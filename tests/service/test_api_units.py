@@ -18,10 +18,10 @@ from service.api import create_app
 from service.api.routes import docs
 from service.api.schemas import StudyState, TrialSort, TrialStatus
 from service.client import MemsweepAPIError, MemsweepClient
-from service.ledger import STUDY_STATES, TRIAL_SORTS, TRIAL_STATES, Ledger
-from service.settings import Settings
-from service.spec import StudySpec
-from service.summary import best_configs, success_table
+from service.core.settings import Settings
+from service.core.spec import StudySpec
+from service.reports.summary import best_configs, success_table
+from service.store.ledger import STUDY_STATES, TRIAL_SORTS, TRIAL_STATES, Ledger
 from tests.service.conftest import TINY
 from trainers import Criterion, Evaluation, TrialResult
 
@@ -489,7 +489,7 @@ def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
 
 # ----- the CLI ---------------------------------------------------------------------------------------------
 def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    from service.cli import main
+    from service.cli.commands import main
 
     with pytest.raises(SystemExit) as done:
         main(["--help"])
@@ -548,7 +548,7 @@ def test_a_sampled_study_keeps_the_arms_it_draws_apart() -> None:
     """`space: {dims: {init: [chain, orthogonal], …}}` drawn by a sampler: each trial's model is its
     initialiser (it used to be "default" for all, so the success table could not separate them)."""
     from search_spaces import Model, SearchSpace, Uniform, Values
-    from service.search import point_trials
+    from service.study.search import point_trials
 
     model = Model(
         "default", {}, {"lr": Uniform(1e-4, 1e-2, log=True), "init": Values(("chain", "orthogonal"))}
@@ -583,7 +583,7 @@ def test_a_huge_grid_is_refused_from_its_size_before_any_trial_is_made(
 ) -> None:
     """10¹² trials (10⁴ learning rates × 10⁴ scales × 10⁴ seeds): the size is a product of the
     dimensions' lengths, so the refusal makes no trial (it once made millions, for minutes)."""
-    from service import search
+    from service.study import search
 
     made: list[int] = []
     materialize = search.materialize

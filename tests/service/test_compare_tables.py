@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from service.api import create_app
 from service.client import MemsweepClient
-from service.summary import newcombe_interval, wilson_interval
-from service.tables import read_csv
+from service.reports.summary import newcombe_interval, wilson_interval
+from service.reports.tables import read_csv
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
 from trainers import TRAINER_VERSION
 from trainers.result import TrialResult
@@ -159,7 +159,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
 
     def cli(*args: str) -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "service.cli", *args], env=env, capture_output=True, text=True, timeout=120,
+            [sys.executable, "-m", "service.cli.commands", *args], env=env, capture_output=True, text=True, timeout=120,
             cwd=Path(__file__).parents[2],
         )  # fmt: skip
         assert out.returncode == 0, out.stderr[-2000:]
@@ -215,7 +215,7 @@ def test_a_comparison_is_logged_to_a_real_mlflow_over_rest_and_from_the_cli(
         "PATH": "/usr/bin:/bin",
     }
     out = subprocess.run(
-        [sys.executable, "-m", "service.cli", "compare", a, b, "--by", "model", "--mlflow", "--json"],
+        [sys.executable, "-m", "service.cli.commands", "compare", a, b, "--by", "model", "--mlflow", "--json"],
         env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.cli.servers import LocalServer, free_port
 from service.client import MemsweepClient
-from service.servers import LocalServer, free_port
 
 #: a study whose trials (a few seconds each) are still running when the server is killed
 RUNNING = {
@@ -86,7 +86,7 @@ def wait_for(check, what: str, timeout: float = 120):  # type: ignore[no-untyped
 def locked(**env: str) -> str:
     """What `lock_embedded_ray` sets in a fresh process (before Ray is imported)."""
     code = (
-        "import os, sys; from service.cli import lock_embedded_ray; lock_embedded_ray(); "
+        "import os, sys; from service.cli.commands import lock_embedded_ray; lock_embedded_ray(); "
         "print(os.environ.get('RAY_AUTH_MODE'), len(os.environ.get('RAY_AUTH_TOKEN', '')), 'ray' in sys.modules)"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_RAY"))}
@@ -96,7 +96,7 @@ def locked(**env: str) -> str:
 
 
 def test_the_cli_locks_only_an_embedded_ray_and_only_before_ray_is_imported(monkeypatch: pytest.MonkeyPatch):
-    from service.cli import lock_embedded_ray
+    from service.cli.commands import lock_embedded_ray
 
     assert locked() == "token 64 False"  # a token of its own, 32 random bytes
     assert locked(RAY_AUTH_TOKEN="given") == "token 5 False"
@@ -116,7 +116,7 @@ def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that
     exit on their own a while after their raylet: both happen.)"""
-    from service.ray_tune import EMBEDDED_RAY, EMBEDDED_RAY_MARK, reap_embedded_ray
+    from service.study.ray_tune import EMBEDDED_RAY, EMBEDDED_RAY_MARK, reap_embedded_ray
 
     def agent(mark: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, EMBEDDED_RAY_MARK: mark}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from service.servers import free_port
-from service.spec import StudySpec
+from service.cli.servers import free_port
+from service.core.spec import StudySpec
 from tests.service.conftest import TINY
 from trainers.numerics import default_mode
 
@@ -140,7 +140,7 @@ def test_extend_runs_only_new_points_and_identical_configs_are_reused(engine):
 def test_a_study_under_another_criterion_recounts_without_training_anything(engine):
     """The criterion is the study's: a second study of the same grid that differs only in it reuses
     every finished run (no trial trains: runs stay 0) and counts them under its own criterion."""
-    from service.summary import success_table
+    from service.reports.summary import success_table
     from trainers import Criterion
 
     first = engine.create_study(
@@ -171,7 +171,7 @@ def test_the_issues_addition_run_recovers_and_succeeds_solo_fused_and_in_a_study
     """Issue 14's example: addition T = 100, identity λ = 1, N = 100, lr 1e-3, seed 1. Its first 50
     steps average a training loss far above 1,000 × the baseline (the old divergence stop failed it
     there); Keras trains on, and so does memsweep: it ends below half the baseline."""
-    from service.search import materialize
+    from service.study.search import materialize
     from trainers import HALF_BASELINE, train
     from trainers.fused import train_fused
 
@@ -258,12 +258,12 @@ def test_tpe_study_runs_through_optuna_search(engine):
 
 
 def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "service.cli.commands", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)  # fmt: skip
 
 
 def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str):
-    from service.ledger import Ledger
+    from service.store.ledger import Ledger
 
     spec = grid_spec(base={**TINY, "steps": 1500, "eval_every": 500}, bundle_size=2,
                      space={"dims": {"lr": [1e-3, 3e-4, 1e-4], "init": ["chain", "orthogonal"]}})  # fmt: skip
@@ -353,14 +353,14 @@ def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, m
     the same ledger rows, bit for bit, and each bundle member still its own MLflow child run."""
     import logging
 
-    from service.engine import Engine
-    from service.settings import Settings
+    from service.core.settings import Settings
+    from service.study.engine import Engine
 
     results = {}
     for fused in (True, False):
         engine = Engine(Settings(home=tmp_path / str(fused), mlflow_tracking_uri=mlflow_uri, ray_num_cpus=2))
         study = engine.create_study(grid_spec(name=f"fused-{fused}", fused=fused, seeds=[1, 2, 3]))
-        with caplog.at_level(logging.INFO, logger="service.engine"):
+        with caplog.at_level(logging.INFO, logger="service.study.engine"):
             summary = engine.run_study(study.id)
         trials = engine.ledger.trials(study.id)
         assert len(trials) == 12 and all(t.runs == 1 for t in trials)
@@ -411,8 +411,8 @@ def test_every_fused_cell_runs_in_bundles_through_the_engine_and_equals_its_solo
     evaluation's train and validation loss)."""
     import logging
 
-    from service.engine import Engine
-    from service.settings import Settings
+    from service.core.settings import Settings
+    from service.study.engine import Engine
 
     results = {}
     for fused in (True, False):
@@ -422,7 +422,7 @@ def test_every_fused_cell_runs_in_bundles_through_the_engine_and_equals_its_solo
             {**where, "base": base, "seeds": seeds, "name": f"{model}-{fused}", "fused": fused}
         )
         study = engine.create_study(spec)
-        with caplog.at_level(logging.INFO, logger="service.engine"):
+        with caplog.at_level(logging.INFO, logger="service.study.engine"):
             engine.run_study(study.id)
         trials = engine.ledger.trials(study.id)
         assert len(trials) == 6 and all(t.runs == 1 and t.status == "done" for t in trials)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.spec import StudySpec
+from service.core.spec import StudySpec
 from tests.service.conftest import TINY
 
 pytestmark = pytest.mark.slow

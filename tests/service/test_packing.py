@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 import trainers
-from service.packing import MAX_BUNDLE, bundle, bundle_size, member_bytes, pack, unit_share
-from service.search import grid_trials
-from service.spec import StudySpec
-from service.trial import TrialSpec, Unit
+from service.core.spec import StudySpec
+from service.core.trial import TrialSpec, Unit
+from service.study.packing import MAX_BUNDLE, bundle, bundle_size, member_bytes, pack, unit_share
+from service.study.search import grid_trials
 from trainers.fused import fusable_key
 
 

@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api import create_app
-from service.ledger import Calibration
-from service.packing import pack_study
-from service.plan import makespan, plan_run, plan_spec, record_plan, unit_seconds
-from service.search import execution, grid_trials
-from service.spec import StudySpec
+from service.core.spec import StudySpec
+from service.planning.plan import makespan, plan_run, plan_spec, record_plan, unit_seconds
+from service.store.ledger import Calibration
+from service.study.packing import pack_study
+from service.study.search import execution, grid_trials
 from tests.service.conftest import TINY
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
 

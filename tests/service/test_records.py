@@ -11,8 +11,8 @@ from sqlalchemy import create_engine, inspect
 
 import trainers
 from service.api.schemas import TrialPublic
-from service.ledger import Base, Ledger, Trial, migrations, upgrade
-from service.tracking import JUDGED_FIELDS, METRIC_FIELDS
+from service.store.ledger import Base, Ledger, Trial, migrations, upgrade
+from service.tracking.tracker import JUDGED_FIELDS, METRIC_FIELDS
 from trainers.result import RECORDED_FIELDS
 
 
@@ -29,8 +29,8 @@ def test_the_result_fields_keep_their_names_in_the_ledger_rest_and_mlflow() -> N
 
 
 def test_a_result_goes_through_the_ledger_unchanged(tmp_path: Path) -> None:
-    from service.search import grid_trials
-    from service.spec import StudySpec
+    from service.core.spec import StudySpec
+    from service.study.search import grid_trials
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3]}}, "base": {"task": "addition"}})
@@ -66,7 +66,7 @@ def test_a_fresh_ledger_has_the_schema_of_the_orm(tmp_path: Path) -> None:
     upgrade(engine)
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
-    assert diff == [], "service/ledger.py and service/migrations/ disagree: add a migration"
+    assert diff == [], "service/store/models.py and service/store/migrations/ disagree: add a migration"
 
 
 def test_a_ledger_from_before_migrations_is_upgraded_and_keeps_its_trials(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_processes_opening_one_new_ledger_at_once_migrate_it_once(tmp_path: Path
     import sys
 
     url = f"sqlite:///{tmp_path / 'race.db'}"
-    code = f"from service.ledger import Ledger; Ledger({url!r}).list_studies(); print('ok')"
+    code = f"from service.store.ledger import Ledger; Ledger({url!r}).list_studies(); print('ok')"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]  # fmt: skip
     outs = [p.communicate(timeout=120) for p in procs]

@@ -1,5 +1,5 @@
 """A trial's child run against a real MLflow server: live while its trial trains, at a bounded
-number of requests, and complete when it ends (`service.tracking.Tracker`)."""
+number of requests, and complete when it ends (`service.tracking.tracker.Tracker`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import trainers
-from service.ledger import Ledger, Trial
-from service.tracking import Tracker
+from service.store.ledger import Ledger, Trial
+from service.tracking.tracker import Tracker
 from trainers import Criterion
 
 INTERVAL = 1.0  # seconds between two live writes of a run, in these tests
@@ -41,8 +41,8 @@ class Counted(Tracker):
 
 
 def two_trials(tmp_path: Path) -> tuple[Ledger, list[Trial]]:
-    from service.search import grid_trials
-    from service.spec import StudySpec
+    from service.core.spec import StudySpec
+    from service.study.search import grid_trials
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3, 2e-3]}}, "base": {"task": "addition"}})

@@ -5,10 +5,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from service.ledger import Ledger
-from service.search import check_space, grid_trials, materialize
-from service.spec import StudyError, StudySpec
-from service.summary import (
+from service.core.spec import StudyError, StudySpec
+from service.reports.summary import (
     best_configs,
     henrici_table,
     loss_by_scale,
@@ -16,6 +14,8 @@ from service.summary import (
     success_table,
     wilson_interval,
 )
+from service.store.ledger import Ledger
+from service.study.search import check_space, grid_trials, materialize
 from trainers import HALF_BASELINE
 
 
@@ -128,7 +128,7 @@ def test_henrici_profiles_and_loss_by_scale_use_the_right_trials():
 
 
 def test_success_plot_accepts_all_and_none_successful():
-    from service.plots import success_bars
+    from service.reports.plots import success_bars
 
     trials = [T("chain", {"seed": s}, 0.01) for s in range(4)] + [
         T("orth", {"seed": s}, 0.5) for s in range(4)
@@ -141,8 +141,8 @@ def test_a_failed_seeds_non_finite_evaluation_does_not_break_the_best_curve_or_i
     """A seed that failed at a NaN or infinite loss keeps that evaluation in its history; the best
     configuration's mean curve over seeds (statistics.stdev raises on those) has no s.e.m. there,
     and the study's figures are still drawn."""
-    from service.plots import study_figures
-    from service.summary import mean_curve, success_vs_budget
+    from service.reports.plots import study_figures
+    from service.reports.summary import mean_curve, success_vs_budget
 
     ok = T("chain", {"lr": 1e-3, "seed": 1}, 0.05)
     ok.history = [{"step": 10, "val_loss": 0.3}, {"step": 20, "val_loss": 0.05}]
@@ -164,7 +164,7 @@ def test_a_failed_seeds_non_finite_evaluation_does_not_break_the_best_curve_or_i
 
 
 def test_log_batch_requests_respect_mlflow_limits_and_lose_nothing() -> None:
-    from service.tracking import MAX_BATCH_ENTITIES, MAX_BATCH_PARAMS, batches
+    from service.tracking.tracker import MAX_BATCH_ENTITIES, MAX_BATCH_PARAMS, batches
 
     for n_params, n_metrics, n_tags in [(0, 0, 0), (3, 5, 1), (250, 40, 0), (60, 2500, 2), (100, 900, 0)]:
         params, metrics, tags = list(range(n_params)), list(range(n_metrics)), list(range(n_tags))
@@ -216,7 +216,7 @@ def test_a_trials_weight_profile_comes_from_a_unit_pulse_of_input():
 def test_grid_and_sampled_points_layer_settings_the_same_way():
     """base < the model's fixed fields < the point's values < execution settings < the seed."""
     from search_spaces import Model, SearchSpace, Values
-    from service.search import point_trials
+    from service.study.search import point_trials
 
     model = Model("m", {"init": "chain", "lr": 0.5}, {"lr": Values((1e-3,))})
     space = SearchSpace(
@@ -233,7 +233,7 @@ def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
     """`memsweep run … --set success_fraction=0.25` (it used to be silently overwritten by 0.5)."""
     import argparse
 
-    from service.console import add_spec_flags, build_spec
+    from service.cli.console import add_spec_flags, build_spec
 
     parser = argparse.ArgumentParser()
     parser.add_argument("target")
@@ -250,7 +250,7 @@ def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
 
 
 def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
-    from service.summary import state_at, success_table, success_vs_budget
+    from service.reports.summary import state_at, success_table, success_vs_budget
 
     def run(model, losses, status="done", steps=None):
         t = T(model, {"seed": len(losses)}, losses[-1][1] if status == "done" else None, status)

@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from service import tables
 from service.api.deps import (
     AcceptDep,
     AtStepQuery,
@@ -18,6 +17,7 @@ from service.api.deps import (
 )
 from service.api.routes.studies import CSV, NOT_FOUND, REFUSED, UNAUTHORIZED, csv_response
 from service.api.schemas import Comparison, ErrorMessage
+from service.reports import tables
 
 router = APIRouter(tags=["compare"], responses=UNAUTHORIZED)
 

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Request, Response, status
 from sqlalchemy import text
 
 from service.api.deps import EngineDep
-from service.api.runner import StudyRunner
 from service.api.schemas import Check, ErrorMessage, Health, Readiness
-from service.tracking import server_healthy
+from service.runner import StudyRunner
+from service.tracking.tracker import server_healthy
 
 public = APIRouter(tags=["health"])
 router = APIRouter(

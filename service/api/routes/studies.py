@@ -6,7 +6,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
 
-from service import tables
 from service.api.deps import (
     AcceptDep,
     AtStepQuery,
@@ -33,6 +32,7 @@ from service.api.schemas import (
     TrialSort,
     TrialStatus,
 )
+from service.reports import tables
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorMessage, "description": "no such study"}}
 CONFLICT: dict[int | str, dict[str, Any]] = {
@@ -257,5 +257,5 @@ def extend(studies: StudiesDep, study_id: str, changes: StudyExtend) -> StudyExt
 
 
 def csv_response(text: str) -> Response:
-    """A CSV table (`service.tables`) as the answer."""
+    """A CSV table (`service.reports.tables`) as the answer."""
     return Response(content=text, media_type=f"{tables.MEDIA_TYPE}; charset=utf-8")

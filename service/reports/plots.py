@@ -125,7 +125,7 @@ def study_figures(trials: Sequence[Any], summary: dict[str, Any], criterion: Cri
     """The parent run's figures of a study (file name → PNG): successful runs per model (at the end and
     against budget), the best configuration's curve per model, the weight profiles of successful
     runs, loss against scale."""
-    from service.summary import loss_by_scale, mean_curve, profile_table
+    from service.reports.summary import loss_by_scale, mean_curve, profile_table
 
     figures = {
         "success_per_model.png": success_bars(
@@ -168,7 +168,7 @@ def study_figures(trials: Sequence[Any], summary: dict[str, Any], criterion: Cri
 
 def comparison_rates(comparison: dict[str, Any]) -> bytes:
     """Success rates of compared studies side by side, one marker per study in each group, with their
-    95 % Wilson intervals (`service.compare.compare_studies`)."""
+    95 % Wilson intervals (`service.reports.compare.compare_studies`)."""
     rows = [r for r in comparison["rows"] if r["scope"] == "group"]
     names = {
         s["study_id"]: f"{s['name']} [{s['study_id']}] ({s['criterion']['name']})"

@@ -14,7 +14,7 @@ Columns are the JSON answer's field names: a nested object's fields as `name.fie
 JSON member they come from (`table`: total, by_model or by_value) and its keys (`model`, `field`,
 `value`). Every text field is quoted, so a `#` inside one is data; read a table with pandas as
 
-    frame = pd.read_csv(path_or_url, comment="#")      # or service.tables.read_csv: the header in .attrs
+    frame = pd.read_csv(path_or_url, comment="#")      # or service.reports.tables.read_csv: the header in .attrs
 
 The REST routes answer these for `Accept: text/csv` or `?format=csv`; the CLI prints them with `--csv`.
 """

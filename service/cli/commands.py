@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from service.console import (
+from service.cli.console import (
     add_spec_flags,
     api_url,
     build_spec,
@@ -89,8 +89,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from service.engine import Engine
-    from service.settings import get_settings
+    from service.core.settings import get_settings
+    from service.study.engine import Engine
 
     engine = Engine(get_settings())
     if args.study:
@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(
         f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
     )
-    from service.plan import plan_run
+    from service.planning.plan import plan_run
 
     plan_run(engine, study.id)  # its plan and estimate (calibrating new shapes), kept to compare
     planned = (engine.ledger.get_study(study.id).plan or {}).get("planned")  # type: ignore[union-attr]
@@ -191,8 +191,8 @@ def show_progress(engine: Any, study_id: str, worker: threading.Thread, quiet: b
 
 
 def _summary(study_id: str) -> dict[str, Any]:
-    from service.engine import Engine
-    from service.settings import get_settings
+    from service.core.settings import get_settings
+    from service.study.engine import Engine
 
     engine = Engine(get_settings())
     try:
@@ -205,10 +205,10 @@ def _local_success(
     study_id: str, fraction: float | None, threshold: float | None, baseline: str | None, at_step: int | None
 ) -> dict[str, Any]:
     """The success table from the local ledger, under the study's criterion or the one given."""
-    from service.engine import Engine
-    from service.settings import get_settings
-    from service.spec import StudySpec
-    from service.summary import success_table
+    from service.core.settings import get_settings
+    from service.core.spec import StudySpec
+    from service.reports.summary import success_table
+    from service.study.engine import Engine
 
     engine = Engine(get_settings())
     study = engine.ledger.get_study(study_id)
@@ -227,9 +227,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         with client_for(url) as client:
             planned = remote(lambda: client.plan(spec, recalibrate=args.recalibrate))
     else:
-        from service.engine import Engine
-        from service.plan import plan_spec
-        from service.settings import get_settings
+        from service.core.settings import get_settings
+        from service.planning.plan import plan_spec
+        from service.study.engine import Engine
 
         try:
             planned = plan_spec(Engine(get_settings()), spec, recalibrate=args.recalibrate)
@@ -255,9 +255,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         with client_for(url) as client:
             found = remote(lambda: client.comparison(args.studies, by, **query, log=args.mlflow))
     else:
-        from service.compare import compare_studies
-        from service.engine import Engine
-        from service.settings import get_settings
+        from service.core.settings import get_settings
+        from service.reports.compare import compare_studies
+        from service.study.engine import Engine
 
         engine = Engine(get_settings())
         try:
@@ -267,7 +267,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.mlflow:
             found["mlflow"] = _log_comparison(engine, found)
     if args.csv:
-        from service.tables import comparison_csv
+        from service.reports.tables import comparison_csv
 
         sys.stdout.write(comparison_csv(found))
     elif args.json:
@@ -278,7 +278,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _log_comparison(engine: Any, comparison: dict[str, Any]) -> dict[str, Any]:
-    from service.compare import log_comparison
+    from service.reports.compare import log_comparison
 
     uri = engine.tracking_uri()
     exp_id, run_id = log_comparison(comparison, uri, engine.settings.mlflow_experiment)
@@ -294,7 +294,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
     else:
         page = _local_trials(args.study, args.status, args.history)
     if args.csv:
-        from service.tables import trials_csv
+        from service.reports.tables import trials_csv
 
         sys.stdout.write(trials_csv(page, args.study))
     elif args.json:
@@ -317,9 +317,9 @@ def _every_trial(client: Any, study_id: str, status: list[str] | None, history: 
 def _local_trials(study_id: str, status: list[str] | None, history: bool) -> dict[str, Any]:
     """Every trial of the study from the local ledger, as `GET /studies/{id}/trials` pages them."""
     from service.api.study_service import trial_public
-    from service.engine import Engine
-    from service.settings import get_settings
-    from service.spec import StudySpec
+    from service.core.settings import get_settings
+    from service.core.spec import StudySpec
+    from service.study.engine import Engine
 
     engine = Engine(get_settings())
     study = engine.ledger.get_study(study_id)
@@ -338,7 +338,7 @@ def _local_trials(study_id: str, status: list[str] | None, history: bool) -> dic
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from service.summary import best_configs
+    from service.reports.summary import best_configs
 
     url = api_url(args)
     if url:
@@ -351,8 +351,8 @@ def cmd_best(args: argparse.Namespace) -> int:
         return 0
     summary = _summary(args.study)
     if args.k != 5:
-        from service.engine import Engine
-        from service.settings import get_settings
+        from service.core.settings import get_settings
+        from service.study.engine import Engine
 
         summary["best"] = best_configs(Engine(get_settings()).ledger.trials(args.study), k=args.k)
     if args.json:
@@ -378,7 +378,7 @@ def cmd_success(args: argparse.Namespace) -> int:
     else:
         summary = _local_success(args.study, **query)
     if args.csv:
-        from service.tables import success_csv
+        from service.reports.tables import success_csv
 
         sys.stdout.write(success_csv(summary["success"], args.study))
     elif args.json:
@@ -406,7 +406,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api import create_app
-    from service.settings import get_settings
+    from service.core.settings import get_settings
 
     settings = get_settings()
     host = args.host or settings.host
@@ -440,7 +440,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from service.demo import run_demo
+    from service.cli.demo import run_demo
 
     return run_demo(args)
 
@@ -452,8 +452,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             study = remote(lambda: client.sync(args.study))
         print(f"study {study['id']}: MLflow runs rebuilt from the ledger ({study['mlflow'].get('run_url')})")
         return 0
-    from service.engine import Engine
-    from service.settings import get_settings
+    from service.core.settings import get_settings
+    from service.study.engine import Engine
 
     engine = Engine(get_settings())
     try:
@@ -500,7 +500,7 @@ def lock_embedded_ray() -> None:
     anyone who reaches this machine could join it and run code. Ray reads the mode when it is first
     imported: set before anything imports it. A cluster (MEMSWEEP_RAY_ADDRESS, RAY_ADDRESS) keeps its
     own settings, and an explicit RAY_AUTH_MODE wins."""
-    from service.settings import get_settings
+    from service.core.settings import get_settings
 
     if "ray" in sys.modules:  # too late: Ray read its mode at import (a caller that runs main in-process)
         return

@@ -18,7 +18,7 @@ import httpx
 
 
 class LocalServer:
-    """`python -m service.cli serve` as a child in its own process group (its embedded Ray included)."""
+    """`python -m service.cli.commands serve` as a child in its own process group (its embedded Ray included)."""
 
     def __init__(self, port: int, log: Path, env: dict[str, str] | None = None, host: str = "127.0.0.1"):
         self.port, self.log = port, log
@@ -31,7 +31,7 @@ class LocalServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
+                [sys.executable, "-m", "service.cli.commands", "serve", "--port", str(self.port)],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout

@@ -1,8 +1,8 @@
-"""Alembic's environment for the ledger: run on the connection `service.ledger.upgrade` hands over."""
+"""Alembic's environment for the ledger: run on the connection `service.store.ledger.upgrade` hands over."""
 
 from alembic import context
 
-from service.ledger import Base
+from service.store.ledger import Base
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)

@@ -28,9 +28,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.ledger import Ledger, Study, Trial
-from service.spec import StudyError, StudySpec
-from service.summary import newcombe_interval, repr_value, success_cell, value_sort_key
+from service.core.spec import StudyError, StudySpec
+from service.reports.summary import newcombe_interval, repr_value, success_cell, value_sort_key
+from service.store.ledger import Ledger, Study, Trial
 from trainers import TRAINER_VERSION, Criterion
 
 #: what a trial config holds beside its own fields (its task's and cell's fields are looked up in them)
@@ -187,9 +187,9 @@ def numerics_notes(studies: Sequence[tuple[str, list[str], list[str]]]) -> list[
 def log_comparison(comparison: dict[str, Any], tracking_uri: str, experiment: str) -> tuple[str, str]:
     """A comparison as its own MLflow run (its table as CSV and JSON, its figure): (experiment id,
     run id). The REST `GET /compare?log=true` and `memsweep compare --mlflow` both log through here."""
-    from service.plots import comparison_rates
-    from service.tables import comparison_csv
-    from service.tracking import Tracker
+    from service.reports.plots import comparison_rates
+    from service.reports.tables import comparison_csv
+    from service.tracking.tracker import Tracker
 
     tracker = Tracker(tracking_uri, experiment)
     try:

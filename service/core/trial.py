@@ -2,10 +2,10 @@
 
 A `TrialSpec` is one point × seed of a study: its identity (the config hash), its model (the arm of
 the space it belongs to), the point's varied values and its resolved trial config. A study makes
-them once, where it enumerates its trials (`service.search`), or reads them back from the ledger;
+them once, where it enumerates its trials (`service.study.search`), or reads them back from the ledger;
 the ledger's rows, the packing into units and the workers all take that one record.
 
-A `Unit` is what one Ray trial runs (`service.ray_tune.run_unit`): a fused bundle of same-shape
+A `Unit` is what one Ray trial runs (`service.study.ray_tune.run_unit`): a fused bundle of same-shape
 members (`trainers.fused.train_fused`), or members one after another. A unit reports `Evaluated`
 and `Finished` events, which the driver records in the ledger and MLflow; every member stays its own
 trial there.

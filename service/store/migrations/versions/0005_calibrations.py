@@ -1,4 +1,4 @@
-"""Calibrations: unit shapes timed on a node type, the cache behind a study's plan (service.calibration)."""
+"""Calibrations: unit shapes timed on a node type, the cache behind a study's plan (service.planning.calibration)."""
 
 import sqlalchemy as sa
 from alembic import op

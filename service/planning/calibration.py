@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trainers
-from service.settings import Settings
+from service.core.settings import Settings
 from trainers import TRAINER_VERSION
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def where_trials_run(settings: Settings, cpus: float, gpus: float, start: bool =
         return node_type(gpus > 0), capacity
     import ray
 
-    from service.ray_tune import ensure_ray
+    from service.study.ray_tune import ensure_ray
 
     if not ray.is_initialized():
         if not start:
@@ -284,7 +284,7 @@ def run_on_ray(
     study would run); key → the calibration (its `error` when it failed or did not finish in time)."""
     import ray
 
-    from service.ray_tune import ensure_ray
+    from service.study.ray_tune import ensure_ray
     from trainers.numerics import environment as numerics_environment
 
     ensure_ray(settings)

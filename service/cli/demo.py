@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import Any
 
-from service.console import build_spec, client_for, print_best, print_success, remote
-from service.servers import LocalServer, answers, free_port, port_free
+from service.cli.console import build_spec, client_for, print_best, print_success, remote
+from service.cli.servers import LocalServer, answers, free_port, port_free
 
 DEMO_SPEC: dict[str, Any] = {
     "name": "demo-copy50",
@@ -29,7 +29,7 @@ DEMO_SPEC: dict[str, Any] = {
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from service.settings import get_settings
+    from service.core.settings import get_settings
 
     settings = get_settings()
     port = args.port or settings.port

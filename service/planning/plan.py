@@ -6,9 +6,9 @@
 
 A plan holds the trials per model (trials some study of the ledger finished already are reused, not
 run), how they pack into Ray units — fused bundles and single trials — exactly as the run packs them
-(`service.packing.pack_study`), the budget in optimiser steps (per trial, over the trials, over the
+(`service.study.packing.pack_study`), the budget in optimiser steps (per trial, over the trials, over the
 units the slots run) and an estimate of compute and wall-clock time. Nothing is stored or trained,
-but the calibrations (`service.calibration`), which the ledger caches per shape and node type.
+but the calibrations (`service.planning.calibration`), which the ledger caches per shape and node type.
 
 The estimate. A unit of K members, B steps and E evaluations of a shape calibrated at K₀ members takes
 
@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from service.calibration import (
+from service.core.spec import StudySpec
+from service.core.trial import PlanError, TrialSpec, Unit
+from service.planning.calibration import (
     Calibrate,
     Probe,
     describe_shape,
@@ -53,16 +55,14 @@ from service.calibration import (
     shape_of,
     where_trials_run,
 )
-from service.ledger import FINISHED, Calibration, Ledger, Trial
-from service.packing import bundle, pack_study
-from service.search import execution, first_point, grid_trials, point_trials
-from service.spec import StudySpec
-from service.trial import PlanError, TrialSpec, Unit
+from service.store.ledger import FINISHED, Calibration, Ledger, Trial
+from service.study.packing import bundle, pack_study
+from service.study.search import execution, first_point, grid_trials, point_trials
 from trainers import TRAINER_VERSION
 from trainers.schedule import Schedule
 
 if TYPE_CHECKING:
-    from service.engine import Engine
+    from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -151,13 +151,13 @@ def unit_memory_here(engine: Engine, spec: StudySpec) -> tuple[str, int] | None:
     resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
     try:
         if embedded(engine.settings):
-            from service.ray_tune import device_on_this_node
+            from service.study.ray_tune import device_on_this_node
 
             return device_on_this_node(spec.resources.gpus, spec.resources.cpus)
         import ray
 
         if ray.is_initialized():
-            from service.ray_tune import unit_memory
+            from service.study.ray_tune import unit_memory
 
             return engine._unit_memory(resources, unit_memory)
     except Exception as exc:  # a plan is information: the packer's defaults then

@@ -2,7 +2,7 @@
 
 One function makes trials from a point of a model (`point_trials`): the grid's enumeration
 (`grid_trials`), the check of a space before a study is created (`check_space`) and the sampled
-points of a model-based search (`service.ray_tune.UnitSearcher`) all go through it, so a trial's
+points of a model-based search (`service.study.ray_tune.UnitSearcher`) all go through it, so a trial's
 settings are layered one way everywhere: the space's `base`, then the model's `fixed` fields, then
 the point's values, then the study's execution settings (threads), then the seed.
 
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
-from service.spec import DEFAULT_MODEL, StudyError, StudySpec
-from service.trial import TrialSpec, objective
+from service.core.spec import DEFAULT_MODEL, StudyError, StudySpec
+from service.core.trial import TrialSpec, objective
 
 if TYPE_CHECKING:
-    from service.ledger import Trial
+    from service.store.ledger import Trial
 
 
 def materialize(settings: Mapping[str, Any]) -> trainers.Resolved:

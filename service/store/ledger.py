@@ -4,7 +4,7 @@ Trials are keyed by the hash of their full resolved config (trainer version incl
 what is not finished; extending adds only new hashes; a finished trial of another study with the
 same hash is reused instead of re-run. A trial's result columns are the fields of
 `trainers.TrialResult`, under the same names. SQLite by default; any SQLAlchemy URL (PostgreSQL)
-works. The schema is kept by Alembic migrations (`service/migrations/`): opening a ledger brings it
+works. The schema is kept by Alembic migrations (`service/store/migrations/`): opening a ledger brings it
 to this version's schema, a ledger written by an older memsweep included.
 """
 
@@ -43,8 +43,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from service.summary import value_matches
-from service.trial import TrialSpec, objective
+from service.core.trial import TrialSpec, objective
+from service.reports.summary import value_matches
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
 
@@ -158,7 +158,7 @@ class IdempotencyKey(Base):
 
 
 class Calibration(Base):
-    """A unit shape timed on a node type (`service.calibration`): what a study's plan costs per step."""
+    """A unit shape timed on a node type (`service.planning.calibration`): what a study's plan costs per step."""
 
     __tablename__ = "calibrations"
     __table_args__ = (UniqueConstraint("shape_key", "node_type", name="uq_calibration_shape_node"),)
@@ -529,7 +529,7 @@ FIRST_REVISION = "0001"
 
 
 def migrations(connection: Connection) -> AlembicConfig:
-    """Alembic's configuration of the ledger's migrations (`service/migrations/`), on `connection`."""
+    """Alembic's configuration of the ledger's migrations (`service/store/migrations/`), on `connection`."""
     from alembic.config import Config
 
     cfg = Config()

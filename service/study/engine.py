@@ -7,8 +7,8 @@
 The ledger is the source of truth: a run that dies midway is resumed by calling `run_study` again
 (only pending or interrupted trials run); `extend_study` adds only new points; a finished trial of
 any study with the same config hash is reused. The driver is the only writer of the ledger and of
-MLflow; Ray workers only report (`service.ray_tune`). A study's trials come from `service.search`,
-travel as `TrialSpec`s and units (`service.trial`, `service.packing`), and come back as
+MLflow; Ray workers only report (`service.study.ray_tune`). A study's trials come from `service.study.search`,
+travel as `TrialSpec`s and units (`service.core.trial`, `service.study.packing`), and come back as
 `trainers.TrialResult`s.
 """
 
@@ -23,14 +23,14 @@ from itertools import pairwise
 from typing import Any
 
 from search_spaces import SearchSpace
-from service.ledger import FINISHED, Ledger, Study, Trial
-from service.packing import pack_study
-from service.plan import record_actual
-from service.search import check_space, execution, grid_trials, optuna_search
-from service.settings import Settings
-from service.spec import StudyError, StudySpec
-from service.summary import best_configs, henrici_table, success_table, success_vs_budget
-from service.trial import PlanError, TrialSpec
+from service.core.settings import Settings
+from service.core.spec import StudyError, StudySpec
+from service.core.trial import PlanError, TrialSpec
+from service.planning.plan import record_actual
+from service.reports.summary import best_configs, henrici_table, success_table, success_vs_budget
+from service.store.ledger import FINISHED, Ledger, Study, Trial
+from service.study.packing import pack_study
+from service.study.search import check_space, execution, grid_trials, optuna_search
 from trainers import TRAINER_VERSION, Criterion, Evaluation, TrialResult
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Engine:
     # ----- execution -------------------------------------------------------------------------------
     def tracking_uri(self) -> str:
         if self._tracking_uri is None:
-            from service.tracking import ensure_mlflow_server
+            from service.tracking.tracker import ensure_mlflow_server
 
             s = self.settings
             self._tracking_uri = ensure_mlflow_server(s.mlflow_tracking_uri, s.home, s.mlflow_port)
@@ -119,7 +119,7 @@ class Engine:
         """Run every trial of the study that is not finished; returns the study summary.
 
         `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable."""
-        from service.tracking import Tracker
+        from service.tracking.tracker import Tracker
 
         study = self._study(study_id)
         spec = StudySpec.model_validate(study.spec)
@@ -163,7 +163,7 @@ class Engine:
         again if MLflow lost it), a complete child run for every finished trial (an incomplete one, left
         by an outage, is made again; one no trial owns is deleted), and the summary. Returns the study
         summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger)."""
-        from service.tracking import Tracker, server_healthy
+        from service.tracking.tracker import Tracker, server_healthy
 
         study = self._study(study_id)
         spec = StudySpec.model_validate(study.spec)
@@ -201,7 +201,7 @@ class Engine:
         """The end of a run, in MLflow: every finished trial's child run complete and once, then the
         summary, figures and final status on the parent run. (summary, MLflow errors). With MLflow
         down, nothing is written (the study ends now; the runs are rebuilt when it answers)."""
-        from service.tracking import server_healthy
+        from service.tracking.tracker import server_healthy
 
         if tracker.uri.startswith("http") and not server_healthy(tracker.uri):
             marks.extend([time.perf_counter()] * 3)
@@ -216,7 +216,7 @@ class Engine:
         marks.append(time.perf_counter())
         summary = self.summary(study_id)
         try:
-            from service.plots import study_figures
+            from service.reports.plots import study_figures
 
             figures = study_figures(self.ledger.trials(study_id), summary, criterion)
         except Exception as exc:  # a plot never fails a finished study
@@ -240,7 +240,7 @@ class Engine:
         """The study's trials through Ray Tune: a sampler's points as they are drawn (up to
         `max_trials`), then the unfinished trials packed into units, round after round while an
         infrastructure fault sends some back (each at most `trial_attempts` starts in this run)."""
-        from service.ray_tune import (
+        from service.study.ray_tune import (
             LedgerCallback,
             UnitSearcher,
             ensure_ray,

@@ -20,8 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 
-from service.engine import Engine
-from service.plan import plan_run
+from service.planning.plan import plan_run
+from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class StudyRunner:
     def _repair_tracking(self) -> None:
         """Every REPAIR_INTERVAL seconds: studies whose MLflow writes failed (MLflow was down) get their
         runs rebuilt from the ledger once MLflow answers again (`Engine.sync_tracking`)."""
-        from service.tracking import server_healthy
+        from service.tracking.tracker import server_healthy
 
         while not self._repair_stop.wait(REPAIR_INTERVAL):
             try:
@@ -128,7 +128,7 @@ class StudyRunner:
         """Start (or join) Ray, keep this thread alive while it is needed, then shut it down."""
         import ray
 
-        from service.ray_tune import ensure_ray
+        from service.study.ray_tune import ensure_ray
 
         try:
             ensure_ray(self.engine.settings)
@@ -168,7 +168,7 @@ class StudyRunner:
         not up yet (the engine checks again when the study starts)."""
         if not self.prepared.is_set() or self._ray_thread is None:
             return None
-        from service.ray_tune import unplaceable
+        from service.study.ray_tune import unplaceable
 
         return unplaceable(resources)
 

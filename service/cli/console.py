@@ -1,5 +1,5 @@
 """The terminal side that `memsweep`'s commands share: a spec from flags, tables and status lines,
-and calls to a memsweep server that end in one-line errors (used by `service.cli` and `service.demo`)."""
+and calls to a memsweep server that end in one-line errors (used by `service.cli.commands` and `service.cli.demo`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
 
 def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
     """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
-    from service.spec import StudySpec, load_spec
+    from service.core.spec import StudySpec, load_spec
 
     target = args.target
     data: dict[str, Any]
@@ -150,7 +150,7 @@ def print_status(study: dict[str, Any]) -> None:
 
 
 def api_url(args: argparse.Namespace) -> str | None:
-    from service.settings import get_settings
+    from service.core.settings import get_settings
 
     url: str | None = getattr(args, "url", None) or get_settings().api_url
     return url
@@ -158,7 +158,7 @@ def api_url(args: argparse.Namespace) -> str | None:
 
 def client_for(url: str) -> Any:
     from service.client import MemsweepClient
-    from service.settings import get_settings
+    from service.core.settings import get_settings
 
     token = get_settings().api_token
     return MemsweepClient(url, token=token.get_secret_value() if token else None)

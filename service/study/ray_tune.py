@@ -29,11 +29,11 @@ from ray.tune.search import Searcher
 
 import trainers
 from search_spaces import SearchSpace
-from service.ledger import Ledger
-from service.packing import bundle
-from service.search import point_trials, suggested_point
-from service.settings import Settings
-from service.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
+from service.core.settings import Settings
+from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
+from service.store.ledger import Ledger
+from service.study.packing import bundle
+from service.study.search import point_trials, suggested_point
 from trainers.numerics import NumericsError
 from trainers.numerics import use as use_numerics
 
@@ -56,7 +56,7 @@ def ensure_ray(settings: Settings) -> None:
     if ray.is_initialized():
         return
     # the workers keep Ray's failure-signal handler (crash traces), which `memsweep`'s own processes
-    # turn off (service.cli.main: it would kill a server 3 s into a graceful shutdown)
+    # turn off (service.cli.commands.main: it would kill a server 3 s into a graceful shutdown)
     workers = {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0"}}
     address = settings.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
@@ -143,7 +143,7 @@ def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str
     """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
     given, or of the node's free memory among the units its CPUs take at once. A unit that asks no
     GPU trains on the CPU: Ray hides the node's GPUs from it."""
-    from service.packing import unit_share
+    from service.study.packing import unit_share
 
     if gpus_per_unit > 0:
         import torch
@@ -415,7 +415,7 @@ def error_summary(trial: Any) -> str:
 
 class UnitSearcher(Searcher):
     """An Optuna searcher's points as units: each suggested point × the space's seeds, resolved
-    here in the driver (`service.search.point_trials`); members already finished in the ledger are
+    here in the driver (`service.study.search.point_trials`); members already finished in the ledger are
     counted, not trained again."""
 
     def __init__(

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import httpx
 
 if TYPE_CHECKING:
-    from service.ledger import Trial
+    from service.store.ledger import Trial
     from trainers.criterion import Criterion
     from trainers.result import Evaluation
 

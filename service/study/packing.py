@@ -1,6 +1,6 @@
 """Packing a grid's pending trials into Ray units: fused bundles of same-shape trials (issue 7).
 
-A *unit* is what one Ray trial runs (`service.ray_tune.run_unit`); a bundle is a unit of K members
+A *unit* is what one Ray trial runs (`service.study.ray_tune.run_unit`); a bundle is a unit of K members
 that `trainers.fused.train_fused` trains as one model. Members agree on `fusable_key` (task, cell,
 hidden size, batch, budget, schedule …) and differ in what a paper grid varies: learning rate,
 initialiser and its scale, seed. The cells that fuse (rnn, urnn, crnn, vprnn, fastrnn, sgornn, srnn)
@@ -12,7 +12,7 @@ Bundle size, unless the spec fixes `bundle_size`: small enough that every concur
 bundle (a 2-slot study of 8 trials runs two bundles of 4, not one of 8 and an idle core) and that a
 bundle's working memory — the recurrence's saved states for a training batch, its gradients and
 the optimiser state — fits in its share of the memory of the device it trains on, as measured on a
-node that runs the study's units (`service.ray_tune.unit_memory`); on the CPU also at most
+node that runs the study's units (`service.study.ray_tune.unit_memory`); on the CPU also at most
 `MAX_BUNDLE` (beyond it a bundle gains little per trial there: `benchmarks/fused.py`, figures in the
 README), on a GPU as large as its memory allows (a bundle replaces kernel launches there).
 """
@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trainers
-from service.trial import TrialSpec, Unit
+from service.core.trial import TrialSpec, Unit
 from trainers.fused import fusable_key
 
 if TYPE_CHECKING:
-    from service.spec import StudySpec
+    from service.core.spec import StudySpec
 
 #: members per bundle at most when the spec does not say (see the module docstring)
 MAX_BUNDLE = 32
@@ -122,7 +122,7 @@ def pack_study(
 ) -> list[Unit]:
     """A grid study's trials as its run packs them: the spec's fusing, concurrency, bundle size and
     device; `measured`: (device kind, bytes a unit may use) on a node that would run it
-    (`service.ray_tune.unit_memory`). The engine and a study's plan both pack through here."""
+    (`service.study.ray_tune.unit_memory`). The engine and a study's plan both pack through here."""
     device = measured[0] if measured else ("cuda" if spec.resources.gpus > 0 else "cpu")
     return pack(
         trials, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size, device=device,

@@ -1,6 +1,6 @@
 """A study spec: what to search (a preset or an explicit space, with overrides), how, and with what.
 
-Readable from JSON or YAML. `StudySpec.search_space()` gives the `SearchSpace`; `service.search`
+Readable from JSON or YAML. `StudySpec.search_space()` gives the `SearchSpace`; `service.study.search`
 turns it into trials.
 """
 

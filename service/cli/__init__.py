@@ -1,0 +1,1 @@
+"""The `memsweep` command: its subcommands, what it prints, the demo and the local servers it starts."""

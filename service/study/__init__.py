@@ -1,0 +1,1 @@
+"""A study's lifecycle: its trials (grid or Optuna), packed into bundles, run by Ray Tune, recorded."""

@@ -1,0 +1,1 @@
+"""MLflow, the one seam: what memsweep writes there, and the local tracking server it starts."""
