@@ -75,7 +75,7 @@ def main() -> None:
 
     from service.cli.servers import free_port
     from service.core.settings import Settings
-    from service.study.ray_tune import ensure_ray
+    from service.study.nodes import ensure_ray
     from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
 
     home = Path(tempfile.mkdtemp(prefix="memsweep-bench-"))

@@ -1,4 +1,6 @@
-"""Studies in the background: a small pool of threads, each calling `Engine.run_study` for one study.
+"""The one study runner, for the REST server and `memsweep run` alike: each run of a study is
+planned, run and costed here (`run_planned`: its plan of what is left, kept in the ledger; the
+engine's run; what the run took, beside the plan), on a small pool of threads, one study each.
 
 The ledger stays the source of truth; the runner only knows which studies this process has queued or
 is running, and how fast each one goes (for the ETA). On start it resumes every study the ledger holds
@@ -16,19 +18,48 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
+from typing import Any
 
-from service.planning.plan import plan_run
+from service.planning.plan import plan_run, record_actual
+from service.store.ledger import FINISHED
 from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 
 RESUMABLE = ("pending", "running")
-SHUTDOWN_NOTE = "interrupted by a server shutdown; the next start resumes it"
+SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
 #: seconds between the server's checks for studies whose MLflow runs need rebuilding
 REPAIR_INTERVAL = 60.0
+
+
+def run_planned(
+    engine: Engine,
+    study_id: str,
+    cancel: threading.Event | None = None,
+    planned: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """One run of a study: its plan of what is left (calibrating the shapes the cache lacks), kept in
+    `studies.plan`; the run (`Engine.run_study`); what it took, beside that plan (`record_actual`).
+    `planned` is called between the plan and the run. Returns the run's summary."""
+    plan_run(engine, study_id)
+    if planned is not None:
+        planned()
+    summary = engine.run_study(study_id, cancel=cancel)
+    record_actual(engine.ledger, study_id, summary["seconds"], summary.pop("units"))
+    return summary
+
+
+def expected_trials(spec: Mapping[str, Any], total: int) -> int:
+    """How many trials a study will have run: the `total` its ledger holds, or a sampled study's
+    `max_trials` while its points are still being drawn."""
+    max_trials = spec.get("max_trials")
+    if spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
+        return max(total, max_trials)
+    return total
 
 
 @dataclass
@@ -40,6 +71,7 @@ class Active:
     started: float | None = None  # time.monotonic() when its run began
     finished_at_start: int = 0
     cancelled_by_user: bool = False
+    summary: dict[str, Any] | None = None  # the run's, once it ended
 
 
 class StudyRunner:
@@ -128,7 +160,7 @@ class StudyRunner:
         """Start (or join) Ray, keep this thread alive while it is needed, then shut it down."""
         import ray
 
-        from service.study.ray_tune import ensure_ray
+        from service.study.nodes import ensure_ray
 
         try:
             ensure_ray(self.engine.settings)
@@ -168,7 +200,7 @@ class StudyRunner:
         not up yet (the engine checks again when the study starts)."""
         if not self.prepared.is_set() or self._ray_thread is None:
             return None
-        from service.study.ray_tune import unplaceable
+        from service.study.nodes import unplaceable
 
         return unplaceable(resources)
 
@@ -206,15 +238,22 @@ class StudyRunner:
                 self.engine.ledger.update_study(study_id, state="cancelled")
             return True
 
-    def eta(self, study_id: str, finished: int, expected: int, total: int) -> float | None:
-        """Seconds left: at the measured step rates of the running trials (`StudyRecorder.eta`: known
-        as soon as one has evaluated), else at the pace of the trials finished in this run; None
-        before either is known."""
+    def eta(self, study_id: str) -> float | None:
+        """Seconds left of a study this process runs: at the measured step rates of its running trials
+        (`StudyRecorder.eta`: known as soon as one has evaluated), else at the pace of the trials
+        finished in this run; None before either is known, or when it is not running here. A sampled
+        study expects `max_trials` trials, more than its ledger holds while points are still drawn."""
         with self._lock:
             a = self._active.get(study_id)
             if a is None or a.started is None:
                 return None
             started, before = a.started, a.finished_at_start
+        study = self.engine.ledger.get_study(study_id)
+        if study is None:
+            return None
+        c = self.engine.ledger.counts(study_id)
+        finished, total = sum(c[s] for s in FINISHED), c["total"]
+        expected = expected_trials(study.spec, total)
         if expected - finished <= 0:
             return 0.0
         recorder = self.engine.progress.get(study_id)
@@ -233,11 +272,13 @@ class StudyRunner:
             if a.cancel.is_set():
                 ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
                 return
-            plan_run(self.engine, study_id)  # what is left, estimated: record_actual compares the run
-            c = ledger.counts(study_id)
-            with self._lock:
-                a.started, a.finished_at_start = time.monotonic(), c["done"] + c["failed"] + c["pruned"]
-            self.engine.run_study(study_id, cancel=a.cancel)
+
+            def started() -> None:
+                c = ledger.counts(study_id)
+                with self._lock:
+                    a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
+
+            a.summary = run_planned(self.engine, study_id, a.cancel, started)
         except Exception as exc:
             log.exception("study %s failed", study_id)
             study = ledger.get_study(study_id)

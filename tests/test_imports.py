@@ -8,3 +8,94 @@ def test_trainers_import_no_service_stack():
     code = "import sys, trainers, trainers.cli; print(sorted(m for m in ('ray','mlflow','fastapi','optuna','sqlalchemy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ----- service/'s rooms: every import points down (or within its room) ----------------------------------
+
+import ast  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+#: service/'s rooms from the ground floor up; a module may import its own room and the rooms below
+ROOMS = (
+    "service.core",  # the vocabulary: spec, trial, states, values, settings
+    "service.store",  # the ledger
+    "service.tracking",  # MLflow
+    "service.reports",  # what ledger rows add up to
+    "service.study",  # the lifecycle: search, packing, Ray Tune, engine, recorder
+    "service.planning",  # a study's cost, before and after
+    "service.runner",  # plan → run → cost, for the server and the CLI
+    "service.client",  # the Python client (a front beside the API)
+    "service.api",  # the REST server
+    "service.cli",  # the `memsweep` command
+)
+#: what the lower layers of the repository may import: the grids and the trainers never reach up
+LEAVES = {"search_spaces": (), "trainers": ("search_spaces",)}
+
+
+def room_of(module: str) -> str | None:
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), None)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """Every module `path` imports (at the top, in a function, under TYPE_CHECKING), with its line."""
+    found = []
+    package = module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], base]
+                ).strip(".")
+            if room_of(base) is None and base in ("service", "service.api"):  # `from service import x`
+                found += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, base))
+    return found
+
+
+def upward_imports(package: str) -> list[str]:
+    wrong = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        me = module_name(path)
+        mine = room_of(me)
+        for line, target in imports_of(path):
+            top = target.split(".")[0]
+            if package == "service" and top == "service":
+                theirs = room_of(target)
+                if mine is None or (theirs is not None and ROOMS.index(theirs) > ROOMS.index(mine)):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: {mine or me} imports {target}")
+            elif package in LEAVES and top in {"service", "trainers", "search_spaces"} - {
+                package,
+                *LEAVES[package],
+            }:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {package} imports {target}")
+    return wrong
+
+
+@pytest.mark.parametrize("package", ["service", "trainers", "search_spaces"])
+def test_imports_point_down(package):
+    """A lower room never imports a higher one (ROOMS, bottom to top), and every module of service/
+    sits in a room: the house has no circle and no arrow back up."""
+    assert upward_imports(package) == []
+
+
+def test_the_room_check_catches_an_upward_import(tmp_path, monkeypatch):
+    """The check itself: a module of the ledger that imports the engine is named."""
+    fake = tmp_path / "service" / "store"
+    fake.mkdir(parents=True)
+    (fake / "bad.py").write_text(
+        "from service.core.spec import StudySpec\n\ndef f():\n    from service.study.engine import Engine\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert upward_imports("service") == ["service/store/bad.py:4: service.store imports service.study.engine"]

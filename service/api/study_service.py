@@ -28,7 +28,7 @@ from service.core.spec import StudyError, StudySpec
 from service.planning.plan import plan_spec, record_plan
 from service.reports.compare import UnknownStudiesError, compare_studies, log_comparison
 from service.reports.summary import best_configs, success_table, success_vs_budget
-from service.runner import StudyRunner
+from service.runner import StudyRunner, expected_trials
 from service.store.ledger import FINISHED, Study, Trial
 from service.study.engine import Engine
 from trainers.criterion import Criterion
@@ -351,12 +351,8 @@ class StudyService:
 
     def public(self, study: Study) -> StudyPublic:
         c = self.ledger.counts(study.id, self.criterion(study))
+        eta = self.runner.eta(study.id) if study.state == "running" else None
         finished = sum(c[s] for s in FINISHED)
-        expected = c["total"]
-        max_trials = study.spec.get("max_trials")
-        if study.spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
-            expected = max(expected, max_trials)
-        eta = self.runner.eta(study.id, finished, expected, c["total"]) if study.state == "running" else None
         return StudyPublic(
             id=study.id,
             name=study.name,
@@ -366,7 +362,7 @@ class StudyService:
             active=self.runner.is_active(study.id),
             spec=study.spec,
             counts=TrialCounts(**c, finished=finished),
-            expected_trials=expected,
+            expected_trials=expected_trials(study.spec, c["total"]),
             eta_seconds=eta,
             created_at=study.created_at,
             updated_at=study.updated_at,

@@ -27,7 +27,6 @@ import json
 import os
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -109,28 +108,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(
         f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
     )
-    from service.planning.plan import plan_run
+    from service.runner import StudyRunner
 
-    plan_run(engine, study.id)  # its plan and estimate (calibrating new shapes), kept to compare
-    planned = (engine.ledger.get_study(study.id).plan or {}).get("planned")  # type: ignore[union-attr]
-    if planned and not args.json:
-        print(plan_line(planned), file=sys.stderr)
-    outcome: dict[str, Any] = {}
+    runner = StudyRunner(engine, workers=1)  # the server's runner: planned, run, costed the same way
+    runner.submit(study.id)
+    try:
+        show_progress(runner, study.id, quiet=args.json)
+    finally:  # Ctrl-C included: the study stops and stays resumable (`--study ID`)
+        runner.shutdown()
+    row = engine.ledger.get_study(study.id)
+    if row is None or row.state == "failed" or runner.prepare_error:
+        why = (row.error if row is not None else None) or runner.prepare_error
+        raise SystemExit(f"error: study {study.id} failed: {why}")
+    summary = engine.summary(study.id)
 
-    def work() -> None:
-        try:
-            outcome["summary"] = engine.run_study(study.id)
-        except BaseException as exc:  # reported by the main thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    show_progress(engine, study.id, worker, quiet=args.json)
-    worker.join()
-    shutdown_ray()
-    if "error" in outcome:
-        raise SystemExit(f"error: study {study.id} failed: {outcome['error']}")
-    summary = outcome["summary"]
     url = None
     if summary["mlflow"]["run_id"]:
         url = f"{engine.tracking_uri()}/#/experiments/{summary['mlflow']['experiment_id']}/runs/{summary['mlflow']['run_id']}"
@@ -160,34 +151,34 @@ def shutdown_ray() -> None:
         ray.shutdown()
 
 
-def show_progress(engine: Any, study_id: str, worker: threading.Thread, quiet: bool) -> None:
+def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
+    """The study's bar while `runner` runs it: its counts, and the runner's ETA (the server's)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    started = time.monotonic()
+    from service.store.ledger import FINISHED
+
+    ledger, planned = runner.engine.ledger, False
     with Progress(
         TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), transient=False, disable=quiet,
     ) as bar:  # fmt: skip
         task = bar.add_task("study", total=None, info="")
-        first_done = None
-        while worker.is_alive():
-            c = engine.ledger.counts(study_id)
-            done = c["done"] + c["failed"] + c["pruned"]
-            if first_done is None:
-                first_done = done
-            rate = (done - first_done) / max(time.monotonic() - started, 1e-9)
-            left = c["total"] - done
-            eta = f"ETA {left / rate:,.0f}s" if rate > 0 and left else "ETA –"
-            info = f"running {c['running']} · failed {c['failed']} · successes {c['succeeded']} · {eta}"
-            bar.update(task, total=c["total"] or None, completed=done, info=info)
-            worker.join(timeout=0.5)
-        c = engine.ledger.counts(study_id)
-        bar.update(
-            task,
-            total=c["total"],
-            completed=c["done"] + c["failed"] + c["pruned"],
-            info=f"failed {c['failed']} · successes {c['succeeded']}",
-        )
+        while True:
+            active, queued = runner.is_active(study_id), runner.is_queued(study_id)
+            if not planned and not queued:  # its plan, kept before the run (calibrating new shapes)
+                planned = True
+                plan = (ledger.get_study(study_id).plan or {}).get("planned")
+                if plan and not quiet:
+                    bar.console.print(plan_line(plan), style=None, highlight=False)
+            c = ledger.counts(study_id)
+            eta = runner.eta(study_id)
+            info = f"running {c['running']} · failed {c['failed']} · successes {c['succeeded']}"
+            if active:
+                info += f" · ETA {eta:,.0f}s" if eta is not None else " · ETA –"
+            bar.update(task, total=c["total"] or None, completed=sum(c[s] for s in FINISHED), info=info)
+            if not active:
+                return
+            time.sleep(0.5)
 
 
 def _summary(study_id: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any
 
 import trainers
 from service.core.settings import Settings
+from service.study.nodes import embedded, ensure_ray
 from trainers import TRAINER_VERSION
 
 log = logging.getLogger(__name__)
@@ -235,11 +236,6 @@ def _timings(
 # ----- in the driver -------------------------------------------------------------------------------
 
 
-def embedded(settings: Settings) -> bool:
-    """Whether studies run on an embedded Ray (this machine), not a cluster."""
-    return not (settings.ray_address or os.environ.get("RAY_ADDRESS"))
-
-
 def where_trials_run(settings: Settings, cpus: float, gpus: float, start: bool = True) -> tuple[str, int]:
     """(the node type a study's trials run on, how many of its units fit on the cluster at once).
     An embedded Ray is this machine (nothing starts); a cluster is asked with a small Ray task, after
@@ -252,8 +248,6 @@ def where_trials_run(settings: Settings, cpus: float, gpus: float, start: bool =
             capacity = min(capacity, int(torch.cuda.device_count() // gpus))
         return node_type(gpus > 0), capacity
     import ray
-
-    from service.study.ray_tune import ensure_ray
 
     if not ray.is_initialized():
         if not start:
@@ -284,7 +278,6 @@ def run_on_ray(
     study would run); key → the calibration (its `error` when it failed or did not finish in time)."""
     import ray
 
-    from service.study.ray_tune import ensure_ray
     from trainers.numerics import environment as numerics_environment
 
     ensure_ray(settings)

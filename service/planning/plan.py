@@ -2,7 +2,7 @@
 
     plan = plan_spec(engine, spec)                   # POST /studies?dry_run=true · memsweep plan
     record_plan(engine, study_id, calibrate=False)   # the estimate a study keeps in `studies.plan`
-    record_actual(ledger, study_id, phases)          # beside it, what its run took (Engine.run_study)
+    record_actual(ledger, study_id, phases)          # beside it, what its run took (service.runner)
 
 A plan holds the trials per model (trials some study of the ledger finished already are reused, not
 run), how they pack into Ray units — fused bundles and single trials — exactly as the run packs them
@@ -39,32 +39,41 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
+from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.trial import PlanError, TrialSpec, Unit
 from service.planning.calibration import (
     Calibrate,
     Probe,
     describe_shape,
-    embedded,
     run_on_ray,
     shape_key,
     shape_of,
     where_trials_run,
 )
 from service.store.ledger import FINISHED, Calibration, Ledger, Trial
+from service.study.nodes import device_on_this_node, embedded
 from service.study.packing import bundle, pack_study
-from service.study.search import execution, first_point, grid_trials, point_trials
+from service.study.search import execution, first_point, grid_trials, point_trials, study_space
 from trainers import TRAINER_VERSION
 from trainers.schedule import Schedule
 
-if TYPE_CHECKING:
-    from service.study.engine import Engine
-
 log = logging.getLogger(__name__)
+
+
+class Ground(Protocol):
+    """What a plan stands on: the settings, the ledger (reusable trials, cached calibrations) and a
+    node's memory for a unit, measured as the run measures it (`Engine` has all three)."""
+
+    settings: Settings
+    ledger: Ledger
+
+    def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None: ...
+
 
 #: seconds a slot spends on a unit beyond training it (Ray Tune's trial start and reports, the driver's
 #: ledger writes), low–high. benchmarks/engine_overhead.py here: 100 one-trial units took 2.7 s more
@@ -89,7 +98,7 @@ HOW = (
 
 
 def plan_spec(
-    engine: Engine,
+    engine: Ground,
     spec: StudySpec,
     *,
     calibrate: bool = True,
@@ -100,7 +109,7 @@ def plan_spec(
 
     `calibrate`: measure shapes the cache lacks (on Ray); else they stay uncalibrated.
     `recalibrate`: measure every shape again. `calibrator`: how to measure (default: on Ray)."""
-    space = engine._space(spec)  # the same checks (and grid limit) as a created study
+    space = study_space(spec, engine.settings.max_grid_size)  # a created study's checks
     if spec.sampler == "grid":
         trials = grid_trials(space, execution(spec))
         reusable = _done(engine.ledger, [t.config_hash for t in trials])
@@ -112,14 +121,14 @@ def plan_spec(
 
 
 def plan_study(
-    engine: Engine, study_id: str, *, calibrate: bool, calibrator: Calibrate | None = None
+    engine: Ground, study_id: str, *, calibrate: bool, calibrator: Calibrate | None = None
 ) -> dict[str, Any]:
     """The plan of a stored study: what is left of it to run."""
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise KeyError(f"no study {study_id!r}")
     spec = StudySpec.model_validate(study.spec)
-    space = engine._space(spec)
+    space = study_space(spec, engine.settings.max_grid_size)
     rows = engine.ledger.trials(study_id)
     trials = [_spec_of(r) for r in rows]
     todo = [t for t, r in zip(trials, rows, strict=True) if r.status not in FINISHED and t is not None]
@@ -142,8 +151,8 @@ def plan_study(
     )
 
 
-def unit_memory_here(engine: Engine, spec: StudySpec) -> tuple[str, int] | None:
-    """(device, bytes a unit may use) as the run measures it before packing (`Engine._run_units`), so
+def unit_memory_here(engine: Ground, spec: StudySpec) -> tuple[str, int] | None:
+    """(device, bytes a unit may use) as the run measures it before packing (`Engine.run_study`), so
     that the plan's bundles are the run's: on this machine for an embedded Ray, on a node when the
     cluster is joined already; else None (the packer's assumptions, as a run whose probe failed)."""
     if not spec.fuses:
@@ -151,15 +160,11 @@ def unit_memory_here(engine: Engine, spec: StudySpec) -> tuple[str, int] | None:
     resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
     try:
         if embedded(engine.settings):
-            from service.study.ray_tune import device_on_this_node
-
             return device_on_this_node(spec.resources.gpus, spec.resources.cpus)
         import ray
 
         if ray.is_initialized():
-            from service.study.ray_tune import unit_memory
-
-            return engine._unit_memory(resources, unit_memory)
+            return engine.node_memory(resources)
     except Exception as exc:  # a plan is information: the packer's defaults then
         log.warning("no node's memory for the plan's bundles (%s)", exc)
     return None
@@ -200,7 +205,7 @@ def _sampled_units(spec: StudySpec, space: Any, trials: int) -> list[Unit]:
 
 
 def _plan(
-    engine: Engine,
+    engine: Ground,
     spec: StudySpec,
     name: str,
     trials: Sequence[TrialSpec],
@@ -449,7 +454,7 @@ def _estimate(
 # ----- what a study keeps --------------------------------------------------------------------------
 
 
-def record_plan(engine: Engine, study_id: str, *, calibrate: bool) -> dict[str, Any] | None:
+def record_plan(engine: Ground, study_id: str, *, calibrate: bool) -> dict[str, Any] | None:
     """Keep the study's plan (what is left of it to run, its estimate) in `studies.plan["planned"]`;
     never raises (a plan is information, not a condition of running)."""
     try:
@@ -476,15 +481,18 @@ def record_plan(engine: Engine, study_id: str, *, calibrate: bool) -> dict[str, 
         return None
 
 
-def plan_run(engine: Engine, study_id: str) -> None:
+def plan_run(engine: Ground, study_id: str) -> None:
     """Before each run of a study (the first, a resume, an extension): its plan of what is left to run,
     calibrating the shapes the cache lacks, kept so that `record_actual` compares the run with it."""
     record_plan(engine, study_id, calibrate=True)
 
 
-def record_actual(ledger: Ledger, study_id: str, phases: Mapping[str, float]) -> None:
+def record_actual(
+    ledger: Ledger, study_id: str, phases: Mapping[str, float], units_run: Sequence[Sequence[str]] = ()
+) -> None:
     """After a run: what it took — its wall seconds, the training time of the units it ran (each unit's
-    slowest member, the trials re-packed as the run packed them) — beside the estimate kept before it,
+    slowest member: `units_run`, the units the run packed, as their members' config hashes; a sampled
+    study's points) — beside the estimate kept before it,
     in `studies.plan["actual"]` and `["accuracy"]` (`record_plan` moves them to `["earlier"]` before
     the next run); never raises."""
     try:
@@ -501,21 +509,22 @@ def record_actual(ledger: Ledger, study_id: str, phases: Mapping[str, float]) ->
             if t.status in FINISHED and t.reused_from is None and (t.id in planned_ids or t.id > last_id)
         ]
         seconds = {t.config_hash: t.seconds or 0.0 for t in ran}
-        specs = [s for s in (_spec_of(t) for t in ran) if s is not None]
-        if spec.sampler == "grid":
-            units: list[Sequence[TrialSpec]] = [u.members for u in pack_study(spec, specs)]
+        units: list[Sequence[str]]
+        if spec.sampler == "grid":  # a unit's finished members (an interrupted one ran again later)
+            units = [m for m in ([h for h in u if h in seconds] for u in units_run) if m]
         else:
-            points: dict[Any, list[TrialSpec]] = defaultdict(list)
+            specs = [s for s in (_spec_of(t) for t in ran) if s is not None]
+            points: dict[Any, list[str]] = defaultdict(list)
             for s in specs:
                 points[
                     (s.model, tuple(sorted((k, repr(v)) for k, v in s.params.items() if k != "seed")))
-                ].append(s)
+                ].append(s.config_hash)
             units = list(points.values())
         actual = {
             "runs": len(kept.get("earlier", [])) + 1,
             "wall_seconds": sum(phases.values()),
             "phases": dict(phases),
-            "training_seconds": sum(max(seconds[m.config_hash] for m in u) for u in units if u),
+            "training_seconds": sum(max(seconds[h] for h in u) for u in units if u),
             "trials_run": len(ran),
             "units": len(units),
             "finished_at": datetime.now(UTC).isoformat(),

@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.core.spec import StudyError, StudySpec
-from service.reports.summary import newcombe_interval, repr_value, success_cell, value_sort_key
+from service.core.values import repr_value, value_sort_key
+from service.reports.summary import newcombe_interval, success_cell
 from service.store.ledger import Ledger, Study, Trial
 from trainers import TRAINER_VERSION, Criterion
 

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from service.core.values import repr_value, value_sort_key
 from trainers.criterion import HALF_BASELINE, Criterion
 
 FINISHED = ("done", "failed", "pruned")
@@ -154,30 +155,6 @@ def success_vs_budget(
                 {"step": step, **{k: cell[k] for k in ("succeeded", "trials", "rate", "ci95")}}
             )
     return {"criterion": criterion.to_dict(), "steps": list(steps), "by_model": rows}
-
-
-def repr_value(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def value_matches(value: Any, text: str) -> bool:
-    """Whether a point's value is the one a filter names: as tables print it, or the same number
-    (`lr=1e-3` finds 0.001)."""
-    if repr_value(value) == text:
-        return True
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return float(text) == float(value)
-        except ValueError:
-            return False
-    return False
-
-
-def value_sort_key(s: str) -> tuple[int, float, str]:
-    try:
-        return (0, float(s), s)
-    except ValueError:
-        return (1, 0.0, s)
 
 
 def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -44,7 +44,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from service.core.trial import TrialSpec, objective
-from service.reports.summary import value_matches
+from service.core.values import value_matches
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
 

@@ -1,6 +1,5 @@
 """The Ray Tune adapter: units run as Ray trials, their reports recorded by the driver.
 
-- `ensure_ray` starts an embedded Ray, or joins a cluster (`MEMSWEEP_RAY_ADDRESS` / `RAY_ADDRESS`);
 - `run_unit` is the function trainable a worker runs: it trains a `Unit`'s members (a fused bundle,
   or one after another) with the trainers and only reports, through `tune.report`;
 - `LedgerCallback` runs in the driver and is the one writer of the ledger and MLflow;
@@ -12,16 +11,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import secrets
-import signal
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from ray.tune import Callback, Stopper
@@ -32,6 +26,7 @@ from search_spaces import SearchSpace
 from service.core.settings import Settings
 from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
 from service.store.ledger import Ledger
+from service.study.nodes import ensure_ray, node_name
 from service.study.packing import bundle
 from service.study.search import point_trials, suggested_point
 from trainers.numerics import NumericsError
@@ -42,142 +37,6 @@ log = logging.getLogger(__name__)
 _TUNE_REGISTRY_LOCK = threading.Lock()  # see tune_units
 
 
-def ensure_ray(settings: Settings) -> None:
-    """Start the embedded Ray, or join the configured cluster, once per process."""
-    # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
-    # record everything, and the loggers cost time on every short trial.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "4")
-    # with those loggers off, Tune's end-of-run analysis warns once per trial that it found no result files
-    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
-    import ray
-
-    if ray.is_initialized():
-        return
-    # the workers keep Ray's failure-signal handler (crash traces), which `memsweep`'s own processes
-    # turn off (service.cli.commands.main: it would kill a server 3 s into a graceful shutdown)
-    workers = {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0"}}
-    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False, runtime_env=workers)
-    else:
-        reap_embedded_ray(settings.home)
-        # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
-        # this driver leaves behind is found by it, not by names (Ray's agents rename themselves)
-        # (only Ray's: the driver's later children, a local MLflow server, do not carry it)
-        mark = f"{os.getpid()}-{secrets.token_hex(8)}"
-        os.environ[EMBEDDED_RAY_MARK] = mark
-        try:  # address="local": always a new embedded cluster, never one that `ray start` left running
-            ray.init(
-                address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
-                log_to_driver=False, runtime_env=workers,
-            )  # fmt: skip
-        finally:
-            del os.environ[EMBEDDED_RAY_MARK]
-        settings.home.mkdir(parents=True, exist_ok=True)
-        (settings.home / EMBEDDED_RAY).write_text(json.dumps({"pid": os.getpid(), "mark": mark}))
-
-
-#: the embedded Ray of a home: its driver's pid, and the mark its processes carry in their environment
-EMBEDDED_RAY = "embedded-ray.json"
-EMBEDDED_RAY_MARK = "MEMSWEEP_EMBEDDED_RAY"
-
-
-def reap_embedded_ray(home: Path) -> list[int]:
-    """Kill what the last embedded Ray of `home` left running when its driver died without shutting
-    it down (a SIGKILLed server leaves Ray's DashboardAgent and RuntimeEnvAgent behind, and they
-    ignore SIGTERM); their pids. Left alone while that driver still runs (a `memsweep run` beside a
-    server on the same home)."""
-    try:
-        record = json.loads((home / EMBEDDED_RAY).read_text())
-        owner, mark = int(record["pid"]), str(record["mark"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    if owner != os.getpid() and _alive(owner):
-        return []
-    needle = f"{EMBEDDED_RAY_MARK}={mark}".encode() + b"\0"
-    reaped = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        pid = int(proc.name)
-        with contextlib.suppress(OSError):
-            if pid != os.getpid() and needle in (proc / "environ").read_bytes():
-                os.kill(pid, signal.SIGKILL)
-                reaped.append(pid)
-    if reaped:
-        log.warning("killed %d processes of an embedded Ray whose driver (pid %d) died", len(reaped), owner)
-    (home / EMBEDDED_RAY).unlink(missing_ok=True)
-    return reaped
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # PermissionError: alive, another user's
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def unplaceable(resources: Mapping[str, float]) -> str | None:
-    """Why no node of the (running) Ray cluster can take a Ray trial asking these resources, naming
-    what the nodes have; None when one can. A request no node can satisfy would wait forever."""
-    import ray
-
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-    wanted = {"CPU": float(resources.get("cpu", 0.0)), "GPU": float(resources.get("gpu", 0.0))}
-    if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
-        return None
-    have = ", ".join(
-        sorted({f"{node.get('CPU', 0.0):g} CPUs and {node.get('GPU', 0.0):g} GPUs" for node in nodes})
-    )
-    return (
-        f"no node of the Ray cluster can run a trial asking {wanted['CPU']:g} CPUs and {wanted['GPU']:g} GPUs "
-        f"(its {len(nodes)} nodes have: {have or 'nothing'}); ask for less in `resources`, or add a node that "
-        "has them (`ray start --address … --num-gpus …`)"
-    )
-
-
-def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
-    """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
-    given, or of the node's free memory among the units its CPUs take at once. A unit that asks no
-    GPU trains on the CPU: Ray hides the node's GPUs from it."""
-    from service.study.packing import unit_share
-
-    if gpus_per_unit > 0:
-        import torch
-
-        if torch.cuda.is_available():
-            free, _ = torch.cuda.mem_get_info()
-            return "cuda", unit_share(free, 1.0 / gpus_per_unit)
-    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return "cpu", unit_share(available, (os.cpu_count() or 1) / max(cpus_per_unit, 1.0))
-
-
-def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[str, int] | None:
-    """(device kind, bytes) a unit of the study may use, measured on a node that would run it (a
-    task with the study's resources; a cluster's nodes are not the driver's machine); None when no
-    node answered within `timeout` (the packer then falls back on its assumptions). A CPU study on
-    a Ray that is the driver's own node alone (the embedded one) is measured here: a probe task would
-    start a worker process, seconds of a short study."""
-    import ray
-
-    cpus, gpus = float(resources.get("cpu", 1.0)), float(resources.get("gpu", 0.0))
-    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-    if gpus == 0 and nodes == [ray.get_runtime_context().get_node_id()]:
-        return device_on_this_node(gpus, cpus)
-    probe = ray.remote(device_on_this_node).options(num_cpus=cpus, num_gpus=gpus)
-    ref = probe.remote(gpus, cpus)
-    try:
-        kind, share = ray.get(ref, timeout=timeout)
-    except Exception as exc:  # busy or unreachable: the fallback is safe, only less exact
-        log.warning("could not measure a node's memory (%s); bundle sizes use the defaults", exc)
-        ray.cancel(ref, force=True)
-        return None
-    return str(kind), int(share)
-
-
 # ----- the worker ----------------------------------------------------------------------------------
 
 
@@ -186,15 +45,6 @@ def _baseline(resolved: trainers.Resolved) -> float | None:
         return resolved.make_task().baseline_loss
     except Exception:  # a file-backed task without its files: the trial itself reports why
         return None
-
-
-def node_name() -> str:
-    """This Ray node as a person reads it: host name / IP address."""
-    import socket
-
-    import ray
-
-    return f"{socket.gethostname()}/{ray.util.get_node_ip_address()}"  # type: ignore[no-untyped-call]
 
 
 def run_unit(config: dict[str, Any]) -> None:

@@ -105,6 +105,35 @@ def check_space(space: SearchSpace) -> None:
                 ) from None
 
 
+def study_space(spec: StudySpec, max_grid_size: int) -> SearchSpace:
+    """The study's space, checked as a created study's is: a grid's size first (the product of its
+    dimensions' lengths, nothing made), at most `max_grid_size` trials (or the spec's `max_trials`),
+    then every model's first point resolved (`check_space`). The run and the plan both start here."""
+    try:
+        space = spec.search_space()
+    except (ValueError, KeyError) as exc:
+        raise StudyError(str(exc)) from None
+    if spec.sampler == "grid":
+        if not space.is_grid:
+            raise StudyError(
+                "sampler 'grid' needs lists of values in every dimension; use tpe/random/qmc for ranges"
+            )
+        size = space.size()
+        limit = min(max_grid_size, spec.max_trials or max_grid_size)
+        if size > limit:
+            raise StudyError(
+                f"the grid holds {size} trials (points × seeds), over the limit of {limit}; "
+                "choose fewer models, values or seeds (or raise max_trials / MEMSWEEP_MAX_GRID_SIZE)"
+            )
+    check_space(space)
+    return space
+
+
+def study_trials(spec: StudySpec, space: SearchSpace) -> list[TrialSpec]:
+    """A grid's trials, resolved (a sampled study adds its trials as their points are drawn)."""
+    return grid_trials(space, execution(spec)) if spec.sampler == "grid" else []
+
+
 def check_trials(trials: Iterable[TrialSpec]) -> None:
     """What resolving cannot see: each distinct task config is built once (its own checks, e.g. a
     copy sequence too short for its layout; no data is read)."""

@@ -116,7 +116,7 @@ def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that
     exit on their own a while after their raylet: both happen.)"""
-    from service.study.ray_tune import EMBEDDED_RAY, EMBEDDED_RAY_MARK, reap_embedded_ray
+    from service.study.nodes import EMBEDDED_RAY, EMBEDDED_RAY_MARK, reap_embedded_ray
 
     def agent(mark: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, EMBEDDED_RAY_MARK: mark}

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from service.api import create_app
 from service.core.spec import StudySpec
 from service.planning.plan import makespan, plan_run, plan_spec, record_plan, unit_seconds
+from service.runner import run_planned
 from service.store.ledger import Calibration
 from service.study.packing import pack_study
 from service.study.search import execution, grid_trials
@@ -28,7 +29,7 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
         assert c.get("/studies").json()["total"] == 0  # nothing stored
         engine = c.app.state.engine  # type: ignore[attr-defined]
         spec = StudySpec.model_validate(grid(concurrency=2))
-        units = pack_study(spec, grid_trials(engine._space(spec), execution(spec)))
+        units = pack_study(spec, grid_trials(engine.space(spec), execution(spec)))
         assert plan["trials"] == plan["to_run"] == 8 and plan["reused"] == 0
         assert plan["units"] == len(units) == 2 and plan["bundles"] == 2  # chain and orth, 4 seeds×lr each
         assert plan["bundle_sizes"] == {"4": 2}
@@ -93,7 +94,7 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
 
     study = engine.create_study(spec)
     record_plan(engine, study.id, calibrate=False)  # as POST /studies does: from the cache
-    engine.run_study(study.id)
+    run_planned(engine, study.id)  # as the runner runs it: planned again (from the cache), run, costed
     kept = engine.ledger.get_study(study.id).plan
     assert kept["planned"]["estimate"]["wall_seconds"] == pytest.approx(e["wall_seconds"])
     actual, accuracy = kept["actual"], kept["accuracy"]
@@ -114,14 +115,14 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
     wider = spec.model_dump(mode="json", exclude_unset=True)
     wider["space"] = {"dims": {"lr": [1e-3, 3e-3, 1e-2], "init": ["chain"]}}
     assert engine.extend_study(study.id, StudySpec.model_validate(wider)) == 2
-    plan_run(engine, study.id)  # as each run does: two trials on two slots are another shape, calibrated now
+    plan_run(engine, study.id)  # as each run begins: two trials on two slots are another shape, calibrated now
     kept = engine.ledger.get_study(study.id).plan
     assert (
         kept["planned"]["trials"] == 6 and kept["planned"]["to_run"] == 2 and kept["planned"]["reused"] == 4
     )
     assert kept["planned"]["estimate"]["complete"]
     assert kept["earlier"][0]["actual"]["trials_run"] == 4 and "actual" not in kept
-    engine.run_study(study.id)
+    run_planned(engine, study.id)
     kept = engine.ledger.get_study(study.id).plan
     assert kept["actual"]["runs"] == 2 and kept["actual"]["trials_run"] == 2
     assert kept["actual"]["units"] == kept["planned"]["units"] == 2  # two trials on two slots: one each

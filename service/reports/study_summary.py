@@ -1,0 +1,50 @@
+"""A study's summary: what it found under its own criterion (or another), in one record — counts,
+success tables (also against budget, and under the other criteria it reports), best configurations
+and Orhan's Table 2 (the Henrici index of successful trials). The run's end, `memsweep run`, the REST
+server's status and MLflow's parent run all show this one record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from service.core.spec import StudySpec
+from service.reports.summary import best_configs, henrici_table, success_table, success_vs_budget
+from service.store.ledger import Ledger, Study, Trial
+from trainers import TRAINER_VERSION, Criterion
+
+
+def criteria(spec: StudySpec, trials: Sequence[Trial]) -> tuple[Criterion, list[Criterion]]:
+    """The study's success criterion, and the others it reports beside it: its spec's extra
+    criteria, and the same fraction of every reference baseline its trials' tasks report (copy:
+    Arjovsky's)."""
+    main = spec.criterion()
+    extra = [c.criterion() for c in spec.extra_criteria]
+    if main.fraction is not None:
+        names = sorted({name for t in trials for name in (t.reference_baselines or {})})
+        extra += [Criterion(fraction=main.fraction, baseline=name) for name in names]
+    return main, [c for i, c in enumerate(extra) if c != main and c not in extra[:i]]
+
+
+def summarise(ledger: Ledger, study: Study, criterion: Criterion | None = None) -> dict[str, Any]:
+    """What the study found, under its own criterion (or `criterion`)."""
+    trials = ledger.trials(study.id)
+    main, extra = criteria(StudySpec.model_validate(study.spec), trials)
+    criterion = criterion or main
+    table = success_table(trials, criterion)
+    return {
+        "study_id": study.id,
+        "name": study.name,
+        "state": study.state,
+        "trainer_version": TRAINER_VERSION,
+        "counts": ledger.counts(study.id, criterion),
+        "success": table,
+        "success_other_criteria": [success_table(trials, c) for c in extra],
+        "success_vs_budget": success_vs_budget(trials, criterion),
+        "best": best_configs(trials, k=5, criterion=criterion),
+        "best_per_model": {
+            m: best_configs(trials, k=1, model=m, criterion=criterion) for m in table["by_model"]
+        },
+        "henrici_index": henrici_table(trials, criterion),  # Orhan Table 2: d(W) of successful trials
+        "mlflow": {"experiment_id": study.mlflow_experiment_id, "run_id": study.mlflow_run_id},
+    }

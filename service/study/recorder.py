@@ -1,0 +1,102 @@
+"""How the driver records a running study's trials, as Ray Tune reports them: in the ledger (the
+source of truth) and as live MLflow child runs, with the parent run's counts and the pace of the
+running trials (the study's ETA)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from service.core.trial import TrialSpec
+from service.reports.summary import success_table
+from service.store.ledger import Ledger
+from service.tracking.tracker import Tracker
+from trainers import Criterion, Evaluation, TrialResult
+
+#: seconds between two updates of a study's live counts on its parent run
+PROGRESS_INTERVAL = 10.0
+
+
+class StudyRecorder:
+    """How the driver records a running study's trials: each in the ledger (the source of truth) and
+    as a live MLflow child run (made when it starts, its curve as it evaluates, finished with it);
+    the parent run's counts every PROGRESS_INTERVAL seconds; and the pace of the running trials."""
+
+    def __init__(
+        self, ledger: Ledger, tracker: Tracker, study_id: str, exp_id: str, parent: str, criterion: Criterion
+    ) -> None:
+        self.ledger, self.tracker, self.study_id = ledger, tracker, study_id
+        self.exp_id, self.parent, self.criterion = exp_id, parent, criterion
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[int, int, float]] = {}  # config hash → (budget, step, seconds)
+        self._planned: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
+        self._last_progress = 0.0
+
+    def plan(self, trials: Sequence[TrialSpec]) -> None:
+        """The trials a round will run (their budgets count in the ETA until they start)."""
+        with self._lock:
+            for t in trials:
+                self._planned.setdefault(t.config_hash, budget_steps(t))
+
+    def started(self, trial_id: int, spec: TrialSpec) -> None:
+        row = self.ledger.trial(trial_id)
+        self.tracker.trial_started(self.exp_id, self.parent, row, run_id_setter(self.ledger, trial_id))
+        with self._lock:
+            budget = self._planned.pop(spec.config_hash, None)
+            self._running[spec.config_hash] = (budget if budget is not None else budget_steps(spec), 0, 0.0)
+
+    def evaluated(self, trial_id: int, config_hash: str, evaluation: Evaluation) -> None:
+        self.tracker.trial_evaluated(config_hash, [evaluation])
+        with self._lock:
+            budget = self._running.get(config_hash, (evaluation.step, 0, 0.0))[0]
+            self._running[config_hash] = (budget, evaluation.step, evaluation.seconds)
+
+    def finished(self, trial_id: int, result: TrialResult) -> None:
+        row = self.ledger.finish_trial(trial_id, result)
+        matrices = None
+        if result.recurrent_matrix is not None:
+            v = result.input_matrix
+            matrices = {"W": result.recurrent_matrix.tolist(), "V": v.tolist() if v is not None else None}
+        self.tracker.log_trial(
+            self.exp_id, self.parent, row, self.criterion, matrices, run_id_setter(self.ledger, trial_id)
+        )
+        with self._lock:
+            self._running.pop(row.config_hash, None)
+        self.progress()
+
+    def progress(self, force: bool = False) -> None:
+        """The parent run's live counts, at most every PROGRESS_INTERVAL seconds (or now: `force`)."""
+        now = time.monotonic()
+        if not force and now - self._last_progress < PROGRESS_INTERVAL:
+            return
+        self._last_progress = now
+        self.tracker.study_progress(
+            self.parent, success_table(self.ledger.trials(self.study_id), self.criterion)
+        )
+
+    def eta(self, unplanned: int = 0) -> float | None:
+        """Seconds left at the measured pace of the running trials (each one's steps per second,
+        summed): their remaining steps, the planned trials' budgets, and `unplanned` trials more (a
+        sampler's, not drawn yet) at the mean budget; None before a running trial has evaluated."""
+        with self._lock:
+            running = list(self._running.values())
+            planned = list(self._planned.values())
+        rate = sum(step / seconds for _, step, seconds in running if step and seconds > 0)
+        if rate <= 0:
+            return None
+        budgets = [b for b, _, _ in running] + planned
+        left = sum(max(b - step, 0) for b, step, _ in running) + sum(planned)
+        return (left + unplanned * (sum(budgets) / len(budgets))) / rate
+
+
+def budget_steps(spec: TrialSpec) -> int:
+    """A planned trial's budget in optimiser steps (its task says how many make an epoch)."""
+    from trainers.schedule import Schedule
+
+    return Schedule.of(spec.resolved.config, spec.resolved.make_task().train_size).budget
+
+
+def run_id_setter(ledger: Ledger, trial_id: int) -> Callable[[str], None]:
+    """Records a trial's MLflow run id in its ledger row, once MLflow made the run."""
+    return lambda run_id: ledger.update_trial(trial_id, mlflow_run_id=run_id)
