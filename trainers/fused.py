@@ -241,6 +241,22 @@ class FusedOptimizer:
         }
         self.clipped = torch.tensor([bool(c.clip_norm) for c in configs], device=device)
         self.state = [[torch.zeros_like(p) for p in params] for _ in range(1 if kind == "rmsprop" else 2)]
+        #: None (always, but under a CUDA graph): Adam's per-step factors are made from `step_count`
+        #: by `adam_factors`; a captured step (`trainers.graphs`) reads them from these device buffers,
+        #: which it fills with `adam_factors(n)` before each replay
+        self.static_factors: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def adam_factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Adam's per-member factors at step n, [K] float32 on `device`: −lr / (1 − β1ⁿ) and
+        √(1 − β2ⁿ), computed in double as torch's Adam computes them, then rounded once."""
+        f = self.f64
+        neg_step = torch.tensor(
+            [-lr / (1 - b1**n) for lr, b1 in zip(f["lr"], f["beta1"], strict=True)], dtype=torch.float64
+        ).to(device, torch.float32)
+        bc2_sqrt = torch.tensor([(1 - b2**n) ** 0.5 for b2 in f["beta2"]], dtype=torch.float64).to(
+            device, torch.float32
+        )
+        return neg_step, bc2_sqrt
 
     def keep(self, index: torch.Tensor) -> None:
         idx = index.tolist()
@@ -275,14 +291,10 @@ class FusedOptimizer:
                 avg = sq.sqrt().add_(self._col(c["eps"], g))
                 p.add_((g * self._col(c["neg_lr"], g)).div_(avg))
             return
-        n = self.step_count
-        f = self.f64
-        neg_step = torch.tensor(
-            [-lr / (1 - b1**n) for lr, b1 in zip(f["lr"], f["beta1"], strict=True)], dtype=torch.float64
-        ).to(gs[0].device, torch.float32)
-        bc2_sqrt = torch.tensor([(1 - b2**n) ** 0.5 for b2 in f["beta2"]], dtype=torch.float64).to(
-            gs[0].device, torch.float32
-        )
+        if self.static_factors is not None:
+            neg_step, bc2_sqrt = self.static_factors
+        else:
+            neg_step, bc2_sqrt = self.adam_factors(self.step_count, gs[0].device)
         for p, g, m, v in zip(params, gs, self.state[0], self.state[1], strict=True):
             # m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p − lr/(1−β1ⁿ) · m / (√v / √(1−β2ⁿ) + ε)
             m.lerp_(g, self._col(c["one_minus_beta1"], g))

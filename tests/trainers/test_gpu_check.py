@@ -1,0 +1,212 @@
+"""The GPU check (benchmarks/gpu_check.py) and the CUDA-graph helper (trainers/graphs.py), on the CPU.
+
+The script's CPU smoke run must pass its correctness section and produce the table a GPU session will
+read; the helper's eager step must be `train_fused`'s step bit for bit, and its graphed step's
+bookkeeping (warm-ups, the capture, replays, Adam's per-step factors) must take the same steps: here
+with a stand-in for the CUDA graph that replays the captured function. No test depends on the last
+bits of this CPU's arithmetic beyond what the fused tests already require (a member is its solo run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers import graphs
+from trainers.cells import list_cells
+from trainers.fused import train_fused
+from trainers.fused_cells import FUSED_CELLS
+from trainers.graphs import Bundle, GraphedStep, GraphUnsupported
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPES = ("copy500", "addition750", "psmnist")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    out = tmp_path_factory.mktemp("gpu-check")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--quick",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.md").read_text(), proc.stdout
+
+
+def test_quick_cpu_run_passes_its_correctness_section(quick_run):
+    data, _, _ = quick_run
+    assert data["passed"] is True
+    checks = data["checks"]
+    assert not [c for c in checks if c["status"] == "FAIL"]
+    sections = {c["section"] for c in checks}
+    assert "backward vs autograd (float64)" in sections
+    kernels = {c["name"] for c in checks if c["section"] == "backward vs autograd (float64)"}
+    for name in ("ElmanScan elu", "FusedElmanScan relu last", "FastRNNScan tanh", "FusedFastRNNScan relu",
+                 "ShiftScan", "FusedShiftScan last", "JANETScan", "GRUScan"):  # fmt: skip
+        assert name in kernels
+    assert sum(n.startswith("NRUScan") for n in kernels) == 2
+    trained = {c["name"] for c in checks if c["section"] == "every cell trains on cpu"}
+    assert trained == {f"{cell} × {task}" for cell in list_cells() for task in ("copy", "addition")}
+    members = [c for c in checks if c["section"] == "bundle member vs solo run (cpu)"]
+    assert {c["name"].split()[0] for c in members} == set(FUSED_CELLS)
+    for c in members:  # a deviation is reported as a number, within the stated tolerance
+        assert c["status"] == "pass" and 0 <= c["max_rel"] <= c["tol"]
+    (graph,) = [c for c in checks if c["section"] == "graphed step vs eager step"]
+    assert graph["status"] == "refused" and "CUDA" in graph["note"]
+
+
+def test_quick_cpu_run_writes_the_table_with_sane_numbers(quick_run):
+    data, md, stdout = quick_run
+    rows = data["rows"]
+    for shape in SHAPES:
+        mine = [r for r in rows if r["shape"] == shape and r["cell"] == "rnn"]
+        assert [(r["mode"], r["K"]) for r in mine] == [("solo", 1)] + [
+            (mode, k) for k in (1, 2, 4) for mode in ("eager", "graph")
+        ]
+        for r in mine:
+            if r["mode"] == "graph":  # no CUDA here: said so, no number
+                assert r["ms_step"] is None and "CUDA" in r["note"]
+                continue
+            assert r["ms_step"] > 0 and r["ms_min"] > 0 and r["steps"] == 2
+            assert r["ms_member"] == pytest.approx(r["ms_step"] / r["K"])
+            assert r["member_steps_per_s"] == pytest.approx(1000 * r["K"] / r["ms_step"])
+            assert r["dims"].startswith("T=") and "B=16" in r["dims"]
+    assert any(r["cell"] == "srnn" and r["mode"] == "eager" and r["ms_step"] for r in rows)
+    assert [p["task"] for p in data["projection"]] == list(SHAPES)
+    for p in data["projection"]:
+        assert p["runs"] == 2112 and p["bundles"] == [462, 462, 594, 594]
+        assert p["budget_steps"] == 375_000  # 100 epochs of 60,000 / 16
+        assert math.isfinite(p["eager_hours"]) and p["eager_hours"] > 0 and p["solo_hours"] > 0
+        assert not math.isfinite(p["graph_hours"])  # not measured on the CPU
+    assert data["env"]["torch"] == torch.__version__ and data["env"]["device"] == "cpu"
+    for text in (md, stdout):
+        assert "### Timing" in text and "### Projection" in text and "### Correctness" in text
+        assert "| psmnist | T=784" in text
+
+
+# ----- the helper --------------------------------------------------------------------------------------
+
+# three grid points of one layout (chain, fbchain, identity: W row-major), differing in lr and seed
+BASE = {"task": "copy", "hidden": 16, "task_params": {"seq_len": 24, "n_train": 64, "n_val": 16}}
+POINTS = [
+    {"lr": 1e-3, "seed": 1, "cell_params": {"init": "chain"}},
+    {"lr": 3e-3, "seed": 2, "cell_params": {"init": "fbchain", "scale": 0.05}},
+    {"lr": 5e-4, "seed": 1, "cell_params": {"init": "identity"}},
+]
+
+
+def configs(steps: int, **common) -> list[dict]:
+    return [
+        {**BASE, **p, "steps": steps, "eval_every": steps, "early_stop_loss": None, "device": "cpu", **common}
+        for p in POINTS
+    ]
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_the_bundles_eager_step_is_train_fuseds_step_bit_for_bit(optimizer):
+    steps = 7
+    results = train_fused(configs(steps, optimizer=optimizer))
+    bundle = Bundle.of(configs(steps, optimizer=optimizer))
+    for _ in range(steps):
+        bundle.step()
+    w = bundle.model.params[bundle.model.names.index("cell.weight_hh")]
+    for k, r in enumerate(results):
+        assert r.status == "done" and torch.equal(w[k], r.recurrent_matrix)
+
+
+def test_graphs_refuse_the_cpu_with_what_to_run_instead():
+    with pytest.raises(GraphUnsupported, match=r"CUDA.*Bundle\.step"):
+        GraphedStep(Bundle.of(configs(3)))
+
+
+class StandInGraph:
+    """What a captured CUDA graph does, for the CPU: each replay runs the captured function on the
+    same buffers, and leaves no Python state behind (the kernels run, the interpreter does not)."""
+
+    def __init__(self, fn, out, optimizer):
+        self.fn, self.out, self.optimizer = fn, out, optimizer
+
+    def replay(self):
+        taken = self.optimizer.step_count
+        self.out.copy_(self.fn())
+        self.optimizer.step_count = taken
+
+
+@pytest.fixture
+def stand_in_graphs(monkeypatch):
+    """GraphedStep on the CPU: no streams, no sync probe, `record_graph` captures without running."""
+    captured = []
+
+    def record_graph(fn):
+        holder = captured[-1]
+        out = torch.empty(len(holder.bundle.configs))
+        return StandInGraph(fn, out, holder.bundle.optimizer), out
+
+    monkeypatch.setattr(graphs, "graphs_available", lambda device: None)
+    monkeypatch.setattr(graphs, "side_stream", lambda step: contextlib.nullcontext())
+    monkeypatch.setattr(graphs, "sync_errors", lambda on: contextlib.nullcontext())
+    monkeypatch.setattr(graphs, "record_graph", record_graph)
+
+    def make(bundle, warmup=3):
+        step = GraphedStep(bundle, warmup)
+        captured.append(step)
+        return step
+
+    return make
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_a_graphed_run_takes_the_eager_runs_steps(stand_in_graphs, optimizer):
+    """Warm-ups, the capture (which takes no step itself), replays and Adam's factors from device
+    buffers: the same losses and weights as the eager steps, and the same step count."""
+    steps = 9
+    eager = Bundle.of(configs(steps, optimizer=optimizer))
+    eager_losses = torch.stack([eager.step() for _ in range(steps)])
+    graphed = stand_in_graphs(Bundle.of(configs(steps, optimizer=optimizer)))
+    graph_losses = torch.stack([graphed.step() for _ in range(steps)])
+    assert graphed.graph is not None and graphed.calls == steps
+    assert graphed.bundle.optimizer.step_count == eager.optimizer.step_count == steps
+    assert torch.equal(graph_losses, eager_losses)
+    for p, q in zip(graphed.bundle.model.params, eager.model.params, strict=True):
+        assert torch.equal(p, q)
+    assert (graphed.bundle.optimizer.static_factors is not None) == (optimizer == "adam")
+
+
+def test_a_step_that_synchronises_is_refused_at_the_probe(stand_in_graphs, monkeypatch):
+    step = stand_in_graphs(Bundle.of(configs(5)), warmup=2)
+    step.step()  # the first warm-up is no probe
+    monkeypatch.setattr(
+        Bundle,
+        "forward_backward",
+        lambda self, inputs: (_ for _ in ()).throw(RuntimeError("called a synchronizing CUDA operation")),
+    )
+    with pytest.raises(GraphUnsupported, match="synchronises with the host"):
+        step.step()
+
+
+def test_a_batch_of_another_shape_is_refused(stand_in_graphs):
+    bundle = Bundle.of(configs(5))
+    step = stand_in_graphs(bundle)
+    batch = bundle.next_batch()
+    step.step(batch)
+    short = {s: (x[:, :3], y[:, :3]) for s, (x, y) in bundle.next_batch().items()}
+    with pytest.raises(GraphUnsupported, match="changed shape"):
+        step.step(short)
