@@ -76,7 +76,7 @@ def main() -> None:
     from service.cli.servers import free_port
     from service.core.settings import Settings
     from service.study.nodes import ensure_ray
-    from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
+    from service.tracking.server import start_mlflow_server, stop_mlflow_server
 
     home = Path(tempfile.mkdtemp(prefix="memsweep-bench-"))
     uri, server = start_mlflow_server(home / "mlflow", free_port())

@@ -24,13 +24,12 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.core.states import FINISHED, RESUMABLE
 from service.planning.plan import plan_run, record_actual
-from service.store.ledger import FINISHED
 from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 
-RESUMABLE = ("pending", "running")
 SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
 #: seconds between the server's checks for studies whose MLflow runs need rebuilding
 REPAIR_INTERVAL = 60.0
@@ -109,7 +108,7 @@ class StudyRunner:
     def _repair_tracking(self) -> None:
         """Every REPAIR_INTERVAL seconds: studies whose MLflow writes failed (MLflow was down) get their
         runs rebuilt from the ledger once MLflow answers again (`Engine.sync_tracking`)."""
-        from service.tracking.tracker import server_healthy
+        from service.tracking.server import server_healthy
 
         while not self._repair_stop.wait(REPAIR_INTERVAL):
             try:

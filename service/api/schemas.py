@@ -8,11 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.core.spec import StudySpec
+from service.core.states import StudyState, TrialStatus
 from trainers.result import Evaluation
-
-StudyState = Literal["pending", "running", "done", "failed", "cancelled"]
-TrialStatus = Literal["pending", "running", "done", "failed", "pruned", "cancelled", "error"]
-TrialSort = Literal["id", "final_val_loss", "seconds", "updated_at", "model"]
 
 
 def _utc(value: datetime) -> datetime:
@@ -20,7 +17,6 @@ def _utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
-# (tests check these literals against the ledger's STUDY_STATES, TRIAL_STATES and TRIAL_SORTS)
 
 # ----- studies -------------------------------------------------------------------------------------
 StudyCreate = StudySpec  # a spec, or a preset with overrides (`models`, `dims`, `base`, `seeds`)

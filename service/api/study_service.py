@@ -25,11 +25,12 @@ from service.api.schemas import (
     TrialPublic,
 )
 from service.core.spec import StudyError, StudySpec
+from service.core.states import FINISHED, StudyState
 from service.planning.plan import plan_spec, record_plan
 from service.reports.compare import UnknownStudiesError, compare_studies, log_comparison
 from service.reports.summary import best_configs, success_table, success_vs_budget
 from service.runner import StudyRunner, expected_trials
-from service.store.ledger import FINISHED, Study, Trial
+from service.store.models import Study, Trial
 from service.study.engine import Engine
 from trainers.criterion import Criterion
 
@@ -296,7 +297,7 @@ class StudyService:
         return comparison
 
     def _log_comparison(self, comparison: dict[str, Any]) -> MlflowLinks:
-        from service.tracking.tracker import server_healthy
+        from service.tracking.server import server_healthy
 
         uri = self.runner.tracking_uri or self.engine.settings.mlflow_tracking_uri
         if uri is None:
@@ -356,7 +357,7 @@ class StudyService:
         return StudyPublic(
             id=study.id,
             name=study.name,
-            state=study.state,  # type: ignore[arg-type]  # the ledger holds only STUDY_STATES
+            state=StudyState(study.state),
             error=study.error,
             queued=self.runner.is_queued(study.id),
             active=self.runner.is_active(study.id),

@@ -155,7 +155,7 @@ def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
     """The study's bar while `runner` runs it: its counts, and the runner's ETA (the server's)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from service.store.ledger import FINISHED
+    from service.core.states import FINISHED
 
     ledger, planned = runner.engine.ledger, False
     with Progress(

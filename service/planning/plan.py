@@ -45,6 +45,7 @@ from sqlalchemy import select
 
 from service.core.settings import Settings
 from service.core.spec import StudySpec
+from service.core.states import FINISHED
 from service.core.trial import PlanError, TrialSpec, Unit
 from service.planning.calibration import (
     Calibrate,
@@ -55,7 +56,8 @@ from service.planning.calibration import (
     shape_of,
     where_trials_run,
 )
-from service.store.ledger import FINISHED, Calibration, Ledger, Trial
+from service.store.ledger import Ledger
+from service.store.models import Calibration, Trial
 from service.study.nodes import device_on_this_node, embedded
 from service.study.packing import bundle, pack_study
 from service.study.search import execution, first_point, grid_trials, point_trials, study_space

@@ -31,7 +31,8 @@ from typing import Any
 from service.core.spec import StudyError, StudySpec
 from service.core.values import repr_value, value_sort_key
 from service.reports.summary import newcombe_interval, success_cell
-from service.store.ledger import Ledger, Study, Trial
+from service.store.ledger import Ledger
+from service.store.models import Study, Trial
 from trainers import TRAINER_VERSION, Criterion
 
 #: what a trial config holds beside its own fields (its task's and cell's fields are looked up in them)

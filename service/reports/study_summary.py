@@ -10,7 +10,8 @@ from typing import Any
 
 from service.core.spec import StudySpec
 from service.reports.summary import best_configs, henrici_table, success_table, success_vs_budget
-from service.store.ledger import Ledger, Study, Trial
+from service.store.ledger import Ledger
+from service.store.models import Study, Trial
 from trainers import TRAINER_VERSION, Criterion
 
 

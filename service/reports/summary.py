@@ -19,10 +19,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from service.core.states import FINISHED
 from service.core.values import repr_value, value_sort_key
 from trainers.criterion import HALF_BASELINE, Criterion
-
-FINISHED = ("done", "failed", "pruned")
 
 
 class TrialLike(Protocol):

@@ -2,10 +2,9 @@
 
 Trials are keyed by the hash of their full resolved config (trainer version included). Resume runs
 what is not finished; extending adds only new hashes; a finished trial of another study with the
-same hash is reused instead of re-run. A trial's result columns are the fields of
-`trainers.TrialResult`, under the same names. SQLite by default; any SQLAlchemy URL (PostgreSQL)
-works. The schema is kept by Alembic migrations (`service/store/migrations/`): opening a ledger brings it
-to this version's schema, a ledger written by an older memsweep included.
+same hash is reused instead of re-run. Its rows are `models`, its
+database `database` (SQLite by default; any SQLAlchemy URL, PostgreSQL for a cluster), migrated when
+a ledger opens. Every call is one transaction that outlasts a database restart (`outlasting`).
 """
 
 from __future__ import annotations
@@ -17,165 +16,49 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
-from pathlib import Path
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import (
-    JSON,
-    Boolean,
-    DateTime,
-    Float,
-    ForeignKey,
-    Integer,
-    LargeBinary,
-    String,
-    Text,
-    UniqueConstraint,
-    create_engine,
     delete,
-    event,
     func,
-    inspect,
     select,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
+from service.core.states import FINISHED, TrialStatus
 from service.core.trial import TrialSpec, objective
 from service.core.values import value_matches
+from service.store.database import connect
+from service.store.models import (
+    Calibration,
+    IdempotencyKey,
+    Study,
+    Trial,
+    pack_matrices,
+    unpack_matrices,
+)
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
 
 if TYPE_CHECKING:
-    from alembic.config import Config as AlembicConfig
-
-log = logging.getLogger(__name__)
-
-STUDY_STATES = ("pending", "running", "done", "failed", "cancelled")
-#: error: the trial's worker, node or process died, and the retries did too (an infrastructure fault,
-#: not a result: never counted as a run that did not succeed; a later run of the study tries again)
-TRIAL_STATES = ("pending", "running", "done", "failed", "pruned", "cancelled", "error")
-#: the trials with a result (trained to the end, failed in training, or pruned by a scheduler)
-FINISHED = ("done", "failed", "pruned")
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-class Base(DeclarativeBase):
     pass
 
 
-class Study(Base):
-    __tablename__ = "studies"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
-    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
-    error: Mapped[str | None] = mapped_column(Text, default=None)
-    mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64), default=None)
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64), default=None)
-    plan: Mapped[dict[str, Any] | None] = mapped_column(
-        JSON, default=None
-    )  # estimated cost, and what it took
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, onupdate=now)
+log = logging.getLogger(__name__)
 
 
-class Trial(Base):
-    """A study's trial: its identity (hash, model, varied values, config) and, once it finished, its
-    result in the columns `status` … `history`, named as `trainers.TrialResult`'s fields."""
-
-    __tablename__ = "trials"
-    __table_args__ = (UniqueConstraint("study_id", "config_hash", name="uq_trial_study_hash"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), index=True)
-    config_hash: Mapped[str] = mapped_column(String(32), index=True)
-    model: Mapped[str] = mapped_column(String(100))
-    params: Mapped[dict[str, Any]] = mapped_column(JSON)  # the point's varied settings, seed included
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the full resolved trial config
-    # the result (trainers.TrialResult), pending until the trial finishes
-    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
-    reason: Mapped[str | None] = mapped_column(Text, default=None)
-    traceback: Mapped[str | None] = mapped_column(Text, default=None)
-    final_val_loss: Mapped[float | None] = mapped_column(Float, default=None)
-    final_metric: Mapped[float | None] = mapped_column(Float, default=None)
-    metric_name: Mapped[str | None] = mapped_column(String(64), default=None)
-    baseline_loss: Mapped[float | None] = mapped_column(Float, default=None)
-    reference_baselines: Mapped[dict[str, float] | None] = mapped_column(JSON, default=None)
-    steps: Mapped[int | None] = mapped_column(Integer, default=None)
-    budget_steps: Mapped[int | None] = mapped_column(Integer, default=None)
-    early_stopped: Mapped[bool | None] = mapped_column(Boolean, default=None)
-    seconds: Mapped[float | None] = mapped_column(Float, default=None)
-    param_count: Mapped[int | None] = mapped_column(Integer, default=None)
-    henrici_index: Mapped[float | None] = mapped_column(Float, default=None)
-    profile: Mapped[list[float] | None] = mapped_column(JSON, default=None)  # weight profile over i − j
-    history: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
-    device: Mapped[str | None] = mapped_column(String(32), default=None)
-    node: Mapped[str | None] = mapped_column(String(128), default=None)
-    # where its numbers came from: numerics mode, CPU, capability, MKL, torch (trainers.numerics)
-    provenance: Mapped[dict[str, str] | None] = mapped_column(JSON, default=None)
-    # the trained W and V (float32 .npz), from which MLflow's recurrent_matrix.json can be rebuilt
-    matrices: Mapped[bytes | None] = mapped_column(LargeBinary, default=None, deferred=True)
-    # bookkeeping
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64), default=None)
-    reused_from: Mapped[int | None] = mapped_column(Integer, default=None)
-    runs: Mapped[int] = mapped_column(Integer, default=0)  # times it was started (resume evidence)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, onupdate=now)
-
-    def result(self) -> TrialResult:
-        """The stored result as the trainers' record (a pending trial's is empty)."""
-        values = {name: getattr(self, name) for name in RECORDED_FIELDS if name != "history"}
-        values = {k: v for k, v in values.items() if v is not None}
-        if self.status not in ("done", "failed", "pruned"):
-            values.pop("status", None)
-        history = [Evaluation.from_dict(e) for e in self.history or []]
-        return TrialResult(**values, history=history)
-
-    def succeeded(self, criterion: Criterion) -> bool:
-        """Whether the stored result succeeds under `criterion` (`Criterion.judge`, the one rule)."""
-        return criterion.judge(self.status, self.final_val_loss, self.baseline_loss, self.reference_baselines)
-
-    def spec(self) -> TrialSpec:
-        """The trial as it was planned, its stored config resolved again."""
-        return TrialSpec.stored(self.config_hash, self.model, self.params, self.config)
+class TrialSort(StrEnum):
+    ID = "id"
+    FINAL_VAL_LOSS = "final_val_loss"
+    SECONDS = "seconds"
+    UPDATED_AT = "updated_at"
+    MODEL = "model"
 
 
-class IdempotencyKey(Base):
-    """A client's Idempotency-Key: the request it came with and the study that request created."""
-
-    __tablename__ = "idempotency_keys"
-
-    key: Mapped[str] = mapped_column(String(200), primary_key=True)
-    request_hash: Mapped[str] = mapped_column(String(64))
-    study_id: Mapped[str | None] = mapped_column(String(32), default=None)  # None while being created
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
-
-
-class Calibration(Base):
-    """A unit shape timed on a node type (`service.planning.calibration`): what a study's plan costs per step."""
-
-    __tablename__ = "calibrations"
-    __table_args__ = (UniqueConstraint("shape_key", "node_type", name="uq_calibration_shape_node"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    shape_key: Mapped[str] = mapped_column(
-        String(32)
-    )  # the shape, fused or not, bundle size, trainer version
-    node_type: Mapped[str] = mapped_column(String(300))  # CPU model × count (+ GPU)
-    trainer_version: Mapped[str] = mapped_column(String(16))
-    bundle_size: Mapped[int] = mapped_column(Integer)
-    shape: Mapped[dict[str, Any]] = mapped_column(JSON)  # the trial config without the grid's values
-    measurement: Mapped[dict[str, Any]] = mapped_column(JSON)  # step, evaluation, set-up and finish times
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
-
-
-TRIAL_SORTS = ("id", "final_val_loss", "seconds", "updated_at", "model")
+TRIAL_SORTS = tuple(s.value for s in TrialSort)
 
 
 #: how long a ledger call waits for its database to come back (a restart, a failover) before it fails
@@ -216,15 +99,9 @@ class Ledger:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        # pre-ping: a pooled connection the database dropped (a restart) is replaced before it is used
-        self.engine: Engine = create_engine(url, pool_pre_ping=True, **kwargs)
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        upgrade(self.engine)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: SQLAlchemy's engine on the database (`database.connect`)
+        self.database: Engine = connect(url)
+        self._sessions = sessionmaker(self.database, expire_on_commit=False)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -441,12 +318,12 @@ class Ledger:
     @outlasting
     def counts(self, study_id: str, criterion: Criterion = HALF_BASELINE) -> dict[str, int]:
         """Trials per status, and how many succeeded under `criterion`."""
-        out = dict.fromkeys(TRIAL_STATES, 0)
+        out = dict.fromkeys((s.value for s in TrialStatus), 0)
         out["succeeded"] = 0
         for t in self.trials(study_id):
             out[t.status] = out.get(t.status, 0) + 1
             out["succeeded"] += int(t.succeeded(criterion))
-        out["total"] = sum(out[s] for s in TRIAL_STATES)
+        out["total"] = sum(out[s] for s in TrialStatus)
         return out
 
     # ----- calibrations ----------------------------------------------------------------------------
@@ -501,98 +378,6 @@ class Ledger:
                 s.delete(row)
 
 
-def pack_matrices(w: Any, v: Any | None) -> bytes:
-    """W (and V) as float32 .npz bytes: 4 bytes a weight (N = 100: 40 kB a trial)."""
-    import io
-
-    import numpy as np
-
-    buf = io.BytesIO()
-    if v is None:
-        np.savez(buf, W=np.asarray(w, dtype=np.float32))
-    else:
-        np.savez(buf, W=np.asarray(w, dtype=np.float32), V=np.asarray(v, dtype=np.float32))
-    return buf.getvalue()
-
-
-def unpack_matrices(data: bytes) -> dict[str, Any]:
-    import io
-
-    import numpy as np
-
-    with np.load(io.BytesIO(data)) as z:
-        return {"W": z["W"].tolist(), "V": z["V"].tolist() if "V" in z.files else None}
-
-
-#: the Alembic revision of a ledger written before memsweep kept migrations
-FIRST_REVISION = "0001"
-
-
-def migrations(connection: Connection) -> AlembicConfig:
-    """Alembic's configuration of the ledger's migrations (`service/store/migrations/`), on `connection`."""
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
-    cfg.attributes["connection"] = connection
-    return cfg
-
-
-#: PostgreSQL advisory lock key under which one process at a time migrates a ledger
-MIGRATION_LOCK = 0x6D656D73
-
-
-def upgrade(engine: Engine) -> None:
-    """Bring the database to this version's schema, one process at a time (an API and a CLI may
-    open one ledger at once): SQLite takes its write lock first (BEGIN IMMEDIATE, which also makes its
-    DDL transactional), PostgreSQL an advisory lock."""
-    from alembic import command
-
-    migrator = engine
-    if engine.dialect.name == "sqlite":
-        _wal(engine.url.database)
-        migrator = create_engine(engine.url, connect_args={"timeout": 60, "isolation_level": None})
-        event.listen(migrator, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
-    try:
-        with migrator.begin() as connection:
-            if engine.dialect.name == "postgresql":
-                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            cfg = migrations(connection)
-            tables = set(inspect(connection).get_table_names())
-            if "studies" in tables and "alembic_version" not in tables:  # from before migrations
-                command.stamp(cfg, FIRST_REVISION)
-            command.upgrade(cfg, "head")
-    finally:
-        if migrator is not engine:
-            migrator.dispose()
-
-
 def _chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
-
-
-def _wal(path: str | None, wait: float = 60.0) -> None:
-    """Put a SQLite ledger in WAL mode (readers — the API — don't block the engine's writes), once:
-    the mode stays with the file. Switching needs the database to itself, and SQLite refuses at once
-    (no busy wait) while another process switches it too, so this tries again until it holds."""
-    import sqlite3
-
-    if not path or path == ":memory:":
-        return
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            with contextlib.closing(sqlite3.connect(path, timeout=wait)) as db:
-                db.execute("PRAGMA journal_mode=WAL")  # a file system without WAL keeps its mode: fine
-                return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.05)
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA synchronous=NORMAL")  # WAL is the file's mode already (`_wal`, in `upgrade`)
-    cur.close()

@@ -25,24 +25,24 @@ from typing import Any
 from search_spaces import SearchSpace
 from service.core.settings import Settings
 from service.core.spec import StudyError, StudySpec
+from service.core.states import FINISHED, UNFINISHED
 from service.core.trial import PlanError
 from service.reports.study_summary import summarise
-from service.store.ledger import FINISHED, Ledger, Study
+from service.store.ledger import Ledger
+from service.store.models import Study
 from service.study.nodes import NodeMemory, ensure_ray, unplaceable
 from service.study.packing import pack_study
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
 from service.study.search import execution, optuna_search, study_space, study_trials
-from service.tracking.tracker import Tracker, ensure_mlflow_server, server_healthy
+from service.tracking.server import ensure_mlflow_server, server_healthy
+from service.tracking.tracker import Tracker
 from trainers import Criterion
 
 log = logging.getLogger(__name__)
 
 #: where a run's time goes, in order (`run_study`'s summary["seconds"])
 RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
-#: trials a run takes up: never started, interrupted by a crash (running) or a fault (pending again),
-#: stopped with their study (cancelled), or left as error by an earlier run's faults
-UNFINISHED = ("pending", "running", "cancelled", "error")
 
 
 class Engine:

@@ -11,10 +11,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from service.core.states import FINISHED
 from service.reports.study_summary import summarise
-from service.store.ledger import FINISHED, Ledger, Study
+from service.store.ledger import Ledger
+from service.store.models import Study
 from service.study.recorder import run_id_setter
-from service.tracking.tracker import Tracker, server_healthy
+from service.tracking.server import server_healthy
+from service.tracking.tracker import Tracker
 from trainers import Criterion
 
 log = logging.getLogger(__name__)

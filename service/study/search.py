@@ -23,7 +23,7 @@ from service.core.spec import DEFAULT_MODEL, StudyError, StudySpec
 from service.core.trial import TrialSpec, objective
 
 if TYPE_CHECKING:
-    from service.store.ledger import Trial
+    from service.store.models import Trial
 
 
 def materialize(settings: Mapping[str, Any]) -> trainers.Resolved:

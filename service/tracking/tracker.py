@@ -9,22 +9,17 @@ after its trial starts (with its params), its curve then written at most every `
 seconds (less often when many runs are live: LIVE_WRITES_PER_SECOND), and the rest in one batch at
 its end; a trial that ends sooner is written whole at its end
 (create, one batch, its matrix, its status: four requests). MLflow's server answers some 40 requests
-a second here, and its writes were the tail of short-trial studies. `ensure_mlflow_server` starts a local tracking
-server on loopback (SQLite backend store, artifacts on disk) when no tracking URI is configured.
+a second here, and its writes were the tail of short-trial studies. The local tracking server memsweep starts
+when none is configured is `server`'s.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import logging
 import os
 import re
-import signal
-import sqlite3
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,10 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import httpx
-
 if TYPE_CHECKING:
-    from service.store.ledger import Trial
+    from service.store.models import Trial
     from trainers.criterion import Criterion
     from trainers.result import Evaluation
 
@@ -60,77 +53,6 @@ MLFLOW_FAIL_FAST = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
 }
-
-
-def server_healthy(uri: str, timeout: float = 2.0) -> bool:
-    try:
-        return httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def start_mlflow_server(
-    home: Path, port: int, host: str = "127.0.0.1", wait: float = 120.0
-) -> tuple[str, subprocess.Popen[bytes]]:
-    """Start `mlflow server` on loopback, detached from this process's session; wait for /health."""
-    home.mkdir(parents=True, exist_ok=True)
-    uri = f"http://{host}:{port}"
-    store = home / "mlflow.db"
-    if not store.exists():  # a write-ahead log: 10–15 % less time per write here, and reads never wait
-        with contextlib.closing(sqlite3.connect(store)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-    logfile = open(home / "mlflow-server.log", "ab")  # noqa: SIM115 — handed to the child process
-    cmd = [
-        sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", f"sqlite:///{store}",
-        "--artifacts-destination", str(home / "mlartifacts"),
-        "--host", host, "--port", str(port),
-        # One uvicorn worker: with two, every request here waited ~40 ms more (/health 44 ms against
-        # 3 ms) and four writer threads got fewer runs per second through (16.9 against 20.6)
-        "--workers", "1",
-    ]  # fmt: skip
-    # The GenAI job runners (several huey consumer processes) are of no use to memsweep and cost CPU.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(
-        cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home, env=env
-    )
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if server_healthy(uri):
-            (home / "mlflow-server.pid").write_text(str(proc.pid))
-            return uri, proc
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}"
-            )
-        time.sleep(0.5)
-    stop_mlflow_server(proc)
-    raise RuntimeError(
-        f"mlflow server did not answer /health within {wait:.0f} s; see {home / 'mlflow-server.log'}"
-    )
-
-
-def stop_mlflow_server(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """Stop a server from `start_mlflow_server` and its uvicorn workers (its whole process group)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=timeout)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout)
-
-
-def ensure_mlflow_server(tracking_uri: str | None, home: Path, port: int) -> str:
-    """The configured tracking URI, or a local server on loopback (reused when already running)."""
-    if tracking_uri:
-        return tracking_uri
-    uri = f"http://127.0.0.1:{port}"
-    if server_healthy(uri):
-        return uri
-    uri, _ = start_mlflow_server(home / "mlflow", port)
-    return uri
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:

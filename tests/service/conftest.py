@@ -21,7 +21,7 @@ TINY = {
 @pytest.fixture(scope="session")
 def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real MLflow tracking server on loopback (SQLite backend store, artifacts on disk)."""
-    from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
+    from service.tracking.server import start_mlflow_server, stop_mlflow_server
 
     uri, proc = start_mlflow_server(tmp_path_factory.mktemp("mlflow"), free_port())
     yield uri

@@ -322,7 +322,7 @@ def test_a_study_is_done_when_its_trials_are_while_mlflow_is_down(tmp_path: Path
     """MLflow killed mid-study and left down: the study is done (and its server stops) within seconds
     of its last trial, not after MLflow's retries (minutes); once MLflow is back, a sync rebuilds its
     runs from the ledger. (Issue 25 item 3: the study stayed `running` for 6.5 minutes.)"""
-    from service.tracking.tracker import start_mlflow_server, stop_mlflow_server
+    from service.tracking.server import start_mlflow_server, stop_mlflow_server
 
     port = free_port()
     uri, mlflow = start_mlflow_server(tmp_path / "mlflow", port)

@@ -14,7 +14,7 @@ from service.api import create_app
 from service.core.spec import StudySpec
 from service.planning.plan import makespan, plan_run, plan_spec, record_plan, unit_seconds
 from service.runner import run_planned
-from service.store.ledger import Calibration
+from service.store.models import Calibration
 from service.study.packing import pack_study
 from service.study.search import execution, grid_trials
 from tests.service.conftest import TINY
@@ -115,7 +115,9 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
     wider = spec.model_dump(mode="json", exclude_unset=True)
     wider["space"] = {"dims": {"lr": [1e-3, 3e-3, 1e-2], "init": ["chain"]}}
     assert engine.extend_study(study.id, StudySpec.model_validate(wider)) == 2
-    plan_run(engine, study.id)  # as each run begins: two trials on two slots are another shape, calibrated now
+    plan_run(
+        engine, study.id
+    )  # as each run begins: two trials on two slots are another shape, calibrated now
     kept = engine.ledger.get_study(study.id).plan
     assert (
         kept["planned"]["trials"] == 6 and kept["planned"]["to_run"] == 2 and kept["planned"]["reused"] == 4

@@ -11,7 +11,9 @@ from sqlalchemy import create_engine, inspect
 
 import trainers
 from service.api.schemas import TrialPublic
-from service.store.ledger import Base, Ledger, Trial, migrations, upgrade
+from service.store.database import migrations, upgrade
+from service.store.ledger import Ledger
+from service.store.models import Base, Trial
 from service.tracking.tracker import JUDGED_FIELDS, METRIC_FIELDS
 from trainers.result import RECORDED_FIELDS
 
@@ -91,7 +93,7 @@ def test_a_ledger_from_before_migrations_is_upgraded_and_keeps_its_trials(tmp_pa
     ledger = Ledger(f"sqlite:///{path}")
     (trial,) = ledger.trials("s1")
     assert (trial.henrici_index, trial.final_val_loss, trial.status) == (2.5, 0.01, "done")
-    assert "henrici" not in {c["name"] for c in inspect(ledger.engine).get_columns("trials")}
+    assert "henrici" not in {c["name"] for c in inspect(ledger.database).get_columns("trials")}
 
 
 def test_processes_opening_one_new_ledger_at_once_migrate_it_once(tmp_path: Path) -> None:
@@ -107,6 +109,6 @@ def test_processes_opening_one_new_ledger_at_once_migrate_it_once(tmp_path: Path
     assert [p.returncode for p in procs] == [0] * 4, [err[-500:] for _, err in outs]
     from alembic.script import ScriptDirectory
 
-    with Ledger(url).engine.connect() as conn:
+    with Ledger(url).database.connect() as conn:
         (version,) = conn.exec_driver_sql("SELECT version_num FROM alembic_version").one()
         assert version == ScriptDirectory.from_config(migrations(conn)).get_current_head()

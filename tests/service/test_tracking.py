@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import trainers
-from service.store.ledger import Ledger, Trial
+from service.store.ledger import Ledger
+from service.store.models import Trial
 from service.tracking.tracker import Tracker
 from trainers import Criterion
 

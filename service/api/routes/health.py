@@ -8,7 +8,7 @@ from sqlalchemy import text
 from service.api.deps import EngineDep
 from service.api.schemas import Check, ErrorMessage, Health, Readiness
 from service.runner import StudyRunner
-from service.tracking.tracker import server_healthy
+from service.tracking.server import server_healthy
 
 public = APIRouter(tags=["health"])
 router = APIRouter(
@@ -43,11 +43,11 @@ def ready(engine: EngineDep, request: Request, response: Response) -> Readiness:
 
 def _database(engine: EngineDep) -> Check:
     try:
-        with engine.ledger.engine.connect() as conn:
+        with engine.ledger.database.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:  # the URL may hold a password: name the error, not its text
         return Check(ok=False, detail=f"unreachable ({type(exc).__name__}); check MEMSWEEP_DATABASE_URL")
-    return Check(ok=True, detail=engine.ledger.engine.dialect.name)
+    return Check(ok=True, detail=engine.ledger.database.dialect.name)
 
 
 def _ray(runner: StudyRunner) -> Check:

@@ -25,14 +25,13 @@ from service.api.schemas import (
     StudyList,
     StudyPlan,
     StudyPublic,
-    StudyState,
     SuccessBudget,
     SuccessTable,
     TrialPage,
-    TrialSort,
-    TrialStatus,
 )
+from service.core.states import StudyState, TrialStatus
 from service.reports import tables
+from service.store.ledger import TrialSort
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorMessage, "description": "no such study"}}
 CONFLICT: dict[int | str, dict[str, Any]] = {
@@ -158,7 +157,7 @@ def list_trials(
             "(repeatable; e.g. param=lr=0.001&param=init=chain)",
         ),
     ] = None,
-    sort: Annotated[TrialSort, Query(description="sort key; empty values come last")] = "id",
+    sort: Annotated[TrialSort, Query(description="sort key; empty values come last")] = TrialSort.ID,
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

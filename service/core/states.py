@@ -1,0 +1,45 @@
+"""The states of a study and of a trial: one list each, from the ledger to the REST answers.
+
+A study is `pending` until a runner takes it, `running`, then `done`, `failed` (it could not run:
+its error says why) or `cancelled`. A trial is `pending`, `running`, then `done` (trained to the
+end, or stopped early below its loss), `failed` (diverged, or a bad config: a result, counted as not
+succeeding), `pruned` (by a scheduler), `cancelled` (with its study) or `error` (its worker, node or
+process died and the retries did too: an infrastructure fault, not a result, never counted; a later
+run of the study tries it again).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StudyState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TrialStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    PRUNED = "pruned"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+#: the trials with a result (trained to the end, failed in training, or pruned by a scheduler)
+FINISHED: tuple[str, ...] = (TrialStatus.DONE, TrialStatus.FAILED, TrialStatus.PRUNED)
+#: the trials a run takes up: never started, interrupted by a crash (running) or a fault (pending
+#: again), stopped with their study (cancelled), or left as error by an earlier run's faults
+UNFINISHED: tuple[str, ...] = (
+    TrialStatus.PENDING,
+    TrialStatus.RUNNING,
+    TrialStatus.CANCELLED,
+    TrialStatus.ERROR,
+)
+#: the studies a starting server takes up again (a crash leaves them so)
+RESUMABLE: tuple[str, ...] = (StudyState.PENDING, StudyState.RUNNING)

@@ -1,0 +1,102 @@
+"""The ledger's database: a SQLAlchemy engine on a URL (SQLite by default, PostgreSQL for a
+cluster), brought to this version's schema by the Alembic migrations (`migrations/`) when it opens,
+a database written by an older memsweep included."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    create_engine,
+    event,
+    inspect,
+)
+from sqlalchemy.engine import Connection, Engine
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+
+
+def connect(url: str) -> Engine:
+    """An engine on the ledger's database, migrated to this version's schema. A pooled connection
+    the database dropped (a restart) is replaced before it is used (pre-ping); SQLite in WAL mode."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    database = create_engine(url, pool_pre_ping=True, **kwargs)
+    if url.startswith("sqlite"):
+        event.listen(database, "connect", _sqlite_pragmas)
+    upgrade(database)
+    return database
+
+
+#: the Alembic revision of a ledger written before memsweep kept migrations
+FIRST_REVISION = "0001"
+
+
+def migrations(connection: Connection) -> AlembicConfig:
+    """Alembic's configuration of the ledger's migrations (`service/store/migrations/`), on `connection`."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+#: PostgreSQL advisory lock key under which one process at a time migrates a ledger
+MIGRATION_LOCK = 0x6D656D73
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the database to this version's schema, one process at a time (an API and a CLI may
+    open one ledger at once): SQLite takes its write lock first (BEGIN IMMEDIATE, which also makes its
+    DDL transactional), PostgreSQL an advisory lock."""
+    from alembic import command
+
+    migrator = engine
+    if engine.dialect.name == "sqlite":
+        _wal(engine.url.database)
+        migrator = create_engine(engine.url, connect_args={"timeout": 60, "isolation_level": None})
+        event.listen(migrator, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+    try:
+        with migrator.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            cfg = migrations(connection)
+            tables = set(inspect(connection).get_table_names())
+            if "studies" in tables and "alembic_version" not in tables:  # from before migrations
+                command.stamp(cfg, FIRST_REVISION)
+            command.upgrade(cfg, "head")
+    finally:
+        if migrator is not engine:
+            migrator.dispose()
+
+
+def _wal(path: str | None, wait: float = 60.0) -> None:
+    """Put a SQLite ledger in WAL mode (readers — the API — don't block the engine's writes), once:
+    the mode stays with the file. Switching needs the database to itself, and SQLite refuses at once
+    (no busy wait) while another process switches it too, so this tries again until it holds."""
+    import sqlite3
+
+    if not path or path == ":memory:":
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=wait)) as db:
+                db.execute("PRAGMA journal_mode=WAL")  # a file system without WAL keeps its mode: fine
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL is the file's mode already (`_wal`, in `upgrade`)
+    cur.close()
