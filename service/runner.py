@@ -256,7 +256,7 @@ class StudyRunner:
         if expected - finished <= 0:
             return 0.0
         recorder = self.engine.progress.get(study_id)
-        measured = recorder.eta(unplanned=max(expected - total, 0)) if recorder is not None else None
+        measured = recorder.eta(undrawn=max(expected - total, 0)) if recorder is not None else None
         if measured is not None:
             return measured
         done_here = finished - before

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from trainers.analysis.cli import add_analyze_parser
+from trainers.analysis.command import add_analyze_parser
 from trainers.cells import list_cells
 from trainers.config import TrainConfig, apply_overrides, from_dict, resolve
 from trainers.criterion import Criterion

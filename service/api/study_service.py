@@ -318,7 +318,7 @@ class StudyService:
         baseline: str | None = None,
     ) -> Criterion:
         """The study's success criterion, or the one a request names instead."""
-        return StudySpec.model_validate(study.spec).criterion_for(fraction, threshold, baseline)
+        return study.validated_spec().criterion_for(fraction, threshold, baseline)
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _check_filters(self, study_id: str, models: list[str], params: dict[str, str]) -> None:

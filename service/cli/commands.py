@@ -197,7 +197,6 @@ def _local_success(
 ) -> dict[str, Any]:
     """The success table from the local ledger, under the study's criterion or the one given."""
     from service.core.settings import get_settings
-    from service.core.spec import StudySpec
     from service.reports.summary import success_table
     from service.study.engine import Engine
 
@@ -205,7 +204,7 @@ def _local_success(
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
-    criterion = StudySpec.model_validate(study.spec).criterion_for(fraction, threshold, baseline)
+    criterion = study.validated_spec().criterion_for(fraction, threshold, baseline)
     return {"name": study.name, "success": success_table(engine.ledger.trials(study_id), criterion, at_step)}
 
 
@@ -309,14 +308,13 @@ def _local_trials(study_id: str, status: list[str] | None, history: bool) -> dic
     """Every trial of the study from the local ledger, as `GET /studies/{id}/trials` pages them."""
     from service.api.study_service import trial_public
     from service.core.settings import get_settings
-    from service.core.spec import StudySpec
     from service.study.engine import Engine
 
     engine = Engine(get_settings())
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
-    criterion = StudySpec.model_validate(study.spec).criterion()
+    criterion = study.validated_spec().criterion()
     rows = engine.ledger.trials(study_id, status)
     items = [trial_public(t, criterion, history).model_dump(mode="json") for t in rows]
     return {

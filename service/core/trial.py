@@ -24,8 +24,9 @@ import trainers
 FAILED_OBJECTIVE = 10.0
 
 
-class PlanError(ValueError):
-    """A stored trial no longer resolves to the trial it was planned as; the message says what to do."""
+class StaleTrialError(ValueError):
+    """A stored trial no longer resolves to the trial it was made as (another TRAINER_VERSION); the
+    message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class TrialSpec:
         now train something else under that hash (another TRAINER_VERSION)."""
         resolved = trainers.resolve(config)
         if resolved.config_hash() != config_hash:
-            raise PlanError(
-                f"trial {config_hash} was planned under another trainer version than this memsweep's "
+            raise StaleTrialError(
+                f"trial {config_hash} was made under another trainer version than this memsweep's "
                 f"(TRAINER_VERSION {trainers.TRAINER_VERSION}); its results would not be comparable. "
                 "Create a new study from the same spec to run it under this version"
             )

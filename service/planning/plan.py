@@ -46,7 +46,7 @@ from sqlalchemy import select
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import FINISHED
-from service.core.trial import PlanError, TrialSpec, Unit
+from service.core.trial import StaleTrialError, TrialSpec, Unit
 from service.planning.calibration import (
     Calibrate,
     Probe,
@@ -129,7 +129,7 @@ def plan_study(
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise KeyError(f"no study {study_id!r}")
-    spec = StudySpec.model_validate(study.spec)
+    spec = study.validated_spec()
     space = study_space(spec, engine.settings.max_grid_size)
     rows = engine.ledger.trials(study_id)
     trials = [_spec_of(r) for r in rows]
@@ -175,7 +175,7 @@ def unit_memory_here(engine: Ground, spec: StudySpec) -> tuple[str, int] | None:
 def _spec_of(row: Trial) -> TrialSpec | None:
     try:
         return row.spec()
-    except PlanError:  # planned under another trainer version: it will not run as it is
+    except StaleTrialError:  # made under another trainer version: it will not run as it is
         return None
 
 
@@ -501,7 +501,7 @@ def record_actual(
         study = ledger.get_study(study_id)
         if study is None:
             return
-        spec = StudySpec.model_validate(study.spec)
+        spec = study.validated_spec()
         kept = dict(study.plan or {})
         planned_ids = set(kept.get("unfinished_ids") or [])
         last_id = int(kept.get("last_id") or 0)

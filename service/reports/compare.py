@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.core.spec import StudyError, StudySpec
+from service.core.spec import StudyError
 from service.core.values import repr_value, value_sort_key
 from service.reports.summary import newcombe_interval, success_cell
 from service.store.ledger import Ledger
@@ -117,7 +117,7 @@ def compare_studies(
     criteria = {}
     for s in studies:
         try:
-            criteria[s.id] = StudySpec.model_validate(s.spec).criterion_for(fraction, threshold, baseline)
+            criteria[s.id] = s.validated_spec().criterion_for(fraction, threshold, baseline)
         except StudyError as exc:
             raise StudyError(f"study {s.id}: {exc}") from None
     groups: dict[tuple[str | None, ...], dict[str, list[Trial]]] = defaultdict(lambda: defaultdict(list))

@@ -30,7 +30,7 @@ def criteria(spec: StudySpec, trials: Sequence[Trial]) -> tuple[Criterion, list[
 def summarise(ledger: Ledger, study: Study, criterion: Criterion | None = None) -> dict[str, Any]:
     """What the study found, under its own criterion (or `criterion`)."""
     trials = ledger.trials(study.id)
-    main, extra = criteria(StudySpec.model_validate(study.spec), trials)
+    main, extra = criteria(study.validated_spec(), trials)
     criterion = criterion or main
     table = success_table(trials, criterion)
     return {

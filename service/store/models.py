@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from service.core.spec import StudySpec
 from service.core.trial import TrialSpec
 from trainers.criterion import Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
@@ -55,6 +56,14 @@ class Study(Base):
     )  # estimated cost, and what it took
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, onupdate=now)
+
+    def validated_spec(self) -> StudySpec:
+        """The study's spec (the `spec` column holds its JSON), validated once for this row."""
+        cached: tuple[dict[str, Any], StudySpec] | None = self.__dict__.get("_validated_spec")
+        if cached is None or cached[0] is not self.spec:  # an extension replaces the column's dict
+            cached = (self.spec, StudySpec.model_validate(self.spec))
+            self.__dict__["_validated_spec"] = cached
+        return cached[1]
 
 
 class Trial(Base):

@@ -26,7 +26,7 @@ from search_spaces import SearchSpace
 from service.core.settings import Settings
 from service.core.spec import StudyError, StudySpec
 from service.core.states import FINISHED, UNFINISHED
-from service.core.trial import PlanError
+from service.core.trial import StaleTrialError
 from service.reports.study_summary import summarise
 from service.store.ledger import Ledger
 from service.store.models import Study
@@ -68,7 +68,7 @@ class Engine:
         """Replace the study's spec with a larger one; only points not yet in the ledger are added.
         Returns how many; an extension that adds nothing (and, sampled, no budget) changes nothing."""
         study = self._study(study_id)
-        old = StudySpec.model_validate(study.spec)
+        old = study.validated_spec()
         if old.sampler != spec.sampler:
             raise StudyError("extend keeps the sampler; create a new study to change it")
         space = self.space(spec)
@@ -101,7 +101,7 @@ class Engine:
 
         `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable."""
         study = self._study(study_id)
-        spec = StudySpec.model_validate(study.spec)
+        spec = study.validated_spec()
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
         tracker = Tracker(
@@ -189,13 +189,13 @@ class Engine:
                     for t in self.ledger.trials(study.id, UNFINISHED)
                     if callback.starts.get(t.config_hash, 0) < self.settings.trial_attempts  # not spent here
                 ]
-            except PlanError as exc:
+            except StaleTrialError as exc:
                 raise StudyError(str(exc)) from None
             if not todo or cancel.is_set():
                 return ran
             units = pack_study(spec, todo, measured)
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
-            record.plan(todo)
+            record.expect(todo)
             callback.requeued = 0
             tune_units(self.settings, name, callback, cancel, units=units, **how)
             ran += [[m.config_hash for m in u.members] for u in units]
@@ -210,7 +210,7 @@ class Engine:
         by an outage, is made again; one no trial owns is deleted), and the summary. Returns the study
         summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger)."""
         study = self._study(study_id)
-        spec = StudySpec.model_validate(study.spec)
+        spec = study.validated_spec()
         uri = self.tracking_uri()
         down = (
             None if not uri.startswith("http") or server_healthy(uri) else f"MLflow at {uri} does not answer"

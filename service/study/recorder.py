@@ -30,20 +30,20 @@ class StudyRecorder:
         self.exp_id, self.parent, self.criterion = exp_id, parent, criterion
         self._lock = threading.Lock()
         self._running: dict[str, tuple[int, int, float]] = {}  # config hash → (budget, step, seconds)
-        self._planned: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
+        self._expected: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
         self._last_progress = 0.0
 
-    def plan(self, trials: Sequence[TrialSpec]) -> None:
+    def expect(self, trials: Sequence[TrialSpec]) -> None:
         """The trials a round will run (their budgets count in the ETA until they start)."""
         with self._lock:
             for t in trials:
-                self._planned.setdefault(t.config_hash, budget_steps(t))
+                self._expected.setdefault(t.config_hash, budget_steps(t))
 
     def started(self, trial_id: int, spec: TrialSpec) -> None:
         row = self.ledger.trial(trial_id)
         self.tracker.trial_started(self.exp_id, self.parent, row, run_id_setter(self.ledger, trial_id))
         with self._lock:
-            budget = self._planned.pop(spec.config_hash, None)
+            budget = self._expected.pop(spec.config_hash, None)
             self._running[spec.config_hash] = (budget if budget is not None else budget_steps(spec), 0, 0.0)
 
     def evaluated(self, trial_id: int, config_hash: str, evaluation: Evaluation) -> None:
@@ -75,23 +75,23 @@ class StudyRecorder:
             self.parent, success_table(self.ledger.trials(self.study_id), self.criterion)
         )
 
-    def eta(self, unplanned: int = 0) -> float | None:
+    def eta(self, undrawn: int = 0) -> float | None:
         """Seconds left at the measured pace of the running trials (each one's steps per second,
-        summed): their remaining steps, the planned trials' budgets, and `unplanned` trials more (a
+        summed): their remaining steps, the expected trials' budgets, and `undrawn` trials more (a
         sampler's, not drawn yet) at the mean budget; None before a running trial has evaluated."""
         with self._lock:
             running = list(self._running.values())
-            planned = list(self._planned.values())
+            expected = list(self._expected.values())
         rate = sum(step / seconds for _, step, seconds in running if step and seconds > 0)
         if rate <= 0:
             return None
-        budgets = [b for b, _, _ in running] + planned
-        left = sum(max(b - step, 0) for b, step, _ in running) + sum(planned)
-        return (left + unplanned * (sum(budgets) / len(budgets))) / rate
+        budgets = [b for b, _, _ in running] + expected
+        left = sum(max(b - step, 0) for b, step, _ in running) + sum(expected)
+        return (left + undrawn * (sum(budgets) / len(budgets))) / rate
 
 
 def budget_steps(spec: TrialSpec) -> int:
-    """A planned trial's budget in optimiser steps (its task says how many make an epoch)."""
+    """A trial's budget in optimiser steps (its task says how many make an epoch)."""
     from trainers.schedule import Schedule
 
     return Schedule.of(spec.resolved.config, spec.resolved.make_task().train_size).budget

@@ -662,3 +662,25 @@ def test_a_body_nested_too_deeply_is_named_so(client: TestClient) -> None:
     deep = b"[" * 10_000 + b"]" * 10_000  # JSON, but deeper than the parser goes
     r = client.post("/studies", content=deep, headers={"content-type": "application/json"})
     assert r.status_code == 400 and "nested too deeply" in r.json()["detail"], r.text
+
+
+def test_a_request_validates_its_studys_spec_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored spec is JSON; each request that reads a study validates it once, however many
+    answers it derives from it (criterion, baselines, sampler, expected trials)."""
+    study = client.post("/studies", json=grid(extra_criteria=[{"fraction": 0.25}])).json()
+    finish_all(client, study["id"])
+    validated: list[int] = []
+    validate = StudySpec.model_validate
+
+    def counted(data: Any, **kw: Any) -> StudySpec:
+        validated.append(1)
+        return validate(data, **kw)
+
+    monkeypatch.setattr(StudySpec, "model_validate", counted)
+    for path in ("", "/success", "/best", "/trials", "/success?fraction=0.3", "/trials?lr=1e-3"):
+        validated.clear()
+        r = client.get(f"/studies/{study['id']}{path}")
+        assert r.status_code == 200, r.text
+        assert len(validated) == 1, (path, len(validated))
