@@ -19,8 +19,9 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from search_spaces import SearchSpace
 from service.core.settings import Settings
@@ -30,7 +31,6 @@ from service.core.trial import StaleTrialError
 from service.reports.study_summary import summarise
 from service.store.ledger import Ledger
 from service.store.models import Study
-from service.study.nodes import NodeMemory, ensure_ray, unplaceable
 from service.study.packing import pack_study
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
@@ -39,22 +39,77 @@ from service.tracking.server import ensure_mlflow_server, server_healthy
 from service.tracking.tracker import Tracker
 from trainers import Criterion
 
+if TYPE_CHECKING:
+    from service.core.trial import Unit
+    from service.study.ray_tune import LedgerCallback
+
 log = logging.getLogger(__name__)
 
 #: where a run's time goes, in order (`run_study`'s summary["seconds"])
 RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
 
 
+class Executor(Protocol):
+    """What runs a study's units: Ray Tune (`ray_tune.RayTune`, the default) or, in tests, an
+    in-process stand-in with the same methods."""
+
+    def start(self) -> None: ...
+
+    def unplaceable(self, resources: Mapping[str, float]) -> str | None: ...
+
+    def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None: ...
+
+    def run(
+        self,
+        name: str,
+        callback: LedgerCallback,
+        cancel: threading.Event,
+        *,
+        units: Sequence[Unit] = (),
+        searcher: Any = None,
+        num_samples: int = 1,
+        concurrency: int,
+        resources: Mapping[str, float],
+        asha: bool = False,
+    ) -> None: ...
+
+
 class Engine:
-    def __init__(self, settings: Settings) -> None:
+    """The study lifecycle over one ledger. `executor` runs the units (default: Ray Tune) and
+    `tracker` makes the MLflow seam for a tracking URI (default: `Tracker`); tests pass stand-ins."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        executor: Executor | None = None,
+        tracker: Callable[[str], Tracker] | None = None,
+    ) -> None:
         self.settings = settings
         settings.home.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(settings.resolved_database_url())
         self._tracking_uri: str | None = None
-        #: a node's memory for a unit, as the run and the plan of a study both pack with it
-        self.node_memory = NodeMemory()
-        #: the recorder of each study this engine runs (its pace: `eta`)
+        self._executor = executor
+        self.new_tracker = tracker or self._tracker
+        #: the recorder of each study this engine runs (its pace: `StudyRecorder.eta`)
         self.progress: dict[str, StudyRecorder] = {}
+
+    def _tracker(self, uri: str) -> Tracker:
+        s = self.settings
+        return Tracker(uri, s.mlflow_experiment, live_interval=s.mlflow_live_interval)
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:  # Ray Tune is imported when a study first runs, not before
+            from service.study.ray_tune import RayTune
+
+            self._executor = RayTune(self.settings)
+        return self._executor
+
+    def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None:
+        """A node's memory for a unit of these resources (which sizes its bundles), as the run and
+        the plan of a study both pack with it."""
+        return self.executor.node_memory(resources)
 
     # ----- creation --------------------------------------------------------------------------------
     def create_study(self, spec: StudySpec) -> Study:
@@ -104,11 +159,7 @@ class Engine:
         spec = study.validated_spec()
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
-        tracker = Tracker(
-            self.tracking_uri(),
-            self.settings.mlflow_experiment,
-            live_interval=self.settings.mlflow_live_interval,
-        )
+        tracker = self.new_tracker(self.tracking_uri())
         exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
         self.ledger.update_study(
             study.id, state="running", error=None, mlflow_experiment_id=exp_id, mlflow_run_id=parent
@@ -151,10 +202,10 @@ class Engine:
         `max_trials`), then the unfinished trials packed into units, round after round while an
         infrastructure fault sends some back (each at most `trial_attempts` starts in this run).
         The packed units it ran, as their members' config hashes."""
-        from service.study.ray_tune import LedgerCallback, UnitSearcher, tune_units
+        from service.study.ray_tune import LedgerCallback, UnitSearcher
 
-        ensure_ray(self.settings)
-        why = unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
+        self.executor.start()
+        why = self.executor.unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
         if why is not None:
             raise StudyError(why)
         sampled = spec.sampler != "grid"
@@ -177,9 +228,7 @@ class Engine:
                     lambda hashes: self.ledger.finished_objectives(study.id, hashes),
                 )  # fmt: skip
                 num_samples = math.ceil(remaining / len(space.seeds))
-                tune_units(
-                    self.settings, name, callback, cancel, searcher=searcher, num_samples=num_samples, **how
-                )
+                self.executor.run(name, callback, cancel, searcher=searcher, num_samples=num_samples, **how)
         ran: list[list[str]] = []
         for _ in range(self.settings.trial_attempts):
             # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
@@ -197,7 +246,7 @@ class Engine:
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.expect(todo)
             callback.requeued = 0
-            tune_units(self.settings, name, callback, cancel, units=units, **how)
+            self.executor.run(name, callback, cancel, units=units, **how)
             ran += [[m.config_hash for m in u.members] for u in units]
             if not callback.requeued:
                 return ran
@@ -218,7 +267,7 @@ class Engine:
         try:  # a quick probe first: MLflow's client retries a refused connection for a minute or more
             if down:
                 raise ConnectionError(down)
-            tracker = Tracker(uri, self.settings.mlflow_experiment)
+            tracker = self.new_tracker(uri)
             exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
         except Exception as exc:  # nothing to rebuild on yet; the ledger keeps every result
             summary = self.summary(study.id)

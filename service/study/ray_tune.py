@@ -1,11 +1,12 @@
 """The Ray Tune adapter: units run as Ray trials, their reports recorded by the driver.
 
 - `run_unit` is the function trainable a worker runs: it trains a `Unit`'s members (a fused bundle,
-  or one after another) with the trainers and only reports, through `tune.report`;
+  or one after another) with the trainers and only reports, through `tune.report` (`train_unit`);
 - `LedgerCallback` runs in the driver and is the one writer of the ledger and MLflow;
 - `UnitSearcher` turns the points an Optuna sampler suggests into units of trials;
 - `CancelStopper` ends a run once its study is cancelled;
-- `tune_units` runs a study's units (a grid's, or a searcher's) to the end.
+- `tune_units` runs a study's units (a grid's, or a searcher's) to the end;
+- `RayTune` is the engine's executor: all of the above behind four methods.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from search_spaces import SearchSpace
 from service.core.settings import Settings
 from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
 from service.store.ledger import Ledger
-from service.study.nodes import ensure_ray, node_name
+from service.study.nodes import NodeMemory, ensure_ray, node_name, unplaceable
 from service.study.packing import bundle
 from service.study.search import point_trials, suggested_point
 from trainers.numerics import NumericsError
@@ -48,27 +49,31 @@ def _baseline(resolved: trainers.Resolved) -> float | None:
 
 
 def run_unit(config: dict[str, Any]) -> None:
-    """Ray Tune function trainable: train the unit's members — as one fused bundle when the unit
-    says so, else one after the other — reporting each evaluation and each result.
-
-    Every report carries `objective` (the searcher and the scheduler read it): an evaluation's loss
-    over the baseline, or the mean objective of the unit's members so far. A bundle reports its
-    members' evaluations in batches (one report per round of evaluations), so a bundle of K costs
-    Ray no more reports than one trial."""
+    """Ray Tune function trainable: the unit of `config["unit"]` trained on this worker, its
+    reports through `tune.report` (`train_unit`)."""
     from ray import tune
 
-    unit: Unit = config["unit"]
+    train_unit(config["unit"], tune.report, node_name())
+
+
+def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) -> None:
+    """Train the unit's members — as one fused bundle when the unit says so, else one after the
+    other — reporting each evaluation and each result to `report` (Ray Tune's, on a worker).
+
+    Every report carries `objective` (the searcher and the scheduler read it): an evaluation's loss
+    over the baseline, or the mean objective of the unit's members so far, and its `events`. A bundle
+    reports its members' evaluations in batches (one report per round of evaluations), so a bundle
+    of K costs Ray no more reports than one trial. `node` is written into each result (where it ran)."""
     objectives = list(unit.known.values())
     todo = [m for m in unit.members if m.config_hash not in unit.known]
     if not todo:  # every member was already finished: the searcher still needs the objective
-        tune.report({"objective": statistics.fmean(objectives) if objectives else 0.0, "events": []})
+        report({"objective": statistics.fmean(objectives) if objectives else 0.0, "events": []})
         return
     # this worker process computes with the study's numerics mode from before its first computation
     # (the baselines below build tasks); a process that cannot fails each member with the reason
     with contextlib.suppress(NumericsError):
         use_numerics(todo[0].resolved.config.numerics)
     baselines = [_baseline(m.resolved) for m in todo]
-    node = node_name()
 
     if unit.fused and len(todo) > 1:
         from trainers.fused import train_fused
@@ -76,7 +81,7 @@ def run_unit(config: dict[str, Any]) -> None:
         buffer: list[tuple[Evaluated, float]] = []
 
         def flush(events: Sequence[Event], objective_now: float) -> None:
-            tune.report({"objective": objective_now, "events": list(events)})
+            report({"objective": objective_now, "events": list(events)})
 
         def flush_buffer() -> None:
             flush([e for e, _ in buffer], statistics.fmean(o for _, o in buffer))
@@ -101,17 +106,15 @@ def run_unit(config: dict[str, Any]) -> None:
 
     for member, baseline in zip(todo, baselines, strict=True):
 
-        def report(
+        def evaluated(
             e: trainers.Evaluation, key: str = member.config_hash, baseline: float | None = baseline
         ) -> None:
-            tune.report({"objective": objective(e.val_loss, baseline, "done"), "events": [Evaluated(key, e)]})
+            report({"objective": objective(e.val_loss, baseline, "done"), "events": [Evaluated(key, e)]})
 
-        result = trainers.train(member.resolved, report)
+        result = trainers.train(member.resolved, evaluated)
         result.node = node
         objectives.append(objective(result.final_val_loss, result.baseline_loss, result.status))
-        tune.report(
-            {"objective": statistics.fmean(objectives), "events": [Finished(member.config_hash, result)]}
-        )
+        report({"objective": statistics.fmean(objectives), "events": [Finished(member.config_hash, result)]})
 
 
 # ----- the driver ----------------------------------------------------------------------------------
@@ -313,6 +316,40 @@ class UnitSearcher(Searcher):
         # Tune pickles its config for Tuner.restore, which memsweep never uses; the ledger lookup
         # (a database connection) stays with the live object
         return {**self.__dict__, "known": None}
+
+
+class RayTune:
+    """The engine's executor on Ray: starts (or joins) Ray, says what its nodes cannot place, measures
+    a unit's memory on a node that would run it, and runs a round of units (or a searcher's points)
+    as Ray Tune trials. Tests put an in-process executor with the same methods in its place."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.node_memory = NodeMemory()
+
+    def start(self) -> None:
+        ensure_ray(self.settings)
+
+    def unplaceable(self, resources: Mapping[str, float]) -> str | None:
+        return unplaceable(resources)
+
+    def run(
+        self,
+        name: str,
+        callback: LedgerCallback,
+        cancel: threading.Event,
+        *,
+        units: Sequence[Unit] = (),
+        searcher: Searcher | None = None,
+        num_samples: int = 1,
+        concurrency: int,
+        resources: Mapping[str, float],
+        asha: bool = False,
+    ) -> None:
+        tune_units(
+            self.settings, name, callback, cancel, units=units, searcher=searcher, num_samples=num_samples,
+            concurrency=concurrency, resources=resources, asha=asha,
+        )  # fmt: skip
 
 
 def _trial_dirname(trial: Any) -> str:

@@ -1,0 +1,254 @@
+"""The study lifecycle, fast: the real `Engine`, ledger, recorder, packing and trainers, with the two
+outside systems replaced by in-process stand-ins that keep their contracts — an executor that runs
+each unit in this process through the driver's `LedgerCallback` (as Ray Tune calls it), and a
+tracker that keeps MLflow's runs in memory. The integration tiers (test_engine, test_api, the
+compose tier) run the same lifecycle on a real Ray and a real MLflow server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from service.core.settings import Settings
+from service.core.spec import StudySpec
+from service.core.trial import Unit
+from service.study.engine import Engine
+from service.study.ray_tune import LedgerCallback, train_unit
+from tests.service.conftest import TINY
+
+
+class InProcess:
+    """An executor that runs each unit here, one after another, reporting through the driver's
+    callback as Ray Tune would: start, results, then complete — or error, when `dies(unit, start)`
+    says the unit's worker dies before it reports (an infrastructure fault)."""
+
+    def __init__(self, dies: Callable[[Unit, int], bool] = lambda unit, start: False) -> None:
+        self.dies = dies
+        self.rounds: list[list[list[str]]] = []  # each run's units, as their members' hashes
+        self.after_unit: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        pass
+
+    def unplaceable(self, resources: Mapping[str, float]) -> str | None:
+        return None if resources.get("gpu", 0) == 0 else "no node of this process has a GPU"
+
+    def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None:
+        return None  # the packer's defaults
+
+    def run(
+        self,
+        name: str,
+        callback: LedgerCallback,
+        cancel: threading.Event,
+        *,
+        units: Sequence[Unit] = (),
+        searcher: Any = None,
+        num_samples: int = 1,
+        concurrency: int,
+        resources: Mapping[str, float],
+        asha: bool = False,
+    ) -> None:
+        assert searcher is None, "the stand-in runs grids"
+        self.rounds.append([[m.config_hash for m in u.members] for u in units])
+        for i, unit in enumerate(units):
+            if cancel.is_set():
+                break
+            trial = SimpleNamespace(
+                trial_id=f"{name}-{len(self.rounds)}-{i}",
+                config={"unit": unit},
+                get_error=lambda: RuntimeError("the worker process died"),
+            )
+            callback.on_trial_start(0, [], trial)
+            start = max(callback.starts.get(m.config_hash, 0) for m in unit.members)
+            if self.dies(unit, start):
+                callback.on_trial_error(0, [], trial)
+                continue
+
+            def report(result: dict[str, Any], trial: Any = trial) -> None:
+                callback.on_trial_result(0, [], trial, result)
+
+            train_unit(unit, report, node="in-process")
+            callback.on_trial_complete(0, [], trial)
+            self.after_unit()
+        callback.close_unfinished(
+            "cancelled" if cancel.is_set() else "interrupted",
+            "its Ray trial ended before this member reported",
+        )
+
+
+class MemoryTracker:
+    """MLflow's runs in memory: a parent per study, a child per trial (made at its start, finished
+    with its result), the parent's summary and status."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.summaries: list[tuple[str, str]] = []  # (parent, status)
+
+    def _new(self, **fields: Any) -> str:
+        run_id = f"run-{len(self.runs)}"
+        self.runs[run_id] = {"status": "RUNNING", **fields}
+        return run_id
+
+    def start_study(self, study_id: str, name: str, spec: Any, run_id: str | None) -> tuple[str, str]:
+        if run_id is None or run_id not in self.runs:
+            run_id = self._new(study=study_id)
+        return "exp-0", run_id
+
+    def trial_started(self, exp_id: str, parent: str, row: Any, set_run_id: Callable[[str], None]) -> None:
+        set_run_id(self._new(parent=parent, trial=row.config_hash))
+
+    def trial_evaluated(self, config_hash: str, evaluations: Any) -> None:
+        pass
+
+    def log_trial(
+        self,
+        exp_id: str,
+        parent: str,
+        row: Any,
+        criterion: Any,
+        matrices: Any,
+        set_run_id: Callable[[str], None],
+    ) -> None:
+        run_id = row.mlflow_run_id if row.mlflow_run_id in self.runs else self._new(parent=parent)
+        self.runs[run_id].update(status="FINISHED", trial=row.config_hash, loss=row.final_val_loss)
+        set_run_id(run_id)
+
+    def study_progress(self, parent: str, table: Any) -> None:
+        pass
+
+    def log_summary(self, parent: str, summary: Any, figures: Any, status: str) -> None:
+        self.runs[parent]["status"] = status
+        self.summaries.append((parent, status))
+
+    def flush(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+    def abandon(self, why: str) -> list[str]:
+        return [why]
+
+    def child_statuses(self, exp_id: str, parent: str) -> dict[str, str]:
+        return {k: r["status"] for k, r in self.runs.items() if r.get("parent") == parent}
+
+    def delete_run(self, run_id: str) -> None:
+        self.runs.pop(run_id, None)
+
+
+def grid(**kw: Any) -> StudySpec:
+    data = {
+        "name": "lifecycle",
+        "space": {
+            "models": {
+                "chain": {"fixed": {"init": "chain"}, "dims": {"lr": [1e-3, 50.0]}},
+                "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [1e-3]}},
+            }
+        },
+        "base": {**TINY, "steps": 10, "eval_every": 5, "clip_norm": None},  # lr 50: non-finite, failed
+        "seeds": [1, 2],
+        "concurrency": 2,
+    }
+    return StudySpec.model_validate({**data, **kw})
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Callable[..., tuple[Engine, InProcess, list[MemoryTracker]]]:
+    def make(**executor: Any) -> tuple[Engine, InProcess, list[MemoryTracker]]:
+        settings = Settings(home=tmp_path, mlflow_tracking_uri="memory://lifecycle", trial_attempts=2)
+        trackers: list[MemoryTracker] = []
+
+        def tracker(uri: str) -> MemoryTracker:
+            trackers.append(MemoryTracker(uri))
+            return trackers[-1]
+
+        ex = InProcess(**executor)
+        return Engine(settings, executor=ex, tracker=tracker), ex, trackers  # type: ignore[arg-type]
+
+    return make
+
+
+def test_a_grid_runs_each_trial_once_records_it_and_ends_done(make_engine: Any) -> None:
+    engine, ex, trackers = make_engine()
+    study = engine.create_study(grid())
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert summary["state"] == "done" and engine.ledger.get_study(study.id).state == "done"
+    assert len(trials) == 6 and all(t.runs == 1 for t in trials)
+    assert {t.status for t in trials if t.params["lr"] == 50.0} == {"failed"}
+    assert {t.status for t in trials if t.params["lr"] == 1e-3} == {"done"}
+    assert all(t.node == "in-process" for t in trials)
+    # the units the run packed are what it reports, and every trial was in exactly one
+    assert summary["units"] == ex.rounds[0]
+    assert sorted(h for u in summary["units"] for h in u) == sorted(t.config_hash for t in trials)
+    assert list(summary["seconds"]) == ["ray_tune", "tracking_backlog", "summary_and_plots", "parent_run"]
+    # MLflow: one finished child run per trial, each named in its ledger row, the parent finished
+    (tracker,) = trackers
+    children = tracker.child_statuses("exp-0", study_row(engine, study.id).mlflow_run_id)
+    assert sorted(children) == sorted(t.mlflow_run_id for t in trials)
+    assert set(children.values()) == {"FINISHED"}
+    assert tracker.summaries == [(study_row(engine, study.id).mlflow_run_id, "FINISHED")]
+    assert summary["counts"]["done"] == 4 and summary["counts"]["failed"] == 2
+
+
+def study_row(engine: Engine, study_id: str) -> Any:
+    return engine.ledger.get_study(study_id)
+
+
+def test_a_worker_that_dies_sends_its_members_back_once_then_they_end_as_error(make_engine: Any) -> None:
+    # every unit holding an lr 1e-3 chain trial dies on its first start; those holding seed 2 of it
+    # die on every start, so they end as `error` after `trial_attempts` (2) starts in this run
+    def dies(unit: Unit, start: int) -> bool:
+        chain = [m for m in unit.members if m.model == "chain" and m.params["lr"] == 1e-3]
+        return bool(chain) and (start == 1 or any(m.params["seed"] == 2 for m in chain))
+
+    engine, ex, _ = make_engine(dies=dies)
+    study = engine.create_study(grid(bundle_size=1))
+    summary = engine.run_study(study.id)
+    by = {(t.model, t.params["lr"], t.params["seed"]): t for t in engine.ledger.trials(study.id)}
+    assert len(ex.rounds) == 2  # a second round for what the fault sent back
+    assert by[("chain", 1e-3, 1)].status == "done" and by[("chain", 1e-3, 1)].runs == 2
+    assert by[("chain", 1e-3, 2)].status == "error" and "after 2 attempts" in by[("chain", 1e-3, 2)].reason
+    others = [t for k, t in by.items() if k[:2] != ("chain", 1e-3)]
+    assert all(t.runs == 1 and t.status in ("done", "failed") for t in others)  # none ran twice
+    assert summary["state"] == "done" and summary["counts"]["error"] == 1
+    # the error is no run: the next run of the study takes it up again, and only it
+    ex.dies = lambda unit, start: False
+    engine.run_study(study.id)
+    again = {(t.model, t.params["lr"], t.params["seed"]): t for t in engine.ledger.trials(study.id)}
+    assert again[("chain", 1e-3, 2)].status == "done"
+    assert ex.rounds[-1] == [[again[("chain", 1e-3, 2)].config_hash]]
+
+
+def test_a_cancel_stops_the_run_and_a_resume_runs_only_what_is_left(make_engine: Any) -> None:
+    engine, ex, _ = make_engine()
+    study = engine.create_study(grid(bundle_size=1, concurrency=1))
+    cancel = threading.Event()
+    ex.after_unit = cancel.set  # cancelled once the first unit finished
+    summary = engine.run_study(study.id, cancel=cancel)
+    assert summary["state"] == "cancelled"
+    first = [t for t in engine.ledger.trials(study.id) if t.status in ("done", "failed")]
+    assert len(first) == 1
+    ex.after_unit = lambda: None
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert summary["state"] == "done" and all(t.status in ("done", "failed") for t in trials)
+    assert all(t.runs == 1 for t in trials)  # the finished one was not run again
+    assert first[0].config_hash not in {h for u in ex.rounds[-1] for h in u}
+
+
+def test_an_unplaceable_study_fails_naming_why_and_runs_nothing(make_engine: Any) -> None:
+    engine, ex, _ = make_engine()
+    study = engine.create_study(grid(resources={"cpus": 1, "gpus": 1}))
+    with pytest.raises(Exception, match="no node of this process has a GPU"):
+        engine.run_study(study.id)
+    row = engine.ledger.get_study(study.id)
+    assert row.state == "failed" and "GPU" in row.error and ex.rounds == []
+    assert {t.status for t in engine.ledger.trials(study.id)} == {"pending"}
