@@ -5,8 +5,8 @@
 - `LedgerCallback` runs in the driver and is the one writer of the ledger and MLflow;
 - `UnitSearcher` turns the points an Optuna sampler suggests into units of trials;
 - `CancelStopper` ends a run once its study is cancelled;
-- `tune_units` runs a study's units (a grid's, or a searcher's) to the end;
-- `RayTune` is the engine's executor: all of the above behind four methods.
+- `RayTune` is the engine's executor: it starts Ray, says what no node can place, measures a unit's
+  memory, and runs a study's units (a grid's, or a searcher's) to the end.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from trainers.numerics import use as use_numerics
 
 log = logging.getLogger(__name__)
 
-_TUNE_REGISTRY_LOCK = threading.Lock()  # see tune_units
+_TUNE_REGISTRY_LOCK = threading.Lock()  # see RayTune.run
 
 
 # ----- the worker ----------------------------------------------------------------------------------
@@ -346,69 +346,51 @@ class RayTune:
         resources: Mapping[str, float],
         asha: bool = False,
     ) -> None:
-        tune_units(
-            self.settings, name, callback, cancel, units=units, searcher=searcher, num_samples=num_samples,
-            concurrency=concurrency, resources=resources, asha=asha,
-        )  # fmt: skip
+        """Run the units (a grid's) or `num_samples` suggestions of `searcher` as Ray trials, to the end
+        or to a cancel; members left unfinished are closed as cancelled or failed."""
+        from ray import tune
+        from ray.tune import FailureConfig, RunConfig, TuneConfig
+
+        self.start()
+        scheduler = None
+        if asha:
+            from ray.tune.schedulers import ASHAScheduler
+
+            scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=3)
+        # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
+        # studies starting at once in one server raced on them ("dictionary changed size during
+        # iteration"). Register under a lock and hand Tune the name.
+        trainable_name = f"memsweep-{name}-{time.time_ns()}"
+        with _TUNE_REGISTRY_LOCK:
+            tune.register_trainable(trainable_name, tune.with_resources(run_unit, dict(resources)))
+        tuner = tune.Tuner(
+            trainable_name,
+            param_space={"unit": tune.grid_search(list(units))} if searcher is None else {},
+            tune_config=TuneConfig(
+                metric="objective",
+                mode="min",
+                search_alg=searcher,
+                scheduler=scheduler,
+                num_samples=num_samples,
+                max_concurrent_trials=concurrency,
+                reuse_actors=True,
+                trial_dirname_creator=_trial_dirname,
+            ),
+            run_config=RunConfig(
+                name=f"{name}-{int(time.time())}",
+                storage_path=str(self.settings.home / "ray_results"),
+                callbacks=[callback],
+                failure_config=FailureConfig(max_failures=0),
+                stop=CancelStopper(cancel),
+                verbose=0,
+            ),
+        )
+        tuner.fit()
+        callback.close_unfinished(
+            "cancelled" if cancel.is_set() else "interrupted",
+            "its Ray trial ended before this member reported",
+        )
 
 
 def _trial_dirname(trial: Any) -> str:
     return str(trial.trial_id)  # Tune's default name embeds the whole config: too long for a path
-
-
-def tune_units(
-    settings: Settings,
-    name: str,
-    callback: LedgerCallback,
-    cancel: threading.Event,
-    *,
-    units: Sequence[Unit] = (),
-    searcher: Searcher | None = None,
-    num_samples: int = 1,
-    concurrency: int,
-    resources: Mapping[str, float],
-    asha: bool = False,
-) -> None:
-    """Run the units (a grid's) or `num_samples` suggestions of `searcher` as Ray trials, to the end
-    or to a cancel; members left unfinished are closed as cancelled or failed."""
-    from ray import tune
-    from ray.tune import FailureConfig, RunConfig, TuneConfig
-
-    ensure_ray(settings)
-    scheduler = None
-    if asha:
-        from ray.tune.schedulers import ASHAScheduler
-
-        scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=3)
-    # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
-    # studies starting at once in one server raced on them ("dictionary changed size during
-    # iteration"). Register under a lock and hand Tune the name.
-    trainable_name = f"memsweep-{name}-{time.time_ns()}"
-    with _TUNE_REGISTRY_LOCK:
-        tune.register_trainable(trainable_name, tune.with_resources(run_unit, dict(resources)))
-    tuner = tune.Tuner(
-        trainable_name,
-        param_space={"unit": tune.grid_search(list(units))} if searcher is None else {},
-        tune_config=TuneConfig(
-            metric="objective",
-            mode="min",
-            search_alg=searcher,
-            scheduler=scheduler,
-            num_samples=num_samples,
-            max_concurrent_trials=concurrency,
-            reuse_actors=True,
-            trial_dirname_creator=_trial_dirname,
-        ),
-        run_config=RunConfig(
-            name=f"{name}-{int(time.time())}",
-            storage_path=str(settings.home / "ray_results"),
-            callbacks=[callback],
-            failure_config=FailureConfig(max_failures=0),
-            stop=CancelStopper(cancel),
-            verbose=0,
-        ),
-    )
-    tuner.fit()
-    callback.close_unfinished(
-        "cancelled" if cancel.is_set() else "interrupted", "its Ray trial ended before this member reported"
-    )
