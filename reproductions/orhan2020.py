@@ -218,7 +218,7 @@ def _numerics_lines(result: dict[str, Any]) -> list[str]:
     elif len(modes) > 1:
         line += " The tasks computed with different numerics modes: per-seed numbers are not comparable across them."
     else:
-        line += " Native numbers hold on this kind of machine only (see the README's Reproducibility)."
+        line += " Native numbers hold on this kind of machine only (see docs/reproducibility.md)."
     return [line]
 
 

@@ -18,7 +18,7 @@ A mode fixes all three for a process (`use`):
   branch would be faster but is Intel-only: on an AMD CPU MKL answers "unsupported branch" and falls
   back to its automatic choice. MKL's documentation gives COMPATIBLE (SSE2 without the approximation
   instructions rcpps/rsqrtps, whose results differ between vendors) as the branch for Intel and
-  compatible CPUs alike. Its cost: `benchmarks/numerics.py`, quoted in the README.
+  compatible CPUs alike. Its cost: `benchmarks/numerics.py`, quoted in docs/speed.md.
 - ``native``: MKL's automatic branch in strict mode and the CPU's widest kernels. The same trial gives
   the same numbers on the same kind of machine, and no more; it is the fastest.
 

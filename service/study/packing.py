@@ -12,9 +12,9 @@ Bundle size, unless the spec fixes `bundle_size`: small enough that every concur
 bundle (a 2-slot study of 8 trials runs two bundles of 4, not one of 8 and an idle core) and that a
 bundle's working memory — the recurrence's saved states for a training batch, its gradients and
 the optimiser state — fits in its share of the memory of the device it trains on, as measured on a
-node that runs the study's units (`service.study.ray_tune.unit_memory`); on the CPU also at most
+node that runs the study's units (`service.study.nodes.unit_memory`); on the CPU also at most
 `MAX_BUNDLE` (beyond it a bundle gains little per trial there: `benchmarks/fused.py`, figures in the
-README), on a GPU as large as its memory allows (a bundle replaces kernel launches there).
+docs/speed.md), on a GPU as large as its memory allows (a bundle replaces kernel launches there).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def pack_study(
 ) -> list[Unit]:
     """A grid study's trials as its run packs them: the spec's fusing, concurrency, bundle size and
     device; `measured`: (device kind, bytes a unit may use) on a node that would run it
-    (`service.study.ray_tune.unit_memory`). The engine and a study's plan both pack through here."""
+    (`service.study.nodes.unit_memory`). The engine and a study's plan both pack through here."""
     device = measured[0] if measured else ("cuda" if spec.resources.gpus > 0 else "cpu")
     return pack(
         trials, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size, device=device,

@@ -5,7 +5,7 @@ it built them (MEMSWEEP_COMPOSE_KEEP=1 keeps the images, to run the tier again w
 
 Every command goes through `Stack.compose`, that is
 `docker compose --project-name P --env-file F -f docker/compose.yaml -f docker/compose.cpu.yaml ...`,
-the README's commands with the tier's project name and env file."""
+the commands of docs/cluster.md with the tier's project name and env file."""
 
 from __future__ import annotations
 

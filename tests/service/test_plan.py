@@ -108,7 +108,7 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
         )
         assert accuracy[key]["within_range"] == (lo <= actual[key] <= hi)
     # How close it came is measured, not asserted: on this shared 2-core machine a 300-step study's
-    # units are mostly Ray start-up, which the estimate's per-unit overhead undercounts (README).
+    # units are mostly Ray start-up, which the estimate's per-unit overhead undercounts (docs/studies.md).
 
     # extended by one learning rate: the next run's plan is what is left (2 trials), and its cost is
     # kept beside that plan, the first run's estimate and cost moved to `earlier`
