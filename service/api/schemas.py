@@ -1,4 +1,9 @@
-"""What the REST API accepts and answers: one schema family per resource (Create / Public / …)."""
+"""What the REST API accepts and answers: one schema family per resource (Create / Public / …).
+
+The answers computed elsewhere are typed where they are computed, and served here as they are: the
+success tables and best configurations (`service.reports.summary`), the comparison
+(`service.reports.compare`), the plan (`service.planning.types`) and an MLflow run's links
+(`service.tracking.links`)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,22 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.core.spec import StudySpec
 from service.core.states import StudyState, TrialStatus
+from service.planning.types import CalibrationPublic as CalibrationPublic
+from service.planning.types import PlanBudget as PlanBudget
+from service.planning.types import PlanEstimate as PlanEstimate
+from service.planning.types import PlanModel as PlanModel
+from service.planning.types import PlanShape as PlanShape
+from service.planning.types import StudyPlan as StudyPlan
+from service.reports.compare import ComparedStudy as ComparedStudy
+from service.reports.compare import Comparison as Comparison
+from service.reports.compare import ComparisonRow as ComparisonRow
+from service.reports.summary import BestConfig as BestConfig
+from service.reports.summary import BudgetCell as BudgetCell
+from service.reports.summary import CriterionPublic as CriterionPublic
+from service.reports.summary import SuccessBudget as SuccessBudget
+from service.reports.summary import SuccessCell as SuccessCell
+from service.reports.summary import SuccessTable as SuccessTable
+from service.tracking.links import MlflowLinks as MlflowLinks
 from trainers.result import Evaluation
 
 
@@ -88,13 +109,6 @@ class TrialCounts(BaseModel):
     )
     succeeded: int
     finished: int = Field(description="done + failed + pruned")
-
-
-class MlflowLinks(BaseModel):
-    experiment_id: str | None = None
-    run_id: str | None = Field(default=None, description="the study's parent run; trials are its children")
-    experiment_url: str | None = None
-    run_url: str | None = None
 
 
 class StudyPublic(BaseModel):
@@ -223,124 +237,12 @@ class TrialPublic(BaseModel):
     config: dict[str, Any] = Field(description="the full resolved trial config")
 
 
-class CriterionPublic(BaseModel):
-    """A success criterion: final validation loss below `fraction` × a baseline, or below `threshold`."""
-
-    name: str
-    fraction: float | None
-    threshold: float | None
-    baseline: str = Field(description="'task' (the task's random baseline) or a reference baseline's name")
-
-
 class TrialPage(BaseModel):
     total: int = Field(description="trials that match the filters")
     offset: int
     limit: int
     criterion: CriterionPublic = Field(description="what `success` was judged under")
     items: list[TrialPublic]
-
-
-# ----- answers -------------------------------------------------------------------------------------
-class SuccessCell(BaseModel):
-    trials: int = Field(description="runs: the trials that are not in error")
-    finished: int
-    failed: int
-    errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
-    succeeded: int
-    rate: float = Field(description="succeeded / trials")
-    ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
-
-
-class SuccessTable(BaseModel):
-    """Successful runs (final validation loss < threshold), counted over every trial of the study."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "criterion": {
-                        "name": "0.5 × baseline",
-                        "fraction": 0.5,
-                        "threshold": None,
-                        "baseline": "task",
-                    },
-                    "at_step": None,
-                    "total": {
-                        "trials": 4,
-                        "finished": 4,
-                        "failed": 0,
-                        "errors": 0,
-                        "succeeded": 2,
-                        "rate": 0.5,
-                        "ci95": [0.15, 0.85],
-                    },
-                    "by_model": {
-                        "chain": {
-                            "trials": 2,
-                            "finished": 2,
-                            "failed": 0,
-                            "errors": 0,
-                            "succeeded": 2,
-                            "rate": 1.0,
-                            "ci95": [0.34, 1.0],
-                        },
-                    },
-                    "by_value": {
-                        "chain": {
-                            "lr": {
-                                "0.0003": {
-                                    "trials": 2,
-                                    "finished": 2,
-                                    "failed": 0,
-                                    "errors": 0,
-                                    "succeeded": 2,
-                                    "rate": 1.0,
-                                    "ci95": [0.34, 1.0],
-                                }
-                            }
-                        }
-                    },
-                }
-            ]
-        }
-    )
-    criterion: CriterionPublic = Field(description="what counted as a success")
-    at_step: int | None = Field(description="the budget the counts are taken at; null: each run's end")
-    total: SuccessCell
-    by_model: dict[str, SuccessCell]
-    by_value: dict[str, dict[str, dict[str, SuccessCell]]] = Field(
-        description="model → hyperparameter → value → counts"
-    )
-
-
-class BudgetCell(BaseModel):
-    step: int
-    succeeded: int
-    trials: int
-    rate: float
-    ci95: tuple[float, float]
-
-
-class SuccessBudget(BaseModel):
-    """Successful runs per model against training steps: a run's loss at a budget of `step` steps is
-    its last evaluation at or before it."""
-
-    criterion: CriterionPublic
-    steps: list[int]
-    by_model: dict[str, list[BudgetCell]]
-
-
-class BestConfig(BaseModel):
-    """One point of the space, its seeds pooled, ranked by mean final validation loss."""
-
-    model: str
-    params: dict[str, Any]
-    mean_final_val_loss: float
-    sem: float = Field(description="standard error of the mean over the finished seeds")
-    seeds: list[int]
-    succeeded: int
-    trials: int
-    config_hashes: list[str]
 
 
 # ----- presets -------------------------------------------------------------------------------------
@@ -380,166 +282,6 @@ class Check(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     checks: dict[str, Check] = Field(description="database, ray, mlflow")
-
-
-# ----- plans ---------------------------------------------------------------------------------------
-class PlanModel(BaseModel):
-    """A model's part of a plan."""
-
-    trials: int
-    to_run: int = Field(description="trials not finished in the ledger already (those are reused)")
-    units: int = Field(description="Ray units (bundles or single trials) holding its trials")
-    budget_steps: list[int] | None = Field(description="[fewest, most] optimiser steps of its trials")
-
-
-class PlanBudget(BaseModel):
-    steps_per_trial: list[int] | None = Field(description="[fewest, most] optimiser steps of a trial")
-    trial_steps: int = Field(description="steps over every trial to run (a bundle's members each count)")
-    unit_steps: int = Field(
-        description="steps over every unit (a bundle's step counts once): what the slots run"
-    )
-    evaluations: int = Field(description="validation passes over every trial to run")
-
-
-class CalibrationPublic(BaseModel):
-    """A shape's calibration: real training steps of its largest unit, timed on the node type."""
-
-    bundle_size: int = Field(description="members of the calibrated unit")
-    fused: bool
-    node_type: str
-    node: str | None = None
-    device: str | None = None
-    step_seconds: list[float] = Field(
-        description="each timed training step of the whole unit (after a warm-up)"
-    )
-    eval_seconds: float | None = Field(description="one validation pass over `val_sequences` sequences")
-    val_sequences: int
-    val_scale: float = Field(description="the real validation set / val_sequences")
-    setup_seconds: float = Field(description="before the first step (data, models, the warm-up's excess)")
-    finish_seconds: float = Field(description="after the last evaluation (the trained matrices' analyses)")
-    seconds: float = Field(description="how long the calibration took")
-
-
-class PlanShape(BaseModel):
-    """A distinct unit shape: the trial config without the values a grid varies, fused or not."""
-
-    key: str = Field(description="the calibration cache's key (shape, fused, bundle size, trainer version)")
-    description: str
-    fused: bool
-    bundle_size: int = Field(description="members of its largest unit (the one calibrated)")
-    units: int
-    trials: int
-    cached: bool = Field(description="its calibration came from the ledger's cache")
-    calibration: CalibrationPublic | None
-    error: str | None = Field(description="why it has no calibration")
-
-
-class PlanEstimate(BaseModel):
-    """Compute and wall-clock time of the units to run, each with a [low, high] range."""
-
-    complete: bool = Field(
-        description="every unit's shape is calibrated (else the figures cover those that are)"
-    )
-    units_estimated: int
-    units_missing: int
-    training_seconds: float = Field(description="the units' training time, summed")
-    training_seconds_range: tuple[float, float]
-    trial_hours: float = Field(
-        description="slot-hours: units' times with their overhead (× resources per unit)"
-    )
-    trial_hours_range: tuple[float, float]
-    wall_seconds: float = Field(description="wall-clock at the study's concurrency")
-    wall_seconds_range: tuple[float, float]
-    how: str = Field(description="how the figures and their ranges are derived")
-
-
-class StudyPlan(BaseModel):
-    """What a study would run and what it would cost; nothing was stored or trained (but calibrations)."""
-
-    name: str
-    sampler: str
-    trainer_version: str
-    trials: int | None = Field(description="trials the study holds (a sampled one: max_trials)")
-    to_run: int
-    reused: int = Field(description="trials a study of this ledger finished already: reused, not run")
-    by_model: dict[str, PlanModel]
-    units: int = Field(description="Ray units: fused bundles and single trials")
-    bundles: int = Field(description="units that train several trials as one fused bundle")
-    bundle_sizes: dict[str, int] = Field(description="members per unit → how many units")
-    budget: PlanBudget
-    concurrency: int
-    slots: int = Field(description="units at once: the concurrency, or fewer when the cluster fits fewer")
-    resources: dict[str, float]
-    node_type: str | None = Field(description="what the trials run on (CPU model × count, + GPU)")
-    shapes: list[PlanShape]
-    cached: bool = Field(description="every calibration came from the cache (nothing was measured now)")
-    calibration_seconds: float = Field(description="time spent calibrating for this answer")
-    estimate: PlanEstimate | None
-    notes: list[str]
-
-
-# ----- comparisons ---------------------------------------------------------------------------------
-class ComparedStudy(BaseModel):
-    study_id: str
-    name: str
-    state: StudyState
-    criterion: CriterionPublic = Field(description="what counted as a success in this study's rows")
-    trials: int
-    numerics: list[str] = Field(
-        description="the numerics modes its trials computed with (trainers/numerics.py; 'unrecorded' "
-        "for trials of a memsweep before TRAINER_VERSION 7)"
-    )
-    machines: list[str] = Field(
-        description="where its trials' numbers came from: CPU model and ATen capability (provenance)"
-    )
-
-
-class ComparisonRow(BaseModel):
-    """One study's cell in one group, and its difference from the reference study's."""
-
-    scope: Literal["group", "total"] = Field(description="a group of `by`, or all the trials")
-    group: dict[str, str | None] = Field(
-        description="field → value of this group (null: the trial lacks it; all null in total rows)"
-    )
-    study_id: str | None = Field(
-        description="the study; null: pooled, every distinct run (config hash) of all the studies once, "
-        "judged under the reference's criterion"
-    )
-    trials: int
-    finished: int
-    failed: int
-    errors: int = Field(description="trials whose worker, node or process died: no run, not counted")
-    succeeded: int
-    rate: float = Field(description="succeeded / trials")
-    ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
-    difference: float | None = Field(description="rate − the reference study's rate in this group")
-    difference_ci95: tuple[float, float] | None = Field(
-        description="95 % Newcombe hybrid score interval of the difference (independent samples: "
-        "conservative when runs are shared)"
-    )
-    shared: int | None = Field(
-        description="runs (config hashes) this study and the reference both hold here; in pooled rows, "
-        "the runs more than one study holds"
-    )
-
-
-class Comparison(BaseModel):
-    """Success counts of studies side by side, grouped by `by`, with differences from the first study."""
-
-    by: list[str]
-    at_step: int | None
-    reference: str = Field(description="the study every difference is taken from (the first one named)")
-    trainer_version: str
-    studies: list[ComparedStudy]
-    rows: list[ComparisonRow]
-    notes: list[str] = Field(
-        default_factory=list,
-        description="what to know before reading the rows: the studies' numerics differ, or native "
-        "numerics ran on different machines (their per-seed numbers are then not run-for-run comparable)",
-    )
-    mlflow: MlflowLinks | None = Field(
-        default=None, description="the comparison's MLflow run, with ?log=true"
-    )
 
 
 class ErrorMessage(BaseModel):

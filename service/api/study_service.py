@@ -118,11 +118,11 @@ class StudyService:
                 f"{exc}; fix the spec's values (GET /presets/{{name}} shows valid ones)"
             ) from None
         if not calibrate:
-            planned["notes"].append(
+            planned.notes.append(
                 "this server runs no studies (MEMSWEEP_MAX_PARALLEL_STUDIES=0): no Ray to calibrate on, "
                 "only cached calibrations are used"
             )
-        return StudyPlan.model_validate(planned)
+        return planned
 
     def extend(self, study_id: str, changes: StudyExtend) -> StudyExtended:
         study = self._get(study_id)
@@ -249,14 +249,13 @@ class StudyService:
             total=total,
             offset=offset,
             limit=limit,
-            criterion=CriterionPublic.model_validate(criterion.to_dict()),
+            criterion=CriterionPublic.of(criterion),
             items=[trial_public(t, criterion, history) for t in rows],
         )
 
     def best(self, study_id: str, k: int, model: str | None) -> list[BestConfig]:
         criterion = self.criterion(self._get(study_id))
-        rows = best_configs(self.ledger.trials(study_id), k=k, model=model, criterion=criterion)
-        return [BestConfig.model_validate(r) for r in rows]
+        return best_configs(self.ledger.trials(study_id), k=k, model=model, criterion=criterion)
 
     def success(
         self,
@@ -269,11 +268,11 @@ class StudyService:
         """Successes under the study's criterion, or under the one the query names (a recount: nothing
         trains), at the end of each run or at a budget of `at_step` steps."""
         criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
-        return SuccessTable.model_validate(success_table(self.ledger.trials(study_id), criterion, at_step))
+        return success_table(self.ledger.trials(study_id), criterion, at_step)
 
     def success_vs_budget(self, study_id: str) -> SuccessBudget:
         criterion = self.criterion(self._get(study_id))
-        return SuccessBudget.model_validate(success_vs_budget(self.ledger.trials(study_id), criterion))
+        return success_vs_budget(self.ledger.trials(study_id), criterion)
 
     def compare(
         self,
@@ -288,15 +287,14 @@ class StudyService:
         """Success counts of the studies side by side (`service.reports.compare`); with `log`, also an MLflow
         run holding the table and its figure."""
         try:
-            found = compare_studies(self.ledger, study_ids, by, fraction, threshold, baseline, at_step)
+            comparison = compare_studies(self.ledger, study_ids, by, fraction, threshold, baseline, at_step)
         except UnknownStudiesError as exc:
             raise NotFoundError(str(exc)) from None
-        comparison = Comparison.model_validate(found)
         if log:
-            comparison.mlflow = self._log_comparison(found)
+            comparison.mlflow = self._log_comparison(comparison)
         return comparison
 
-    def _log_comparison(self, comparison: dict[str, Any]) -> MlflowLinks:
+    def _log_comparison(self, comparison: Comparison) -> MlflowLinks:
         from service.tracking.server import server_healthy
 
         uri = self.runner.tracking_uri or self.engine.settings.mlflow_tracking_uri

@@ -29,7 +29,7 @@ import secrets
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.cli.console import (
     add_spec_flags,
@@ -45,6 +45,10 @@ from service.cli.console import (
     print_trials,
     remote,
 )
+
+if TYPE_CHECKING:
+    from service.reports.compare import Comparison
+    from service.tracking.links import MlflowLinks
 
 TRAINER_COMMANDS = ("train", "describe", "list")
 
@@ -195,7 +199,8 @@ def _summary(study_id: str) -> dict[str, Any]:
 def _local_success(
     study_id: str, fraction: float | None, threshold: float | None, baseline: str | None, at_step: int | None
 ) -> dict[str, Any]:
-    """The success table from the local ledger, under the study's criterion or the one given."""
+    """The success table from the local ledger, under the study's criterion or the one given, as the
+    REST API serves it."""
     from service.core.settings import get_settings
     from service.reports.summary import success_table
     from service.study.engine import Engine
@@ -205,7 +210,8 @@ def _local_success(
     if study is None:
         raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
     criterion = study.validated_spec().criterion_for(fraction, threshold, baseline)
-    return {"name": study.name, "success": success_table(engine.ledger.trials(study_id), criterion, at_step)}
+    table = success_table(engine.ledger.trials(study_id), criterion, at_step)
+    return {"name": study.name, "success": table.model_dump(mode="json")}
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -222,7 +228,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from service.study.engine import Engine
 
         try:
-            planned = plan_spec(Engine(get_settings()), spec, recalibrate=args.recalibrate)
+            planned = plan_spec(Engine(get_settings()), spec, recalibrate=args.recalibrate).model_dump(
+                mode="json"
+            )
         finally:
             shutdown_ray()
     if args.json:
@@ -251,11 +259,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         engine = Engine(get_settings())
         try:
-            found = compare_studies(engine.ledger, args.studies, by, **query)
+            comparison = compare_studies(engine.ledger, args.studies, by, **query)
         except LookupError as exc:
             raise SystemExit(f"error: {exc}") from None
         if args.mlflow:
-            found["mlflow"] = _log_comparison(engine, found)
+            comparison.mlflow = _log_comparison(engine, comparison)
+        found = comparison.model_dump(mode="json")
     if args.csv:
         from service.reports.tables import comparison_csv
 
@@ -267,13 +276,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_comparison(engine: Any, comparison: dict[str, Any]) -> dict[str, Any]:
+def _log_comparison(engine: Any, comparison: Comparison) -> MlflowLinks:
     from service.reports.compare import log_comparison
+    from service.tracking.links import MlflowLinks
 
     uri = engine.tracking_uri()
     exp_id, run_id = log_comparison(comparison, uri, engine.settings.mlflow_experiment)
     print(f"MLflow: {uri}/#/experiments/{exp_id}/runs/{run_id}", file=sys.stderr)
-    return {"experiment_id": exp_id, "run_id": run_id}
+    return MlflowLinks(experiment_id=exp_id, run_id=run_id)
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
@@ -343,7 +353,8 @@ def cmd_best(args: argparse.Namespace) -> int:
         from service.core.settings import get_settings
         from service.study.engine import Engine
 
-        summary["best"] = best_configs(Engine(get_settings()).ledger.trials(args.study), k=args.k)
+        best = best_configs(Engine(get_settings()).ledger.trials(args.study), k=args.k)
+        summary["best"] = [b.model_dump(mode="json") for b in best]
     if args.json:
         print(json.dumps(summary["best"]))
     else:

@@ -56,6 +56,14 @@ from service.planning.calibration import (
     shape_of,
     where_trials_run,
 )
+from service.planning.types import (
+    CalibrationPublic,
+    PlanBudget,
+    PlanEstimate,
+    PlanModel,
+    PlanShape,
+    StudyPlan,
+)
 from service.store.ledger import Ledger
 from service.store.models import Calibration, Trial
 from service.study.nodes import device_on_this_node, embedded
@@ -106,7 +114,7 @@ def plan_spec(
     calibrate: bool = True,
     recalibrate: bool = False,
     calibrator: Calibrate | None = None,
-) -> dict[str, Any]:
+) -> StudyPlan:
     """The plan of a study from `spec`, as if created now: nothing is stored (but calibrations).
 
     `calibrate`: measure shapes the cache lacks (on Ray); else they stay uncalibrated.
@@ -124,7 +132,7 @@ def plan_spec(
 
 def plan_study(
     engine: Ground, study_id: str, *, calibrate: bool, calibrator: Calibrate | None = None
-) -> dict[str, Any]:
+) -> StudyPlan:
     """The plan of a stored study: what is left of it to run."""
     study = engine.ledger.get_study(study_id)
     if study is None:
@@ -216,7 +224,7 @@ def _plan(
     calibrate: bool,
     recalibrate: bool,
     calibrator: Calibrate | None,
-) -> dict[str, Any]:
+) -> StudyPlan:
     settings = engine.settings
     cpus, gpus = spec.resources.cpus, spec.resources.gpus
     notes: list[str] = []
@@ -277,46 +285,47 @@ def _plan(
     for ident, group in shape_units.items():
         key = unit_key[id(group[0])]
         m = found.get(key)
+        calibrated = m is not None and m.get("error") is None
         shape_rows.append(
-            {
-                "key": key,
-                "description": describe_shape(shapes[ident]),
-                "fused": probes[key].fused,
-                "bundle_size": len(probes[key].members),
-                "units": len(group),
-                "trials": sum(len(u.members) for u in group),
-                "cached": key in cached,
-                "calibration": m if m is not None and m.get("error") is None else None,
-                "error": m.get("error") if m is not None else None,
-            }
+            PlanShape(
+                key=key,
+                description=describe_shape(shapes[ident]),
+                fused=probes[key].fused,
+                bundle_size=len(probes[key].members),
+                units=len(group),
+                trials=sum(len(u.members) for u in group),
+                cached=key in cached,
+                calibration=CalibrationPublic.model_validate(m) if calibrated else None,
+                error=m.get("error") if m is not None else None,
+            )
         )
 
     estimate = _estimate(units, unit_key, found, schedules, slots) if node is not None else None
-    if estimate is not None and units and not estimate["units_estimated"]:
+    if estimate is not None and units and not estimate.units_estimated:
         estimate = None  # nothing calibrated: no figures rather than zeros
-    return {
-        "name": spec.name or name,
-        "sampler": spec.sampler,
-        "trainer_version": TRAINER_VERSION,
-        "trials": len(trials) if spec.sampler == "grid" else spec.max_trials,
-        "to_run": len(todo) if spec.sampler == "grid" else sum(len(u.members) for u in units),
-        "reused": len(trials) - len(todo),
-        "by_model": _by_model(trials, todo, units, schedules),
-        "units": len(units),
-        "bundles": sum(u.fused and len(u.members) > 1 for u in units),
-        "bundle_sizes": _sizes(units),
-        "budget": _budget(todo if spec.sampler == "grid" else [m for u in units for m in u.members], units, schedules),
-        "concurrency": spec.concurrency,
-        "slots": slots,
-        "resources": {"cpus": cpus, "gpus": gpus},
-        "node_type": node,
-        "shapes": shape_rows,
-        "cached": bool(probes) and cached == set(probes),
-        "calibration_seconds": spent,
-        "estimate": estimate,
-        "notes": notes + (["sampled: the units are each model's first point × the seeds, the models in turn"]
-                          if spec.sampler != "grid" else []) + schedules.notes,
-    }  # fmt: skip
+    return StudyPlan(
+        name=spec.name or name,
+        sampler=spec.sampler,
+        trainer_version=TRAINER_VERSION,
+        trials=len(trials) if spec.sampler == "grid" else spec.max_trials,
+        to_run=len(todo) if spec.sampler == "grid" else sum(len(u.members) for u in units),
+        reused=len(trials) - len(todo),
+        by_model=_by_model(trials, todo, units, schedules),
+        units=len(units),
+        bundles=sum(u.fused and len(u.members) > 1 for u in units),
+        bundle_sizes=_sizes(units),
+        budget=_budget(todo if spec.sampler == "grid" else [m for u in units for m in u.members], units, schedules),
+        concurrency=spec.concurrency,
+        slots=slots,
+        resources={"cpus": cpus, "gpus": gpus},
+        node_type=node,
+        shapes=shape_rows,
+        cached=bool(probes) and cached == set(probes),
+        calibration_seconds=spent,
+        estimate=estimate,
+        notes=notes + (["sampled: the units are each model's first point × the seeds, the models in turn"]
+                       if spec.sampler != "grid" else []) + schedules.notes,
+    )  # fmt: skip
 
 
 def _keep(ledger: Ledger, key: str, probe: Probe, measurement: Mapping[str, Any], replace: bool) -> None:
@@ -354,20 +363,20 @@ class _Schedules:
 
 def _by_model(
     trials: Sequence[TrialSpec], todo: Sequence[TrialSpec], units: Sequence[Unit], schedules: _Schedules
-) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+) -> dict[str, PlanModel]:
+    out: dict[str, PlanModel] = {}
     running = {t.config_hash for t in todo}
     for t in trials or [m for u in units for m in u.members]:
-        row = out.setdefault(t.model, {"trials": 0, "to_run": 0, "units": 0, "budget_steps": None})
-        row["trials"] += 1
-        row["to_run"] += t.config_hash in running or not trials
+        row = out.setdefault(t.model, PlanModel(trials=0, to_run=0, units=0, budget_steps=None))
+        row.trials += 1
+        row.to_run += t.config_hash in running or not trials
         budget = schedules.of(t)
         if budget is not None:
-            low, high = row["budget_steps"] or (budget[0], budget[0])
-            row["budget_steps"] = [min(low, budget[0]), max(high, budget[0])]
+            low, high = row.budget_steps or (budget[0], budget[0])
+            row.budget_steps = [min(low, budget[0]), max(high, budget[0])]
     for u in units:
         for model in {m.model for m in u.members}:
-            out[model]["units"] += 1
+            out[model].units += 1
     return out
 
 
@@ -378,15 +387,15 @@ def _sizes(units: Sequence[Unit]) -> dict[str, int]:
     return dict(sorted(sizes.items(), key=lambda kv: -int(kv[0])))
 
 
-def _budget(trials: Sequence[TrialSpec], units: Sequence[Unit], schedules: _Schedules) -> dict[str, Any]:
+def _budget(trials: Sequence[TrialSpec], units: Sequence[Unit], schedules: _Schedules) -> PlanBudget:
     per_trial = [b[0] for t in trials if (b := schedules.of(t)) is not None]
     per_unit = [b[0] for u in units if (b := schedules.of(u.members[0])) is not None]
-    return {
-        "steps_per_trial": [min(per_trial), max(per_trial)] if per_trial else None,
-        "trial_steps": sum(per_trial),
-        "unit_steps": sum(per_unit),
-        "evaluations": sum(b[1] for t in trials if (b := schedules.of(t)) is not None),
-    }
+    return PlanBudget(
+        steps_per_trial=[min(per_trial), max(per_trial)] if per_trial else None,
+        trial_steps=sum(per_trial),
+        unit_steps=sum(per_unit),
+        evaluations=sum(b[1] for t in trials if (b := schedules.of(t)) is not None),
+    )
 
 
 def unit_seconds(unit: Unit, m: Mapping[str, Any], schedule: tuple[int, int]) -> tuple[float, float, float]:
@@ -413,7 +422,7 @@ def _estimate(
     found: Mapping[str, Mapping[str, Any]],
     schedules: _Schedules,
     slots: int,
-) -> dict[str, Any]:
+) -> PlanEstimate:
     times: list[tuple[float, float, float]] = []
     for u in units:
         m = found.get(unit_key[id(u)])
@@ -441,22 +450,25 @@ def _estimate(
             "trial_hours": sum(slot_seconds) / 3600,
             "wall_seconds": makespan(slot_seconds, slots) + per_study + tail / rate if times else 0.0,
         }
-    out: dict[str, Any] = {
-        "complete": len(times) == len(units),
-        "units_estimated": len(times),
-        "units_missing": len(units) - len(times),
-    }
-    for key in ("training_seconds", "trial_hours", "wall_seconds"):
-        out[key] = found_["mid"][key]
-        out[f"{key}_range"] = [found_["low"][key], found_["high"][key]]
-    out["how"] = HOW
-    return out
+    low, mid, high = found_["low"], found_["mid"], found_["high"]
+    return PlanEstimate(
+        complete=len(times) == len(units),
+        units_estimated=len(times),
+        units_missing=len(units) - len(times),
+        training_seconds=mid["training_seconds"],
+        training_seconds_range=(low["training_seconds"], high["training_seconds"]),
+        trial_hours=mid["trial_hours"],
+        trial_hours_range=(low["trial_hours"], high["trial_hours"]),
+        wall_seconds=mid["wall_seconds"],
+        wall_seconds_range=(low["wall_seconds"], high["wall_seconds"]),
+        how=HOW,
+    )
 
 
 # ----- what a study keeps --------------------------------------------------------------------------
 
 
-def record_plan(engine: Ground, study_id: str, *, calibrate: bool) -> dict[str, Any] | None:
+def record_plan(engine: Ground, study_id: str, *, calibrate: bool) -> StudyPlan | None:
     """Keep the study's plan (what is left of it to run, its estimate) in `studies.plan["planned"]`;
     never raises (a plan is information, not a condition of running)."""
     try:
@@ -470,7 +482,7 @@ def record_plan(engine: Ground, study_id: str, *, calibrate: bool) -> dict[str, 
             kept["earlier"] = [*kept.get("earlier", []), earlier]
         rows = engine.ledger.trials(study_id)
         kept.update(
-            planned=planned,
+            planned=planned.model_dump(mode="json"),
             planned_at=datetime.now(UTC).isoformat(),
             # what this run will train: the unfinished rows now, and any a sampler adds (a higher id)
             unfinished_ids=[t.id for t in rows if t.status not in FINISHED],

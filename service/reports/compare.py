@@ -26,13 +26,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from service.core.spec import StudyError
+from service.core.states import StudyState
 from service.core.values import repr_value, value_sort_key
-from service.reports.summary import newcombe_interval, success_cell
+from service.reports.summary import CriterionPublic, newcombe_interval, success_cell
 from service.store.ledger import Ledger
 from service.store.models import Study, Trial
+from service.tracking.links import MlflowLinks
 from trainers import TRAINER_VERSION, Criterion
 
 #: what a trial config holds beside its own fields (its task's and cell's fields are looked up in them)
@@ -41,6 +45,74 @@ NESTED = {"task": "task_params", "cell": "cell_params"}
 
 class UnknownStudiesError(LookupError):
     """Study ids the ledger does not hold; the message names them."""
+
+
+# ----- what a comparison answers (the REST API serves these types as they are) ---------------------
+
+Scope = Literal["group", "total"]
+
+
+class ComparedStudy(BaseModel):
+    study_id: str
+    name: str
+    state: StudyState
+    criterion: CriterionPublic = Field(description="what counted as a success in this study's rows")
+    trials: int
+    numerics: list[str] = Field(
+        description="the numerics modes its trials computed with (trainers/numerics.py; 'unrecorded' "
+        "for trials of a memsweep before TRAINER_VERSION 7)"
+    )
+    machines: list[str] = Field(
+        description="where its trials' numbers came from: CPU model and ATen capability (provenance)"
+    )
+
+
+class ComparisonRow(BaseModel):
+    """One study's cell in one group, and its difference from the reference study's."""
+
+    scope: Scope = Field(description="a group of `by`, or all the trials")
+    group: dict[str, str | None] = Field(
+        description="field → value of this group (null: the trial lacks it; all null in total rows)"
+    )
+    study_id: str | None = Field(
+        description="the study; null: pooled, every distinct run (config hash) of all the studies once, "
+        "judged under the reference's criterion"
+    )
+    trials: int
+    finished: int
+    failed: int
+    errors: int = Field(description="trials whose worker, node or process died: no run, not counted")
+    succeeded: int
+    rate: float = Field(description="succeeded / trials")
+    ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
+    difference: float | None = Field(description="rate − the reference study's rate in this group")
+    difference_ci95: tuple[float, float] | None = Field(
+        description="95 % Newcombe hybrid score interval of the difference (independent samples: "
+        "conservative when runs are shared)"
+    )
+    shared: int | None = Field(
+        description="runs (config hashes) this study and the reference both hold here; in pooled rows, "
+        "the runs more than one study holds"
+    )
+
+
+class Comparison(BaseModel):
+    """Success counts of studies side by side, grouped by `by`, with differences from the first study."""
+
+    by: list[str]
+    at_step: int | None
+    reference: str = Field(description="the study every difference is taken from (the first one named)")
+    trainer_version: str
+    studies: list[ComparedStudy]
+    rows: list[ComparisonRow]
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what to know before reading the rows: the studies' numerics differ, or native "
+        "numerics ran on different machines (their per-seed numbers are then not run-for-run comparable)",
+    )
+    mlflow: MlflowLinks | None = Field(
+        default=None, description="the comparison's MLflow run, with ?log=true"
+    )
 
 
 def field_value(t: Trial, name: str) -> Any:
@@ -82,7 +154,7 @@ def compare_studies(
     threshold: float | None = None,
     baseline: str | None = None,
     at_step: int | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """Success counts of the studies side by side, grouped by `by` (see the module docstring); every
     study under its own criterion unless `fraction` / `threshold` / `baseline` name one, at the end of
     each run or at a budget of `at_step` steps."""
@@ -126,7 +198,7 @@ def compare_studies(
             key = tuple(None if (v := field_value(t, f)) is None else repr_value(v) for f in fields)
             groups[key][s.id].append(t)
     reference = studies[0].id
-    rows: list[dict[str, Any]] = []
+    rows: list[ComparisonRow] = []
     for key in sorted(groups, key=lambda k: tuple(value_sort_key(v or "") for v in k)):
         group = dict(zip(fields, key, strict=True))
         rows += _rows("group", group, groups[key], studies, criteria, reference, at_step)
@@ -134,26 +206,26 @@ def compare_studies(
     rows += _rows("total", dict.fromkeys(fields), trials, studies, criteria, reference, at_step)
     rows.append(_pooled("total", dict.fromkeys(fields), trials, criteria[reference], at_step))
     where = {s.id: numerics_of(trials[s.id]) for s in studies}
-    return {
-        "by": fields,
-        "at_step": at_step,
-        "reference": reference,
-        "trainer_version": TRAINER_VERSION,
-        "studies": [
-            {
-                "study_id": s.id,
-                "name": s.name,
-                "state": s.state,
-                "criterion": criteria[s.id].to_dict(),
-                "trials": len(trials[s.id]),
-                "numerics": where[s.id][0],
-                "machines": where[s.id][1],
-            }
+    return Comparison(
+        by=fields,
+        at_step=at_step,
+        reference=reference,
+        trainer_version=TRAINER_VERSION,
+        studies=[
+            ComparedStudy(
+                study_id=s.id,
+                name=s.name,
+                state=StudyState(s.state),
+                criterion=CriterionPublic.of(criteria[s.id]),
+                trials=len(trials[s.id]),
+                numerics=where[s.id][0],
+                machines=where[s.id][1],
+            )
             for s in studies
         ],
-        "rows": rows,
-        "notes": numerics_notes([(s.id, *where[s.id]) for s in studies]),
-    }
+        rows=rows,
+        notes=numerics_notes([(s.id, *where[s.id]) for s in studies]),
+    )
 
 
 def numerics_of(trials: Sequence[Trial]) -> tuple[list[str], list[str]]:
@@ -186,53 +258,53 @@ def numerics_notes(studies: Sequence[tuple[str, list[str], list[str]]]) -> list[
     return notes
 
 
-def log_comparison(comparison: dict[str, Any], tracking_uri: str, experiment: str) -> tuple[str, str]:
+def log_comparison(comparison: Comparison, tracking_uri: str, experiment: str) -> tuple[str, str]:
     """A comparison as its own MLflow run (its table as CSV and JSON, its figure): (experiment id,
     run id). The REST `GET /compare?log=true` and `memsweep compare --mlflow` both log through here."""
     from service.reports.plots import comparison_rates
     from service.reports.tables import comparison_csv
     from service.tracking.tracker import Tracker
 
+    data = comparison.model_dump(mode="json", exclude={"mlflow"})  # the run's own links are not in it
     tracker = Tracker(tracking_uri, experiment)
     try:
-        return tracker.log_comparison(comparison, comparison_csv(comparison), comparison_rates(comparison))
+        return tracker.log_comparison(data, comparison_csv(data), comparison_rates(comparison))
     finally:
         tracker.close()
 
 
 def _rows(
-    scope: str,
+    scope: Scope,
     group: dict[str, str | None],
     members: Mapping[str, Sequence[Trial]],
     studies: Sequence[Study],
     criteria: Mapping[str, Criterion],
     reference: str,
     at_step: int | None,
-) -> list[dict[str, Any]]:
+) -> list[ComparisonRow]:
     """One row per study: its cell in this group, and its difference from the reference study's."""
     cells = {s.id: success_cell(members.get(s.id, []), criteria[s.id], at_step) for s in studies}
     ref, ref_hashes = cells[reference], {t.config_hash for t in members.get(reference, [])}
     rows = []
     for s in studies:
         cell = cells[s.id]
-        row: dict[str, Any] = {"scope": scope, "group": group, "study_id": s.id, **cell}
-        if s.id == reference or not cell["trials"] or not ref["trials"]:
-            row.update(difference=None, difference_ci95=None, shared=None)
-        else:
-            lo, hi = newcombe_interval(cell["succeeded"], cell["trials"], ref["succeeded"], ref["trials"])
-            shared = len(ref_hashes & {t.config_hash for t in members.get(s.id, [])})
-            row.update(difference=cell["rate"] - ref["rate"], difference_ci95=[lo, hi], shared=shared)
+        row = ComparisonRow(scope=scope, group=group, study_id=s.id, **cell.model_dump(), difference=None,
+                            difference_ci95=None, shared=None)  # fmt: skip
+        if s.id != reference and cell.trials and ref.trials:
+            row.difference = cell.rate - ref.rate
+            row.difference_ci95 = newcombe_interval(cell.succeeded, cell.trials, ref.succeeded, ref.trials)
+            row.shared = len(ref_hashes & {t.config_hash for t in members.get(s.id, [])})
         rows.append(row)
     return rows
 
 
 def _pooled(
-    scope: str,
+    scope: Scope,
     group: dict[str, str | None],
     members: Mapping[str, Sequence[Trial]],
     criterion: Criterion,
     at_step: int | None,
-) -> dict[str, Any]:
+) -> ComparisonRow:
     """Every distinct run (config hash) of the studies in this group once; `shared`: the runs more than
     one study holds."""
     runs: dict[str, Trial] = {}
@@ -243,5 +315,5 @@ def _pooled(
             holders[t.config_hash] += 1
     cell = success_cell(list(runs.values()), criterion, at_step)
     shared = sum(n > 1 for n in holders.values())
-    return {"scope": scope, "group": group, "study_id": None, **cell, "difference": None,
-            "difference_ci95": None, "shared": shared}  # fmt: skip
+    return ComparisonRow(scope=scope, group=group, study_id=None, **cell.model_dump(), difference=None,
+                         difference_ci95=None, shared=shared)  # fmt: skip

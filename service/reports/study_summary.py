@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.core.spec import StudySpec
-from service.reports.summary import best_configs, henrici_table, success_table, success_vs_budget
+from service.reports.summary import (
+    BestConfig,
+    best_configs,
+    henrici_table,
+    success_table,
+    success_vs_budget,
+)
 from service.store.ledger import Ledger
 from service.store.models import Study, Trial
 from trainers import TRAINER_VERSION, Criterion
@@ -28,7 +34,8 @@ def criteria(spec: StudySpec, trials: Sequence[Trial]) -> tuple[Criterion, list[
 
 
 def summarise(ledger: Ledger, study: Study, criterion: Criterion | None = None) -> dict[str, Any]:
-    """What the study found, under its own criterion (or `criterion`)."""
+    """What the study found, under its own criterion (or `criterion`), as plain data (the record goes
+    to MLflow as JSON, to the plots and to the terminal): each table as the REST API serves it."""
     trials = ledger.trials(study.id)
     main, extra = criteria(study.validated_spec(), trials)
     criterion = criterion or main
@@ -39,13 +46,17 @@ def summarise(ledger: Ledger, study: Study, criterion: Criterion | None = None) 
         "state": study.state,
         "trainer_version": TRAINER_VERSION,
         "counts": ledger.counts(study.id, criterion),
-        "success": table,
-        "success_other_criteria": [success_table(trials, c) for c in extra],
-        "success_vs_budget": success_vs_budget(trials, criterion),
-        "best": best_configs(trials, k=5, criterion=criterion),
+        "success": table.model_dump(mode="json"),
+        "success_other_criteria": [success_table(trials, c).model_dump(mode="json") for c in extra],
+        "success_vs_budget": success_vs_budget(trials, criterion).model_dump(mode="json"),
+        "best": _json(best_configs(trials, k=5, criterion=criterion)),
         "best_per_model": {
-            m: best_configs(trials, k=1, model=m, criterion=criterion) for m in table["by_model"]
+            m: _json(best_configs(trials, k=1, model=m, criterion=criterion)) for m in table.by_model
         },
         "henrici_index": henrici_table(trials, criterion),  # Orhan Table 2: d(W) of successful trials
         "mlflow": {"experiment_id": study.mlflow_experiment_id, "run_id": study.mlflow_run_id},
     }
+
+
+def _json(best: Sequence[BestConfig]) -> list[dict[str, Any]]:
+    return [b.model_dump(mode="json") for b in best]

@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from service.core.states import FINISHED
 from service.core.values import repr_value, value_sort_key
 from trainers.criterion import HALF_BASELINE, Criterion
@@ -34,6 +36,107 @@ class TrialLike(Protocol):
     reference_baselines: dict[str, float] | None
     history: list[dict[str, Any]] | None
     config_hash: str
+
+
+# ----- what the functions below answer (the REST API serves these types as they are) --------------
+
+
+class CriterionPublic(BaseModel):
+    """A success criterion: final validation loss below `fraction` × a baseline, or below `threshold`."""
+
+    name: str
+    fraction: float | None
+    threshold: float | None
+    baseline: str = Field(description="'task' (the task's random baseline) or a reference baseline's name")
+
+    @classmethod
+    def of(cls, criterion: Criterion) -> CriterionPublic:
+        return cls.model_validate(criterion.to_dict())
+
+
+class SuccessCell(BaseModel):
+    trials: int = Field(description="runs: the trials that are not in error")
+    finished: int
+    failed: int
+    errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
+    succeeded: int
+    rate: float = Field(description="succeeded / trials")
+    ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
+
+
+_CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "errors": 0, "succeeded": 2, "rate": 1.0,
+                 "ci95": [0.34, 1.0]}  # fmt: skip
+
+
+class SuccessTable(BaseModel):
+    """Successful runs (final validation loss < threshold), counted over every trial of the study."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "criterion": {
+                        "name": "0.5 × baseline",
+                        "fraction": 0.5,
+                        "threshold": None,
+                        "baseline": "task",
+                    },
+                    "at_step": None,
+                    "total": {
+                        "trials": 4,
+                        "finished": 4,
+                        "failed": 0,
+                        "errors": 0,
+                        "succeeded": 2,
+                        "rate": 0.5,
+                        "ci95": [0.15, 0.85],
+                    },
+                    "by_model": {"chain": _CELL_EXAMPLE},
+                    "by_value": {"chain": {"lr": {"0.0003": _CELL_EXAMPLE}}},
+                }
+            ]
+        }
+    )
+    criterion: CriterionPublic = Field(description="what counted as a success")
+    at_step: int | None = Field(description="the budget the counts are taken at; null: each run's end")
+    total: SuccessCell
+    by_model: dict[str, SuccessCell]
+    by_value: dict[str, dict[str, dict[str, SuccessCell]]] = Field(
+        description="model → hyperparameter → value → counts"
+    )
+
+
+class BudgetCell(BaseModel):
+    step: int
+    succeeded: int
+    trials: int
+    rate: float
+    ci95: tuple[float, float]
+
+
+class SuccessBudget(BaseModel):
+    """Successful runs per model against training steps: a run's loss at a budget of `step` steps is
+    its last evaluation at or before it."""
+
+    criterion: CriterionPublic
+    steps: list[int]
+    by_model: dict[str, list[BudgetCell]]
+
+
+class BestConfig(BaseModel):
+    """One point of the space, its seeds pooled, ranked by mean final validation loss."""
+
+    model: str
+    params: dict[str, Any]
+    mean_final_val_loss: float
+    sem: float = Field(description="standard error of the mean over the finished seeds")
+    seeds: list[int]
+    succeeded: int
+    trials: int
+    config_hashes: list[str]
+
+
+# ----- counting ------------------------------------------------------------------------------------
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -81,36 +184,35 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
 
 def success_cell(
     trials: Sequence[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
-) -> dict[str, Any]:
-    """One table cell: {"trials", "finished", "failed", "errors", "succeeded", "rate", "ci95"} of these
-    trials under `criterion` (at a budget of `at_step`), with the rate's 95 % Wilson interval. A trial
-    in `error` (its worker, node or process died: an infrastructure fault) is no run: it is counted
-    apart, never as a run that did not succeed."""
+) -> SuccessCell:
+    """One table cell: the trials, finished, failed, errors and successes among these trials under
+    `criterion` (at a budget of `at_step`), with the rate's 95 % Wilson interval. A trial in `error`
+    (its worker, node or process died: an infrastructure fault) is no run: it is counted apart, never
+    as a run that did not succeed."""
     runs = [t for t in trials if t.status != "error"]
     n = len(runs)
     k = sum(is_success(t, criterion, at_step) for t in runs)
-    lo, hi = wilson_interval(k, n)
-    return {
-        "trials": n,
-        "finished": sum(t.status in FINISHED for t in runs),
-        "failed": sum(t.status == "failed" for t in runs),
-        "errors": len(trials) - n,
-        "succeeded": k,
-        "rate": k / n if n else 0.0,
-        "ci95": [lo, hi],
-    }
+    return SuccessCell(
+        trials=n,
+        finished=sum(t.status in FINISHED for t in runs),
+        failed=sum(t.status == "failed" for t in runs),
+        errors=len(trials) - n,
+        succeeded=k,
+        rate=k / n if n else 0.0,
+        ci95=wilson_interval(k, n),
+    )
 
 
 def success_table(
     trials: Iterable[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
-) -> dict[str, Any]:
-    """{"criterion", "at_step", "total": cell, "by_model": {model: cell}, "by_value": {model: {field:
-    {value: cell}}}} — successes under `criterion`, at the end of each run or at a budget of `at_step`."""
+) -> SuccessTable:
+    """Successes under `criterion`, at the end of each run or at a budget of `at_step`: in total, by
+    model, and by model, field and value."""
     trials = list(trials)
     by_model: dict[str, list[TrialLike]] = defaultdict(list)
     for t in trials:
         by_model[t.model].append(t)
-    by_value: dict[str, dict[str, dict[str, Any]]] = {}
+    by_value: dict[str, dict[str, dict[str, SuccessCell]]] = {}
     for model, ts in by_model.items():
         fields: dict[str, dict[str, list[TrialLike]]] = defaultdict(lambda: defaultdict(list))
         for t in ts:
@@ -124,36 +226,37 @@ def success_table(
             }
             for key, values in fields.items()
         }
-    return {
-        "criterion": criterion.to_dict(),
-        "at_step": at_step,
-        "total": success_cell(trials, criterion, at_step),
-        "by_model": {m: success_cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())},
-        "by_value": by_value,
-    }
+    return SuccessTable(
+        criterion=CriterionPublic.of(criterion),
+        at_step=at_step,
+        total=success_cell(trials, criterion, at_step),
+        by_model={m: success_cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())},
+        by_value=by_value,
+    )
 
 
 def success_vs_budget(
     trials: Iterable[TrialLike], criterion: Criterion = HALF_BASELINE, steps: Sequence[int] | None = None
-) -> dict[str, Any]:
-    """Successes per model against training steps, with 95 % Wilson intervals: {"criterion",
-    "steps", "by_model": {model: [{"step", "succeeded", "trials", "rate", "ci95"}]}}. The steps are
-    every step at which some trial evaluated, unless given."""
+) -> SuccessBudget:
+    """Successes per model against training steps, with 95 % Wilson intervals. The steps are every
+    step at which some trial evaluated, unless given."""
     trials = list(trials)
     if steps is None:
         steps = sorted({int(e["step"]) for t in trials for e in t.history or []})
     by_model: dict[str, list[TrialLike]] = defaultdict(list)
     for t in trials:
         by_model[t.model].append(t)
-    rows: dict[str, list[dict[str, Any]]] = {}
+    rows: dict[str, list[BudgetCell]] = {}
     for model, ts in sorted(by_model.items()):
         rows[model] = []
         for step in steps:
             cell = success_cell(ts, criterion, step)
             rows[model].append(
-                {"step": step, **{k: cell[k] for k in ("succeeded", "trials", "rate", "ci95")}}
+                BudgetCell(
+                    step=step, succeeded=cell.succeeded, trials=cell.trials, rate=cell.rate, ci95=cell.ci95
+                )
             )
-    return {"criterion": criterion.to_dict(), "steps": list(steps), "by_model": rows}
+    return SuccessBudget(criterion=CriterionPublic.of(criterion), steps=list(steps), by_model=rows)
 
 
 def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -162,33 +265,30 @@ def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 def best_configs(
     trials: Iterable[TrialLike], k: int = 5, model: str | None = None, criterion: Criterion = HALF_BASELINE
-) -> list[dict[str, Any]]:
+) -> list[BestConfig]:
     """Points (seeds pooled) ranked by mean final validation loss over their finished seeds."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
     for t in trials:
         if model is None or t.model == model:
             groups[point_key(t)].append(t)
-    rows: list[dict[str, Any]] = []
+    rows: list[BestConfig] = []
     for (m, _), ts in groups.items():
         losses = [t.final_val_loss for t in ts if t.status == "done" and t.final_val_loss is not None]
         if not losses:
             continue
-        mean = statistics.fmean(losses)
-        sem = standard_error(losses)
-        params = {key: v for key, v in ts[0].params.items() if key != "seed"}
         rows.append(
-            {
-                "model": m,
-                "params": params,
-                "mean_final_val_loss": mean,
-                "sem": sem,
-                "seeds": sorted(int(t.params.get("seed", 0)) for t in ts if t.final_val_loss is not None),
-                "succeeded": sum(is_success(t, criterion) for t in ts),
-                "trials": len(ts),
-                "config_hashes": [t.config_hash for t in ts],
-            }
+            BestConfig(
+                model=m,
+                params={key: v for key, v in ts[0].params.items() if key != "seed"},
+                mean_final_val_loss=statistics.fmean(losses),
+                sem=standard_error(losses),
+                seeds=sorted(int(t.params.get("seed", 0)) for t in ts if t.final_val_loss is not None),
+                succeeded=sum(is_success(t, criterion) for t in ts),
+                trials=len(ts),
+                config_hashes=[t.config_hash for t in ts],
+            )
         )
-    rows.sort(key=lambda r: float(r["mean_final_val_loss"]))
+    rows.sort(key=lambda r: r.mean_final_val_loss)
     return rows[:k]
 
 

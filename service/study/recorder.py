@@ -71,9 +71,8 @@ class StudyRecorder:
         if not force and now - self._last_progress < PROGRESS_INTERVAL:
             return
         self._last_progress = now
-        self.tracker.study_progress(
-            self.parent, success_table(self.ledger.trials(self.study_id), self.criterion)
-        )
+        table = success_table(self.ledger.trials(self.study_id), self.criterion)
+        self.tracker.study_progress(self.parent, table.model_dump(mode="json"))
 
     def eta(self, undrawn: int = 0) -> float | None:
         """Seconds left at the measured pace of the running trials (each one's steps per second,

@@ -184,15 +184,15 @@ def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
     finish_all(client, study["id"])
     trials = ledger_of(client).trials(study["id"])
     best = client.get(f"/studies/{study['id']}/best", params={"k": 2}).json()
-    assert best == json.loads(json.dumps(best_configs(trials, k=2)))
+    assert best == [b.model_dump(mode="json") for b in best_configs(trials, k=2)]
     assert best[0]["model"] == "chain" and best[0]["seeds"] == [1, 2] and best[0]["succeeded"] == 1
     only_orth = client.get(f"/studies/{study['id']}/best", params={"model": "orth"}).json()
     assert [b["params"]["lr"] for b in only_orth] == [1e-3]  # lr 1e-2 failed on every seed
     table = client.get(f"/studies/{study['id']}/success").json()
     expected = success_table(trials)
     assert table["by_model"]["chain"]["succeeded"] == 2 and table["by_model"]["orth"]["failed"] == 2
-    for model, cell in expected["by_model"].items():
-        assert table["by_model"][model]["ci95"] == pytest.approx(list(cell["ci95"]))
+    for model, cell in expected.by_model.items():
+        assert table["by_model"][model]["ci95"] == pytest.approx(list(cell.ci95))
     assert table["by_value"]["orth"]["lr"]["0.01"]["failed"] == 2
     assert set(table["by_value"]["chain"]) == {"lr"}  # seeds are pooled, not a hyperparameter
 
@@ -213,11 +213,7 @@ def test_success_is_judged_by_the_study_and_recounted_under_any_criterion_or_bud
     }
     assert own["at_step"] is None and own["total"]["succeeded"] == 2
     loose = client.get(f"/studies/{sid}/success", params={"fraction": 0.7}).json()  # threshold 0.1167
-    assert (
-        loose["total"]["succeeded"]
-        == 6
-        == success_table(trials, Criterion(fraction=0.7))["total"]["succeeded"]
-    )
+    assert loose["total"]["succeeded"] == 6 == success_table(trials, Criterion(fraction=0.7)).total.succeeded
     assert loose["criterion"]["name"] == "0.7 × baseline"
     early = client.get(f"/studies/{sid}/success", params={"at_step": 10}).json()  # losses were doubled then
     assert early["at_step"] == 10 and early["total"]["succeeded"] == 0

@@ -76,34 +76,34 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
         }
     )
     first = plan_spec(engine, spec)
-    (shape,) = first["shapes"]
-    assert shape["fused"] and shape["bundle_size"] == 2 and not shape["cached"]  # 4 trials on 2 slots
-    c = shape["calibration"]
-    assert c is not None and len(c["step_seconds"]) >= 6 and all(s > 0 for s in c["step_seconds"])
-    assert c["node_type"] == first["node_type"] and first["calibration_seconds"] > 0
+    (shape,) = first.shapes
+    assert shape.fused and shape.bundle_size == 2 and not shape.cached  # 4 trials on 2 slots
+    c = shape.calibration
+    assert c is not None and len(c.step_seconds) >= 6 and all(s > 0 for s in c.step_seconds)
+    assert c.node_type == first.node_type and first.calibration_seconds > 0
     with engine.ledger.session() as s:
         assert s.query(Calibration).count() == 1
-    e = first["estimate"]
-    assert e["complete"] and e["units_estimated"] == 2
+    e = first.estimate
+    assert e is not None and e.complete and e.units_estimated == 2
     for key in ("training_seconds", "trial_hours", "wall_seconds"):
-        lo, hi = e[f"{key}_range"]
-        assert 0 < lo <= e[key] <= hi
+        lo, hi = getattr(e, f"{key}_range")
+        assert 0 < lo <= getattr(e, key) <= hi
     second = plan_spec(engine, spec)  # from the cache: nothing trains
-    assert second["cached"] and second["calibration_seconds"] == 0
-    assert second["estimate"]["wall_seconds"] == e["wall_seconds"]
+    assert second.cached and second.calibration_seconds == 0
+    assert second.estimate is not None and second.estimate.wall_seconds == e.wall_seconds
 
     study = engine.create_study(spec)
     record_plan(engine, study.id, calibrate=False)  # as POST /studies does: from the cache
     run_planned(engine, study.id)  # as the runner runs it: planned again (from the cache), run, costed
     kept = engine.ledger.get_study(study.id).plan
-    assert kept["planned"]["estimate"]["wall_seconds"] == pytest.approx(e["wall_seconds"])
+    assert kept["planned"]["estimate"]["wall_seconds"] == pytest.approx(e.wall_seconds)
     actual, accuracy = kept["actual"], kept["accuracy"]
     assert actual["runs"] == 1 and actual["trials_run"] == 4 and actual["units"] == 2
     assert actual["wall_seconds"] == pytest.approx(sum(actual["phases"].values()))
     for key in ("training_seconds", "wall_seconds"):
         assert accuracy[key]["actual"] == actual[key]
         estimate, (lo, hi) = accuracy[key]["estimate"], accuracy[key]["range"]
-        assert estimate == pytest.approx(e[key]) and accuracy[key]["ratio"] == pytest.approx(
+        assert estimate == pytest.approx(getattr(e, key)) and accuracy[key]["ratio"] == pytest.approx(
             actual[key] / estimate
         )
         assert accuracy[key]["within_range"] == (lo <= actual[key] <= hi)
@@ -129,4 +129,4 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
     assert kept["actual"]["runs"] == 2 and kept["actual"]["trials_run"] == 2
     assert kept["actual"]["units"] == kept["planned"]["units"] == 2  # two trials on two slots: one each
     assert kept["accuracy"]["wall_seconds"]["actual"] == kept["actual"]["wall_seconds"]
-    assert kept["earlier"][0]["estimate"]["wall_seconds"] == pytest.approx(e["wall_seconds"])
+    assert kept["earlier"][0]["estimate"]["wall_seconds"] == pytest.approx(e.wall_seconds)

@@ -100,18 +100,18 @@ def test_success_table_counts_by_model_and_value():
     trials = [T("chain", {"lr": 1e-3, "seed": 1}, 0.05), T("chain", {"lr": 1e-3, "seed": 2}, 0.2),
               T("chain", {"lr": 1e-4, "seed": 1}, None, "failed"), T("orth", {"lr": 1e-3, "seed": 1}, 0.5)]  # fmt: skip
     table = success_table(trials)
-    assert table["by_model"]["chain"]["succeeded"] == 1 and table["by_model"]["chain"]["trials"] == 3
-    assert table["by_model"]["chain"]["failed"] == 1 and table["total"]["succeeded"] == 1
-    assert table["by_value"]["chain"]["lr"]["0.001"]["succeeded"] == 1
-    assert table["by_value"]["chain"]["lr"]["0.0001"]["trials"] == 1
+    assert table.by_model["chain"].succeeded == 1 and table.by_model["chain"].trials == 3
+    assert table.by_model["chain"].failed == 1 and table.total.succeeded == 1
+    assert table.by_value["chain"]["lr"]["0.001"].succeeded == 1
+    assert table.by_value["chain"]["lr"]["0.0001"].trials == 1
 
 
 def test_best_configs_pool_seeds():
     trials = [T("chain", {"lr": 1e-3, "seed": 1}, 0.05), T("chain", {"lr": 1e-3, "seed": 2}, 0.15),
               T("chain", {"lr": 1e-4, "seed": 1}, 0.08)]  # fmt: skip
     best = best_configs(trials, k=2)
-    assert best[0]["params"] == {"lr": 1e-4} and best[1]["mean_final_val_loss"] == pytest.approx(0.1)
-    assert best[1]["sem"] == pytest.approx(0.05 / math.sqrt(2) * math.sqrt(2))
+    assert best[0].params == {"lr": 1e-4} and best[1].mean_final_val_loss == pytest.approx(0.1)
+    assert best[1].sem == pytest.approx(0.05 / math.sqrt(2) * math.sqrt(2))
 
 
 def test_henrici_profiles_and_loss_by_scale_use_the_right_trials():
@@ -133,7 +133,7 @@ def test_success_plot_accepts_all_and_none_successful():
     trials = [T("chain", {"seed": s}, 0.01) for s in range(4)] + [
         T("orth", {"seed": s}, 0.5) for s in range(4)
     ]
-    png = success_bars(success_table(trials), "all or nothing")
+    png = success_bars(success_table(trials).model_dump(mode="json"), "all or nothing")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -153,11 +153,13 @@ def test_a_failed_seeds_non_finite_evaluation_does_not_break_the_best_curve_or_i
         assert curve[0] == {"step": 10, "mean": 0.25, "sem": pytest.approx(0.05), "n": 2}
         assert curve[1]["n"] == 2 and math.isnan(curve[1]["sem"])
         trials = [ok, failed]
-        summary = {
+        summary = {  # plain data, as `reports.study_summary.summarise` makes it
             "name": "s",
-            "success": success_table(trials),
-            "success_vs_budget": success_vs_budget(trials),
-            "best_per_model": {"chain": best_configs(trials, model="chain")},
+            "success": success_table(trials).model_dump(mode="json"),
+            "success_vs_budget": success_vs_budget(trials).model_dump(mode="json"),
+            "best_per_model": {
+                "chain": [b.model_dump(mode="json") for b in best_configs(trials, model="chain")]
+            },
         }
         figures = study_figures(trials, summary, HALF_BASELINE)
         assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in figures.values()) and figures
@@ -265,21 +267,17 @@ def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
     trials = [fast, slow, stopped, broke]
     assert state_at(broke, 100) == ("done", 0.05) and state_at(broke, 150)[0] == "failed"
     assert state_at(slow, 50) == ("pending", None)
-    assert success_table(trials, at_step=100)["by_model"] == {
-        "chain": {**success_table([fast, slow, stopped], at_step=100)["by_model"]["chain"]},
-        "orth": success_table([broke], at_step=100)["by_model"]["orth"],
+    assert success_table(trials, at_step=100).by_model == {
+        "chain": success_table([fast, slow, stopped], at_step=100).by_model["chain"],
+        "orth": success_table([broke], at_step=100).by_model["orth"],
     }
-    assert success_table(trials, at_step=100)["total"]["succeeded"] == 3  # fast, stopped, broke (then)
-    assert success_table(trials)["total"]["succeeded"] == 3  # at the end: fast, slow, stopped
+    assert success_table(trials, at_step=100).total.succeeded == 3  # fast, stopped, broke (then)
+    assert success_table(trials).total.succeeded == 3  # at the end: fast, slow, stopped
     curve = success_vs_budget(trials)
-    assert curve["steps"] == [100, 200]
-    assert [r["succeeded"] for r in curve["by_model"]["chain"]] == [2, 3]
-    assert [r["succeeded"] for r in curve["by_model"]["orth"]] == [1, 0]
-    assert all(
-        0 <= r["ci95"][0] <= r["rate"] <= r["ci95"][1] <= 1
-        for rows in curve["by_model"].values()
-        for r in rows
-    )
+    assert curve.steps == [100, 200]
+    assert [r.succeeded for r in curve.by_model["chain"]] == [2, 3]
+    assert [r.succeeded for r in curve.by_model["orth"]] == [1, 0]
+    assert all(0 <= r.ci95[0] <= r.rate <= r.ci95[1] <= 1 for rows in curve.by_model.values() for r in rows)
 
 
 def test_a_study_computes_with_one_numerics_mode():

@@ -1,0 +1,102 @@
+"""What a plan answers (`service.planning.plan`): the trials per model, the units they pack into, the
+budget in steps, each unit shape's calibration and the estimate of time. `POST /studies?dry_run=true`
+and `memsweep plan` serve a `StudyPlan` as it is; a study keeps one in `studies.plan["planned"]`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class PlanModel(BaseModel):
+    """A model's part of a plan."""
+
+    trials: int
+    to_run: int = Field(description="trials not finished in the ledger already (those are reused)")
+    units: int = Field(description="Ray units (bundles or single trials) holding its trials")
+    budget_steps: list[int] | None = Field(description="[fewest, most] optimiser steps of its trials")
+
+
+class PlanBudget(BaseModel):
+    steps_per_trial: list[int] | None = Field(description="[fewest, most] optimiser steps of a trial")
+    trial_steps: int = Field(description="steps over every trial to run (a bundle's members each count)")
+    unit_steps: int = Field(
+        description="steps over every unit (a bundle's step counts once): what the slots run"
+    )
+    evaluations: int = Field(description="validation passes over every trial to run")
+
+
+class CalibrationPublic(BaseModel):
+    """A shape's calibration: real training steps of its largest unit, timed on the node type."""
+
+    bundle_size: int = Field(description="members of the calibrated unit")
+    fused: bool
+    node_type: str
+    node: str | None = None
+    device: str | None = None
+    step_seconds: list[float] = Field(
+        description="each timed training step of the whole unit (after a warm-up)"
+    )
+    eval_seconds: float | None = Field(description="one validation pass over `val_sequences` sequences")
+    val_sequences: int
+    val_scale: float = Field(description="the real validation set / val_sequences")
+    setup_seconds: float = Field(description="before the first step (data, models, the warm-up's excess)")
+    finish_seconds: float = Field(description="after the last evaluation (the trained matrices' analyses)")
+    seconds: float = Field(description="how long the calibration took")
+
+
+class PlanShape(BaseModel):
+    """A distinct unit shape: the trial config without the values a grid varies, fused or not."""
+
+    key: str = Field(description="the calibration cache's key (shape, fused, bundle size, trainer version)")
+    description: str
+    fused: bool
+    bundle_size: int = Field(description="members of its largest unit (the one calibrated)")
+    units: int
+    trials: int
+    cached: bool = Field(description="its calibration came from the ledger's cache")
+    calibration: CalibrationPublic | None
+    error: str | None = Field(description="why it has no calibration")
+
+
+class PlanEstimate(BaseModel):
+    """Compute and wall-clock time of the units to run, each with a [low, high] range."""
+
+    complete: bool = Field(
+        description="every unit's shape is calibrated (else the figures cover those that are)"
+    )
+    units_estimated: int
+    units_missing: int
+    training_seconds: float = Field(description="the units' training time, summed")
+    training_seconds_range: tuple[float, float]
+    trial_hours: float = Field(
+        description="slot-hours: units' times with their overhead (× resources per unit)"
+    )
+    trial_hours_range: tuple[float, float]
+    wall_seconds: float = Field(description="wall-clock at the study's concurrency")
+    wall_seconds_range: tuple[float, float]
+    how: str = Field(description="how the figures and their ranges are derived")
+
+
+class StudyPlan(BaseModel):
+    """What a study would run and what it would cost; nothing was stored or trained (but calibrations)."""
+
+    name: str
+    sampler: str
+    trainer_version: str
+    trials: int | None = Field(description="trials the study holds (a sampled one: max_trials)")
+    to_run: int
+    reused: int = Field(description="trials a study of this ledger finished already: reused, not run")
+    by_model: dict[str, PlanModel]
+    units: int = Field(description="Ray units: fused bundles and single trials")
+    bundles: int = Field(description="units that train several trials as one fused bundle")
+    bundle_sizes: dict[str, int] = Field(description="members per unit → how many units")
+    budget: PlanBudget
+    concurrency: int
+    slots: int = Field(description="units at once: the concurrency, or fewer when the cluster fits fewer")
+    resources: dict[str, float]
+    node_type: str | None = Field(description="what the trials run on (CPU model × count, + GPU)")
+    shapes: list[PlanShape]
+    cached: bool = Field(description="every calibration came from the cache (nothing was measured now)")
+    calibration_seconds: float = Field(description="time spent calibrating for this answer")
+    estimate: PlanEstimate | None
+    notes: list[str]
