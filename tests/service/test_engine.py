@@ -162,7 +162,7 @@ def test_a_study_under_another_criterion_recounts_without_training_anything(engi
         t.runs == 0 and t.reused_from is not None for t in trials
     )  # nothing trained
     assert summary["success"]["criterion"]["fraction"] == 0.6
-    expected = success_table(done, Criterion(fraction=0.6))
+    expected = success_table(done, Criterion(fraction=0.6)).model_dump(mode="json")
     assert summary["success"]["by_model"] == expected["by_model"]
     assert engine.summary(first.id)["success"]["criterion"]["name"] == "loss < 0.333333"  # each its own
 
