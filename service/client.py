@@ -37,7 +37,79 @@ class MemsweepAPIError(RuntimeError):
         super().__init__(f"{method} {path} → {status}: {text}")
 
 
-class MemsweepClient:
+class TrialPages:
+    """A study's trials over `trials_page`, every page in turn: the client's (over REST) and the
+    CLI's local answers (`service.cli.local`) page the same way."""
+
+    def trials_page(
+        self,
+        study_id: str,
+        offset: int = 0,
+        limit: int = 500,
+        status: str | list[str] | None = None,
+        success: bool | None = None,
+        sort: str = "id",
+        order: str = "asc",
+        history: bool = False,
+        model: str | list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def trials(
+        self,
+        study_id: str,
+        status: str | list[str] | None = None,
+        success: bool | None = None,
+        sort: str = "id",
+        order: str = "asc",
+        limit: int | None = None,
+        history: bool = False,
+        model: str | list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The study's trials (every page, or the first `limit`), filtered and sorted on the server:
+        by status, success, model, and the point's values (`params={"lr": 0.001}`)."""
+        return list(
+            self.iter_trials(
+                study_id, status, success, sort, order, limit, history, model=model, params=params
+            )
+        )
+
+    def iter_trials(
+        self,
+        study_id: str,
+        status: str | list[str] | None = None,
+        success: bool | None = None,
+        sort: str = "id",
+        order: str = "asc",
+        limit: int | None = None,
+        history: bool = False,
+        page: int = 500,
+        model: str | list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        offset, seen = 0, 0
+        while True:
+            size = page if limit is None else min(page, limit - seen)
+            if size <= 0:
+                return
+            body = self.trials_page(
+                study_id, offset, size, status, success, sort, order, history, model=model, params=params
+            )
+            yield from body["items"]
+            seen += len(body["items"])
+            offset += len(body["items"])
+            if not body["items"] or offset >= body["total"]:
+                return
+
+
+def param_filters(params: Mapping[str, Any]) -> list[str]:
+    """`{"lr": 0.001}` as the trials route's `param` filters: `["lr=0.001"]` (values as tables print them)."""
+    return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
+
+
+class MemsweepClient(TrialPages):
     def __init__(
         self, url: str, token: str | None = None, timeout: float = 30.0, http: httpx.Client | None = None
     ) -> None:
@@ -302,56 +374,9 @@ class MemsweepClient:
         if model is not None:
             query["model"] = [model] if isinstance(model, str) else list(model)
         if params:
-            query["param"] = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
+            query["param"] = param_filters(params)
         result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/trials", params=query)
         return result
-
-    def trials(
-        self,
-        study_id: str,
-        status: str | list[str] | None = None,
-        success: bool | None = None,
-        sort: str = "id",
-        order: str = "asc",
-        limit: int | None = None,
-        history: bool = False,
-        model: str | list[str] | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> list[dict[str, Any]]:
-        """The study's trials (every page, or the first `limit`), filtered and sorted on the server:
-        by status, success, model, and the point's values (`params={"lr": 0.001}`)."""
-        return list(
-            self.iter_trials(
-                study_id, status, success, sort, order, limit, history, model=model, params=params
-            )
-        )
-
-    def iter_trials(
-        self,
-        study_id: str,
-        status: str | list[str] | None = None,
-        success: bool | None = None,
-        sort: str = "id",
-        order: str = "asc",
-        limit: int | None = None,
-        history: bool = False,
-        page: int = 500,
-        model: str | list[str] | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        offset, seen = 0, 0
-        while True:
-            size = page if limit is None else min(page, limit - seen)
-            if size <= 0:
-                return
-            body = self.trials_page(
-                study_id, offset, size, status, success, sort, order, history, model=model, params=params
-            )
-            yield from body["items"]
-            seen += len(body["items"])
-            offset += len(body["items"])
-            if not body["items"] or offset >= body["total"]:
-                return
 
     # ----- the rest ----------------------------------------------------------------------------------
     def presets(self) -> list[dict[str, Any]]:

@@ -81,6 +81,7 @@ class StudyRunner:
         self._lock = threading.Lock()
         self._active: dict[str, Active] = {}
         self._prepare_lock = threading.Lock()
+        self._ray_lock = threading.Lock()
         self.prepared = threading.Event()
         self.prepare_error: str | None = None
         self.tracking_uri: str | None = engine.settings.mlflow_tracking_uri
@@ -138,13 +139,19 @@ class StudyRunner:
             if self.prepared.is_set():
                 return
             try:
-                self._start_ray()
+                self.start_ray()
                 self.tracking_uri = self.engine.tracking_uri()
             except Exception as exc:
                 self.prepare_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.prepare_error = None
             self.prepared.set()
+
+    def start_ray(self) -> None:
+        """Start (or join) Ray in the runner's own thread, once (a plan's calibrations need Ray, not
+        MLflow); an error says why it could not."""
+        with self._ray_lock:
+            self._start_ray()
 
     def _start_ray(self) -> None:
         if self._ray_thread is None:

@@ -108,7 +108,7 @@ class StudyService:
         Ray (brought up first) unless the server runs no studies; nothing is stored but calibrations."""
         calibrate = self.runner.workers > 0
         if calibrate:
-            self.runner.prepare()  # Ray lives in the runner's thread: never started from a request's
+            self.runner.start_ray()  # Ray lives in the runner's thread: never started from a request's
         try:
             planned = plan_spec(self.engine, spec, calibrate=calibrate, recalibrate=recalibrate)
         except StudyError:
@@ -194,6 +194,7 @@ class StudyService:
                 f"study {study_id} is {self._state_word(study)}: its runs are being written; sync it once it stops"
             )
         summary = self.engine.sync_tracking(study_id)
+        self.runner.tracking_uri = self.runner.tracking_uri or self.engine.tracking_uri()  # its links
         if summary["mlflow_errors"]:
             raise UnavailableError(
                 f"MLflow did not take the study's runs ({summary['mlflow_errors'][0][:300]}); "

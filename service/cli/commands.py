@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.cli.console import (
     add_spec_flags,
+    answer,
     api_url,
     build_spec,
     client_for,
@@ -43,12 +44,10 @@ from service.cli.console import (
     print_status,
     print_success,
     print_trials,
-    remote,
 )
 
 if TYPE_CHECKING:
-    from service.reports.compare import Comparison
-    from service.tracking.links import MlflowLinks
+    pass
 
 TRAINER_COMMANDS = ("train", "describe", "list")
 
@@ -185,54 +184,24 @@ def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
             time.sleep(0.5)
 
 
-def _summary(study_id: str) -> dict[str, Any]:
+def studies_for(args: argparse.Namespace) -> Any:
+    """Where a command's answers come from: the server (`--url`, MEMSWEEP_API_URL) through the Python
+    client, or this machine's ledger through the same calls (`service.cli.local`)."""
+    url = api_url(args)
+    if url:
+        return client_for(url)
+    from service.cli.local import LocalStudies
     from service.core.settings import get_settings
-    from service.study.engine import Engine
 
-    engine = Engine(get_settings())
-    try:
-        return engine.summary(study_id)
-    except KeyError:
-        raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates") from None
-
-
-def _local_success(
-    study_id: str, fraction: float | None, threshold: float | None, baseline: str | None, at_step: int | None
-) -> dict[str, Any]:
-    """The success table from the local ledger, under the study's criterion or the one given, as the
-    REST API serves it."""
-    from service.core.settings import get_settings
-    from service.reports.summary import success_table
-    from service.study.engine import Engine
-
-    engine = Engine(get_settings())
-    study = engine.ledger.get_study(study_id)
-    if study is None:
-        raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
-    criterion = study.validated_spec().criterion_for(fraction, threshold, baseline)
-    table = success_table(engine.ledger.trials(study_id), criterion, at_step)
-    return {"name": study.name, "success": table.model_dump(mode="json")}
+    return LocalStudies(get_settings())
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if not args.target:
         raise SystemExit("error: give a preset name or a spec file (see `memsweep presets`)")
     spec = build_spec(args)
-    url = api_url(args)
-    if url:
-        with client_for(url) as client:
-            planned = remote(lambda: client.plan(spec, recalibrate=args.recalibrate))
-    else:
-        from service.core.settings import get_settings
-        from service.planning.plan import plan_spec
-        from service.study.engine import Engine
-
-        try:
-            planned = plan_spec(Engine(get_settings()), spec, recalibrate=args.recalibrate).model_dump(
-                mode="json"
-            )
-        finally:
-            shutdown_ray()
+    with studies_for(args) as studies:
+        planned = answer(lambda: studies.plan(spec, recalibrate=args.recalibrate))
     if args.json:
         print(json.dumps(planned))
     else:
@@ -247,24 +216,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "baseline": args.baseline,
         "at_step": args.at_step,
     }
-    by = args.by.split(",")
-    url = api_url(args)
-    if url:
-        with client_for(url) as client:
-            found = remote(lambda: client.comparison(args.studies, by, **query, log=args.mlflow))
-    else:
-        from service.core.settings import get_settings
-        from service.reports.compare import compare_studies
-        from service.study.engine import Engine
-
-        engine = Engine(get_settings())
-        try:
-            comparison = compare_studies(engine.ledger, args.studies, by, **query)
-        except LookupError as exc:
-            raise SystemExit(f"error: {exc}") from None
-        if args.mlflow:
-            comparison.mlflow = _log_comparison(engine, comparison)
-        found = comparison.model_dump(mode="json")
+    with studies_for(args) as studies:
+        found = answer(lambda: studies.comparison(args.studies, args.by.split(","), **query, log=args.mlflow))
+    if (found.get("mlflow") or {}).get("run_url"):
+        print(f"MLflow: {found['mlflow']['run_url']}", file=sys.stderr)
     if args.csv:
         from service.reports.tables import comparison_csv
 
@@ -276,23 +231,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_comparison(engine: Any, comparison: Comparison) -> MlflowLinks:
-    from service.reports.compare import log_comparison
-    from service.tracking.links import MlflowLinks
-
-    uri = engine.tracking_uri()
-    exp_id, run_id = log_comparison(comparison, uri, engine.settings.mlflow_experiment)
-    print(f"MLflow: {uri}/#/experiments/{exp_id}/runs/{run_id}", file=sys.stderr)
-    return MlflowLinks(experiment_id=exp_id, run_id=run_id)
-
-
 def cmd_trials(args: argparse.Namespace) -> int:
-    url = api_url(args)
-    if url:
-        with client_for(url) as client:
-            page = remote(lambda: _every_trial(client, args.study, args.status, args.history))
-    else:
-        page = _local_trials(args.study, args.status, args.history)
+    with studies_for(args) as studies:
+        first = answer(lambda: studies.trials_page(args.study, 0, 1, args.status))
+        items = answer(lambda: studies.trials(args.study, args.status, history=args.history))
+    page = {**first, "offset": 0, "limit": len(items), "items": items}
     if args.csv:
         from service.reports.tables import trials_csv
 
@@ -304,79 +247,27 @@ def cmd_trials(args: argparse.Namespace) -> int:
     return 0
 
 
-def _every_trial(client: Any, study_id: str, status: list[str] | None, history: bool) -> dict[str, Any]:
-    """Every trial of the study from a server, as one page."""
-    pages = [client.trials_page(study_id, 0, 1000, status, history=history)]
-    while pages[-1]["items"] and sum(len(p["items"]) for p in pages) < pages[0]["total"]:
-        offset = sum(len(p["items"]) for p in pages)
-        pages.append(client.trials_page(study_id, offset, 1000, status, history=history))
-    items = [t for p in pages for t in p["items"]]
-    return {**pages[0], "items": items, "limit": len(items)}
-
-
-def _local_trials(study_id: str, status: list[str] | None, history: bool) -> dict[str, Any]:
-    """Every trial of the study from the local ledger, as `GET /studies/{id}/trials` pages them."""
-    from service.api.study_service import trial_public
-    from service.core.settings import get_settings
-    from service.study.engine import Engine
-
-    engine = Engine(get_settings())
-    study = engine.ledger.get_study(study_id)
-    if study is None:
-        raise SystemExit(f"error: no study {study_id!r}; `memsweep run` prints the ids it creates")
-    criterion = study.validated_spec().criterion()
-    rows = engine.ledger.trials(study_id, status)
-    items = [trial_public(t, criterion, history).model_dump(mode="json") for t in rows]
-    return {
-        "total": len(items),
-        "offset": 0,
-        "limit": len(items),
-        "criterion": criterion.to_dict(),
-        "items": items,
-    }
-
-
 def cmd_best(args: argparse.Namespace) -> int:
-    from service.reports.summary import best_configs
-
-    url = api_url(args)
-    if url:
-        with client_for(url) as client:
-            best = remote(lambda: client.best(args.study, k=args.k))
-        if args.json:
-            print(json.dumps(best))
-        else:
-            print_best(best)
-        return 0
-    summary = _summary(args.study)
-    if args.k != 5:
-        from service.core.settings import get_settings
-        from service.study.engine import Engine
-
-        best = best_configs(Engine(get_settings()).ledger.trials(args.study), k=args.k)
-        summary["best"] = [b.model_dump(mode="json") for b in best]
+    with studies_for(args) as studies:
+        best = answer(lambda: studies.best(args.study, k=args.k))
     if args.json:
-        print(json.dumps(summary["best"]))
+        print(json.dumps(best))
     else:
-        print_best(summary["best"])
+        print_best(best)
     return 0
 
 
 def cmd_success(args: argparse.Namespace) -> int:
-    url = api_url(args)
     query = {
         "fraction": args.fraction,
         "threshold": args.threshold,
         "baseline": args.baseline,
         "at_step": args.at_step,
     }
-    if url:
-        with client_for(url) as client:
-            study = remote(lambda: client.get(args.study))
-            table = remote(lambda: client.success(args.study, **query))
-        summary = {"name": study["name"], "success": table}
-    else:
-        summary = _local_success(args.study, **query)
+    with studies_for(args) as studies:
+        study = answer(lambda: studies.get(args.study))
+        table = answer(lambda: studies.success(args.study, **query))
+    summary = {"name": study["name"], "success": table}
     if args.csv:
         from service.reports.tables import success_csv
 
@@ -426,10 +317,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise SystemExit("error: give a preset name or a spec file (see `memsweep presets`)")
     spec = build_spec(args)
     with client_for(url) as client:
-        study = remote(lambda: client.submit(spec, idempotency_key=args.idempotency_key))
+        study = answer(lambda: client.submit(spec, idempotency_key=args.idempotency_key))
         print(f"study {study['id']}: {study['counts']['total']} trials, {study['state']}", file=sys.stderr)
         if args.wait:
-            study = remote(lambda: client.wait(study["id"], progress=not args.json))
+            study = answer(lambda: client.wait(study["id"], progress=not args.json))
     if args.json:
         print(json.dumps(study))
     elif args.wait:
@@ -446,32 +337,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    url = api_url(args)
-    if url:
-        with client_for(url) as client:
-            study = remote(lambda: client.sync(args.study))
-        print(f"study {study['id']}: MLflow runs rebuilt from the ledger ({study['mlflow'].get('run_url')})")
-        return 0
-    from service.core.settings import get_settings
-    from service.study.engine import Engine
-
-    engine = Engine(get_settings())
-    try:
-        summary = engine.sync_tracking(args.study)
-    except KeyError:
-        raise SystemExit(f"error: no study {args.study!r}") from None
-    if summary["mlflow_errors"]:
-        raise SystemExit(
-            f"error: MLflow did not take the runs: {summary['mlflow_errors'][0]}; try again once it answers"
-        )
-    print(f"study {args.study}: MLflow runs rebuilt from the ledger ({summary['counts']['total']} trials)")
+    with studies_for(args) as studies:
+        study = answer(lambda: studies.sync(args.study))
+    print(f"study {study['id']}: MLflow runs rebuilt from the ledger ({study['mlflow'].get('run_url')})")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     url = need_url(args)
     with client_for(url) as client:
-        study = remote(lambda: client.get(args.study))
+        study = answer(lambda: client.get(args.study))
     if args.json:
         print(json.dumps(study))
     else:

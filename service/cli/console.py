@@ -164,15 +164,18 @@ def client_for(url: str) -> Any:
     return MemsweepClient(url, token=token.get_secret_value() if token else None)
 
 
-def remote(call: Callable[[], T]) -> T:
-    """The answer of a server call; its refusal or an unreachable server as a one-line error."""
+def answer(call: Callable[[], T]) -> T:
+    """The answer of a call to a server or to the local ledger (`service.cli.local`); a refusal, an
+    unknown study or an unreachable server as a one-line error."""
     import httpx
 
+    from service.api.study_service import ConflictError, NotFoundError, UnavailableError
     from service.client import MemsweepAPIError
+    from service.core.spec import StudyError
 
     try:
         return call()
-    except MemsweepAPIError as exc:
+    except (MemsweepAPIError, NotFoundError, ConflictError, UnavailableError, StudyError) as exc:
         raise SystemExit(f"error: {exc}") from None
     except httpx.TransportError as exc:
         raise SystemExit(f"error: the server does not answer ({exc}); is `memsweep serve` running?") from None

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from service.cli.console import build_spec, client_for, print_best, print_success, remote
+from service.cli.console import answer, build_spec, client_for, print_best, print_success
 from service.cli.servers import LocalServer, answers, free_port, port_free
 
 DEMO_SPEC: dict[str, Any] = {
@@ -51,15 +51,15 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         spec = build_spec(args, stored=DEMO_SPEC)
         with client_for(url) as client:
-            study = remote(lambda: client.submit(spec))
+            study = answer(lambda: client.submit(spec))
             print(
                 f"submitted study {study['id']} ({study['name']}): {study['counts']['total']} trials — "
                 f"chain vs orthogonal on copy T={spec.base.get('seq_len')}",
                 file=sys.stderr,
             )
-            study = remote(lambda: client.wait(study["id"], poll=1.0, progress=True))
-            success = remote(lambda: client.success(study["id"]))
-            best = remote(lambda: client.best(study["id"], k=3))
+            study = answer(lambda: client.wait(study["id"], poll=1.0, progress=True))
+            success = answer(lambda: client.success(study["id"]))
+            best = answer(lambda: client.best(study["id"], k=3))
         print_success({"name": study["name"], "success": success})
         print_best(best)
         print(
