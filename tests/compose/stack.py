@@ -20,10 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import ViewType
-from mlflow.tracking import MlflowClient
-
 from service.cli.servers import free_port
+from tests.runs import child_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -136,14 +134,8 @@ class Stack:
         return out
 
     def child_runs(self, experiment_id: str, parent: str, every: bool = False) -> list[Any]:
-        """The parent's child runs in MLflow; `every`: deleted ones too."""
-        view = ViewType.ALL if every else ViewType.ACTIVE_ONLY
-        return MlflowClient(self.mlflow_uri).search_runs(
-            [experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{parent}'",
-            run_view_type=view,
-            max_results=1000,
-        )
+        """The parent's child runs in this stack's MLflow; `every`: deleted ones too."""
+        return child_runs(self.mlflow_uri, experiment_id, parent, every)
 
     def logs(self, *services: str) -> str:
         return self.compose("logs", "--no-color", "--tail", "80", *services, check=False)

@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
-from mlflow.tracking import MlflowClient
 
 from service.cli.servers import LocalServer, free_port
 from service.client import MemsweepAPIError, MemsweepClient
 from service.store.ledger import Ledger
+from tests.runs import child_runs
 from tests.service.conftest import TINY
 from trainers import HALF_BASELINE
 
@@ -88,12 +88,6 @@ def slower_grid(name: str, lrs: list[float], seeds: list[int], concurrency: int)
         "concurrency": concurrency,
         "fused": False,
     }
-
-
-def child_runs(uri: str, exp_id: str, parent: str) -> list[Any]:
-    return MlflowClient(uri).search_runs(
-        [exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=1000
-    )
 
 
 def memsweep_cli(*args: str, url: str) -> Any:

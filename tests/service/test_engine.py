@@ -17,17 +17,11 @@ from mlflow.tracking import MlflowClient
 
 from service.cli.servers import free_port
 from service.core.spec import StudySpec
+from tests.runs import child_runs
 from tests.service.conftest import TINY
 from trainers.numerics import default_mode
 
 pytestmark = pytest.mark.slow
-
-
-def child_runs(uri: str, exp_id: str, parent: str) -> list:
-    client = MlflowClient(uri)
-    return client.search_runs(
-        [exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=1000
-    )
 
 
 def grid_spec(**kw) -> StudySpec:
