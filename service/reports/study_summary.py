@@ -33,10 +33,13 @@ def criteria(spec: StudySpec, trials: Sequence[Trial]) -> tuple[Criterion, list[
     return main, [c for i, c in enumerate(extra) if c != main and c not in extra[:i]]
 
 
-def summarise(ledger: Ledger, study: Study, criterion: Criterion | None = None) -> dict[str, Any]:
+def summarise(
+    ledger: Ledger, study: Study, criterion: Criterion | None = None, trials: Sequence[Trial] | None = None
+) -> dict[str, Any]:
     """What the study found, under its own criterion (or `criterion`), as plain data (the record goes
-    to MLflow as JSON, to the plots and to the terminal): each table as the REST API serves it."""
-    trials = ledger.trials(study.id)
+    to MLflow as JSON, to the plots and to the terminal): each table as the REST API serves it.
+    `trials`: its rows, when the caller has read them already."""
+    trials = ledger.trials(study.id) if trials is None else trials
     main, extra = criteria(study.validated_spec(), trials)
     criterion = criterion or main
     table = success_table(trials, criterion)

@@ -48,11 +48,12 @@ def finish_in_mlflow(
         log.warning("study %s: MLflow child runs not reconciled: %s", study_id, exc)
         unreconciled.append(f"{type(exc).__name__}: {exc}")
     marks.append(time.perf_counter())
-    summary = summarise(ledger, _study(ledger, study_id))
+    trials = ledger.trials(study_id)  # once: the summary and the figures read the same rows
+    summary = summarise(ledger, _study(ledger, study_id), trials=trials)
     try:
         from service.reports.plots import study_figures
 
-        figures = study_figures(ledger.trials(study_id), summary, criterion)
+        figures = study_figures(trials, summary, criterion)
     except Exception as exc:  # a plot never fails a finished study
         log.warning("study %s: plots failed: %s", study_id, exc)
         figures = {}
