@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
@@ -41,20 +41,9 @@ class TrialPages:
     """A study's trials over `trials_page`, every page in turn: the client's (over REST) and the
     CLI's local answers (`service.cli.local`) page the same way."""
 
-    def trials_page(
-        self,
-        study_id: str,
-        offset: int = 0,
-        limit: int = 500,
-        status: str | list[str] | None = None,
-        success: bool | None = None,
-        sort: str = "id",
-        order: str = "asc",
-        history: bool = False,
-        model: str | list[str] | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        raise NotImplementedError
+    #: one page of a study's trials: (study_id, offset, limit, status, success, sort, order, history,
+    #: model=, params=) → {"total", "offset", "limit", "criterion", "items"}
+    trials_page: Callable[..., dict[str, Any]]
 
     def trials(
         self,

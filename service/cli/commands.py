@@ -210,12 +210,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    query = {
-        "fraction": args.fraction,
-        "threshold": args.threshold,
-        "baseline": args.baseline,
-        "at_step": args.at_step,
-    }
+    query = criterion_query(args)
     with studies_for(args) as studies:
         found = answer(lambda: studies.comparison(args.studies, args.by.split(","), **query, log=args.mlflow))
     if (found.get("mlflow") or {}).get("run_url"):
@@ -258,12 +253,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_success(args: argparse.Namespace) -> int:
-    query = {
-        "fraction": args.fraction,
-        "threshold": args.threshold,
-        "baseline": args.baseline,
-        "at_step": args.at_step,
-    }
+    query = criterion_query(args)
     with studies_for(args) as studies:
         study = answer(lambda: studies.get(args.study))
         table = answer(lambda: studies.success(args.study, **query))
@@ -352,6 +342,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print_status(study)
     return 0
+
+
+def criterion_query(args: argparse.Namespace) -> dict[str, Any]:
+    """The criterion flags' values, as the success and compare calls take them."""
+    return {k: getattr(args, k) for k in ("fraction", "threshold", "baseline", "at_step")}
 
 
 def add_criterion_flags(p: argparse.ArgumentParser) -> None:
