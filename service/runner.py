@@ -42,12 +42,13 @@ def run_planned(
     planned: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """One run of a study: its plan of what is left (calibrating the shapes the cache lacks), kept in
-    `studies.plan`; the run (`Engine.run_study`); what it took, beside that plan (`record_actual`).
+    `studies.plan`; the run (`Engine.run_study`) of the units the plan packed; what it took, beside
+    that plan (`record_actual`).
     `planned` is called between the plan and the run. Returns the run's summary."""
-    plan_run(engine, study_id)
+    units = plan_run(engine, study_id)
     if planned is not None:
         planned()
-    summary = engine.run_study(study_id, cancel=cancel)
+    summary = engine.run_study(study_id, cancel=cancel, units=units)
     record_actual(engine.ledger, study_id, summary["seconds"], summary.pop("units"))
     return summary
 

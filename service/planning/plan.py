@@ -132,8 +132,10 @@ def plan_spec(
 
 def plan_study(
     engine: Ground, study_id: str, *, calibrate: bool, calibrator: Calibrate | None = None
-) -> StudyPlan:
-    """The plan of a stored study: what is left of it to run."""
+) -> tuple[StudyPlan, list[Unit] | None]:
+    """The plan of a stored study: what is left of it to run; and a grid's units as the run would
+    pack them now (None when they could not be packed as the run packs them: a sampled study, whose
+    units are drawn as it runs, or a cluster whose nodes' memory could not be measured yet)."""
     study = engine.ledger.get_study(study_id)
     if study is None:
         raise KeyError(f"no study {study_id!r}")
@@ -142,13 +144,16 @@ def plan_study(
     rows = engine.ledger.trials(study_id)
     trials = [_spec_of(r) for r in rows]
     todo = [t for t, r in zip(trials, rows, strict=True) if r.status not in FINISHED and t is not None]
+    packed: list[Unit] | None = None
     if spec.sampler == "grid":
-        units = pack_study(spec, [t for t in todo if t is not None], unit_memory_here(engine, spec))
+        measured = unit_memory_here(engine, spec)
+        units = pack_study(spec, [t for t in todo if t is not None], measured)
+        packed = units if measured is not None or not spec.fuses else None
     else:
         left = (spec.max_trials or 0) - sum(r.status in FINISHED for r in rows)
         units = _sampled_units(spec, space, max(left, 0))
     kept = [t for t in trials if t is not None]
-    return _plan(
+    planned = _plan(
         engine,
         spec,
         study.name,
@@ -159,6 +164,7 @@ def plan_study(
         False,
         calibrator,
     )
+    return planned, packed
 
 
 def unit_memory_here(engine: Ground, spec: StudySpec) -> tuple[str, int] | None:
@@ -468,11 +474,14 @@ def _estimate(
 # ----- what a study keeps --------------------------------------------------------------------------
 
 
-def record_plan(engine: Ground, study_id: str, *, calibrate: bool) -> StudyPlan | None:
+def record_plan(
+    engine: Ground, study_id: str, *, calibrate: bool
+) -> tuple[StudyPlan, list[Unit] | None] | None:
     """Keep the study's plan (what is left of it to run, its estimate) in `studies.plan["planned"]`;
-    never raises (a plan is information, not a condition of running)."""
+    the plan and its units (`plan_study`), or None without one: never raises (a plan is information,
+    not a condition of running)."""
     try:
-        planned = plan_study(engine, study_id, calibrate=calibrate)
+        planned, units = plan_study(engine, study_id, calibrate=calibrate)
         study = engine.ledger.get_study(study_id)
         kept = dict(study.plan or {}) if study is not None else {}
         if kept.get("actual"):  # an earlier run's estimate and cost, kept beside the next run's
@@ -489,16 +498,18 @@ def record_plan(engine: Ground, study_id: str, *, calibrate: bool) -> StudyPlan 
             last_id=max((t.id for t in rows), default=0),
         )
         engine.ledger.update_study(study_id, plan=kept)
-        return planned
+        return planned, units
     except Exception as exc:
         log.warning("study %s: no plan (%s: %s)", study_id, type(exc).__name__, exc)
         return None
 
 
-def plan_run(engine: Ground, study_id: str) -> None:
+def plan_run(engine: Ground, study_id: str) -> list[Unit] | None:
     """Before each run of a study (the first, a resume, an extension): its plan of what is left to run,
-    calibrating the shapes the cache lacks, kept so that `record_actual` compares the run with it."""
-    record_plan(engine, study_id, calibrate=True)
+    calibrating the shapes the cache lacks, kept so that `record_actual` compares the run with it. The
+    units it packed, for the run to train (packed once), or None (the run packs: `plan_study`)."""
+    kept = record_plan(engine, study_id, calibrate=True)
+    return kept[1] if kept is not None else None
 
 
 def record_actual(

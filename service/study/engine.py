@@ -150,11 +150,15 @@ class Engine:
             self._tracking_uri = ensure_mlflow_server(s.mlflow_tracking_uri, s.home, s.mlflow_port)
         return self._tracking_uri
 
-    def run_study(self, study_id: str, cancel: threading.Event | None = None) -> dict[str, Any]:
+    def run_study(
+        self, study_id: str, cancel: threading.Event | None = None, units: Sequence[Unit] | None = None
+    ) -> dict[str, Any]:
         """Run every trial of the study that is not finished; returns the study summary, with the
         run's `seconds` by phase and the `units` it packed (their members' config hashes).
 
-        `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable."""
+        `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable.
+        `units`: the unfinished trials as a plan packed them just before (`service.runner`); used when
+        they are exactly the trials this run takes up, else the run packs them."""
         study = self._study(study_id)
         spec = study.validated_spec()
         space = self.space(spec)
@@ -169,7 +173,7 @@ class Engine:
             recorder = StudyRecorder(self.ledger, tracker, study.id, exp_id, parent, spec.criterion())
             self.progress[study.id] = recorder
             recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
-            units = self._run_units(study, spec, space, recorder, cancel)
+            ran = self._run_units(study, spec, space, recorder, cancel, units)
             state = "cancelled" if cancel.is_set() else "done"
         except Exception as exc:
             log.exception("study %s failed", study.id)
@@ -187,7 +191,7 @@ class Engine:
         self.ledger.update_study(study.id, state=state, error=tracking_error(study.id, errors))
         summary["state"] = state
         summary["seconds"] = phases
-        summary["units"] = units
+        summary["units"] = ran
         return summary
 
     def _run_units(
@@ -197,6 +201,7 @@ class Engine:
         space: SearchSpace,
         record: StudyRecorder,
         cancel: threading.Event,
+        planned: Sequence[Unit] | None,
     ) -> list[list[str]]:
         """The study's trials through Ray Tune: a sampler's points as they are drawn (up to
         `max_trials`), then the unfinished trials packed into units, round after round while an
@@ -218,7 +223,7 @@ class Engine:
             "asha": spec.scheduler == "asha",
         }
         name = f"study-{study.id}"
-        measured = self.node_memory(how["resources"]) if spec.fuses else None
+        measured = None
         if sampled:
             finished = self.ledger.trials(study.id, FINISHED)
             remaining = (spec.max_trials or 0) - len(finished)
@@ -242,7 +247,15 @@ class Engine:
                 raise StudyError(str(exc)) from None
             if not todo or cancel.is_set():
                 return ran
-            units = pack_study(spec, todo, measured)
+            if planned is not None and sorted(m.config_hash for u in planned for m in u.members) == sorted(
+                t.config_hash for t in todo
+            ):
+                units = list(planned)  # packed by the plan just before, as this run packs them
+            else:
+                if measured is None and spec.fuses:
+                    measured = self.node_memory(how["resources"])
+                units = pack_study(spec, todo, measured)
+            planned = None
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.expect(todo)
             callback.requeued = 0

@@ -252,3 +252,34 @@ def test_an_unplaceable_study_fails_naming_why_and_runs_nothing(make_engine: Any
     row = engine.ledger.get_study(study.id)
     assert row.state == "failed" and "GPU" in row.error and ex.rounds == []
     assert {t.status for t in engine.ledger.trials(study.id)} == {"pending"}
+
+
+def test_a_run_trains_the_units_its_plan_packed_and_packs_only_what_changed(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner plans, then runs (`service.runner.run_planned`): the run trains the units the plan
+    packed just before, packed once; units for other trials than the run takes up are not used."""
+    from service.planning import plan as planning
+    from service.study import engine as lifecycle
+
+    packed: list[int] = []
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        packed.append(1)
+        return pack_study(*args, **kw)
+
+    pack_study = lifecycle.pack_study
+    monkeypatch.setattr(lifecycle, "pack_study", counted)
+    monkeypatch.setattr(planning, "pack_study", counted)
+    engine, ex, _ = make_engine()
+    study = engine.create_study(grid())
+    _, units = planning.plan_study(engine, study.id, calibrate=False)
+    assert units is not None and len(packed) == 1
+    engine.run_study(study.id, units=units)
+    assert len(packed) == 1  # the plan's packing was the run's
+    assert ex.rounds[0] == [[m.config_hash for m in u.members] for u in units]
+    # a stale packing (here: another study's trials) is not trusted: the run packs its own
+    other = engine.create_study(grid(seeds=[3]))
+    engine.run_study(other.id, units=units)
+    assert len(packed) == 2
+    assert {h for u in ex.rounds[-1] for h in u} == {t.config_hash for t in engine.ledger.trials(other.id)}
