@@ -268,7 +268,7 @@ def log_comparison(comparison: Comparison, tracking_uri: str, experiment: str) -
     data = comparison.model_dump(mode="json", exclude={"mlflow"})  # the run's own links are not in it
     tracker = Tracker(tracking_uri, experiment)
     try:
-        return tracker.log_comparison(data, comparison_csv(data), comparison_rates(comparison))
+        return tracker.log_comparison(data, comparison_csv(data), comparison_rates(data))
     finally:
         tracker.close()
 

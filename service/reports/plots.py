@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import matplotlib
 
@@ -13,9 +13,6 @@ from trainers.criterion import Criterion
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-
-if TYPE_CHECKING:
-    from service.reports.compare import Comparison
 
 
 def _png(fig: Any) -> bytes:
@@ -169,30 +166,33 @@ def study_figures(trials: Sequence[Any], summary: dict[str, Any], criterion: Cri
     return figures
 
 
-def comparison_rates(comparison: Comparison) -> bytes:
+def comparison_rates(comparison: dict[str, Any]) -> bytes:
     """Success rates of compared studies side by side, one marker per study in each group, with their
     95 % Wilson intervals (`service.reports.compare.compare_studies`)."""
-    rows = [r for r in comparison.rows if r.scope == "group"]
-    names = {s.study_id: f"{s.name} [{s.study_id}] ({s.criterion.name})" for s in comparison.studies}
-    groups = list(dict.fromkeys(_group_label(r.group) for r in rows))
+    rows = [r for r in comparison["rows"] if r["scope"] == "group"]
+    names = {
+        s["study_id"]: f"{s['name']} [{s['study_id']}] ({s['criterion']['name']})"
+        for s in comparison["studies"]
+    }
+    groups = list(dict.fromkeys(_group_label(r["group"]) for r in rows))
     width = 0.8 / max(len(names), 1)
     fig, ax = plt.subplots(figsize=(min(2.0 + 0.9 * len(groups) * max(len(names), 1) ** 0.5, 16.0), 3.6))
     for i, (study_id, label) in enumerate(names.items()):
-        mine = {_group_label(r.group): r for r in rows if r.study_id == study_id}
+        mine = {_group_label(r["group"]): r for r in rows if r["study_id"] == study_id}
         xs = [g + (i - (len(names) - 1) / 2) * width for g, name in enumerate(groups) if name in mine]
         cells = [mine[name] for name in groups if name in mine]
-        rates = [c.rate for c in cells]
-        lo = [max(0.0, c.rate - c.ci95[0]) for c in cells]
-        hi = [max(0.0, c.ci95[1] - c.rate) for c in cells]
+        rates = [c["rate"] for c in cells]
+        lo = [max(0.0, c["rate"] - c["ci95"][0]) for c in cells]
+        hi = [max(0.0, c["ci95"][1] - c["rate"]) for c in cells]
         ax.errorbar(xs, rates, yerr=[lo, hi], fmt="o", capsize=4, label=label)
         for x, c in zip(xs, cells, strict=True):
-            ax.annotate(f"{c.succeeded}/{c.trials}", (x, c.rate), textcoords="offset points",
+            ax.annotate(f"{c['succeeded']}/{c['trials']}", (x, c["rate"]), textcoords="offset points",
                         xytext=(4, 3), fontsize=6)  # fmt: skip
     ax.set_xticks(range(len(groups)), groups, rotation=30 if len(groups) > 4 else 0, ha="right", fontsize=7)
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("success rate (95 % Wilson CI)")
-    when = f" at {comparison.at_step:,} steps" if comparison.at_step else ""
-    ax.set_title(f"successful runs{when}, by {', '.join(comparison.by)}", fontsize=9)
+    when = f" at {comparison['at_step']:,} steps" if comparison.get("at_step") else ""
+    ax.set_title(f"successful runs{when}, by {', '.join(comparison['by'])}", fontsize=9)
     ax.legend(fontsize=7)
     return _png(fig)
 
