@@ -99,3 +99,33 @@ def test_the_room_check_catches_an_upward_import(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert upward_imports("service") == ["service/store/bad.py:4: service.store imports service.study.engine"]
+
+
+def test_no_module_of_service_imports_itself_back():
+    """No circle between modules, within a room or across: every import of a service module (lazy and
+    TYPE_CHECKING ones too) leads away from it."""
+    graph: dict[str, set[str]] = {}
+    modules = {module_name(p): p for p in (ROOT / "service").rglob("*.py")}
+    for me, path in modules.items():
+        graph[me] = set()
+        for _, target in imports_of(path):
+            while target and target not in modules:  # `from service.x import name` → service.x
+                target = target.rpartition(".")[0]
+            if target and target != me and not me.startswith(target + "."):  # a package's own parent
+                graph[me].add(target)
+    done: set[str] = set()
+
+    def circle_from(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = circle_from(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    circles = [c for m in sorted(graph) if (c := circle_from(m, []))]
+    assert circles == [], " → ".join(circles[0])
