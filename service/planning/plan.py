@@ -136,9 +136,7 @@ def plan_study(
     """The plan of a stored study: what is left of it to run; and a grid's units as the run would
     pack them now (None when they could not be packed as the run packs them: a sampled study, whose
     units are drawn as it runs, or a cluster whose nodes' memory could not be measured yet)."""
-    study = engine.ledger.get_study(study_id)
-    if study is None:
-        raise KeyError(f"no study {study_id!r}")
+    study = engine.ledger.study(study_id)
     spec = study.validated_spec()
     space = study_space(spec, engine.settings.max_grid_size)
     rows = engine.ledger.trials(study_id)

@@ -121,6 +121,13 @@ class Ledger:
         with self.session() as s:
             return s.get(Study, study_id)
 
+    def study(self, study_id: str) -> Study:
+        """The study, or KeyError naming it (`get_study`: None)."""
+        study = self.get_study(study_id)
+        if study is None:
+            raise KeyError(f"no study {study_id!r}")
+        return study
+
     @outlasting
     def list_studies(self) -> list[Study]:
         with self.session() as s:

@@ -122,7 +122,7 @@ class Engine:
     def extend_study(self, study_id: str, spec: StudySpec) -> int:
         """Replace the study's spec with a larger one; only points not yet in the ledger are added.
         Returns how many; an extension that adds nothing (and, sampled, no budget) changes nothing."""
-        study = self._study(study_id)
+        study = self.ledger.study(study_id)
         old = study.validated_spec()
         if old.sampler != spec.sampler:
             raise StudyError("extend keeps the sampler; create a new study to change it")
@@ -136,12 +136,6 @@ class Engine:
     def space(self, spec: StudySpec) -> SearchSpace:
         """The study's space, checked (`search.study_space`) under this engine's grid limit."""
         return study_space(spec, self.settings.max_grid_size)
-
-    def _study(self, study_id: str) -> Study:
-        study = self.ledger.get_study(study_id)
-        if study is None:
-            raise KeyError(f"no study {study_id!r}")
-        return study
 
     # ----- execution -------------------------------------------------------------------------------
     def tracking_uri(self) -> str:
@@ -159,7 +153,7 @@ class Engine:
         `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable.
         `units`: the unfinished trials as a plan packed them just before (`service.runner`); used when
         they are exactly the trials this run takes up, else the run packs them."""
-        study = self._study(study_id)
+        study = self.ledger.study(study_id)
         spec = study.validated_spec()
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
@@ -271,7 +265,7 @@ class Engine:
         again if MLflow lost it), a complete child run for every finished trial (an incomplete one, left
         by an outage, is made again; one no trial owns is deleted), and the summary. Returns the study
         summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger)."""
-        study = self._study(study_id)
+        study = self.ledger.study(study_id)
         spec = study.validated_spec()
         uri = self.tracking_uri()
         down = (
@@ -299,4 +293,4 @@ class Engine:
     # ----- answers -----------------------------------------------------------------------------------
     def summary(self, study_id: str, criterion: Criterion | None = None) -> dict[str, Any]:
         """What the study found, under its own criterion (or `criterion`): `reports.study_summary`."""
-        return summarise(self.ledger, self._study(study_id), criterion)
+        return summarise(self.ledger, self.ledger.study(study_id), criterion)

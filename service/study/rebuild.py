@@ -14,7 +14,6 @@ from typing import Any
 from service.core.states import FINISHED
 from service.reports.study_summary import summarise
 from service.store.ledger import Ledger
-from service.store.models import Study
 from service.study.recorder import run_id_setter
 from service.tracking.server import server_healthy
 from service.tracking.tracker import Tracker
@@ -40,7 +39,7 @@ def finish_in_mlflow(
     if tracker.uri.startswith("http") and not server_healthy(tracker.uri):
         marks.extend([time.perf_counter()] * 3)
         down = f"MLflow at {tracker.uri} did not answer at the end of the study"
-        return summarise(ledger, _study(ledger, study_id)), tracker.abandon(down)
+        return summarise(ledger, ledger.study(study_id)), tracker.abandon(down)
     unreconciled = []
     try:
         reconcile_children(ledger, study_id, tracker, exp_id, parent, criterion)
@@ -49,7 +48,7 @@ def finish_in_mlflow(
         unreconciled.append(f"{type(exc).__name__}: {exc}")
     marks.append(time.perf_counter())
     trials = ledger.trials(study_id)  # once: the summary and the figures read the same rows
-    summary = summarise(ledger, _study(ledger, study_id), trials=trials)
+    summary = summarise(ledger, ledger.study(study_id), trials=trials)
     try:
         from service.reports.plots import study_figures
 
@@ -96,10 +95,3 @@ def tracking_error(study_id: str, errors: Sequence[str]) -> str | None:
         f"MLflow: {len(errors)} writes failed ({errors[0][:300]}); the ledger has every result — "
         f"`memsweep sync {study_id}` (or the server, once MLflow answers) rebuilds the runs"
     )
-
-
-def _study(ledger: Ledger, study_id: str) -> Study:
-    study = ledger.get_study(study_id)
-    if study is None:
-        raise KeyError(f"no study {study_id!r}")
-    return study
