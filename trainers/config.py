@@ -42,7 +42,11 @@ from trainers.tasks import TASKS, Task
 #:    and by default the portable mode (MKL's COMPATIBLE branch, ATen's AVX2 kernels), whose numbers are
 #:    the same on any x86-64 CPU with AVX2; `numerics=native` is the CPU's own kernels, as before but
 #:    alignment-independent (MKL AUTO,STRICT).
-TRAINER_VERSION = "7"
+#: 8: on a GPU only (no CPU number moved: the ledger fingerprint of the fixed grid is identical): float32
+#:    is IEEE float32 (TF32 off in cuDNN, where torch leaves it on), and the Elman cell's `backend=auto`
+#:    is the scan on every device (it was cuDNN's RNN for relu/tanh on CUDA, which sums in another
+#:    order than a bundle's scan; `backend=native` still runs it). docs/gpu.md.
+TRAINER_VERSION = "8"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ class TrainConfig:
     # execution (not part of the result's identity beyond reproducibility)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 1  # intra-op threads on CPU; 1 is fastest for small RNNs (benchmarks/)
+    # on a GPU, a fused bundle's training step replays as one CUDA graph (trainers/graphs.py: the same
+    # numbers as its eager step, measured on an H100; 4× fewer seconds a member-step at Orhan's bundle
+    # sizes, docs/gpu.md); False: every step eager. No effect on the CPU or in a solo run.
+    cuda_graphs: bool = True
     # components' own configs (fields of the task's and the cell's Config dataclasses)
     task_params: Mapping[str, Any] = field(default_factory=dict)
     cell_params: Mapping[str, Any] = field(default_factory=dict)
@@ -87,7 +95,7 @@ class TrainConfig:
 
 
 TOP_FIELDS = field_names(TrainConfig)
-EXECUTION_FIELDS = ("device", "threads", "eval_batch_size")  # excluded from the identity hash
+EXECUTION_FIELDS = ("device", "threads", "eval_batch_size", "cuda_graphs")  # excluded from the identity hash
 
 
 @dataclass(frozen=True)

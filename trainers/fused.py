@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from trainers.cells import Cell
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.fused_cells import FUSED_CELLS, FusedCell
+from trainers.graphs import GRAPHED_CELLS, Batch, GraphedStep, graphs_available
 from trainers.kernels import Workspace
 from trainers.loop import (
     ValidationSums,
@@ -73,6 +74,7 @@ SHARED_FIELDS = (
     "device",
     "threads",
     "numerics",
+    "cuda_graphs",
 )
 
 FusedReport = Callable[[int, Evaluation], Any]
@@ -264,6 +266,7 @@ class FusedOptimizer:
         self.consts = {name: c[index] for name, c in self.consts.items()}
         self.clipped = self.clipped[index]
         self.state = [[s[index] for s in states] for states in self.state]
+        self.static_factors = None  # a captured step's buffers were [K]: its next GraphedStep makes new ones
 
     @staticmethod
     def _col(c: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -410,6 +413,61 @@ def _reporter(report: FusedReport, k: int) -> Callable[[Evaluation], Any]:
     return lambda evaluation: report(k, evaluation)
 
 
+def forward_backward(
+    model: FusedModel, optimizer: FusedOptimizer, members: Sequence[tuple[int, Task]], batch: Batch
+) -> torch.Tensor:
+    """A bundle's training step but the cells' `after_step` hook: each member's forward (member k:
+    (its seed, its task); `batch` holds each seed's (x, y)), its loss (the mean over its batch), the
+    backward of their sum and the optimiser. The part of a step a CUDA graph captures
+    (`trainers.graphs`). Returns the losses [K]."""
+    outs = model.forward([batch[seed][0] for seed, _ in members])
+    losses = torch.stack(
+        [task.loss(o, batch[seed][1]) for (seed, task), o in zip(members, outs, strict=True)]
+    )
+    for p in model.params:
+        p.grad = None
+    losses.sum().backward()  # type: ignore[no-untyped-call]
+    optimizer.step(model.params)
+    return losses
+
+
+class _Steps:
+    """The training steps of the bundle's active members: eager, or replayed as a CUDA graph
+    (`graphed`: `trainers.graphs.GraphedStep`, the same numbers on an H100, docs/gpu.md). Made
+    again when members leave (the stacked tensors change shape)."""
+
+    def __init__(
+        self,
+        model: FusedModel,
+        optimizer: FusedOptimizer,
+        active: list[_Member],
+        streams: Mapping[int, Any],
+        graphed: bool,
+    ) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.device = model.params[0].device
+        self.members = [(m.config.seed, m.data.task) for m in active]
+        self.tasks = dict(self.members)  # seed → task: members with one seed share its batches
+        self.streams = streams
+        self.cell = active[0].config.cell
+        self.size = len(active)
+        self.graph = GraphedStep(self) if graphed else None
+
+    def next_batch(self) -> Batch:
+        return {seed: task.encode(next(self.streams[seed]), self.device) for seed, task in self.tasks.items()}
+
+    def forward_backward(self, batch: Batch) -> torch.Tensor:
+        return forward_backward(self.model, self.optimizer, self.members, batch)
+
+    def step(self) -> torch.Tensor:
+        batch = self.next_batch()
+        if self.graph is not None:
+            return self.graph.step(batch)
+        losses = self.forward_backward(batch)
+        self.model.after_step()
+        return losses
+
+
 def _run(members: list[_Member], started: float) -> None:
     if not members:
         return
@@ -425,20 +483,12 @@ def _run(members: list[_Member], started: float) -> None:
     # each seed's batch stream, as `train` draws it; members with one seed share its batches
     streams = {m.config.seed: training_batches(m.data.task, cfg.batch_size, m.config.seed) for m in members}
     active = members  # in the order of the stacked tensors' rows
+    graphed = cfg.cuda_graphs and cfg.cell in GRAPHED_CELLS and graphs_available(device) is None
+    stepper = _Steps(model, optimizer, active, streams, graphed)
     running = torch.zeros(len(active), device=device)  # [K] training loss summed since the last evaluation
     n_running = 0
     for step in range(1, schedule.budget + 1):
-        seeds = {m.config.seed: m.data.task for m in active}
-        batch = {seed: task.encode(next(streams[seed]), device) for seed, task in seeds.items()}
-        outs = model.forward([batch[m.config.seed][0] for m in active])
-        losses = torch.stack(
-            [m.data.task.loss(o, batch[m.config.seed][1]) for m, o in zip(active, outs, strict=True)]
-        )  # [K]: member k's loss, the mean over its batch
-        for p in model.params:
-            p.grad = None
-        losses.sum().backward()  # type: ignore[no-untyped-call]
-        optimizer.step(model.params)
-        model.after_step()
+        losses = stepper.step()  # [K]: member k's loss, the mean over its batch
         running += losses.detach()
         n_running += 1
         for m in active:
@@ -475,6 +525,7 @@ def _run(members: list[_Member], started: float) -> None:
                 return
             model.keep(keep)
             optimizer.keep(keep)
+            stepper = _Steps(model, optimizer, active, streams, graphed)  # a graph holds the old shapes
             running = running[keep]
     now = time.perf_counter() - started
     for k, m in enumerate(active):

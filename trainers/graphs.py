@@ -1,121 +1,82 @@
-"""A fused bundle's whole training step captured as one CUDA graph (issue 26, item 2): opt-in, GPU only.
+"""A fused bundle's training step captured as one CUDA graph (issue 26, item 2): GPU only.
 
-On a GPU a bundle's step is bound by kernel launches, not arithmetic: the scan launches a few small
-kernels per timestep (copy-500: ~11 × 500 for the recurrence alone), each member's projection,
-readout, loss and gradients a few more, and the host issues them one by one through Python.
-Captured once (`torch.cuda.graph`), the step replays with one call and no Python in between.
+On a GPU a bundle's step is bound by kernel launches until the bundle is large: the scan launches a
+few small kernels per timestep (copy-500: ~11 × 500 for the recurrence alone), each member's
+projection, readout, loss and gradients a few more, and the host issues them one by one through
+Python. Captured once (`torch.cuda.graph`), the step replays with one call and no Python in between:
+on an H100, 4× fewer seconds a member-step at Orhan's bundle sizes (docs/gpu.md).
 
 What is captured, with static shapes and addresses: the forward of `FusedModel`, each member's
 loss, the backward and `FusedOptimizer.step` (clip and RMSprop / Adam, the optimiser inside).
 What stays outside: fetching and encoding each seed's batch (copied into fixed input buffers before
 each replay), the cell's `after_step` hook (urnn's and crnn's projections take an SVD per member
 and read a singular value on the host), and the loop's bookkeeping (losses, evaluation, members
-leaving). A member that leaves changes every stacked tensor's shape: the caller captures again.
+leaving). A member that leaves changes every stacked tensor's shape: the caller makes a new
+`GraphedStep`. A batch of another shape (an epoch's last, partial batch) starts the step over: it
+is the first warm-up of a new capture.
 
-`Bundle` sets a bundle up as `trainers.fused.train_fused` does (tasks per seed, models, stacked
-parameters, optimiser, batch streams) and runs the eager step (`Bundle.step`): the loop body of
-`train_fused`, op for op (tested on the CPU: the same weights bit for bit). `GraphedStep` runs the
-same step graphed: `warmup` eager steps on a side stream (torch's recipe; they allocate the
-workspaces, cuBLAS's handles and the gradients' shapes), the last of them under
-`torch.cuda.set_sync_debug_mode("error")`, so that a step that reads a device value on the host
-(FastRNN's backward reads its gates with `float`) is refused with the op's name before any capture
-(`GraphUnsupported`); then one capture, and replays.
-
-Nothing here changes a default: `train` and `train_fused` never call it, and on the CPU it refuses
-(`GraphUnsupported`) with what to run instead. Whether a graphed member's numbers equal its eager
-run's is measured, not assumed: `benchmarks/gpu_check.py` compares every member, per step, on CUDA.
+`trainers.fused.train_fused` trains a bundle this way on a GPU (`cuda_graphs`, on by default, for
+the cells in `GRAPHED_CELLS`); `trainers.bundle.Bundle` is the step alone, for the benchmarks.
+Whether a graphed member's numbers equal its eager run's is measured, not assumed:
+`benchmarks/gpu_check.py` compares every member, per step and over whole `train_fused` runs, on CUDA
+(bit-equal on an H100).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
 
-from trainers.config import Resolved, TrainConfig, resolve
-from trainers.fused import FusedModel, FusedOptimizer, check_fusable
-from trainers.fused_cells import FUSED_CELLS
-from trainers.loop import configure_process, resolve_device, training_batches
-from trainers.model import build_model
-from trainers.tasks import Task
-from trainers.tasks.base import Tensors
-
 Batch = dict[int, tuple[torch.Tensor, torch.Tensor]]  # seed → (x, y) on the bundle's device
+
+#: the fused cells whose training step a CUDA graph captures: measured on an H100 (gpu_check: every
+#: member bit-equal to its eager run). FastRNN's and SGORNN's backwards read their gates on the host
+#: (a synchronisation a graph cannot hold): they train eagerly.
+GRAPHED_CELLS = frozenset({"rnn", "urnn", "crnn", "vprnn", "srnn"})
 
 
 class GraphUnsupported(RuntimeError):
     """This bundle's step cannot be captured as a CUDA graph here (the CPU, or a host sync in the step)."""
 
 
-@dataclass
-class Bundle:
-    """A fused bundle set up as `train_fused` sets one up, and its eager training step.
+class StepOptimizer(Protocol):
+    """What a captured step needs of `trainers.fused.FusedOptimizer`."""
 
-    Members share one layout of their stacked parameters (`train_fused` trains members whose W is
-    laid out otherwise, e.g. the orthogonal initialiser's, as another bundle: give such members their
-    own `Bundle`). Batches come from each seed's stream (`training_batches`), as in `train_fused`.
-    """
+    kind: str
+    step_count: int
+    static_factors: tuple[torch.Tensor, torch.Tensor] | None
 
-    configs: list[TrainConfig]
-    model: FusedModel
-    optimizer: FusedOptimizer
-    tasks: dict[int, Task]  # one per seed, shared by the members with that seed
-    streams: dict[int, Iterator[Tensors]]
-    device: torch.device
+    def adam_factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    @classmethod
-    def of(cls, configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved]) -> Bundle:
-        resolved = [c if isinstance(c, Resolved) else resolve(c) for c in configs]
-        if not resolved:
-            raise ValueError("a bundle needs at least one config")
-        check_fusable(resolved)
-        cfg = resolved[0].config  # shared fields only
-        device = resolve_device(cfg.device)
-        configure_process(device, cfg.threads, cfg.numerics)
-        tasks: dict[int, Task] = {}
-        for r in resolved:
-            if r.config.seed not in tasks:
-                tasks[r.config.seed] = r.make_task()
-        models = [build_model(r, tasks[r.config.seed]).to(device) for r in resolved]
-        task = tasks[cfg.seed]
-        model = FusedModel(models, FUSED_CELLS[cfg.cell], task.output)
-        optimizer = FusedOptimizer(cfg.optimizer, [r.config for r in resolved], model.params)
-        streams = {seed: training_batches(t, cfg.batch_size, seed) for seed, t in tasks.items()}
-        return cls([r.config for r in resolved], model, optimizer, tasks, streams, device)
+
+class StepModel(Protocol):
+    params: list[torch.Tensor]
+
+    def after_step(self) -> None: ...
+
+
+class Steppable(Protocol):
+    """A bundle whose step can be captured: its model, optimiser and device, its cell's name, the
+    number of members, the step's graphable part (`forward_backward`: forward, losses, backward,
+    optimiser; the losses [K]) and each seed's next batch."""
 
     @property
-    def seeds(self) -> list[int]:
-        """Member k's seed (its data stream), in the order of the stacked tensors' rows."""
-        return [c.seed for c in self.configs]
+    def model(self) -> StepModel: ...
+    @property
+    def optimizer(self) -> StepOptimizer: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def cell(self) -> str: ...
+    @property
+    def size(self) -> int: ...
 
-    def next_batch(self) -> Batch:
-        """Each seed's next training batch, encoded on the bundle's device (as `train_fused` draws them)."""
-        return {
-            seed: self.tasks[seed].encode(next(stream), self.device) for seed, stream in self.streams.items()
-        }
+    def forward_backward(self, batch: Batch) -> torch.Tensor: ...
 
-    def forward_backward(self, batch: Batch) -> torch.Tensor:
-        """Forward, each member's loss, backward and the optimiser: the part a graph captures. Returns
-        the losses [K] (member k's mean over its batch)."""
-        seeds = self.seeds
-        outs = self.model.forward([batch[s][0] for s in seeds])
-        losses = torch.stack(
-            [self.tasks[s].loss(o, batch[s][1]) for s, o in zip(seeds, outs, strict=True)]
-        )  # [K]
-        for p in self.model.params:
-            p.grad = None
-        losses.sum().backward()  # type: ignore[no-untyped-call]
-        self.optimizer.step(self.model.params)
-        return losses
-
-    def step(self, batch: Batch | None = None) -> torch.Tensor:
-        """One eager training step, as `train_fused`'s loop runs it; the losses [K]."""
-        losses = self.forward_backward(batch if batch is not None else self.next_batch())
-        self.model.after_step()
-        return losses.detach()
+    def next_batch(self) -> Batch: ...
 
 
 def graphs_available(device: torch.device) -> str | None:
@@ -174,12 +135,13 @@ class GraphedStep:
     """`bundle`'s training step as one CUDA graph: `step(batch)` trains one step and returns the
     losses [K] (a fresh tensor). The first `warmup` calls run eagerly on a side stream (they are
     real training steps: the run is the same run), the next captures and replays; every later call
-    copies the batch into the fixed input buffers and replays. The optimiser's `step_count` counts
-    the steps taken, replays included. Raises `GraphUnsupported` on the CPU (at construction) and for
-    a step that synchronises with the host (at the last warm-up, before any capture; that step is
-    then half taken: set the bundle up again to train it)."""
+    copies the batch into the fixed input buffers and replays. A batch of another shape than the
+    captured one drops the graph and starts over (it is the first warm-up of the next capture). The
+    optimiser's `step_count` counts the steps taken, replays included. Raises `GraphUnsupported` on
+    the CPU (at construction) and for a step that synchronises with the host (at the last warm-up,
+    before any capture; that step is then half taken: set the bundle up again to train it)."""
 
-    def __init__(self, bundle: Bundle, warmup: int = 3) -> None:
+    def __init__(self, bundle: Steppable, warmup: int = 3) -> None:
         reason = graphs_available(bundle.device)
         if reason is not None:
             raise GraphUnsupported(reason)
@@ -187,28 +149,29 @@ class GraphedStep:
             raise ValueError("warmup must be at least 1: the first step allocates what the graph reuses")
         self.bundle = bundle
         self.warmup = warmup
-        self.calls = 0
+        self.calls = 0  # steps since the last start (a new shape starts over)
+        self.captures = 0
         self.graph: Replayable | None = None
         self.inputs: Batch = {}
         self.losses: torch.Tensor | None = None
         self.side: Any = None  # torch.cuda.Stream, made at the first warm-up
         opt = bundle.optimizer
         if opt.kind == "adam":  # its per-step factors live in device buffers, filled before each step
-            K = len(bundle.configs)
+            K = bundle.size
             opt.static_factors = (torch.empty(K, device=bundle.device), torch.empty(K, device=bundle.device))
 
     def _load(self, batch: Batch) -> Batch:
-        """The fixed input buffers, holding `batch`."""
-        if not self.inputs:
+        """The fixed input buffers, holding `batch`; new ones (and no graph) for a batch of a new shape."""
+        same = self.inputs.keys() == batch.keys() and all(
+            self.inputs[s][0].shape == x.shape and self.inputs[s][1].shape == y.shape
+            for s, (x, y) in batch.items()
+        )
+        if not same:
+            self.graph, self.losses, self.calls = None, None, 0  # the old graph's pool goes with it
             self.inputs = {s: (x.clone(), y.clone()) for s, (x, y) in batch.items()}
             return self.inputs
         for s, (x, y) in batch.items():
             sx, sy = self.inputs[s]
-            if sx.shape != x.shape or sy.shape != y.shape:
-                raise GraphUnsupported(
-                    f"seed {s}'s batch changed shape ({tuple(sx.shape)} → {tuple(x.shape)}): a graph replays "
-                    "static shapes; an epoch's last partial batch needs an eager step (Bundle.step)"
-                )
             sx.copy_(x)
             sy.copy_(y)
         return self.inputs
@@ -247,8 +210,8 @@ class GraphedStep:
             except RuntimeError as exc:
                 if probe and "synchroniz" in str(exc):
                     raise GraphUnsupported(
-                        f"{self.bundle.configs[0].cell}: the step synchronises with the host, which a CUDA "
-                        f"graph cannot capture ({str(exc).strip().splitlines()[0][:300]}); train it eagerly"
+                        f"{self.bundle.cell}: the step synchronises with the host, which a CUDA "
+                        f"graph cannot capture ({str(exc).strip().splitlines()[0][:300]}); train it eagerly (cuda_graphs=false)"
                     ) from exc
                 raise
 
@@ -258,4 +221,5 @@ class GraphedStep:
             p.grad = None
         taken = b.optimizer.step_count
         self.graph, self.losses = record_graph(lambda: b.forward_backward(inputs).detach())
+        self.captures += 1
         b.optimizer.step_count = taken  # the capture ran no kernel: the first replay takes the step

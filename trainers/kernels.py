@@ -4,13 +4,17 @@ Two implementations, chosen by `elman_rnn`:
 - `native`: torch's own RNN kernel (`torch._VF.rnn_relu / rnn_tanh`, what `nn.RNN` calls; cuDNN on
   GPU), for relu and tanh. We pass our own parameters so the cell keeps ONE bias b (Keras
   SimpleRNN / the paper) — `nn.RNN` would train two (b_ih + b_hh), which doubles the bias's step
-  under RMSprop. `auto` picks it on CUDA.
+  under RMSprop. Only when asked for: on an H100 its solo step is 40× faster than the scan's at
+  addition-750 (docs/gpu.md), but it sums in another order than a bundle's scan, and a grid point
+  whose training amplifies rounding then parts from its bundled run (by 5 % in 30 steps at one of
+  the check's points, on the CPU's native kernel as on cuDNN).
 - `scan`: a hand-written autograd Function for any f whose derivative is a function of f's output
   (elu, relu, tanh). Autograd would record ~6 nodes per step; this records one node for the whole
   sequence, runs 2 ops per step forward (addmm, f) and 2 per step backward (mul, addmm), and
-  computes ∂W, ∂V and ∂b with one large product or sum each after the loop. `auto` picks it on the
-  CPU for every f: measured by `benchmarks/rnn_loop.py`, it is faster than torch's native CPU kernel
-  even for relu.
+  computes ∂W, ∂V and ∂b with one large product or sum each after the loop. `auto` picks it on
+  every device, so that a trial computes what its bundled run (`FusedElmanScan`) computes, as Keras'
+  SimpleRNN (a loop of matmuls, no cuDNN kernel) did; on the CPU it is also faster than torch's native
+  kernel even for relu (`benchmarks/rnn_loop.py`).
 Shapes are time-major: x [T, B, d], h0 [B, N]; the input projection xp = x Vᵀ + b [T, B, N] is
 one matmul over all steps, hoisted out of the loop.
 
@@ -207,14 +211,15 @@ def elman_rnn(
     """All hidden states [T, B, N] of h_t = f(W_rec h_{t−1} + W_in x_t + b), for x [T, B, d]."""
     if nonlinearity not in ACTIVATIONS:
         raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
-    use_native = backend == "native" or (
-        backend == "auto" and x.device.type == "cuda" and nonlinearity in ("relu", "tanh")
-    )
-    if use_native:
+    if backend not in ("auto", "scan", "native"):
+        raise ValueError(f"backend {backend!r}: choose auto, scan or native")
+    if backend == "native":
         if nonlinearity == "elu":
             raise ValueError("torch's native RNN kernel has no elu; use backend 'scan' or 'auto'")
         b = bias if bias is not None else torch.zeros(w_rec.shape[0], device=x.device, dtype=x.dtype)
-        params = [w_in, w_rec, b, torch.zeros_like(b)]  # b_hh is a constant zero: one trained bias
+        # cuDNN views its weights into one flat buffer, which a transposed W (an initialiser's Qᵀ) defeats:
+        # contiguous copies here, through which autograd still reaches the parameters
+        params = [w_in.contiguous(), w_rec.contiguous(), b, torch.zeros_like(b)]  # b_hh: a constant zero
         fn = torch._VF.rnn_relu if nonlinearity == "relu" else torch._VF.rnn_tanh
         out, _ = fn(x, h0.unsqueeze(0), params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
         return out

@@ -61,9 +61,18 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
     its numerics mode (`trainers.numerics.use`: which CPU kernels compute the numbers; NumericsError
     when the process already computes with another), torch's thread count and, on the CPU, denormals
     flushed to zero (denormals in decaying states cost 5–25×) and freed memory kept for reuse
-    (`keep_freed_memory`). Only the numerics mode moves a number."""
+    (`keep_freed_memory`); on a GPU, float32 computed as IEEE float32 (TF32 off, in cuBLAS and cuDNN).
+    Only the numerics mode and the TF32 setting move a number.
+
+    TF32: torch leaves it on for cuDNN by default, and cuDNN's RNN (a solo Elman cell with relu or
+    tanh on a GPU, `trainers.kernels.elman_rnn`) then rounds its products to 10 mantissa bits: a solo
+    run drifted 3.6e-3 (relative) from its bundle member (cuBLAS, float32) in 30 steps on an H100
+    (docs/gpu.md). The papers' float32 is IEEE float32."""
     use_numerics(numerics)
     torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     if device.type == "cpu":
         torch.set_flush_denormal(True)
         keep_freed_memory()

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import graphs
+from trainers import fused, graphs
+from trainers.bundle import Bundle
 from trainers.cells import list_cells
 from trainers.fused import train_fused
 from trainers.fused_cells import FUSED_CELLS
-from trainers.graphs import Bundle, GraphedStep, GraphUnsupported
+from trainers.graphs import GraphedStep, GraphUnsupported
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ("copy500", "addition750", "psmnist")
@@ -78,7 +79,8 @@ def test_quick_cpu_run_writes_the_table_with_sane_numbers(quick_run):
     rows = data["rows"]
     for shape in SHAPES:
         mine = [r for r in rows if r["shape"] == shape and r["cell"] == "rnn"]
-        assert [(r["mode"], r["K"]) for r in mine] == [("solo", 1)] + [
+        native = [("native", 1)] if shape == "addition750" else []  # relu: torch's kernel is an option
+        assert [(r["mode"], r["K"]) for r in mine] == [("solo", 1), *native] + [
             (mode, k) for k in (1, 2, 4) for mode in ("eager", "graph")
         ]
         for r in mine:
@@ -152,24 +154,33 @@ class StandInGraph:
 
 @pytest.fixture
 def stand_in_graphs(monkeypatch):
-    """GraphedStep on the CPU: no streams, no sync probe, `record_graph` captures without running."""
-    captured = []
+    """GraphedStep on the CPU, in `Bundle`s and in `train_fused`: no streams, no sync probe, and a
+    capture that records the step without running it (each replay runs it). Returns a maker of
+    GraphedSteps; `make.captures` counts the captures, wherever they happen."""
+    captures = []
 
-    def record_graph(fn):
-        holder = captured[-1]
-        out = torch.empty(len(holder.bundle.configs))
-        return StandInGraph(fn, out, holder.bundle.optimizer), out
+    def capture(self, inputs):
+        b = self.bundle
+        for p in b.model.params:
+            p.grad = None
+        out = torch.empty(b.size)
+        self.graph, self.losses = (
+            StandInGraph(lambda: b.forward_backward(inputs).detach(), out, b.optimizer),
+            out,
+        )
+        self.captures += 1
+        captures.append(b.size)
 
     monkeypatch.setattr(graphs, "graphs_available", lambda device: None)
+    monkeypatch.setattr(fused, "graphs_available", lambda device: None)
     monkeypatch.setattr(graphs, "side_stream", lambda step: contextlib.nullcontext())
     monkeypatch.setattr(graphs, "sync_errors", lambda on: contextlib.nullcontext())
-    monkeypatch.setattr(graphs, "record_graph", record_graph)
+    monkeypatch.setattr(graphs.GraphedStep, "_capture", capture)
 
     def make(bundle, warmup=3):
-        step = GraphedStep(bundle, warmup)
-        captured.append(step)
-        return step
+        return GraphedStep(bundle, warmup)
 
+    make.captures = captures
     return make
 
 
@@ -202,11 +213,60 @@ def test_a_step_that_synchronises_is_refused_at_the_probe(stand_in_graphs, monke
         step.step()
 
 
-def test_a_batch_of_another_shape_is_refused(stand_in_graphs):
-    bundle = Bundle.of(configs(5))
-    step = stand_in_graphs(bundle)
-    batch = bundle.next_batch()
-    step.step(batch)
-    short = {s: (x[:, :3], y[:, :3]) for s, (x, y) in bundle.next_batch().items()}
-    with pytest.raises(GraphUnsupported, match="changed shape"):
-        step.step(short)
+def test_a_batch_of_another_shape_starts_the_graph_over(stand_in_graphs):
+    """An epoch's last, partial batch: the graph is dropped and that batch is the first warm-up of the
+    next capture; the steps are the eager bundle's, bit for bit."""
+    eager, graphed_bundle = Bundle.of(configs(9)), Bundle.of(configs(9))
+    step = stand_in_graphs(graphed_bundle, warmup=2)
+    batches = [eager.next_batch() for _ in range(8)]
+    batches[3] = {s: (x[:, :3], y[:, :3]) for s, (x, y) in batches[3].items()}
+    losses = [(eager.step(b), step.step(b)) for b in batches]
+    # warm-ups 1–2, capture at 3; 4 (short) and 5 (full again) each start over; warm-up 6, capture at 7
+    assert stand_in_graphs.captures == [len(POINTS)] * 2
+    assert step.calls == 4 and step.graph is not None
+    for a, b in losses:
+        assert torch.equal(a, b)
+    for p, q in zip(graphed_bundle.model.params, eager.model.params, strict=True):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_train_fused_with_graphs_is_train_fused_without_them(stand_in_graphs, optimizer):
+    """The loop's graphed path (`cuda_graphs`, a GPU's default): warm-ups, captures, a new graph after
+    each partial batch and after a member leaves (early stop at its first evaluation), Adam's factors
+    in device buffers — every member's result the eager loop's, bit for bit (here with the stand-in
+    graph; on an H100, with real ones: benchmarks/gpu_check.py)."""
+    steps = 24
+
+    def runs(graphs_on):
+        partial = {**BASE["task_params"], "n_train": 120}  # 7 batches of 16 and one of 8 an epoch
+        cs = configs(steps, optimizer=optimizer, eval_every=6, cuda_graphs=graphs_on, task_params=partial)
+        cs[1] = {**cs[1], "early_stop_loss": 1e6}  # leaves at its first evaluation
+        return train_fused(cs)
+
+    eager = runs(False)
+    assert stand_in_graphs.captures == []
+    graphed = runs(True)
+    assert len(stand_in_graphs.captures) >= 2 and stand_in_graphs.captures[-1] == len(POINTS) - 1
+    for e, g in zip(eager, graphed, strict=True):
+        assert (e.status, e.steps, e.reason) == (g.status, g.steps, g.reason)
+        assert [(x.step, x.train_loss, x.val_loss) for x in e.history] == [
+            (x.step, x.train_loss, x.val_loss) for x in g.history
+        ]
+        assert torch.equal(e.recurrent_matrix, g.recurrent_matrix)
+    assert graphed[1].steps == 6 and graphed[0].steps == steps
+
+
+def test_a_solo_run_and_the_cpu_ignore_cuda_graphs():
+    """On the CPU, `cuda_graphs` changes nothing: the same result either way (and it is not part of a
+    trial's identity: an execution setting, like the device)."""
+    from trainers.config import resolve
+
+    a, b = (train_fused(configs(6, cuda_graphs=on)) for on in (True, False))
+    assert [torch.equal(x.recurrent_matrix, y.recurrent_matrix) for x, y in zip(a, b, strict=True)] == [
+        True
+    ] * len(a)
+    assert (
+        resolve(configs(6, cuda_graphs=True)[0]).config_hash()
+        == resolve(configs(6, cuda_graphs=False)[0]).config_hash()
+    )

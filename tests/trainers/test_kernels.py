@@ -48,6 +48,53 @@ def test_native_kernel_matches_scan_with_one_bias(nonlinearity):
     assert all(torch.allclose(p, q, atol=1e-10) for p, q in zip(ga, gc, strict=True))
 
 
+class _VFSpy:
+    """torch._VF, recording how the native path hands its parameters over."""
+
+    def __init__(self, real):
+        self.real, self.contiguous = real, []
+
+    def __getattr__(self, name):
+        fn = getattr(self.real, name)
+
+        def call(x, hx, params, *rest):
+            self.contiguous.append([p.is_contiguous() for p in params])
+            return fn(x, hx, params, *rest)
+
+        return call
+
+
+def test_native_kernel_gets_contiguous_weights_from_a_transposed_w(monkeypatch):
+    """cuDNN views its weights into one flat buffer and refuses a transposed W ("view size is not
+    compatible", seen on an H100: the chain and orthogonal initialisers' W is a Qᵀ); the native path
+    hands over contiguous copies, through which the gradient still reaches W."""
+    x, h0, wi, wr, b = inputs(3)
+    w_t = wr.detach().t().contiguous().t().requires_grad_()  # W's values, laid out transposed
+    assert not w_t.is_contiguous()
+    spy = _VFSpy(torch._VF)
+    monkeypatch.setattr(torch, "_VF", spy)
+    out = elman_rnn(x, h0, wi, w_t, b, "relu", "native")
+    assert spy.contiguous == [[True, True, True, True]]
+    (grad,) = torch.autograd.grad(out.sum(), (w_t,))
+    (ref,) = torch.autograd.grad(elman_rnn(x, h0, wi, wr, b, "relu", "scan").sum(), (wr,))
+    assert torch.allclose(grad, ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("nonlinearity", ["relu", "tanh"])
+def test_auto_is_the_scan_so_a_solo_run_computes_what_its_bundle_computes(nonlinearity, monkeypatch):
+    """`auto` takes the scan (the kernel `FusedElmanScan` runs for a bundle) on every device: torch's
+    kernel sums in another order, and a grid point that amplifies rounding then parts from its
+    bundled run (docs/gpu.md). Here: auto never calls torch's kernel, and gives the scan's numbers."""
+    x, h0, wi, wr, b = inputs(4)
+    spy = _VFSpy(torch._VF)
+    monkeypatch.setattr(torch, "_VF", spy)
+    auto = elman_rnn(x, h0, wi, wr, b, nonlinearity, "auto")
+    assert spy.contiguous == []
+    assert torch.equal(auto, elman_rnn(x, h0, wi, wr, b, nonlinearity, "scan"))
+    with pytest.raises(ValueError, match="backend 'cudnn': choose auto, scan or native"):
+        elman_rnn(x, h0, wi, wr, b, nonlinearity, "cudnn")
+
+
 def test_native_kernel_refuses_elu():
     x, h0, wi, wr, b = inputs()
     with pytest.raises(ValueError, match="no elu"):
