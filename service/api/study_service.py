@@ -339,7 +339,9 @@ class StudyService:
     def _get(self, study_id: str) -> Study:
         study = self.ledger.get_study(study_id)
         if study is None:
-            raise NotFoundError(f"no study {study_id!r}; GET /studies lists the studies")
+            raise NotFoundError(
+                f"no study {study_id!r}; `memsweep studies` (or GET /studies) lists the studies"
+            )
         return study
 
     def _unfinished(self, study_id: str) -> bool:

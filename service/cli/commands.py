@@ -15,7 +15,8 @@ The REST service and its clients (the token, when the server sets one, comes fro
 --url defaults to MEMSWEEP_API_URL, and with a URL `best` and `success` ask the server):
 memsweep serve [--host H] [--port P]
 memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
-memsweep status STUDY --url URL [--json]
+memsweep status STUDY [--url URL] [--json]
+memsweep studies [--state S] [--limit N] [--url URL] [--json]
 memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
 memsweep demo [--port P] [--keep-serving] [the flags of run]   # the README's main job, over REST
 """
@@ -42,9 +43,11 @@ from service.cli.console import (
     print_comparison,
     print_plan,
     print_status,
+    print_studies,
     print_success,
     print_trials,
 )
+from service.core.states import StudyState
 
 if TYPE_CHECKING:
     pass
@@ -334,13 +337,22 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    url = need_url(args)
-    with client_for(url) as client:
-        study = answer(lambda: client.get(args.study))
+    with studies_for(args) as studies:
+        study = answer(lambda: studies.get(args.study))
     if args.json:
         print(json.dumps(study))
     else:
         print_status(study)
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    with studies_for(args) as studies:
+        found = answer(lambda: studies.studies(state=args.state, limit=args.limit))
+    if args.json:
+        print(json.dumps(found))
+    else:
+        print_studies(found)
     return 0
 
 
@@ -468,11 +480,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("study")
     add_url_flag(p, "ask this memsweep server instead of using the local ledger")
     p.set_defaults(fn=cmd_sync)
-    p = sub.add_parser("status", help="a study's state, counts, ETA and MLflow link, from a server")
+    p = sub.add_parser("status", help="a study's state, counts, ETA and MLflow link")
     p.add_argument("study")
-    add_url_flag(p, "the memsweep server")
+    add_url_flag(p, "ask this memsweep server, not the local ledger")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("studies", help="the studies, newest first: id, name, state, trials finished")
+    p.add_argument("--state", choices=[s.value for s in StudyState], help="only studies in this state")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    add_url_flag(p, "ask this memsweep server, not the local ledger")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_studies)
     p = sub.add_parser(
         "demo", help="start the server, submit a small Orhan copy study over REST, print its results"
     )

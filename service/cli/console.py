@@ -149,6 +149,16 @@ def print_status(study: dict[str, Any]) -> None:
         print(f"  MLflow: {study['mlflow']['run_url']}")
 
 
+def print_studies(studies: list[dict[str, Any]]) -> None:
+    if not studies:
+        print("no studies yet: `memsweep run PRESET` or `memsweep submit PRESET --url URL` makes one")
+        return
+    for s in studies:
+        c = s["counts"]
+        state = "queued" if s.get("queued") else s["state"]
+        print(f"{s['id']}  {state:<9} {c['finished']:>6}/{c['total']:<6} {s['created_at'][:19]}  {s['name']}")
+
+
 def api_url(args: argparse.Namespace) -> str | None:
     from service.core.settings import get_settings
 

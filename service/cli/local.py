@@ -40,6 +40,9 @@ class LocalStudies(TrialPages):
     def get(self, study_id: str) -> dict[str, Any]:
         return _json(self.service.get(study_id))
 
+    def studies(self, state: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        return [_json(s) for s in self.service.list_studies(state, 0, limit).items]
+
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> dict[str, Any]:
         return _json(self.service.plan(spec, recalibrate=recalibrate))
 

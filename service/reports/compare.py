@@ -162,7 +162,7 @@ def compare_studies(
     if len(ids) < 2:
         raise StudyError(
             f"studies: give at least two distinct study ids to compare (got {', '.join(ids) or 'none'}); "
-            "e.g. ?studies=3f9c2a1b7d4e,a71d09c3b2e5 (GET /studies lists them)"
+            "e.g. ?studies=3f9c2a1b7d4e,a71d09c3b2e5 (`memsweep studies` or GET /studies lists them)"
         )
     studies: list[Study] = []
     missing = []
@@ -174,7 +174,7 @@ def compare_studies(
             studies.append(study)
     if missing:
         raise UnknownStudiesError(
-            f"no studies {', '.join(repr(m) for m in missing)} in the ledger; GET /studies lists the studies"
+            f"no studies {', '.join(repr(m) for m in missing)} in the ledger; `memsweep studies` (or GET /studies) lists the studies"
         )
     fields = [f.strip() for f in by if f.strip()] or ["model"]
     trials = {s.id: ledger.trials(s.id) for s in studies}

@@ -494,9 +494,9 @@ def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str])
         main(["--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert all(cmd in out for cmd in ("serve", "submit", "status", "best", "success", "run"))
+    assert all(cmd in out for cmd in ("serve", "submit", "status", "studies", "best", "success", "run"))
     with pytest.raises(SystemExit, match="--url"):
-        main(["status", "abc"])
+        main(["submit", "orhan2020-copy500"])  # submitting needs a server
 
 
 @pytest.mark.parametrize(

@@ -173,6 +173,16 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
     assert "# criterion: loss < 0.12" in success
     trials = read_csv(io.StringIO(cli("trials", b, "--csv")))
     assert len(trials) == 8 and trials.attrs["table"] == "trials"
+    # the studies and a study's status, without a server; an unknown id names the command that lists them
+    listed = json.loads(cli("studies", "--json"))
+    assert {s["id"] for s in listed} == {a, b} and all(s["counts"]["total"] == 8 for s in listed)
+    assert a in cli("studies") and b in cli("studies", "--state", "done")
+    assert f"study {a}" in cli("status", a) and json.loads(cli("status", b, "--json"))["id"] == b
+    unknown = subprocess.run(
+        [sys.executable, "-m", "service.cli.commands", "best", "nope"], env=env, capture_output=True, text=True,
+        timeout=120, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert unknown.returncode == 1 and "no study 'nope'; `memsweep studies`" in unknown.stderr
     assert "shared" in cli("compare", a, b)  # the rich table's header
 
 
