@@ -413,6 +413,27 @@ def _reporter(report: FusedReport, k: int) -> Callable[[Evaluation], Any]:
     return lambda evaluation: report(k, evaluation)
 
 
+#: eager steps a graphed bundle takes before its capture (`trainers.graphs.GraphedStep`'s warm-ups)
+GRAPH_WARMUP = 3
+
+
+def trains_graphed(config: TrainConfig) -> bool:
+    """Whether a bundle of this config replays its step as a CUDA graph (`cuda_graphs`, a graphed
+    cell, a CUDA device that can capture)."""
+    return (
+        config.cuda_graphs
+        and config.cell in GRAPHED_CELLS
+        and graphs_available(resolve_device(config.device)) is None
+    )
+
+
+def steps_to_pace(config: TrainConfig) -> int:
+    """Steps a bundle of this config takes before it trains at its steady pace: the first (its
+    allocations), or, graphed, the eager warm-ups and the step that captures. A calibration times
+    the steps after these (`service.planning.calibration`)."""
+    return GRAPH_WARMUP + 1 if trains_graphed(config) else 1
+
+
 def forward_backward(
     model: FusedModel, optimizer: FusedOptimizer, members: Sequence[tuple[int, Task]], batch: Batch
 ) -> torch.Tensor:
@@ -451,7 +472,7 @@ class _Steps:
         self.streams = streams
         self.cell = active[0].config.cell
         self.size = len(active)
-        self.graph = GraphedStep(self) if graphed else None
+        self.graph = GraphedStep(self, warmup=GRAPH_WARMUP) if graphed else None
 
     def next_batch(self) -> Batch:
         return {seed: task.encode(next(self.streams[seed]), self.device) for seed, task in self.tasks.items()}
@@ -483,7 +504,7 @@ def _run(members: list[_Member], started: float) -> None:
     # each seed's batch stream, as `train` draws it; members with one seed share its batches
     streams = {m.config.seed: training_batches(m.data.task, cfg.batch_size, m.config.seed) for m in members}
     active = members  # in the order of the stacked tensors' rows
-    graphed = cfg.cuda_graphs and cfg.cell in GRAPHED_CELLS and graphs_available(device) is None
+    graphed = trains_graphed(cfg)
     stepper = _Steps(model, optimizer, active, streams, graphed)
     running = torch.zeros(len(active), device=device)  # [K] training loss summed since the last evaluation
     n_running = 0

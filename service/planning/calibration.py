@@ -5,15 +5,16 @@ A *shape* is what sets a unit's cost per step: its trials' resolved config witho
 grid varies (seed, learning rate and the optimiser's constants, the initialiser and its scale, the
 budget and thresholds), whether it trains fused, and its bundle size. A calibration trains one real
 unit of the shape — the members of the study's largest unit of it: a fused bundle at the study's
-bundle size, or one trial — for `STEPS` steps with the trainers themselves (`train_fused` or
+bundle size, or one trial — for `STEPS` timed steps with the trainers themselves (`train_fused` or
 `train`), as a Ray task with the study's resources (a GPU study calibrates on a GPU node), and times
 
-- every training step but the first (a warm-up), between the moments the trainer asks its task for
+- every training step but the warm-ups (the first; on a GPU, a graphed bundle's eager warm-ups and
+  the step that captures it: `trainers.fused.steps_to_pace`), between the moments the trainer asks its task for
   a training batch (`Task.encode` with gradients on: the task class is wrapped for the calibration,
   the trainers are unchanged), so the spread of the steps is known;
 - one validation pass over at most `VAL` sequences (from its first `encode` without gradients to the
   evaluation's report), to be scaled to the real validation set;
-- the set-up before the first step (data, models, and the warm-up step's excess) and the finish after
+- the set-up before the first step (data, models, and the warm-up steps' excess) and the finish after
   the last report (the trained matrices' analyses).
 
 The trainers' own numbers do not enter: only the configs' budget, evaluation cadence, validation set
@@ -46,8 +47,9 @@ from trainers import TRAINER_VERSION
 
 log = logging.getLogger(__name__)
 
-#: training steps a calibration runs; the first is a warm-up, the others are timed
-STEPS = 7
+#: training steps a calibration times, after the unit's warm-up steps (one; a graphed GPU bundle's
+#: eager warm-ups and capture: `trainers.fused.steps_to_pace`)
+STEPS = 6
 #: seconds of timed steps under which a calibration runs again with more steps (at most MAX_STEPS)
 TIMED_SECONDS = 1.0
 MAX_STEPS = 200
@@ -113,7 +115,7 @@ class Probe:
 
 
 def calibrate(probe: Probe, gpu: bool = False) -> dict[str, Any]:
-    """Train the probe's unit for `STEPS` steps and time it (see the module docstring) — again for
+    """Train the probe's unit for its warm-up steps and `STEPS` timed ones (see the module docstring) — again for
     more steps, up to `MAX_STEPS`, when its timed steps took under `TIMED_SECONDS` in all (a cheap
     shape's few steps say little) — never raises: a failure is the answer's `error`."""
     started = time.perf_counter()
@@ -136,13 +138,15 @@ def calibrate(probe: Probe, gpu: bool = False) -> dict[str, Any]:
 
 def _run(probe: Probe, steps: int) -> dict[str, Any]:
     """One timed run of the probe's unit for `steps` steps."""
+    from trainers.fused import steps_to_pace, train_fused
+
     marks: list[tuple[int, float, bool]] = []
     reports: list[float] = []
-    real_val, members = _short(probe.members, steps, marks)
+    fused = probe.fused and len(probe.members) > 1
+    warm = steps_to_pace(probe.members[0].config) if fused else 1
+    real_val, members = _short(probe.members, warm + steps, marks)
     begin = time.perf_counter()
-    if probe.fused and len(members) > 1:
-        from trainers.fused import train_fused
-
+    if fused:
         results = train_fused(members, lambda k, e: reports.append(time.perf_counter()))
     else:
         results = [trainers.train(members[0], lambda e: reports.append(time.perf_counter()))]
@@ -152,7 +156,7 @@ def _run(probe: Probe, steps: int) -> dict[str, Any]:
         raise RuntimeError(f"{len(failed)} of {len(results)} calibration trial(s) failed: {failed[0]}")
     val_sequences = _val_size(members[0])
     return {
-        **_timings(marks, reports, begin, end),
+        **_timings(marks, reports, begin, end, warm),
         "device": results[0].device,
         "val_sequences": val_sequences,
         "val_scale": real_val / val_sequences,
@@ -199,9 +203,14 @@ def _timed_task(task_cls: type[Any], marks: list[tuple[int, float, bool]]) -> ty
 
 
 def _timings(
-    marks: Sequence[tuple[int, float, bool]], reports: Sequence[float], begin: float, end: float
+    marks: Sequence[tuple[int, float, bool]],
+    reports: Sequence[float],
+    begin: float,
+    end: float,
+    warm: int = 1,
 ) -> dict[str, Any]:
-    """Step, evaluation, set-up and finish times from the marks of one calibration run."""
+    """Step, evaluation, set-up and finish times from the marks of one calibration run whose first
+    `warm` steps are warm-ups (their excess over the timed steps' median counts as set-up)."""
     train: dict[int, list[float]] = defaultdict(list)
     val = sorted(t for _, t, grad in marks if not grad)
     for who, t, grad in marks:
@@ -221,14 +230,14 @@ def _timings(
         finish = v if v is not None else nxt
         if finish is not None:
             steps.append(finish - t)
-    if len(steps) < 2:
-        raise RuntimeError(f"only {len(steps)} timed step(s); a calibration needs at least 3")
-    warm, timed = steps[0], steps[1:]
+    if len(steps) < warm + 1:
+        raise RuntimeError(f"only {len(steps)} step(s) after {warm} warm-up(s); a calibration needs more")
+    warmups, timed = steps[:warm], steps[warm:]
     first = min(t for ts in train.values() for t in ts)
     return {
         "step_seconds": timed,
         "eval_seconds": statistics.fmean(evals) if evals else None,
-        "setup_seconds": first - begin + max(0.0, warm - statistics.median(timed)),
+        "setup_seconds": first - begin + max(0.0, sum(warmups) - warm * statistics.median(timed)),
         "finish_seconds": max(0.0, end - (reports[-1] if reports else end)),
     }
 

@@ -130,3 +130,35 @@ def test_calibration_on_ray_is_cached_and_a_study_keeps_its_estimate_beside_its_
     assert kept["actual"]["units"] == kept["planned"]["units"] == 2  # two trials on two slots: one each
     assert kept["accuracy"]["wall_seconds"]["actual"] == kept["actual"]["wall_seconds"]
     assert kept["earlier"][0]["estimate"]["wall_seconds"] == pytest.approx(e.wall_seconds)
+
+
+def test_a_calibration_times_the_steps_after_the_warm_ups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graphed GPU bundle takes its eager warm-ups and a capture before its pace (on an H100, eager
+    steps were 3.4× its replays at copy-500 K=462): a calibration times the steps after them, and
+    counts their excess as set-up. Where no graph is taken (the CPU, fastrnn, `cuda_graphs=false`),
+    only the first step is a warm-up."""
+    import trainers
+    from service.planning import calibration
+    from trainers import fused
+
+    marks, t = [], 0.0
+    durations = [1.0, 0.466, 0.466, 0.9, 0.136, 0.136, 0.137]  # first, 2 eager warm-ups, capture, replays
+    for d in durations:
+        marks.append((1, t, True))
+        t += d
+    marks.append((1, t, False))  # the validation batch that ends the last step
+    out = calibration._timings(marks, [t + 0.2], begin=-0.5, end=t + 0.3, warm=4)
+    assert out["step_seconds"] == pytest.approx([0.136, 0.136, 0.137])
+    assert out["setup_seconds"] == pytest.approx(0.5 + sum(durations[:4]) - 4 * 0.136)
+    eager = calibration._timings(marks, [t + 0.2], begin=-0.5, end=t + 0.3)  # warm=1: the CPU's case
+    assert len(eager["step_seconds"]) == 6 and max(eager["step_seconds"]) == pytest.approx(0.9)
+
+    def config(**kw: Any) -> Any:
+        return trainers.resolve({"task": "copy", "cell": "rnn", "device": "cuda", **kw}).config
+
+    assert fused.steps_to_pace(config(device="cpu")) == 1  # no CUDA here
+    monkeypatch.setattr(fused, "graphs_available", lambda device: None)  # as on a GPU
+    monkeypatch.setattr(fused, "resolve_device", lambda name: trainers.loop.torch.device(name))
+    assert fused.steps_to_pace(config()) == fused.GRAPH_WARMUP + 1 == 4
+    assert fused.steps_to_pace(config(cell="fastrnn")) == 1  # its step syncs with the host: eager
+    assert fused.steps_to_pace(config(cuda_graphs=False)) == 1
