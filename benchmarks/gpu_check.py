@@ -178,6 +178,7 @@ class Row:
     ms_min: float | None = None
     steps: int = 0
     note: str = ""
+    peak_gib: float | None = None  # the device's peak allocated memory over the bundle's set-up and steps
 
     @property
     def ms_member(self) -> float | None:
@@ -1145,6 +1146,8 @@ def time_shape(report: Report, shape: Shape, plan: Plan, device: torch.device, d
             try:
                 started = time.perf_counter()
                 configs = shape.configs(K)
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
                 bundle = Bundle.of(configs)
                 setup_per_member = max(setup_per_member * 0.5, (time.perf_counter() - started) / K)
                 runner = (
@@ -1154,6 +1157,8 @@ def time_shape(report: Report, shape: Shape, plan: Plan, device: torch.device, d
                 )
                 times, losses = run_steps(runner, total, device)
                 row = record(mode, K, times)
+                if device.type == "cuda":  # what packing's `member_bytes` model is to be checked against
+                    row.peak_gib = torch.cuda.max_memory_allocated(device) / 2**30
                 per_member[mode] = (row.ms_member or 0.0) / 1e3
                 params = [p.detach().clone() for p in bundle.model.params]
                 if mode == "eager":
@@ -1259,13 +1264,13 @@ def tables(report: Report) -> str:
         lines.append(f"Note: {n}")
     lines += ["", "### Timing: ms per training step (median of the timed steps)", ""]
     lines.append(
-        "| shape | dims | cell | mode | K | ms / bundle step | ms / member-step | member-steps / s | note |"
+        "| shape | dims | cell | mode | K | ms / bundle step | ms / member-step | member-steps / s | peak GiB | note |"
     )
-    lines.append("|---|---|---|---|---:|---:|---:|---:|---|")
+    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---|")
     for r in report.rows:
         lines.append(
             f"| {r.shape} | {r.dims} | {r.cell} | {r.mode} | {r.K} | {fmt(r.ms_step)} | {fmt(r.ms_member, 3)} | "
-            f"{fmt(r.member_steps_per_s, 0)} | {r.note} |"
+            f"{fmt(r.member_steps_per_s, 0)} | {fmt(r.peak_gib, 2)} | {r.note} |"
         )
     lines += [
         "",
