@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from trainers.cells import Cell
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.fused_cells import FUSED_CELLS, FusedCell
-from trainers.graphs import GRAPHED_CELLS, Batch, GraphedStep, graphs_available
+from trainers.graphs import GRAPH_WARMUP, Batch, GraphedStep, graphs_available
 from trainers.kernels import Workspace
 from trainers.loop import (
     ValidationSums,
@@ -413,16 +413,14 @@ def _reporter(report: FusedReport, k: int) -> Callable[[Evaluation], Any]:
     return lambda evaluation: report(k, evaluation)
 
 
-#: eager steps a graphed bundle takes before its capture (`trainers.graphs.GraphedStep`'s warm-ups)
-GRAPH_WARMUP = 3
-
-
 def trains_graphed(config: TrainConfig) -> bool:
-    """Whether a bundle of this config replays its step as a CUDA graph (`cuda_graphs`, a graphed
-    cell, a CUDA device that can capture)."""
+    """Whether a bundle of this config replays its step as a CUDA graph (`cuda_graphs`, a graphable
+    fused cell, a CUDA device that can capture)."""
+    spec = FUSED_CELLS.get(config.cell)
     return (
         config.cuda_graphs
-        and config.cell in GRAPHED_CELLS
+        and spec is not None
+        and spec.graphable
         and graphs_available(resolve_device(config.device)) is None
     )
 
@@ -472,7 +470,13 @@ class _Steps:
         self.streams = streams
         self.cell = active[0].config.cell
         self.size = len(active)
-        self.graph = GraphedStep(self, warmup=GRAPH_WARMUP) if graphed else None
+        self.graph = GraphedStep(self, warmup=GRAPH_WARMUP, fallback=True) if graphed else None
+
+    def close(self) -> None:
+        """Let a graph's memory go now (it and this object refer to each other)."""
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
 
     def next_batch(self) -> Batch:
         return {seed: task.encode(next(self.streams[seed]), self.device) for seed, task in self.tasks.items()}
@@ -506,52 +510,58 @@ def _run(members: list[_Member], started: float) -> None:
     active = members  # in the order of the stacked tensors' rows
     graphed = trains_graphed(cfg)
     stepper = _Steps(model, optimizer, active, streams, graphed)
-    running = torch.zeros(len(active), device=device)  # [K] training loss summed since the last evaluation
-    n_running = 0
-    for step in range(1, schedule.budget + 1):
-        losses = stepper.step()  # [K]: member k's loss, the mean over its batch
-        running += losses.detach()
-        n_running += 1
-        for m in active:
-            m.result.steps = step
-
-        due = schedule.at(step)
-        if due is None:
-            continue
-        train_losses = [v / n_running for v in running.tolist()]
-        for m, train_loss in zip(active, train_losses, strict=True):
-            m.done = not m.watch.check_training(step, train_loss)
-        if due == "eval":
-            scores = _validate(model, active)  # every row (one that just failed is ignored)
-            running.zero_()
-            n_running = 0
-            for k, (m, train_loss, (val_loss, metric)) in enumerate(
-                zip(active, train_losses, scores, strict=True)
-            ):
-                if m.done:
-                    continue
-                evaluation = Evaluation.at(
-                    step, schedule.steps_per_epoch, train_loss, val_loss, metric, started
-                )
-                if m.watch.evaluated(evaluation):
-                    _leave(m, k, model)
-        if any(m.done for m in active):  # members that failed or stopped early leave the bundle
-            now = time.perf_counter() - started
+    try:
+        running = torch.zeros(
+            len(active), device=device
+        )  # [K] training loss summed since the last evaluation
+        n_running = 0
+        for step in range(1, schedule.budget + 1):
+            losses = stepper.step()  # [K]: member k's loss, the mean over its batch
+            running += losses.detach()
+            n_running += 1
             for m in active:
-                if m.done:
-                    m.result.seconds = now
-            keep = torch.tensor([k for k, m in enumerate(active) if not m.done], device=device)
-            active = [m for m in active if not m.done]
-            if not active:
-                return
-            model.keep(keep)
-            optimizer.keep(keep)
-            stepper = _Steps(model, optimizer, active, streams, graphed)  # a graph holds the old shapes
-            running = running[keep]
-    now = time.perf_counter() - started
-    for k, m in enumerate(active):
-        _leave(m, k, model)
-        m.result.seconds = now
+                m.result.steps = step
+
+            due = schedule.at(step)
+            if due is None:
+                continue
+            train_losses = [v / n_running for v in running.tolist()]
+            for m, train_loss in zip(active, train_losses, strict=True):
+                m.done = not m.watch.check_training(step, train_loss)
+            if due == "eval":
+                scores = _validate(model, active)  # every row (one that just failed is ignored)
+                running.zero_()
+                n_running = 0
+                for k, (m, train_loss, (val_loss, metric)) in enumerate(
+                    zip(active, train_losses, scores, strict=True)
+                ):
+                    if m.done:
+                        continue
+                    evaluation = Evaluation.at(
+                        step, schedule.steps_per_epoch, train_loss, val_loss, metric, started
+                    )
+                    if m.watch.evaluated(evaluation):
+                        _leave(m, k, model)
+            if any(m.done for m in active):  # members that failed or stopped early leave the bundle
+                now = time.perf_counter() - started
+                for m in active:
+                    if m.done:
+                        m.result.seconds = now
+                keep = torch.tensor([k for k, m in enumerate(active) if not m.done], device=device)
+                active = [m for m in active if not m.done]
+                if not active:
+                    return
+                model.keep(keep)
+                optimizer.keep(keep)
+                stepper.close()  # a graph holds the old shapes: its memory goes before the next is captured
+                stepper = _Steps(model, optimizer, active, streams, graphed)
+                running = running[keep]
+        now = time.perf_counter() - started
+        for k, m in enumerate(active):
+            _leave(m, k, model)
+            m.result.seconds = now
+    finally:  # the last graph's memory goes now, not at a garbage collection
+        stepper.close()
 
 
 #: bytes of recurrence buffers one validation pass may use (members are evaluated in chunks that fit)

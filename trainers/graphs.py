@@ -4,7 +4,8 @@ On a GPU a bundle's step is bound by kernel launches until the bundle is large: 
 few small kernels per timestep (copy-500: ~11 × 500 for the recurrence alone), each member's
 projection, readout, loss and gradients a few more, and the host issues them one by one through
 Python. Captured once (`torch.cuda.graph`), the step replays with one call and no Python in between:
-on an H100, 4× fewer seconds a member-step at Orhan's bundle sizes (docs/gpu.md).
+on an H100, 2.1–6.7× fewer seconds a member-step at Orhan's bundle sizes, 3.4–4.9× through the whole
+`train_fused` loop (docs/gpu.md).
 
 What is captured, with static shapes and addresses: the forward of `FusedModel`, each member's
 loss, the backward and `FusedOptimizer.step` (clip and RMSprop / Adam, the optimiser inside).
@@ -16,7 +17,10 @@ leaving). A member that leaves changes every stacked tensor's shape: the caller 
 is the first warm-up of a new capture.
 
 `trainers.fused.train_fused` trains a bundle this way on a GPU (`cuda_graphs`, on by default, for
-the cells in `GRAPHED_CELLS`); `trainers.bundle.Bundle` is the step alone, for the benchmarks.
+the fused cells marked `graphable`); `trainers.bundle.Bundle` is the step alone, for the benchmarks.
+A step that cannot be held stays eager in `train_fused` (`fallback=True`): one that synchronises with
+the host (found at the last warm-up, before the optimiser has changed anything, and redone eagerly),
+or batches whose shape changes every step or two (`FRUITLESS_RESTARTS`).
 Whether a graphed member's numbers equal its eager run's is measured, not assumed:
 `benchmarks/gpu_check.py` compares every member, per step and over whole `train_fused` runs, on CUDA
 (bit-equal on an H100).
@@ -25,6 +29,7 @@ Whether a graphed member's numbers equal its eager run's is measured, not assume
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -32,10 +37,13 @@ import torch
 
 Batch = dict[int, tuple[torch.Tensor, torch.Tensor]]  # seed → (x, y) on the bundle's device
 
-#: the fused cells whose training step a CUDA graph captures: measured on an H100 (gpu_check: every
-#: member bit-equal to its eager run). FastRNN's and SGORNN's backwards read their gates on the host
-#: (a synchronisation a graph cannot hold): they train eagerly.
-GRAPHED_CELLS = frozenset({"rnn", "urnn", "crnn", "vprnn", "srnn"})
+log = logging.getLogger(__name__)
+
+#: eager steps a graphed bundle takes before its capture (each restart too)
+GRAPH_WARMUP = 3
+#: restarts in a row that replayed nothing (the batch shape changes every step or two, e.g. varcopy's
+#: lags) after which a step trains eagerly for good
+FRUITLESS_RESTARTS = 3
 
 
 class GraphUnsupported(RuntimeError):
@@ -84,7 +92,7 @@ def graphs_available(device: torch.device) -> str | None:
     if device.type != "cuda":
         return (
             f"CUDA graphs need a CUDA device; this bundle is on {device}: run its eager step "
-            "(Bundle.step, or trainers.fused.train_fused)"
+            "(trainers.bundle.Bundle.step, or trainers.fused.train_fused)"
         )
     if not torch.cuda.is_available():
         return "CUDA graphs need CUDA, and torch sees no CUDA device here"
@@ -112,9 +120,11 @@ def side_stream(step: GraphedStep) -> Iterator[None]:
         step.side = torch.cuda.Stream(device=step.bundle.device)  # type: ignore[no-untyped-call]
     current = torch.cuda.current_stream(step.bundle.device)
     step.side.wait_stream(current)
-    with torch.cuda.stream(step.side):
-        yield
-    current.wait_stream(step.side)
+    try:
+        with torch.cuda.stream(step.side):
+            yield
+    finally:  # also after a refused step: what it queued there comes before anything after it
+        current.wait_stream(step.side)
 
 
 @contextlib.contextmanager
@@ -137,11 +147,17 @@ class GraphedStep:
     real training steps: the run is the same run), the next captures and replays; every later call
     copies the batch into the fixed input buffers and replays. A batch of another shape than the
     captured one drops the graph and starts over (it is the first warm-up of the next capture). The
-    optimiser's `step_count` counts the steps taken, replays included. Raises `GraphUnsupported` on
-    the CPU (at construction) and for a step that synchronises with the host (at the last warm-up,
-    before any capture; that step is then half taken: set the bundle up again to train it)."""
+    optimiser's `step_count` counts the steps taken, replays included.
 
-    def __init__(self, bundle: Steppable, warmup: int = 3) -> None:
+    Refusals: on the CPU, `GraphUnsupported` at construction. A step that synchronises with the host
+    is found at the last warm-up, before any capture: with `fallback`, that step is redone eagerly
+    (the optimiser had not run: nothing changed but gradients, which the step recomputes) and every
+    later step is eager; without, `GraphUnsupported` (the benchmarks' refusal). With `fallback`, too,
+    a batch shape that changes before any replay `FRUITLESS_RESTARTS` times in a row makes the steps
+    eager for good. `close` lets the graph's memory go at once (the caller's references may hold
+    this object in a cycle)."""
+
+    def __init__(self, bundle: Steppable, warmup: int = GRAPH_WARMUP, fallback: bool = False) -> None:
         reason = graphs_available(bundle.device)
         if reason is not None:
             raise GraphUnsupported(reason)
@@ -149,7 +165,11 @@ class GraphedStep:
             raise ValueError("warmup must be at least 1: the first step allocates what the graph reuses")
         self.bundle = bundle
         self.warmup = warmup
+        self.fallback = fallback
+        self.eager = False  # True once the step cannot be held (fallback): every step eager
         self.calls = 0  # steps since the last start (a new shape starts over)
+        self.replays = 0  # replays since the last start
+        self.fruitless = 0  # starts in a row after which nothing was replayed
         self.captures = 0
         self.graph: Replayable | None = None
         self.inputs: Batch = {}
@@ -160,6 +180,12 @@ class GraphedStep:
             K = bundle.size
             opt.static_factors = (torch.empty(K, device=bundle.device), torch.empty(K, device=bundle.device))
 
+    def close(self) -> None:
+        """Drop the graph, its buffers and its stream, and Adam's device factors (an eager step then
+        computes them as it does without a graph)."""
+        self.graph, self.losses, self.inputs, self.side = None, None, {}, None
+        self.bundle.optimizer.static_factors = None
+
     def _load(self, batch: Batch) -> Batch:
         """The fixed input buffers, holding `batch`; new ones (and no graph) for a batch of a new shape."""
         same = self.inputs.keys() == batch.keys() and all(
@@ -167,7 +193,9 @@ class GraphedStep:
             for s, (x, y) in batch.items()
         )
         if not same:
-            self.graph, self.losses, self.calls = None, None, 0  # the old graph's pool goes with it
+            if self.inputs:  # a restart: did the last start replay anything?
+                self.fruitless = 0 if self.replays else self.fruitless + 1
+            self.graph, self.losses, self.calls, self.replays = None, None, 0, 0  # the old graph's pool goes
             self.inputs = {s: (x.clone(), y.clone()) for s, (x, y) in batch.items()}
             return self.inputs
         for s, (x, y) in batch.items():
@@ -187,31 +215,56 @@ class GraphedStep:
 
     def step(self, batch: Batch | None = None) -> torch.Tensor:
         b = self.bundle
-        inputs = self._load(batch if batch is not None else b.next_batch())
+        batch = batch if batch is not None else b.next_batch()
+        if self.eager:
+            losses = b.forward_backward(batch).detach()
+            b.model.after_step()
+            return losses
+        inputs = self._load(batch)
+        if self.fallback and self.fruitless >= FRUITLESS_RESTARTS:
+            self._go_eager()
+            return self.step(batch)
         self._factors()
         self.calls += 1
         if self.calls <= self.warmup:
-            losses = self._eager(inputs, probe=self.calls == self.warmup)
+            warm = self._eager(inputs, probe=self.calls == self.warmup)
+            if warm is None:  # the probe found a host sync; the optimiser had not run: redo eagerly
+                self._go_eager()
+                return self.step(batch)
+            losses = warm
         else:
             if self.graph is None:
                 self._capture(inputs)
             assert self.graph is not None and self.losses is not None
             self.graph.replay()
+            self.replays += 1
             b.optimizer.step_count += 1
             losses = self.losses.clone()
         b.model.after_step()
         return losses
 
-    def _eager(self, inputs: Batch, probe: bool) -> torch.Tensor:
-        """A warm-up step on the side stream; with `probe`, any host synchronisation is refused."""
+    def _go_eager(self) -> None:
+        self.close()
+        self.eager = True
+
+    def _eager(self, inputs: Batch, probe: bool) -> torch.Tensor | None:
+        """A warm-up step on the side stream; with `probe`, any host synchronisation is refused:
+        `GraphUnsupported`, or with `fallback` None when the optimiser had not run yet."""
+        taken = self.bundle.optimizer.step_count
         with side_stream(self), sync_errors(probe):
             try:
                 return self.bundle.forward_backward(inputs).detach().clone()
             except RuntimeError as exc:
                 if probe and "synchroniz" in str(exc):
+                    if self.fallback and self.bundle.optimizer.step_count == taken:
+                        log.warning(
+                            "%s: the step synchronises with the host; it trains eagerly", self.bundle.cell
+                        )
+                        return None
                     raise GraphUnsupported(
                         f"{self.bundle.cell}: the step synchronises with the host, which a CUDA "
-                        f"graph cannot capture ({str(exc).strip().splitlines()[0][:300]}); train it eagerly (cuda_graphs=false)"
+                        f"graph cannot capture ({str(exc).strip().splitlines()[0][:300]}); train it eagerly "
+                        "(cuda_graphs=false)"
                     ) from exc
                 raise
 

@@ -4,10 +4,10 @@ Two implementations, chosen by `elman_rnn`:
 - `native`: torch's own RNN kernel (`torch._VF.rnn_relu / rnn_tanh`, what `nn.RNN` calls; cuDNN on
   GPU), for relu and tanh. We pass our own parameters so the cell keeps ONE bias b (Keras
   SimpleRNN / the paper) — `nn.RNN` would train two (b_ih + b_hh), which doubles the bias's step
-  under RMSprop. Only when asked for: on an H100 its solo step is 40× faster than the scan's at
-  addition-750 (docs/gpu.md), but it sums in another order than a bundle's scan, and a grid point
-  whose training amplifies rounding then parts from its bundled run (by 5 % in 30 steps at one of
-  the check's points, on the CPU's native kernel as on cuDNN).
+  under RMSprop. Only when asked for: on an H100 its solo step is 49× faster than the scan's at
+  addition-750 (docs/gpu.md), but it sums in another order than a bundle's scan, and its runs part
+  from their bundled runs (by 4.9e-2 relative in 30 steps at one of the GPU check's rnn points under
+  Adam; Orhan's addition-750 bias by 8.7e-2 in 10 steps).
 - `scan`: a hand-written autograd Function for any f whose derivative is a function of f's output
   (elu, relu, tanh). Autograd would record ~6 nodes per step; this records one node for the whole
   sequence, runs 2 ops per step forward (addmm, f) and 2 per step backward (mul, addmm), and

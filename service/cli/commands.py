@@ -346,13 +346,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def study_limit(text: str) -> int:
+    """`--limit`: 1 to 500, as the REST route takes it."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no whole number; give 1 to 500") from None
+    if not 1 <= value <= 500:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; give 1 to 500")
+    return value
+
+
 def cmd_studies(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
         found = answer(lambda: studies.studies(state=args.state, limit=args.limit))
     if args.json:
         print(json.dumps(found))
     else:
-        print_studies(found)
+        print_studies(found, args.state)
     return 0
 
 
@@ -487,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("studies", help="the studies, newest first: id, name, state, trials finished")
     p.add_argument("--state", choices=[s.value for s in StudyState], help="only studies in this state")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=study_limit, default=50, help="at most this many, 1 to 500 (default 50)")
     add_url_flag(p, "ask this memsweep server, not the local ledger")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_studies)

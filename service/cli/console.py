@@ -149,7 +149,10 @@ def print_status(study: dict[str, Any]) -> None:
         print(f"  MLflow: {study['mlflow']['run_url']}")
 
 
-def print_studies(studies: list[dict[str, Any]]) -> None:
+def print_studies(studies: list[dict[str, Any]], state: str | None = None) -> None:
+    if not studies and state:
+        print(f"no study is {state} (`memsweep studies` lists them all)")
+        return
     if not studies:
         print("no studies yet: `memsweep run PRESET` or `memsweep submit PRESET --url URL` makes one")
         return

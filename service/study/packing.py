@@ -123,7 +123,9 @@ def even_parts(items: Sequence[TrialSpec], k: int) -> list[Sequence[TrialSpec]]:
     594 points at k = 315 are two bundles of 297, not 315 and 279 (a straggler's members cost more
     each: on an H100 a bundle of 8 takes 2.3 ms a member-step, one of 462 0.25, docs/gpu.md)."""
     n = len(items)
-    parts = max(1, math.ceil(n / max(k, 1)))
+    if n == 0:
+        return []
+    parts = math.ceil(n / max(k, 1))
     base, extra = divmod(n, parts)
     out, start = [], 0
     for i in range(parts):

@@ -177,6 +177,12 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
     listed = json.loads(cli("studies", "--json"))
     assert {s["id"] for s in listed} == {a, b} and all(s["counts"]["total"] == 8 for s in listed)
     assert a in cli("studies") and b in cli("studies", "--state", "done")
+    assert "no study is running" in cli("studies", "--state", "running")
+    bad = subprocess.run(
+        [sys.executable, "-m", "service.cli.commands", "studies", "--limit", "0"], env=env, capture_output=True,
+        text=True, timeout=120, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--limit: 0 is out of range; give 1 to 500" in bad.stderr
     assert f"study {a}" in cli("status", a) and json.loads(cli("status", b, "--json"))["id"] == b
     unknown = subprocess.run(
         [sys.executable, "-m", "service.cli.commands", "best", "nope"], env=env, capture_output=True, text=True,

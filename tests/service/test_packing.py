@@ -9,7 +9,16 @@ import pytest
 import trainers
 from service.core.spec import StudySpec
 from service.core.trial import TrialSpec, Unit
-from service.study.packing import MAX_BUNDLE, bundle, bundle_size, member_bytes, pack, pack_study, unit_share
+from service.study.packing import (
+    MAX_BUNDLE,
+    bundle,
+    bundle_size,
+    even_parts,
+    member_bytes,
+    pack,
+    pack_study,
+    unit_share,
+)
 from service.study.search import grid_trials
 from trainers.fused import fusable_key
 
@@ -138,3 +147,12 @@ def test_a_2112_point_preset_fills_one_gpu_in_its_four_models_bundles() -> None:
     assert sorted(len(u.members) for u in small) == [231, 231, 231, 231, 297, 297, 297, 297]
     for units in (h100, small):
         assert sorted(keys(units)) == sorted(r.config_hash for r in rows)
+
+
+def test_even_parts_are_as_few_and_as_equal_as_the_size_allows() -> None:
+    items = list(range(594))
+    assert [len(p) for p in even_parts(items, 315)] == [297, 297]
+    assert [len(p) for p in even_parts(items, 594)] == [594]
+    assert [len(p) for p in even_parts(list(range(7)), 3)] == [3, 2, 2]
+    assert [x for p in even_parts(items, 100) for x in p] == items  # in order, each once
+    assert even_parts([], 5) == []

@@ -157,7 +157,7 @@ def stand_in_graphs(monkeypatch):
     """GraphedStep on the CPU, in `Bundle`s and in `train_fused`: no streams, no sync probe, and a
     capture that records the step without running it (each replay runs it). Returns a maker of
     GraphedSteps; `make.captures` counts the captures, wherever they happen."""
-    captures = []
+    captures, made = [], []
 
     def capture(self, inputs):
         b = self.bundle
@@ -170,6 +170,7 @@ def stand_in_graphs(monkeypatch):
         )
         self.captures += 1
         captures.append(b.size)
+        made.append(self)
 
     monkeypatch.setattr(graphs, "graphs_available", lambda device: None)
     monkeypatch.setattr(fused, "graphs_available", lambda device: None)
@@ -181,6 +182,7 @@ def stand_in_graphs(monkeypatch):
         return GraphedStep(bundle, warmup)
 
     make.captures = captures
+    make.steps = made  # each GraphedStep at its captures
     return make
 
 
@@ -257,16 +259,62 @@ def test_train_fused_with_graphs_is_train_fused_without_them(stand_in_graphs, op
     assert graphed[1].steps == 6 and graphed[0].steps == steps
 
 
-def test_a_solo_run_and_the_cpu_ignore_cuda_graphs():
-    """On the CPU, `cuda_graphs` changes nothing: the same result either way (and it is not part of a
-    trial's identity: an execution setting, like the device)."""
+def test_cuda_graphs_is_no_part_of_a_trials_identity_and_takes_no_graph_off_cuda():
+    """An execution setting, like the device: the same hash either way; and on a machine without CUDA
+    no bundle is graphed (its steps after the first are timed by a calibration)."""
     from trainers.config import resolve
+    from trainers.fused import steps_to_pace, trains_graphed
 
-    a, b = (train_fused(configs(6, cuda_graphs=on)) for on in (True, False))
-    assert [torch.equal(x.recurrent_matrix, y.recurrent_matrix) for x, y in zip(a, b, strict=True)] == [
-        True
-    ] * len(a)
-    assert (
-        resolve(configs(6, cuda_graphs=True)[0]).config_hash()
-        == resolve(configs(6, cuda_graphs=False)[0]).config_hash()
-    )
+    on, off = (resolve(configs(6, cuda_graphs=v)[0]) for v in (True, False))
+    assert on.config_hash() == off.config_hash()
+    assert not trains_graphed(on.config) and steps_to_pace(on.config) == 1
+
+
+def test_a_graph_that_is_replaced_lets_its_memory_go_at_once(stand_in_graphs):
+    """Members leaving make a new graph; the old one (and its inputs, outputs and Adam's buffers) is
+    closed there, not left to a garbage collection (the loop's stepper and its GraphedStep refer to
+    each other): on a GPU its pool is the step's activations for the old bundle size."""
+    cs = configs(24, optimizer="adam", eval_every=6, cuda_graphs=True)
+    cs[1] = {**cs[1], "early_stop_loss": 1e6}
+    train_fused(cs)
+    steps = list(dict.fromkeys(stand_in_graphs.steps))  # distinct GraphedSteps, in order
+    assert len(steps) >= 2  # one for three members, one for the two left
+    assert all(
+        s.graph is None and s.losses is None and s.inputs == {} for s in steps
+    )  # all closed at the end
+    assert steps[-1].bundle.optimizer.static_factors is None
+
+
+def test_a_step_that_synchronises_trains_eagerly_in_train_fused(stand_in_graphs, monkeypatch):
+    """In the loop (`fallback`), a host sync found at the probe is not a failure: that step is redone
+    eagerly (the optimiser had not run) and the run goes on eagerly — every number the eager loop's."""
+    real = fused._Steps.forward_backward
+    calls = {"n": 0}
+
+    def syncing(self, batch):
+        calls["n"] += 1
+        if calls["n"] == fused.GRAPH_WARMUP:  # the probe: fail before the optimiser runs
+            raise RuntimeError("called a synchronizing CUDA operation")
+        return real(self, batch)
+
+    eager = train_fused(configs(12, optimizer="adam", cuda_graphs=False))
+    monkeypatch.setattr(fused._Steps, "forward_backward", syncing)
+    graphed = train_fused(configs(12, optimizer="adam", cuda_graphs=True))
+    assert stand_in_graphs.captures == []  # nothing captured: eager from the probe on
+    for e, g in zip(eager, graphed, strict=True):
+        assert g.status == "done" and torch.equal(e.recurrent_matrix, g.recurrent_matrix)
+
+
+def test_batches_whose_shape_keeps_changing_make_the_steps_eager(stand_in_graphs):
+    """varcopy draws a lag per batch: its shape changes every step, so no graph would ever replay.
+    After FRUITLESS_RESTARTS starts that replayed nothing, the steps are eager for good — the same
+    numbers, no capture."""
+    bundle = Bundle.of(configs(12))
+    eager = Bundle.of(configs(12))
+    step = graphs.GraphedStep(bundle, fallback=True)
+    for i in range(10):
+        batch = {s: (x[:, : 3 + i % 2], y[:, : 3 + i % 2]) for s, (x, y) in eager.next_batch().items()}
+        assert torch.equal(step.step(batch), eager.step(batch))
+    assert step.eager and stand_in_graphs.captures == [] and step.graph is None
+    for p, q in zip(bundle.model.params, eager.model.params, strict=True):
+        assert torch.equal(p, q)
