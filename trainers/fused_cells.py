@@ -44,7 +44,8 @@ class FusedCell:
     after_step: Callable[[Sequence[Cell], Params], None] | None = None
     stores: int = 2
     #: whether a CUDA graph can hold the bundle's step (`trainers.graphs`): measured on an H100 (every
-    #: member bit-equal to its eager run); FastRNN's scan reads its gates on the host, which cannot
+    #: member bit-equal to its eager run); FastRNN's scan (fastrnn, sgornn) reads its gates on the
+    #: host, which a graph cannot hold
     graphable: bool = True
 
 
