@@ -32,7 +32,11 @@ What it does, in order (only torch, numpy and the repository's trainers / search
      on the device (expected bit-equal; NRU_RTOL);
    - every registered cell × copy, addition and psMNIST trains a few steps through `trainers.train`;
    - each fused cell's bundle members against their solo runs (`train_fused` vs `train`): every
-     evaluation's losses and the trained W (MEMBER_RTOL);
+     evaluation's losses and the trained W (MEMBER_RTOL); a member beyond it whose own solo runs on
+     the CPU and on the device part beyond it too (and the bundle no more than CHAOS_FACTOR times
+     as far) is `chaotic`, not failed: its training amplifies any rounding;
+   - `train_fused` with `cuda_graphs` against without, per graphable cell: whole runs with
+     evaluations, partial batches and a member leaving (GRAPH_RTOL; how many captures it made);
    - each fused cell's step as a CUDA graph (`trainers.graphs.GraphedStep`) against its eager step,
      per member and per step (GRAPH_RTOL); a cell whose step synchronises with the host (FastRNN's
      backward reads its gates) is reported as refused, not failed. These run after the timing (40 s
@@ -48,7 +52,11 @@ What it does, in order (only torch, numpy and the repository's trainers / search
    encoded, forward, losses, backward, clip and optimiser (the loop of `train_fused`, bookkeeping
    aside); each timed step is synchronised, median of --steps. The graphed and eager runs of one
    bundle take the same steps from the same start, so every member's losses and weights are compared
-   too (GRAPH_RTOL), as is member 0 against the solo run (MEMBER_RTOL).
+   too (GRAPH_RTOL), as is member 0 against the solo run (MEMBER_RTOL). On CUDA each bundle's peak
+   allocated memory is recorded (`peak GiB`). A relu/tanh shape also times cuDNN's RNN solo
+   (`backend=native`).
+   `--graphs-only` runs just the graph checks and times the whole `train_fused` loop at copy-500,
+   eager against graphed, for the last sizes of --ks but one (ms a step from a 24- and an 8-step run).
 3. One table: ms per bundle step, ms per member-step, member-steps per second; the projected wall time
    of each full Orhan task grid (bundles of 462, 462, 594, 594: the four models, one layout each) at the
    paper's budget (100 epochs of 60,000 / 16: 375,000 steps a run, no early stops), eager and graphed,
