@@ -56,7 +56,8 @@ What it does, in order (only torch, numpy and the repository's trainers / search
    allocated memory is recorded (`peak GiB`). A relu/tanh shape also times cuDNN's RNN solo
    (`backend=native`).
    `--graphs-only` runs just the graph checks and times the whole `train_fused` loop at copy-500,
-   eager against graphed, for the last sizes of --ks but one (ms a step from a 24- and an 8-step run).
+   eager against graphed, at the two sizes before the last of --ks (each of them when --ks names two
+   or fewer; ms a step from a 24- and an 8-step run).
 3. One table: ms per bundle step, ms per member-step, member-steps per second; the projected wall time
    of each full Orhan task grid (bundles of 462, 462, 594, 594: the four models, one layout each) at the
    paper's budget (100 epochs of 60,000 / 16: 375,000 steps a run, no early stops), eager and graphed,
