@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ from trainers.model import SequenceModel, build_model, count_params
 from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
-from trainers.tasks.base import Split
+from trainers.tasks.base import Split, Tensors
 
 #: trial fields every member must share: shapes, budget, schedule, optimiser kind, execution
 SHARED_FIELDS = (
@@ -450,26 +450,29 @@ def forward_backward(
     return losses
 
 
-class _Steps:
-    """The training steps of the bundle's active members: eager, or replayed as a CUDA graph
-    (`graphed`: `trainers.graphs.GraphedStep`, the same numbers on an H100, docs/gpu.md). Made
-    again when members leave (the stacked tensors change shape)."""
+class BundleSteps:
+    """A bundle's training steps: each seed's next batch (`members`: member k's (seed, task), in the
+    order of the stacked tensors' rows; members with one seed share its batches), then the step,
+    eager or replayed as a CUDA graph (`graphed`: `trainers.graphs.GraphedStep`, the same numbers on
+    an H100, docs/gpu.md). `train_fused` makes one again when members leave (the stacked tensors
+    change shape); `trainers.bundle.Bundle` steps one for the benchmarks."""
 
     def __init__(
         self,
         model: FusedModel,
         optimizer: FusedOptimizer,
-        active: list[_Member],
-        streams: Mapping[int, Any],
+        members: Sequence[tuple[int, Task]],
+        streams: Mapping[int, Iterator[Tensors]],
+        cell: str,
         graphed: bool,
     ) -> None:
         self.model, self.optimizer = model, optimizer
         self.device = model.params[0].device
-        self.members = [(m.config.seed, m.data.task) for m in active]
-        self.tasks = dict(self.members)  # seed → task: members with one seed share its batches
+        self.members = list(members)
+        self.tasks = dict(self.members)  # seed → task, in the order of first appearance
         self.streams = streams
-        self.cell = active[0].config.cell
-        self.size = len(active)
+        self.cell = cell
+        self.size = len(self.members)
         self.graph = GraphedStep(self, warmup=GRAPH_WARMUP, fallback=True) if graphed else None
 
     def close(self) -> None:
@@ -479,18 +482,31 @@ class _Steps:
             self.graph = None
 
     def next_batch(self) -> Batch:
+        """Each seed's next training batch, encoded on the bundle's device."""
         return {seed: task.encode(next(self.streams[seed]), self.device) for seed, task in self.tasks.items()}
 
     def forward_backward(self, batch: Batch) -> torch.Tensor:
         return forward_backward(self.model, self.optimizer, self.members, batch)
 
-    def step(self) -> torch.Tensor:
-        batch = self.next_batch()
+    def step(self, batch: Batch | None = None) -> torch.Tensor:
+        """One training step (on `batch`, else each seed's next); the losses [K]."""
+        batch = batch if batch is not None else self.next_batch()
         if self.graph is not None:
             return self.graph.step(batch)
         losses = self.forward_backward(batch)
         self.model.after_step()
         return losses
+
+
+def _steps(
+    model: FusedModel,
+    optimizer: FusedOptimizer,
+    active: list[_Member],
+    streams: Mapping[int, Iterator[Tensors]],
+    graphed: bool,
+) -> BundleSteps:
+    members = [(m.config.seed, m.data.task) for m in active]
+    return BundleSteps(model, optimizer, members, streams, active[0].config.cell, graphed)
 
 
 def _run(members: list[_Member], started: float) -> None:
@@ -509,11 +525,10 @@ def _run(members: list[_Member], started: float) -> None:
     streams = {m.config.seed: training_batches(m.data.task, cfg.batch_size, m.config.seed) for m in members}
     active = members  # in the order of the stacked tensors' rows
     graphed = trains_graphed(cfg)
-    stepper = _Steps(model, optimizer, active, streams, graphed)
+    stepper = _steps(model, optimizer, active, streams, graphed)
     try:
-        running = torch.zeros(
-            len(active), device=device
-        )  # [K] training loss summed since the last evaluation
+        # [K] training loss summed since the last evaluation
+        running = torch.zeros(len(active), device=device)
         n_running = 0
         for step in range(1, schedule.budget + 1):
             losses = stepper.step()  # [K]: member k's loss, the mean over its batch
@@ -554,7 +569,7 @@ def _run(members: list[_Member], started: float) -> None:
                 model.keep(keep)
                 optimizer.keep(keep)
                 stepper.close()  # a graph holds the old shapes: its memory goes before the next is captured
-                stepper = _Steps(model, optimizer, active, streams, graphed)
+                stepper = _steps(model, optimizer, active, streams, graphed)
                 running = running[keep]
         now = time.perf_counter() - started
         for k, m in enumerate(active):

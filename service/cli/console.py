@@ -158,8 +158,8 @@ def print_studies(studies: list[dict[str, Any]], state: str | None = None) -> No
         return
     for s in studies:
         c = s["counts"]
-        state = "queued" if s.get("queued") else s["state"]
-        print(f"{s['id']}  {state:<9} {c['finished']:>6}/{c['total']:<6} {s['created_at'][:19]}  {s['name']}")
+        now = "queued" if s.get("queued") else s["state"]
+        print(f"{s['id']}  {now:<9} {c['finished']:>6}/{c['total']:<6} {s['created_at'][:19]}  {s['name']}")
 
 
 def api_url(args: argparse.Namespace) -> str | None:

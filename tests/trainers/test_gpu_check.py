@@ -288,7 +288,7 @@ def test_a_graph_that_is_replaced_lets_its_memory_go_at_once(stand_in_graphs):
 def test_a_step_that_synchronises_trains_eagerly_in_train_fused(stand_in_graphs, monkeypatch):
     """In the loop (`fallback`), a host sync found at the probe is not a failure: that step is redone
     eagerly (the optimiser had not run) and the run goes on eagerly — every number the eager loop's."""
-    real = fused._Steps.forward_backward
+    real = fused.BundleSteps.forward_backward
     calls = {"n": 0}
 
     def syncing(self, batch):
@@ -298,7 +298,7 @@ def test_a_step_that_synchronises_trains_eagerly_in_train_fused(stand_in_graphs,
         return real(self, batch)
 
     eager = train_fused(configs(12, optimizer="adam", cuda_graphs=False))
-    monkeypatch.setattr(fused._Steps, "forward_backward", syncing)
+    monkeypatch.setattr(fused.BundleSteps, "forward_backward", syncing)
     graphed = train_fused(configs(12, optimizer="adam", cuda_graphs=True))
     assert stand_in_graphs.captures == []  # nothing captured: eager from the probe on
     for e, g in zip(eager, graphed, strict=True):
