@@ -94,6 +94,8 @@ def fusable_key(resolved: Resolved) -> tuple[tuple[str, Any], ...] | None:
     key.append(("budget", ("steps", cfg.steps) if cfg.steps is not None else ("epochs", cfg.epochs)))
     key.append(("task_params", json.dumps(dict(cfg.task_params), sort_keys=True, default=str)))
     key.extend((f"cell_params.{name}", getattr(resolved.cell_config, name)) for name in spec.shared)
+    if resolved.task_cls.batch_length_varies:  # each seed's batches have lengths of their own
+        key.append(("seed", cfg.seed))
     return tuple(key)
 
 

@@ -521,6 +521,24 @@ def test_configs_that_differ_in_shape_are_refused_naming_the_field(change, field
         train_fused(configs)
 
 
+VARCOPY = {"task": "varcopy", "hidden": 12, "steps": 4, "eval_every": 2,
+           "task_params": {"lag_min": 2, "lag_max": 12, "n_train": 64, "n_val": 22}}  # fmt: skip
+
+
+def test_varcopy_bundles_share_a_seed_and_train_each_member_as_alone():
+    """varcopy draws one lag per batch, so two seeds' batches differ in length at the same step: such
+    trials bundle per seed (their bundle used to fail every member on a shape error), and a bundle of
+    one seed's learning rates is each member's solo run."""
+    one, other = resolve({**VARCOPY, "seed": 1}), resolve({**VARCOPY, "seed": 2})
+    assert fusable_key(one) != fusable_key(other)
+    with pytest.raises(ValueError, match=re.escape("differ in 'seed'")):
+        check_fusable([one, other])
+    configs = [{**VARCOPY, "seed": 3, "lr": lr} for lr in (1e-3, 3e-4)]
+    for fused, cfg in zip(train_fused(configs), configs, strict=True):
+        assert fused.status == "done", fused.reason
+        assert_same_run(fused, train(cfg))
+
+
 def test_unsupported_cells_are_refused_with_what_to_do():
     with pytest.raises(ValueError, match=r"train it with trainers\.train"):
         check_fusable([resolve({**COPY, "cell": "lstm"})])

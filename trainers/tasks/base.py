@@ -123,6 +123,10 @@ class Task(ABC):
 
     #: False when the data come from files and do not change with the trial seed (sMNIST, HAR, PTB)
     seeded_data: ClassVar[bool] = True
+    #: True when a training batch's length depends on the batch (varcopy: one lag per batch), so that
+    #: trials of different seeds see batches of different lengths at the same step and cannot share a
+    #: fused bundle's step (`trainers.fused.fusable_key` then keys bundles by seed)
+    batch_length_varies: ClassVar[bool] = False
 
     def __init__(self, config: Any, seed: int) -> None:
         self.config = config

@@ -54,6 +54,7 @@ class VarCopyTask(Task):
     default_nonlinearity = "elu"  # as for copy
     metric_name = "recall_accuracy"
     supports_fresh = True
+    batch_length_varies = True  # one lag per batch: members of different seeds cannot share a step
     config: VarCopyConfig
 
     def __init__(self, config: VarCopyConfig, seed: int) -> None:
