@@ -75,8 +75,9 @@ def step_times(step: Callable[[], Any], n: int) -> tuple[float, float]:
 
 def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
-    from trainers.loop import make_optimizer, training_batches
+    from trainers.loop import training_batches
     from trainers.model import build_model
+    from trainers.optim import make_optimizer
 
     resolved = resolve(configs[0])
     task = resolved.make_task()

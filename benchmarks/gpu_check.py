@@ -102,8 +102,9 @@ from trainers.config import Resolved, TrainConfig, apply_overrides, resolve  # n
 from trainers.fused import train_fused  # noqa: E402
 from trainers.fused_cells import FUSED_CELLS  # noqa: E402
 from trainers.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available  # noqa: E402
-from trainers.loop import configure_process, make_optimizer, training_batches  # noqa: E402
+from trainers.loop import configure_process, training_batches  # noqa: E402
 from trainers.model import build_model  # noqa: E402
+from trainers.optim import make_optimizer  # noqa: E402
 from trainers.result import TrialResult  # noqa: E402
 from trainers.schedule import Schedule  # noqa: E402
 from trainers.tasks.mnist_files import (  # noqa: E402

@@ -46,7 +46,12 @@ from trainers.tasks import TASKS, Task
 #:    is IEEE float32 (TF32 off in cuDNN, where torch leaves it on), and the Elman cell's `backend=auto`
 #:    is the scan on every device (it was cuDNN's RNN for relu/tanh on CUDA, which sums in another
 #:    order than a bundle's scan; `backend=native` still runs it). docs/gpu.md.
-TRAINER_VERSION = "8"
+#: 9: the portable mode on the CPU (issue 33): the optimisers' √ is correctly rounded (torch's, MKL's
+#:    vsSqrt, starts from rsqrtps, whose bits differ between Intel and AMD: an EPYC and a Xeon parted in
+#:    the last bit of the first RMSprop step) and a float64 log (PTB's baseline, the LSTM's chrono bias)
+#:    is the C library's, not MKL's (rcpps); a solo run on the CPU in the portable mode steps with
+#:    trainers.optim.Optimizer. The native mode and the GPU compute what they computed under 8.
+TRAINER_VERSION = "9"
 
 
 @dataclass(frozen=True)

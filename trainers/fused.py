@@ -36,6 +36,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -57,6 +58,7 @@ from trainers.loop import (
     training_batches,
 )
 from trainers.model import SequenceModel, build_model, count_params
+from trainers.optim import adam_, adam_factors, rmsprop_
 from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
@@ -216,8 +218,9 @@ class FusedModel:
 class FusedOptimizer:
     """RMSprop or Adam over stacked [K, …] tensors with per-member constants and global-norm clip.
 
-    Each line repeats the float32 arithmetic of torch's single-tensor RMSprop / Adam (what
-    `torch.optim` runs on the CPU) and of `clip_grad_norm_`, with the constants as [K, 1, …] columns.
+    The updates are `trainers.optim`'s rules (torch's single-tensor RMSprop / Adam, with the portable
+    mode's correctly rounded √ on the CPU) with the constants as [K, 1, …] columns; the clip repeats
+    the float32 arithmetic of `clip_grad_norm_` per member.
     """
 
     def __init__(self, kind: str, configs: Sequence[TrainConfig], params: Sequence[torch.Tensor]) -> None:
@@ -254,11 +257,10 @@ class FusedOptimizer:
         """Adam's per-member factors at step n, [K] float32 on `device`: −lr / (1 − β1ⁿ) and
         √(1 − β2ⁿ), computed in double as torch's Adam computes them, then rounded once."""
         f = self.f64
-        neg_step = torch.tensor(
-            [-lr / (1 - b1**n) for lr, b1 in zip(f["lr"], f["beta1"], strict=True)], dtype=torch.float64
-        ).to(device, torch.float32)
-        bc2_sqrt = torch.tensor([(1 - b2**n) ** 0.5 for b2 in f["beta2"]], dtype=torch.float64).to(
-            device, torch.float32
+        factors = [adam_factors(*member, n) for member in zip(f["lr"], f["beta1"], f["beta2"], strict=True)]
+        neg_step, bc2_sqrt = (
+            torch.tensor(column, dtype=torch.float64).to(device, torch.float32)
+            for column in zip(*factors, strict=True)
         )
         return neg_step, bc2_sqrt
 
@@ -291,21 +293,19 @@ class FusedOptimizer:
         c = self.consts
         if self.kind == "rmsprop":
             for p, g, sq in zip(params, gs, self.state[0], strict=True):
-                # a ← ρa + (1−ρ)g²;  p ← p − lr·g/(√a + ε)
-                sq.mul_(self._col(c["rho"], g)).addcmul_(g * self._col(c["one_minus_rho"], g), g)
-                avg = sq.sqrt().add_(self._col(c["eps"], g))
-                p.add_((g * self._col(c["neg_lr"], g)).div_(avg))
+                col = partial(self._col, like=g)
+                rmsprop_(p, g, sq, rho=col(c["rho"]), one_minus_rho=col(c["one_minus_rho"]),
+                         eps=col(c["eps"]), neg_lr=col(c["neg_lr"]))  # fmt: skip
             return
         if self.static_factors is not None:
             neg_step, bc2_sqrt = self.static_factors
         else:
             neg_step, bc2_sqrt = self.adam_factors(self.step_count, gs[0].device)
         for p, g, m, v in zip(params, gs, self.state[0], self.state[1], strict=True):
-            # m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p − lr/(1−β1ⁿ) · m / (√v / √(1−β2ⁿ) + ε)
-            m.lerp_(g, self._col(c["one_minus_beta1"], g))
-            v.mul_(self._col(c["beta2"], g)).addcmul_(g * self._col(c["one_minus_beta2"], g), g)
-            denom = v.sqrt().div_(self._col(bc2_sqrt, g)).add_(self._col(c["eps"], g))
-            p.add_((m * self._col(neg_step, g)).div_(denom))
+            col = partial(self._col, like=g)
+            adam_(p, g, m, v, one_minus_beta1=col(c["one_minus_beta1"]), beta2=col(c["beta2"]),
+                  one_minus_beta2=col(c["one_minus_beta2"]), eps=col(c["eps"]), neg_step=col(neg_step),
+                  bc2_sqrt=col(bc2_sqrt))  # fmt: skip
 
 
 # ----- the bundle's members ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from trainers.config import Resolved, TrainConfig, resolve
 from trainers.model import SequenceModel, build_model, count_params
 from trainers.numerics import provenance
 from trainers.numerics import use as use_numerics
+from trainers.optim import make_optimizer
 from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.seeding import derive_seed, generator
@@ -151,13 +152,6 @@ def evaluate(
         sums.add(task, model(x), y, x.shape[1])
     model.train()
     return sums.means(task)
-
-
-def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
-    # Keras RMSprop: a ← ρa + (1−ρ)g²;  p ← p − lr·g/(√a + ε) — torch's RMSprop with alpha = ρ
-    return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rho, eps=cfg.eps)
 
 
 def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | None = None) -> TrialResult:

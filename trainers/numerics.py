@@ -13,12 +13,15 @@ A float32 result on the CPU depends on the kernels that ran, not only on the con
 
 A mode fixes all three for a process (`use`):
 
-- ``portable`` (the default): MKL's COMPATIBLE branch, ATen's AVX2 kernels and oneDNN at most AVX2.
-  The same trial gives the same numbers on any x86-64 CPU with AVX2, Intel or AMD. MKL's named AVX2
-  branch would be faster but is Intel-only: on an AMD CPU MKL answers "unsupported branch" and falls
-  back to its automatic choice. MKL's documentation gives COMPATIBLE (SSE2 without the approximation
-  instructions rcpps/rsqrtps, whose results differ between vendors) as the branch for Intel and
-  compatible CPUs alike. Its cost: `benchmarks/numerics.py`, quoted in docs/speed.md.
+- ``portable`` (the default): MKL's COMPATIBLE branch, ATen's AVX2 kernels, oneDNN at most AVX2,
+  and the two pieces of maths below computed without MKL's vector maths. The same trial gives the
+  same numbers on any x86-64 CPU with AVX2, Intel or AMD. MKL's named AVX2 branch would be faster but
+  is Intel-only: on an AMD CPU MKL answers "unsupported branch" and falls back to its automatic
+  choice. Under COMPATIBLE MKL runs the same kernels whatever the vendor, but a few of its
+  vector-maths kernels start from rcpps / rsqrtps, approximations whose bits each vendor sets: the
+  float32 √ (torch.sqrt: the optimisers') and the float64 log. The portable mode takes its own
+  `sqrt` (correctly rounded) and `log` (the C library's) there, issue 33; `tools/numerics_audit.py`
+  checks the rest on one machine. Its cost: `benchmarks/numerics.py`, quoted in docs/speed.md.
 - ``native``: MKL's automatic branch in strict mode and the CPU's widest kernels. The same trial gives
   the same numbers on the same kind of machine, and no more; it is the fastest.
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import platform
 from dataclasses import dataclass
@@ -74,6 +78,14 @@ MODES = {
     "native": Mode("native", "AUTO,STRICT", None, None),
 }
 DEFAULT: Numerics = "portable"
+#: what the portable mode costs, as `memsweep plan` says it (the figures: docs/reproducibility.md,
+#: measured side by side with benchmarks/numerics.py)
+PORTABLE_COST = (
+    "numerics portable (the default): the same numbers on any x86-64 CPU with AVX2, Intel or AMD; on a "
+    "CPU it costs about 1.4-1.8x the native mode's solo step and 2x a bundle's (MKL's COMPATIBLE "
+    "branch), about what torch's own kernels cost run natively; `numerics: native` is this CPU's "
+    "fastest, the same numbers on the same kind of machine only (docs/reproducibility.md)"
+)
 
 
 class NumericsError(RuntimeError):
@@ -227,6 +239,46 @@ def use(name: str) -> None:
     _current = name
 
 
+# ----- the maths the portable mode computes its own way --------------------------------------------
+#
+# In MKL's COMPATIBLE branch every kernel is the same on Intel and AMD (tools/numerics_audit.py trains
+# trials with MKL told it runs on Intel: not a bit moves), but a few of MKL's vector-maths kernels start
+# from rcpps / rsqrtps, approximations whose bits each vendor sets: its float32 √ (torch.sqrt, the
+# optimisers') and its float64 log. Where a trial takes those, the portable mode takes the maths below
+# (issue 33); every other MKL vector-maths kernel a trial calls is exact instructions only (the audit).
+
+
+def portable_sqrt(t: torch.Tensor) -> torch.Tensor:
+    """√t of a float32 tensor, correctly rounded, with ATen's own kernels (no MKL vector maths): in
+    float64 as t · (1/√t) — IEEE √, division and product, three roundings of at most 2⁻⁵³ each —
+    then rounded once to float32; ±0 and +∞ are their own roots.
+
+    Why that rounds correctly: the exact root of a float32 x is never within m·2⁻⁵¹ of a float32
+    rounding boundary m (x ≠ m², and both lie on the grid of m²'s last bit, so |x − m²| ≥ that
+    grid's step), and three roundings move the float64 root by less than that. Scaling x by 4
+    scales every step by 2 exactly, so every float32 in [1, 4), all checked in tests, stands for all."""
+    d = t.double()
+    root = torch.rsqrt(d).mul_(d)  # 0 · ∞ and ∞ · 0 are NaN: the where puts ±0 and ∞ back
+    return torch.where((d == 0) | (d == math.inf), d, root).to(t.dtype)
+
+
+def _portable(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and _current == "portable"
+
+
+def sqrt(t: torch.Tensor) -> torch.Tensor:
+    """√t as this process's mode computes it: correctly rounded on the CPU in the portable mode
+    (`portable_sqrt`), `torch.sqrt` in the native mode and on a GPU (as before issue 33)."""
+    return portable_sqrt(t) if _portable(t) else t.sqrt()
+
+
+def log(t: torch.Tensor) -> torch.Tensor:
+    """ln t of a float64 tensor as this process's mode computes it: on the CPU in the portable mode
+    with the C library's `log` (through `xlogy`, 1 · log t: ATen calls it element by element), not
+    MKL's float64 log, whose kernel starts from rcpps; `torch.log` otherwise (as before)."""
+    return torch.special.xlogy(torch.ones_like(t), t) if _portable(t) else t.log()
+
+
 @functools.cache
 def cpu_model() -> str:
     """The CPU's model name as the kernel reports it ("AMD EPYC", "Intel(R) Xeon(R) …")."""
@@ -241,13 +293,17 @@ def cpu_model() -> str:
 
 def provenance(device: torch.device) -> dict[str, str]:
     """Where this process's numbers come from: the numerics mode, the CPU and ATen's capability,
-    MKL's version and setting, oneDNN's ISA limit, torch (and on CUDA the card and CUDA's version)."""
+    torch, the C library, MKL's version and setting, oneDNN's ISA limit (and on CUDA the card and
+    CUDA's version)."""
     out = {
         "numerics": _current or "unset",
         "cpu": cpu_model(),
         "capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
     }
+    libc = " ".join(platform.libc_ver()).strip()
+    if libc:  # ATen's scalar loops (a vector's remainder, one-element tensors) call the C library's maths
+        out["libc"] = libc
     for key, value in (
         ("mkl", mkl_version()),
         ("mkl_cbwr", mkl_cbwr()),

@@ -54,6 +54,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from trainers import numerics
 from trainers.cells.base import Cell
 from trainers.initializers import chain, orthogonal, source_input
 from trainers.params import ConfigError
@@ -103,7 +104,7 @@ def chrono_forget_bias(t_max: int, n: int, gen: torch.Generator) -> torch.Tensor
     """b_f [n] = log(k), k ~ U{1..t_max} (integers, as `np.random.randint(1, t_max + 1)` in myTorch)."""
     check_chrono_tmax(t_max)
     k = torch.randint(1, t_max + 1, (n,), generator=gen, dtype=torch.float64)
-    return k.log().float()
+    return numerics.log(k).float()
 
 
 class LSTMCell(Cell):

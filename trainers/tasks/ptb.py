@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import torch
 
+from trainers import numerics
 from trainers.tasks.base import Split, Task, Tensors, cross_entropy
 from trainers.tasks.mnist_files import default_root
 
@@ -164,7 +165,7 @@ class PTBTask(Task):
     def baseline_loss(self) -> float:
         p = torch.bincount(self.corpus.ids["train"]).double()  # every vocabulary id occurs in train
         p /= p.sum()
-        return float(-(p * p.log()).sum())
+        return float(-(p * numerics.log(p)).sum())
 
     def encode(self, batch: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         (w,) = batch  # [B, bptt + 1]

@@ -1,0 +1,135 @@
+"""The optimisers' arithmetic (trainers/optim.py) and the maths the portable mode computes its own way
+(trainers/numerics.py: `sqrt`, `log`), issue 33: the same numbers on any x86-64 CPU needs the update's
+√ correctly rounded, and torch's √ on the CPU (MKL's vsSqrt) is not."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.trainers.test_numerics import X86, run_python
+from trainers import numerics
+from trainers.optim import Optimizer
+
+pytestmark = pytest.mark.numerics  # CI runs them under every numerics mode
+
+SPECIAL = [
+    0.0,
+    -0.0,
+    math.inf,
+    math.nan,
+    -1.0,
+    -math.inf,
+    1e-45,
+    1.4e-45,
+    1.1754942e-38,
+    1.17549435e-38,
+    3.4028235e38,
+]
+
+
+def ieee_sqrt(t: torch.Tensor) -> torch.Tensor:
+    """numpy's float32 √: the `sqrtps` instruction, IEEE's correctly rounded root."""
+    with np.errstate(invalid="ignore"):  # √ of a negative number is NaN, as intended
+        return torch.from_numpy(np.sqrt(t.numpy()))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Element by element: the same float32 bits (NaNs of either sign count as equal)."""
+    return (a.view(torch.int32) == b.view(torch.int32)) | (a.isnan() & b.isnan())
+
+
+def test_portable_sqrt_is_correctly_rounded_on_every_float32():
+    """Every float32 in [1, 4) — each mantissa under both exponent parities; scaling by 4 scales each
+    step of `portable_sqrt` by 2 exactly, so these stand for every positive float32, subnormals too —
+    and the special values. MKL's float32 √ (torch.sqrt on the CPU) misses millions of them."""
+    x = torch.from_numpy(np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32))
+    ours = numerics.portable_sqrt(x)
+    ref = ieee_sqrt(x)
+    wrong = int((~same_bits(ours, ref)).sum())
+    assert wrong == 0, f"{wrong} of {len(x)} roots are not correctly rounded"
+    special = torch.tensor(SPECIAL)
+    assert bool(same_bits(numerics.portable_sqrt(special), ieee_sqrt(special)).all())
+    tiny = torch.from_numpy(np.arange(1, 1 << 16, dtype=np.uint32).view(np.float32))  # subnormals
+    assert bool(same_bits(numerics.portable_sqrt(tiny), ieee_sqrt(tiny)).all())
+
+
+@pytest.mark.parametrize("kind", ["rmsprop", "adam"])
+def test_the_update_rules_with_torchs_root_take_torchs_steps_bit_for_bit(kind):
+    """trainers.optim's rules are torch.optim's single-tensor arithmetic: with torch's √ they take
+    torch's steps exactly (gradients from 1e-6 to 10, odd sizes, 20 steps)."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(100, 100), (37,), (9, 100), (1,), (3, 17, 5)]
+    for lr in (1e-3, 3e-4, 1e-5):
+        ps = [torch.randn(s, generator=g).requires_grad_() for s in shapes]
+        qs = [p.detach().clone().requires_grad_() for p in ps]
+        ref = (
+            torch.optim.RMSprop(ps, lr=lr, alpha=0.9, eps=1e-7)
+            if kind == "rmsprop"
+            else torch.optim.Adam(ps, lr=lr, betas=(0.9, 0.999), eps=1e-7)
+        )
+        ours = Optimizer(kind, qs, lr=lr, rho=0.9, betas=(0.9, 0.999), eps=1e-7, root=torch.sqrt)
+        for _ in range(20):
+            for p, q, s in zip(ps, qs, shapes, strict=True):
+                grad = torch.randn(s, generator=g) * 10.0 ** float(torch.randint(-6, 2, (1,), generator=g))
+                p.grad, q.grad = grad.clone(), grad.clone()
+            ref.step()
+            ours.step()
+        assert all(torch.equal(p, q) for p, q in zip(ps, qs, strict=True)), (kind, lr)
+
+
+PORTABLE_UPDATE = """
+    import json, numpy as np, torch
+    from trainers import numerics
+    numerics.use("portable")
+    from trainers.config import resolve
+    from trainers.optim import Optimizer, make_optimizer
+
+    def ieee_sqrt(t):
+        return torch.from_numpy(np.sqrt(t.numpy()))
+
+    out = {}
+    for kind in ("rmsprop", "adam"):
+        cfg = resolve({"optimizer": kind, "lr": 1e-3}).config
+        g = torch.Generator().manual_seed(1)
+        start = [torch.randn(100, 100, generator=g), torch.randn(10, 100, generator=g), torch.randn(9, generator=g)]
+        ps = [torch.nn.Parameter(s.clone()) for s in start]
+        qs = [torch.nn.Parameter(s.clone()) for s in start]
+        run = make_optimizer(cfg, ps)  # what a solo run on the CPU steps with
+        ref = Optimizer(kind, qs, lr=cfg.lr, rho=cfg.rho, betas=cfg.betas, eps=cfg.eps, root=ieee_sqrt)
+        for step in range(5):
+            for p, q in zip(ps, qs):
+                grad = torch.randn(p.shape, generator=g) * 10.0 ** (step - 3)
+                p.grad, q.grad = grad.clone(), grad.clone()
+            run.step()
+            ref.step()
+        out[kind] = sum(int((p.detach() != q.detach()).sum()) for p, q in zip(ps, qs))
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not X86, reason="the portable mode is defined for x86-64; elsewhere `use` refuses it")
+def test_a_portable_solo_runs_update_takes_the_correctly_rounded_root():
+    """In a portable process a solo run's optimiser steps as its rule with IEEE's √, element by element
+    (before issue 33: torch's own optimiser, whose MKL √ parted from IEEE's on ~4 % of a step's
+    elements, and from an Intel Xeon's)."""
+    differing = run_python(PORTABLE_UPDATE)
+    assert differing == {"rmsprop": 0, "adam": 0}
+
+
+def test_sqrt_and_log_follow_this_processs_mode():
+    """The portable mode's √ and float64 log are the correctly rounded √ and the C library's log
+    (what `math.log` computes); the native mode's are torch's own, as before issue 33."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(10_000, generator=g) * 1e-3
+    d = torch.rand(10_000, generator=g, dtype=torch.float64) * 1e3
+    libm = torch.tensor([math.log(v) for v in d.tolist()], dtype=torch.float64)
+    if numerics.current() == "portable":
+        assert torch.equal(numerics.sqrt(a), ieee_sqrt(a))
+        assert torch.equal(numerics.log(d), libm)
+    else:
+        assert torch.equal(numerics.sqrt(a), a.sqrt())
+        assert torch.equal(numerics.log(d), d.log())

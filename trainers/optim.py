@@ -1,0 +1,110 @@
+"""The optimisers' update rules, RMSprop (Keras' form) and Adam, as torch computes them, and the square
+root they take: one arithmetic for a solo run (`Optimizer`) and a fused bundle (`trainers.fused`).
+
+Each rule repeats the float32 arithmetic of torch's single-tensor RMSprop and Adam (`torch.optim`'s
+path on the CPU) line by line; its constants are Python floats for a solo run, or [K, 1, …] float32
+columns for a bundle's stacked tensors, and both round alike (a float scalar is cast to float32 before
+the product, as torch casts it).
+
+The square root is `trainers.numerics.sqrt`: `torch.sqrt` in the native mode and on a GPU, and the
+correctly rounded root on the CPU in the portable mode. torch's own optimisers take `torch.sqrt`,
+which on the CPU is MKL's vector maths (`vsSqrt`), whose kernel in the portable mode's COMPATIBLE
+branch starts from `rsqrtps`, an approximation whose bits each vendor sets: an Intel Xeon and an AMD
+EPYC parted in the last bit of the first RMSprop step (issue 33).
+
+Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable mode this module's
+`Optimizer`; otherwise torch's own (`torch.optim.RMSprop` / `Adam`), so the native mode and the GPU
+compute what they always computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from trainers import numerics
+from trainers.config import TrainConfig
+
+Constant = float | torch.Tensor  # a Python float (a solo run) or a [K, 1, …] column (a bundle)
+Sqrt = Callable[[torch.Tensor], torch.Tensor]
+
+
+def rmsprop_(
+    p: torch.Tensor, g: torch.Tensor, square_avg: torch.Tensor, *,
+    rho: Constant, one_minus_rho: Constant, eps: Constant, neg_lr: Constant, root: Sqrt = numerics.sqrt,
+) -> None:  # fmt: skip
+    """a ← ρa + (1−ρ)g²;  p ← p − lr·g/(√a + ε), in place (torch's RMSprop with alpha = ρ)."""
+    square_avg.mul_(rho).addcmul_(g * one_minus_rho, g)
+    avg = root(square_avg).add_(eps)
+    p.add_((g * neg_lr).div_(avg))
+
+
+def adam_(
+    p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, *,
+    one_minus_beta1: Constant, beta2: Constant, one_minus_beta2: Constant, eps: Constant,
+    neg_step: Constant, bc2_sqrt: Constant, root: Sqrt = numerics.sqrt,
+) -> None:  # fmt: skip
+    """m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p − lr/(1−β1ⁿ) · m / (√v / √(1−β2ⁿ) + ε), in
+    place (torch's Adam; `neg_step` = −lr/(1−β1ⁿ) and `bc2_sqrt` = √(1−β2ⁿ) from `adam_factors`)."""
+    m.lerp_(g, one_minus_beta1)
+    v.mul_(beta2).addcmul_(g * one_minus_beta2, g)
+    denom = root(v).div_(bc2_sqrt).add_(eps)
+    p.add_((m * neg_step).div_(denom))
+
+
+def adam_factors(lr: float, beta1: float, beta2: float, n: int) -> tuple[float, float]:
+    """Adam's factors at step n as torch computes them, in double: −lr / (1 − β1ⁿ) and √(1 − β2ⁿ)."""
+    return -(lr / (1 - beta1**n)), (1 - beta2**n) ** 0.5
+
+
+class Optimizer:
+    """A solo run's RMSprop or Adam over its parameters, with this module's rules (the optimiser of
+    the portable mode on the CPU; `make_optimizer`). The part of torch.optim's interface the loop
+    uses: `zero_grad`, `step`."""
+
+    def __init__(self, kind: str, params: Iterable[torch.nn.Parameter], *, lr: float, rho: float,
+                 betas: tuple[float, float], eps: float, root: Sqrt = numerics.sqrt) -> None:  # fmt: skip
+        if kind not in ("rmsprop", "adam"):
+            raise ValueError(f"unknown optimizer {kind!r}; valid: rmsprop, adam")
+        self.kind, self.lr, self.rho, self.betas, self.eps, self.root = kind, lr, rho, betas, eps, root
+        self.params = list(params)
+        self.state = [
+            [torch.zeros_like(p) for p in self.params] for _ in range(1 if kind == "rmsprop" else 2)
+        ]
+        self.step_count = 0
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.step_count += 1
+        live = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
+        if self.kind == "rmsprop":
+            for i, p in live:
+                rmsprop_(p, p.grad, self.state[0][i], rho=self.rho, one_minus_rho=1 - self.rho,  # type: ignore[arg-type]
+                         eps=self.eps, neg_lr=-self.lr, root=self.root)  # fmt: skip
+            return
+        beta1, beta2 = self.betas
+        neg_step, bc2_sqrt = adam_factors(self.lr, beta1, beta2, self.step_count)
+        for i, p in live:
+            adam_(p, p.grad, self.state[0][i], self.state[1][i], one_minus_beta1=1 - beta1, beta2=beta2,  # type: ignore[arg-type]
+                  one_minus_beta2=1 - beta2, eps=self.eps, neg_step=neg_step, bc2_sqrt=bc2_sqrt,
+                  root=self.root)  # fmt: skip
+
+
+def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> Optimizer | torch.optim.Optimizer:
+    """A solo run's optimiser for `cfg`: this module's `Optimizer` on the CPU in the
+    portable mode (a correctly rounded √), else torch's RMSprop (alpha = ρ: Keras' form) or Adam."""
+    on_cpu = all(p.device.type == "cpu" for p in params)
+    if on_cpu and numerics.current() == "portable":
+        return Optimizer(cfg.optimizer, params, lr=cfg.lr, rho=cfg.rho, betas=cfg.betas, eps=cfg.eps)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    # Keras RMSprop: a ← ρa + (1−ρ)g²;  p ← p − lr·g/(√a + ε) — torch's RMSprop with alpha = ρ
+    return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rho, eps=cfg.eps)
