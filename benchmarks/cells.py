@@ -36,9 +36,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells import get_cell, list_cells
+from trainers.config import resolve
 from trainers.loop import configure_process
 from trainers.model import SequenceModel
 from trainers.numerics import default_mode
+from trainers.optim import make_optimizer
 from trainers.tasks import get_task
 
 N, B, T, D, OUT = 100, 16, 500, 10, 9
@@ -59,8 +61,14 @@ class NativeModel(nn.Module):
 
 
 def step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One training iteration of `model`: a memsweep model steps with a trial's optimiser (its numerics
+    mode's: `trainers.optim.make_optimizer`), torch's references with torch's own RMSprop."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.RMSprop(params, lr=1e-5, alpha=0.9, eps=1e-7)
+    opt: Any
+    if isinstance(model, SequenceModel):
+        opt = make_optimizer(resolve({"lr": 1e-5}).config, params)  # RMSprop, ρ 0.9, ε 1e-7
+    else:
+        opt = torch.optim.RMSprop(params, lr=1e-5, alpha=0.9, eps=1e-7)
     after_step = model.cell.after_step if isinstance(model, SequenceModel) else (lambda: None)
 
     def step() -> None:
@@ -162,6 +170,9 @@ def candidates(names: list[str]) -> tuple[dict[str, Callable[[], None]], dict[st
             skipped[name] = f"{type(exc).__name__}: {exc}"
             continue
         cands[f"memsweep {name}"] = step
+        if name == "rnn" and config.nonlinearity != "relu":  # torch's nn.RNN(relu), on the same sums
+            relu = cls(cls.resolve(cls.Config(), "relu"), D, N, g)  # type: ignore[call-arg]
+            cands["memsweep rnn (relu)"] = step_fn(SequenceModel(relu, OUT, "sequence", g), x, y)
         if name == "nru":  # its step loops compiled (what trials run) and in Python (the fallback)
             cands["memsweep nru, Python loops"] = python_loops(step)
 

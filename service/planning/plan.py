@@ -70,6 +70,7 @@ from service.study.nodes import device_on_this_node, embedded
 from service.study.packing import bundle, pack_study
 from service.study.search import execution, first_point, grid_trials, point_trials, study_space
 from trainers import TRAINER_VERSION
+from trainers.numerics import PORTABLE_COST
 from trainers.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,8 @@ def _plan(
         calibration_seconds=spent,
         estimate=estimate,
         notes=notes + (["sampled: the units are each model's first point × the seeds, the models in turn"]
-                       if spec.sampler != "grid" else []) + schedules.notes,
+                       if spec.sampler != "grid" else []) + schedules.notes
+              + ([PORTABLE_COST] if spec.numerics == "portable" and not gpus else []),
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from service.runner import run_planned
 from service.store.models import Calibration
 from service.study.packing import pack_study
 from service.study.search import execution, grid_trials
+from trainers.numerics import PORTABLE_COST
 from tests.service.conftest import TINY
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
 
@@ -38,6 +39,10 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
             "steps_per_trial": [20, 20], "trial_steps": 160, "unit_steps": 40, "evaluations": 16
         }  # fmt: skip
         assert plan["estimate"] is None and any("no Ray" in n for n in plan["notes"])  # runs no studies
+        # what the study's numerics mode costs on CPUs is said (issue 33); a native study is not told it
+        native = c.post("/studies", params={"dry_run": "true"}, json=grid(numerics="native")).json()
+        assert (PORTABLE_COST in plan["notes"]) == (spec.numerics == "portable")
+        assert PORTABLE_COST not in native["notes"]
         # a finished study's done runs are reused by the next one; its 2 failed ones run again
         study = c.post("/studies", json=grid(concurrency=2)).json()["id"]
         finish_all(c, study)
