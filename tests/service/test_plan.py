@@ -17,9 +17,9 @@ from service.runner import run_planned
 from service.store.models import Calibration
 from service.study.packing import pack_study
 from service.study.search import execution, grid_trials
-from trainers.numerics import PORTABLE_COST
 from tests.service.conftest import TINY
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
+from trainers.numerics import PORTABLE_COST
 
 
 def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
