@@ -67,15 +67,20 @@ def child_bundle(optimizer: str) -> dict[str, Any]:
         }
         for k, r in enumerate(members)
     }
-    out[f"bundle {optimizer}: member 0 equals its solo run"] = digest(
-        [e.to_dict() for e in solo.history], solo.recurrent_matrix
-    ) == out[f"bundle {optimizer} member 0"]["digest"]
+    out[f"bundle {optimizer}: member 0 equals its solo run"] = (
+        digest([e.to_dict() for e in solo.history], solo.recurrent_matrix)
+        == out[f"bundle {optimizer} member 0"]["digest"]
+    )
     out["provenance"] = members[0].provenance
     return out
 
 
 def check_trial(mode: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+    }
     env |= {"MEMSWEEP_NUMERICS": mode, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "trainers", "train", *CHECK_TRIAL, "--device", "cpu", "--threads", "1", "--json",
            "--history"]  # fmt: skip
@@ -105,11 +110,19 @@ def cpu_flags() -> str:
 def collect() -> dict[str, Any]:
     import torch
 
-    out: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "cpu flags": cpu_flags()}
+    out: dict[str, Any] = {
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "cpu flags": cpu_flags(),
+    }
     for mode in ("portable", "native"):
         out[f"check trial, {mode}"] = check_trial(mode)
         print(f"check trial, {mode}: {out[f'check trial, {mode}']['final_val_loss (decimal)']}", flush=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+    }
     env |= {"MEMSWEEP_NUMERICS": "portable", "PYTHONPATH": str(ROOT)}
     for optimizer in ("rmsprop", "adam"):
         cmd = [sys.executable, __file__, "--child-bundle", optimizer]
@@ -142,7 +155,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
         same = x == y or (x["final_val_loss"] == y["final_val_loss"] and x.get("digest") == y.get("digest"))
         portable = "native" not in key
         mark = "same" if same else ("DIFFERENT" if portable else "differ (native: allowed)")
-        print(f"{key:<44}{float.fromhex(x['final_val_loss'])!r:<26}{float.fromhex(y['final_val_loss'])!r:<26}{mark}")
+        print(
+            f"{key:<44}{float.fromhex(x['final_val_loss'])!r:<26}{float.fromhex(y['final_val_loss'])!r:<26}{mark}"
+        )
         bad |= portable and not same
     return bad
 
