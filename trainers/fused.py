@@ -32,6 +32,7 @@ Bit for bit matters: a copy run at lr 3e-3 turned a 1e-7 difference into 40 % of
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -63,6 +64,8 @@ from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split, Tensors
+
+log = logging.getLogger(__name__)
 
 #: trial fields every member must share: shapes, budget, schedule, optimiser kind, execution
 SHARED_FIELDS = (
@@ -336,9 +339,15 @@ def train_fused(
 ) -> list[TrialResult]:
     """Train K fusable configs as one model; result k is what `train(configs[k])` returns.
 
-    `report(k, evaluation)` is called for member k's every evaluation. Raises ValueError when the
+    `report(k, evaluation)` is called for member k's every evaluation, once. Raises ValueError when the
     configs can't share a bundle (see `fusable_key`) and ConfigError for an invalid config; training
     problems of one member make that member's result `failed` and leave the others running.
+
+    A bundle that runs out of memory (its device's: CUDA's allocator, or the CPU's) is not a result of
+    its members: its unfinished members train again from their start as two bundles of half the size,
+    and halves again, down to one member, whose running out of memory is its failure. A member's
+    numbers do not depend on its bundle's size (bit for bit on the CPU; on a GPU within its batched
+    GEMM's rounding, docs/gpu.md); an evaluation reported before the split is not reported again.
     """
     resolved = [c if isinstance(c, Resolved) else resolve(c) for c in configs]
     if not resolved:
@@ -346,17 +355,66 @@ def train_fused(
     check_fusable(resolved)
     started = time.perf_counter()
     results = [TrialResult() for _ in resolved]
-    groups: list[list[_Member]] = []
-    try:
-        groups = _layout_groups(_members(resolved, results, report))
-    except Exception as exc:  # a bundle never takes its caller down
-        _fail_unfinished(results, [], exc, started)
-    for group in groups:
+    reported: set[tuple[int, int]] = set()  # (member, step) handed to `report`
+
+    def report_once(k: int, evaluation: Evaluation) -> None:
+        if report is not None and (k, evaluation.step) not in reported:
+            reported.add((k, evaluation.step))
+            report(k, evaluation)
+
+    bundles = [list(range(len(resolved)))]  # members to train together, by index
+    while bundles:
+        index = bundles.pop(0)
+        groups: list[list[_Member]] = []
         try:
-            _run(group, started)
-        except Exception as exc:  # this group's unfinished members fail; the next group still runs
-            _fail_unfinished([m.result for m in group], [m.done for m in group], exc, started)
+            groups = _layout_groups(_members(resolved, results, report_once, index))
+        except Exception as exc:  # a bundle never takes its caller down
+            _fail_unfinished([results[i] for i in index], [], exc, started)
+        for group in groups:
+            again = _run_or_split(group, started)
+            if again:  # ran out of memory: its unfinished members train again from their start, in halves
+                for i in again:
+                    results[i] = TrialResult()
+                bundles[:0] = [again[: len(again) // 2], again[len(again) // 2 :]]
     return results
+
+
+def _run_or_split(group: list[_Member], started: float) -> list[int]:
+    """Train `group`; the indices of its unfinished members when it ran out of memory with more than
+    one of them left (to train again in two halves), else none."""
+    try:
+        _run(group, started)
+        return []
+    except Exception as exc:  # this group's unfinished members fail; the next group still runs
+        unfinished = [m.index for m in group if not m.done]
+        if not (out_of_memory(exc) and len(unfinished) > 1):
+            _fail_unfinished([m.result for m in group], [m.done for m in group], exc, started)
+            return []
+        log.warning(
+            "a bundle of %d members ran out of memory (%s); it trains again as two of %d and %d",
+            len(unfinished), str(exc).strip().splitlines()[0][:200],
+            len(unfinished) // 2, len(unfinished) - len(unfinished) // 2,
+        )  # fmt: skip
+    del group[:]  # the failed bundle's tensors (and the exception's frames) go before the halves start
+    release_memory()
+    return unfinished
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that found no memory: CUDA's allocator (torch.OutOfMemoryError)
+    or the CPU's (a RuntimeError from DefaultCPUAllocator)."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    )
+
+
+def release_memory() -> None:
+    """Hand what a failed bundle held back: its unreachable tensors, and CUDA's cached blocks."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        torch.cuda.empty_cache()
 
 
 def _fail_unfinished(
@@ -382,15 +440,16 @@ def _layout_groups(members: list[_Member]) -> list[list[_Member]]:
 
 
 def _members(
-    resolved: list[Resolved], results: list[TrialResult], report: FusedReport | None
+    resolved: list[Resolved], results: list[TrialResult], report: FusedReport | None, index: list[int]
 ) -> list[_Member]:
-    """Each member's task (one per seed), model and schedule watch, as `train` makes them."""
+    """Members `index`: each one's task (one per seed), model and schedule watch, as `train` makes them."""
     cfg = resolved[0].config  # shared fields only
     device = resolve_device(cfg.device)
     configure_process(device, cfg.threads, cfg.numerics)
     data: dict[int, _Data] = {}
     members = []
-    for i, (r, result) in enumerate(zip(resolved, results, strict=True)):
+    for i in index:
+        r, result = resolved[i], results[i]
         c = r.config
         started = time.perf_counter()
         try:

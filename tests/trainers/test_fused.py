@@ -381,6 +381,58 @@ def test_an_exception_fails_every_member_with_its_reason(monkeypatch):
     assert all(r.status == "failed" and "out of memory (simulated)" in r.reason for r in fused)
 
 
+# ----- running out of memory ----------------------------------------------------------------------
+
+CHAINS = [{"lr": lr, "seed": seed, "cell_params": {"init": "chain"}} for lr, seed in
+          ((1e-3, 1), (3e-3, 2), (5e-4, 3), (2e-3, 1), (1e-4, 4))]  # fmt: skip
+
+
+def fake_memory(monkeypatch, members_that_fit, from_step=1):
+    """An allocator that holds a bundle of at most `members_that_fit` members: a larger one runs out
+    of memory at its `from_step`-th step, as CUDA's allocator raises it."""
+    real = fused_module.forward_backward
+    steps: dict[int, int] = {}
+
+    def forward_backward(model, optimizer, members, batch):
+        steps[id(model)] = steps.get(id(model), 0) + 1
+        if len(members) > members_that_fit and steps[id(model)] >= from_step:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (fake: {len(members)} members)")
+        return real(model, optimizer, members, batch)
+
+    monkeypatch.setattr(fused_module, "forward_backward", forward_backward)
+
+
+@pytest.mark.parametrize("from_step", [1, 40])  # at the first step, and after the first evaluation
+def test_a_bundle_out_of_memory_trains_again_in_halves_each_member_as_alone(monkeypatch, from_step):
+    """5 members where 2 fit: 5 → 2 + 3 → 2 + 1 + 2, every member its solo run; each evaluation is
+    reported once (those before the split are not reported again)."""
+    configs = bundle(COPY, CHAINS)
+    solo = [train(c) for c in configs]
+    fake_memory(monkeypatch, 2, from_step)
+    reports: list[tuple[int, int, float]] = []
+    fused = train_fused(configs, lambda k, e: reports.append((k, e.step, e.val_loss)))
+    for f, s in zip(fused, solo, strict=True):
+        assert_same_run(f, s)
+    assert sorted(reports) == sorted((k, e.step, e.val_loss) for k, s in enumerate(solo) for e in s.history)
+
+
+def test_a_member_that_runs_out_of_memory_alone_fails_with_the_reason(monkeypatch):
+    fake_memory(monkeypatch, 0)
+    fused = train_fused(bundle(COPY, CHAINS[:3]))
+    assert [r.status for r in fused] == ["failed"] * 3
+    assert all(r.reason.startswith("OutOfMemoryError: CUDA out of memory (fake: 1 members)") for r in fused)
+
+
+def test_out_of_memory_is_the_allocators_on_either_device():
+    assert fused_module.out_of_memory(
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    )
+    cpu = "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to allocate"
+    assert fused_module.out_of_memory(RuntimeError(cpu))
+    assert not fused_module.out_of_memory(RuntimeError("shape '[448, 10]' is invalid for input of size 3840"))
+    assert not fused_module.out_of_memory(ValueError("can't allocate memory"))
+
+
 def test_nan_in_one_member_does_not_reach_the_others(monkeypatch):
     """A member whose loss turns NaN (here: its third batch) fails at the next check; the rest run on."""
     original = AdditionTask.loss
