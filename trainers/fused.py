@@ -535,10 +535,12 @@ class BundleSteps:
         self.cell = cell
         self.size = len(self.members)
         self.graph = GraphedStep(self, warmup=GRAPH_WARMUP, fallback=True) if graphed else None
+        self.captured = 0  # CUDA graphs captured by the graphs this stepper has closed
 
     def close(self) -> None:
         """Let a graph's memory go now (it and this object refer to each other)."""
         if self.graph is not None:
+            self.captured += self.graph.captures
             self.graph.close()
             self.graph = None
 
@@ -571,11 +573,15 @@ def _steps(
 
 
 def _run(members: list[_Member], started: float) -> None:
+    """Train one bundle to the end of its schedule; its members' results record how it ran
+    (`_record_execution`)."""
     if not members:
         return
     cfg = members[0].config  # shared fields only
     task = members[0].data.task
     device = next(members[0].model.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     model = FusedModel([m.model for m in members], FUSED_CELLS[cfg.cell], task.output)
     optimizer = FusedOptimizer(cfg.optimizer, [m.config for m in members], model.params)
     schedule = Schedule.of(cfg, task.train_size)
@@ -587,6 +593,7 @@ def _run(members: list[_Member], started: float) -> None:
     active = members  # in the order of the stacked tensors' rows
     graphed = trains_graphed(cfg)
     stepper = _steps(model, optimizer, active, streams, graphed)
+    captured = 0  # CUDA graphs captured by the steppers closed so far
     try:
         # [K] training loss summed since the last evaluation
         running = torch.zeros(len(active), device=device)
@@ -630,6 +637,7 @@ def _run(members: list[_Member], started: float) -> None:
                 model.keep(keep)
                 optimizer.keep(keep)
                 stepper.close()  # a graph holds the old shapes: its memory goes before the next is captured
+                captured += stepper.captured
                 stepper = _steps(model, optimizer, active, streams, graphed)
                 running = running[keep]
         now = time.perf_counter() - started
@@ -638,6 +646,20 @@ def _run(members: list[_Member], started: float) -> None:
             m.result.seconds = now
     finally:  # the last graph's memory goes now, not at a garbage collection
         stepper.close()
+        _record_execution(members, device, captured + stepper.captured)
+
+
+def _record_execution(members: list[_Member], device: torch.device, captured: int) -> None:
+    """How a bundle ran, in each member's `provenance` (the same numbers either way; what a GPU run
+    is checked by, docs/gpu.md): its members at the start, and on CUDA the graphs it captured and
+    the peak memory the bundle's process allocated while it trained."""
+    facts = {"bundle_members": str(len(members))}
+    if device.type == "cuda":
+        facts["cuda_graph_captures"] = str(captured)
+        facts["cuda_peak_bytes"] = str(torch.cuda.max_memory_allocated(device))
+    for m in members:
+        if m.result.provenance is not None:
+            m.result.provenance.update(facts)
 
 
 #: bytes of recurrence buffers one validation pass may use (members are evaluated in chunks that fit)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import math
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -62,7 +64,8 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
     its numerics mode (`trainers.numerics.use`: which CPU kernels compute the numbers; NumericsError
     when the process already computes with another), torch's thread count and, on the CPU, denormals
     flushed to zero (denormals in decaying states cost 5–25×) and freed memory kept for reuse
-    (`keep_freed_memory`); on a GPU, float32 computed as IEEE float32 (TF32 off, in cuBLAS and cuDNN).
+    (`keep_freed_memory`); on a GPU, float32 computed as IEEE float32 (TF32 off, in cuBLAS and cuDNN)
+    and at most $MEMSWEEP_GPU_MEMORY_FRACTION of the card's memory allocated (`gpu_memory_fraction`).
     Only the numerics mode and the TF32 setting move a number.
 
     TF32: torch leaves it on for cuDNN by default, and cuDNN's RNN (a solo Elman cell with relu or
@@ -74,9 +77,34 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        fraction = gpu_memory_fraction()
+        if fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
     if device.type == "cpu":
         torch.set_flush_denormal(True)
         keep_freed_memory()
+
+
+#: the share of a GPU's memory a training process may allocate (torch's allocator refuses beyond it, as
+#: when the card is full: a bundle then trains again in halves, `trainers.fused`); unset: all of it
+GPU_MEMORY_FRACTION = "MEMSWEEP_GPU_MEMORY_FRACTION"
+
+
+def gpu_memory_fraction() -> float | None:
+    """$MEMSWEEP_GPU_MEMORY_FRACTION as a fraction in (0, 1], or None when unset."""
+    raw = os.environ.get(GPU_MEMORY_FRACTION, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise ValueError(
+            f"{GPU_MEMORY_FRACTION}={raw!r} is not a fraction of a GPU's memory: give a number in (0, 1], "
+            "e.g. 0.5, or unset it to let a trainer use the whole card"
+        )
+    return value
 
 
 #: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets

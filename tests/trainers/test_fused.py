@@ -414,6 +414,8 @@ def test_a_bundle_out_of_memory_trains_again_in_halves_each_member_as_alone(monk
     for f, s in zip(fused, solo, strict=True):
         assert_same_run(f, s)
     assert sorted(reports) == sorted((k, e.step, e.val_loss) for k, s in enumerate(solo) for e in s.history)
+    # each result says in what bundle it trained to the end: the halves, then the halves' halves
+    assert sorted(int(r.provenance["bundle_members"]) for r in fused) == [1, 2, 2, 2, 2]
 
 
 def test_a_member_that_runs_out_of_memory_alone_fails_with_the_reason(monkeypatch):

@@ -166,3 +166,16 @@ def test_a_gpu_process_computes_float32_as_ieee_float32():
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_a_gpus_memory_fraction_is_a_fraction_or_refused_naming_the_variable(monkeypatch):
+    from trainers.loop import GPU_MEMORY_FRACTION, gpu_memory_fraction
+
+    monkeypatch.delenv(GPU_MEMORY_FRACTION, raising=False)
+    assert gpu_memory_fraction() is None
+    monkeypatch.setenv(GPU_MEMORY_FRACTION, "0.25")
+    assert gpu_memory_fraction() == 0.25
+    for bad in ("0", "1.5", "half", "nan", "-0.1"):
+        monkeypatch.setenv(GPU_MEMORY_FRACTION, bad)
+        with pytest.raises(ValueError, match=r"MEMSWEEP_GPU_MEMORY_FRACTION=.*\(0, 1\]"):
+            gpu_memory_fraction()
