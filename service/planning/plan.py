@@ -63,6 +63,7 @@ from service.planning.types import (
     PlanModel,
     PlanShape,
     StudyPlan,
+    UnitMemory,
 )
 from service.store.ledger import Ledger
 from service.store.models import Calibration, Trial
@@ -125,10 +126,19 @@ def plan_spec(
         trials = grid_trials(space, execution(spec))
         reusable = _done(engine.ledger, [t.config_hash for t in trials])
         todo = [t for t in trials if t.config_hash not in reusable]
-        units = pack_study(spec, todo, unit_memory_here(engine, spec))
+        measured = unit_memory_here(engine, spec)
+        units = pack_study(spec, todo, measured)
     else:
-        trials, todo, units = [], [], _sampled_units(spec, space, spec.max_trials or 0)
-    return _plan(engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator)
+        trials, todo, units, measured = [], [], _sampled_units(spec, space, spec.max_trials or 0), None
+    planned = _plan(engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator)
+    return _with_memory(planned, measured)
+
+
+def _with_memory(planned: StudyPlan, measured: tuple[str, int] | None) -> StudyPlan:
+    """The plan with the unit memory its bundles were packed for."""
+    if measured is not None:
+        planned.unit_memory = UnitMemory(device=measured[0], bytes=measured[1])
+    return planned
 
 
 def plan_study(
@@ -144,6 +154,7 @@ def plan_study(
     trials = [_spec_of(r) for r in rows]
     todo = [t for t, r in zip(trials, rows, strict=True) if r.status not in FINISHED and t is not None]
     packed: list[Unit] | None = None
+    measured: tuple[str, int] | None = None
     if spec.sampler == "grid":
         measured = unit_memory_here(engine, spec)
         units = pack_study(spec, [t for t in todo if t is not None], measured)
@@ -163,7 +174,7 @@ def plan_study(
         False,
         calibrator,
     )
-    return planned, packed
+    return _with_memory(planned, measured), packed
 
 
 def unit_memory_here(engine: Ground, spec: StudySpec) -> tuple[str, int] | None:
@@ -308,6 +319,9 @@ def _plan(
     estimate = _estimate(units, unit_key, found, schedules, slots) if node is not None else None
     if estimate is not None and units and not estimate.units_estimated:
         estimate = None  # nothing calibrated: no figures rather than zeros
+    if not gpus and units:
+        idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator)
+        notes += [idle] if idle else []
     return StudyPlan(
         name=spec.name or name,
         sampler=spec.sampler,
@@ -332,6 +346,55 @@ def _plan(
                        if spec.sampler != "grid" else []) + schedules.notes
               + ([PORTABLE_COST] if spec.numerics == "portable" and not gpus else []),
     )  # fmt: skip
+
+
+def cluster_gpus(settings: Settings) -> float:
+    """The GPUs Ray can give this server's studies: the embedded Ray's (this machine's, as CUDA sees
+    them) or a joined cluster's; 0 when there are none or that is not known yet."""
+    try:
+        if embedded(settings):
+            import torch
+
+            return float(torch.cuda.device_count())
+        import ray
+
+        if ray.is_initialized():
+            return float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
+    except Exception as exc:  # a plan is information: no note then
+        log.warning("could not ask the cluster for its GPUs (%s)", exc)
+    return 0.0
+
+
+def idle_gpu_note(
+    engine: Ground,
+    spec: StudySpec,
+    estimate: PlanEstimate | None,
+    calibrate: bool,
+    calibrator: Calibrate | None,
+) -> str | None:
+    """A study that asks no GPU where the cluster has one trains on the CPUs (Ray hides a GPU from a
+    task that asks none): say so, with the plan of the same study at one GPU a unit (issue 34)."""
+    have = cluster_gpus(engine.settings)
+    if have <= 0:
+        return None
+    on_gpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": 1.0})})
+    try:
+        there = plan_spec(engine, on_gpu, calibrate=calibrate, calibrator=calibrator).estimate
+    except Exception as exc:  # a plan is information: the note without the figure then
+        log.warning("no plan of the study on a GPU (%s)", exc)
+        there = None
+    here = f"{estimate.wall_seconds:,.0f} s on the CPUs" if estimate else "the CPUs' time not estimated yet"
+    cost = (
+        f"about {there.wall_seconds:,.0f} s ({there.wall_seconds_range[0]:,.0f}–{there.wall_seconds_range[1]:,.0f} s)"
+        + ("" if there.complete else ", for the shapes calibrated so far")
+        if there
+        else "not estimated yet (its shapes are not calibrated on the GPU: `memsweep plan` with it calibrates them)"
+    )
+    return (
+        f"the cluster has {have:g} GPU(s) and this study asks none (resources.gpus = 0): its trials train on "
+        f"the CPUs, and the GPU stays idle. With `resources: {{gpus: 1}}` in the spec the same study would take "
+        f"{cost}, against {here}"
+    )
 
 
 def _keep(ledger: Ledger, key: str, probe: Probe, measurement: Mapping[str, Any], replace: bool) -> None:

@@ -77,6 +77,13 @@ class PlanEstimate(BaseModel):
     how: str = Field(description="how the figures and their ranges are derived")
 
 
+class UnitMemory(BaseModel):
+    """The memory one unit may plan to use, measured where its units train: what sized its bundles."""
+
+    device: str = Field(description="cpu or cuda: what the units train on there")
+    bytes: int = Field(description="a unit's share of that device's free memory (packing's budget)")
+
+
 class StudyPlan(BaseModel):
     """What a study would run and what it would cost; nothing was stored or trained (but calibrations)."""
 
@@ -99,4 +106,9 @@ class StudyPlan(BaseModel):
     cached: bool = Field(description="every calibration came from the cache (nothing was measured now)")
     calibration_seconds: float = Field(description="time spent calibrating for this answer")
     estimate: PlanEstimate | None
+    unit_memory: UnitMemory | None = Field(
+        default=None,
+        description="the memory a unit may use, measured on a node that runs them (None: not measured; "
+        "packing assumed a device's memory)",
+    )
     notes: list[str]

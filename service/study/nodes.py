@@ -129,15 +129,20 @@ def unplaceable(resources: Mapping[str, float]) -> str | None:
 
 def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
     """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
-    given, or of the node's free memory among the units its CPUs take at once. A unit that asks no
-    GPU trains on the CPU: Ray hides the node's GPUs from it."""
+    given (of what a trainer may allocate there: $MEMSWEEP_GPU_MEMORY_FRACTION of the card, when set),
+    or of the node's free memory among the units its CPUs take at once. A unit that asks no GPU
+    trains on the CPU: Ray hides the node's GPUs from it."""
     from service.study.packing import unit_share
+    from trainers.loop import gpu_memory_fraction
 
     if gpus_per_unit > 0:
         import torch
 
         if torch.cuda.is_available():
-            free, _ = torch.cuda.mem_get_info()
+            free, total = torch.cuda.mem_get_info()
+            fraction = gpu_memory_fraction()
+            if fraction is not None:
+                free = min(free, int(fraction * total))
             return "cuda", unit_share(free, 1.0 / gpus_per_unit)
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return "cpu", unit_share(available, (os.cpu_count() or 1) / max(cpus_per_unit, 1.0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -303,10 +305,12 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str
     assert sum(t.runs for t in trials) <= 12 + 4  # 2 fused bundles of 2 at once: at most four interrupted
 
 
-def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: str):
+@contextlib.contextmanager
+def ray_head(tmp_path: Path, *flags: str) -> Iterator[tuple[dict[str, str], int]]:
+    """A Ray cluster's head started with `ray start` (and `flags`: --num-gpus=1 declares a GPU), token
+    authentication on as in compose; (the environment that reaches it, its port)."""
     ray_bin = Path(sys.executable).with_name("ray")
     port = free_port()
-    # token authentication, as in compose: head and driver share one secret token
     env = {
         **os.environ,
         "HOME": str(tmp_path),
@@ -315,7 +319,7 @@ def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: 
     }
     # --block keeps the head's processes in this process group, so the test can stop exactly this
     # cluster (`ray stop` would stop every Ray on the machine, the test session's own included).
-    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", *flags,
                              "--disable-usage-stats", "--include-dashboard=false"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
@@ -326,6 +330,14 @@ def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: 
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(1)
+        yield env, port
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)
+
+
+def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: str):
+    with ray_head(tmp_path, "--num-cpus=2") as (env, port):
         spec = grid_spec(space={"dims": {"lr": [1e-3]}}, seeds=[1, 2])
         path = tmp_path / "spec.json"
         path.write_text(spec.model_dump_json())
@@ -337,9 +349,35 @@ def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: 
         final = json.loads(out.strip().splitlines()[-1])
         assert final["done"] == 2 and final["trials"] == 2
         assert f"127.0.0.1:{port}" in err or "Connecting to existing Ray cluster" in err
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        head.wait(timeout=60)
+
+
+def test_a_study_that_leaves_the_clusters_gpu_idle_is_told_so_with_its_cost_there(
+    tmp_path: Path, mlflow_uri: str
+):
+    """Issue 34: a study that asks no GPU trains on the CPUs even where the cluster has a GPU (Ray hides
+    it from a task that asks none); its plan says so, with the plan of the same study at one GPU a
+    unit (calibrated on the node that declares the GPU: this machine has none, so it trains on the
+    CPU there). A study that asks the GPU is not told."""
+    with ray_head(tmp_path, "--num-cpus=2", "--num-gpus=1") as (env, port):
+        run_env = {**env, "MEMSWEEP_HOME": str(tmp_path / "home"), "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+                   "MEMSWEEP_RAY_ADDRESS": f"127.0.0.1:{port}"}  # fmt: skip
+        notes = {}
+        for gpus in (0.0, 1.0):
+            spec = grid_spec(
+                space={"dims": {"lr": [1e-3]}}, seeds=[1, 2], resources={"cpus": 1, "gpus": gpus}
+            )
+            path = tmp_path / f"spec-{gpus}.json"
+            path.write_text(spec.model_dump_json())
+            proc = memsweep("plan", str(path), "--json", env=run_env)
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-3000:]
+            notes[gpus] = json.loads(out.strip().splitlines()[-1])["notes"]
+        idle = [n for n in notes[0.0] if "GPU stays idle" in n]
+        assert len(idle) == 1 and "the cluster has 1 GPU(s) and this study asks none" in idle[0], notes[0.0]
+        assert (
+            "`resources: {gpus: 1}`" in idle[0] and "would take about" in idle[0] and "on the CPUs" in idle[0]
+        )
+        assert not any("GPU stays idle" in n for n in notes[1.0]), notes[1.0]
 
 
 def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, mlflow_uri: str, caplog):
