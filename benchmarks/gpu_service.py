@@ -4,7 +4,7 @@ Ray, MLflow records it, and a killed Ray worker or a bundle too large for the ca
 On a lent GPU machine (bare: torch 2.11, Python 3.12; the service's wheels carried in `.whl/`, made
 here by `tools/device_wheels.py`), from the repository's root:
 
-    sh tools/device_install.sh && PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_service.py --out $OUT
+    . tools/device_install.sh && python3 benchmarks/gpu_service.py --out $OUT
 
 Here, the same script on the CPU against a CPU-only embedded Ray (tests/service/test_gpu_service.py
 runs it): `python benchmarks/gpu_service.py --device cpu --out /tmp/gpu-service`.
