@@ -256,6 +256,7 @@ class StudyService:
 
     def best(self, study_id: str, k: int, model: str | None) -> list[BestConfig]:
         criterion = self.criterion(self._get(study_id))
+        self._check_filters(study_id, [model] if model else [], {})  # a typo would answer nothing
         return best_configs(self.ledger.trials(study_id), k=k, model=model, criterion=criterion)
 
     def success(

@@ -29,7 +29,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.cli.console import (
@@ -47,7 +47,7 @@ from service.cli.console import (
     print_success,
     print_trials,
 )
-from service.core.states import StudyState
+from service.core.states import StudyState, TrialStatus
 
 if TYPE_CHECKING:
     pass
@@ -247,7 +247,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
-        best = answer(lambda: studies.best(args.study, k=args.k))
+        best = answer(lambda: studies.best(args.study, k=args.k, model=args.model))
     if args.json:
         print(json.dumps(best))
     else:
@@ -346,15 +346,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def study_limit(text: str) -> int:
-    """`--limit`: 1 to 500, as the REST route takes it."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is no whole number; give 1 to 500") from None
-    if not 1 <= value <= 500:
-        raise argparse.ArgumentTypeError(f"{value} is out of range; give 1 to 500")
-    return value
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`, as the REST route takes it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is no whole number; give {low} to {high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range; give {low} to {high}")
+        return value
+
+    return parse
+
+
+study_limit = whole_number(1, 500)  # `--limit` of `memsweep studies`
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
@@ -430,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("best", help="best configurations of a study")
     p.add_argument("study")
-    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--k", type=whole_number(1, 1000), default=5, help="how many configurations (1 to 1000)")
+    p.add_argument("--model", help="only this model")
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "ask this memsweep server instead of the local ledger")
     p.set_defaults(fn=cmd_best)
@@ -465,7 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(fn=cmd_compare)
     p = sub.add_parser("trials", help="a study's trials (every field; --csv for a table)")
     p.add_argument("study")
-    p.add_argument("--status", action="append", help="only trials in this status (repeatable)")
+    p.add_argument(
+        "--status", action="append", choices=[t.value for t in TrialStatus],
+        help="only trials in this status (repeatable)",
+    )  # fmt: skip
     p.add_argument("--history", action="store_true", help="with every evaluation (JSON text in CSV)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true", help="one row per trial, params.* and config.* columns")

@@ -188,6 +188,8 @@ def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
     assert best[0]["model"] == "chain" and best[0]["seeds"] == [1, 2] and best[0]["succeeded"] == 1
     only_orth = client.get(f"/studies/{study['id']}/best", params={"model": "orth"}).json()
     assert [b["params"]["lr"] for b in only_orth] == [1e-3]  # lr 1e-2 failed on every seed
+    typo = client.get(f"/studies/{study['id']}/best", params={"model": "orthh"})  # not an empty list
+    assert typo.status_code == 422 and "no such model in this study; valid: chain, orth" in typo.text
     table = client.get(f"/studies/{study['id']}/success").json()
     expected = success_table(trials)
     assert table["by_model"]["chain"]["succeeded"] == 2 and table["by_model"]["orth"]["failed"] == 2

@@ -183,6 +183,17 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
         text=True, timeout=120, cwd=Path(__file__).parents[2],
     )  # fmt: skip
     assert bad.returncode == 2 and "--limit: 0 is out of range; give 1 to 500" in bad.stderr
+    # names that name nothing are refused by name, not answered with nothing (issue 35)
+    for argv, said in (
+        (("trials", a, "--status", "bogus"), "invalid choice: 'bogus' (choose from"),
+        (("best", a, "--k", "0"), "--k: 0 is out of range; give 1 to 1000"),
+        (("best", a, "--model", "orthh"), "model='orthh': no such model in this study; valid:"),
+    ):
+        typo = subprocess.run(
+            [sys.executable, "-m", "service.cli.commands", *argv], env=env, capture_output=True, text=True,
+            timeout=120, cwd=Path(__file__).parents[2],
+        )  # fmt: skip
+        assert typo.returncode != 0 and said in typo.stderr, (argv, typo.stderr[-1000:])
     assert f"study {a}" in cli("status", a) and json.loads(cli("status", b, "--json"))["id"] == b
     unknown = subprocess.run(
         [sys.executable, "-m", "service.cli.commands", "best", "nope"], env=env, capture_output=True, text=True,
