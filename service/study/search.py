@@ -13,6 +13,7 @@ points. The searcher sees one objective per point: the mean over seeds of final 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -125,8 +126,50 @@ def study_space(spec: StudySpec, max_grid_size: int) -> SearchSpace:
                 f"the grid holds {size} trials (points × seeds), over the limit of {limit}; "
                 "choose fewer models, values or seeds (or raise max_trials / MEMSWEEP_MAX_GRID_SIZE)"
             )
+    check_execution(spec, space)
     check_space(space)
     return space
+
+
+def check_execution(spec: StudySpec, space: SearchSpace) -> None:
+    """The settings of where a trial runs that its study's `resources` decide, refused when the spec
+    sets them otherwise (issue 35): a trial's `threads` are its unit's CPUs (`execution`), and a GPU
+    `device` needs GPUs the unit asks for (Ray hides every GPU from a unit that asks none, and shows
+    a unit ceil(gpus) of them, as cuda:0, cuda:1, …)."""
+    places: list[tuple[str, Mapping[str, Any]]] = [("base", space.base)]
+    for model in space.models:
+        places += [(f"model {model.name!r}", model.fixed), (f"model {model.name!r} dims", model.dims)]
+    cpus, gpus = execution(spec)["threads"], spec.resources.gpus
+    for where, settings in places:
+        for name in ("threads", "device"):
+            if name not in settings:
+                continue
+            value = settings[name]
+            values = value.values if isinstance(value, Values) else [value]
+            for v in values:
+                if name == "threads" and v != cpus:
+                    raise StudyError(
+                        f"{where}: threads = {v!r}, but a trial's threads are its unit's CPUs "
+                        f"(resources.cpus, {cpus} here): set `resources: {{cpus: {v}}}` for {v} threads a trial, "
+                        "and leave threads out"
+                    )
+                if name == "device" and str(v).startswith("cuda"):
+                    seen = math.ceil(gpus)
+                    suffix = str(v).partition(":")[2]
+                    index = int(suffix) if suffix.isdigit() else 0
+                    if seen == 0:
+                        raise StudyError(
+                            f"{where}: device = {v!r} needs a GPU, but the study's units ask none "
+                            "(resources.gpus = 0), and Ray hides every GPU from a unit that asks none: set "
+                            "`resources: {gpus: 1}` (or a fraction, e.g. 0.5) to train on a GPU, or device "
+                            "`auto` (the GPU when the unit has one, else the CPU)"
+                        )
+                    if index >= seen:
+                        raise StudyError(
+                            f"{where}: device = {v!r}, but a unit asking resources.gpus = {gpus:g} sees "
+                            f"{seen} GPU(s), cuda:0{f' to cuda:{seen - 1}' if seen > 1 else ''}: use "
+                            "device `cuda` (or `auto`), or ask for more GPUs"
+                        )
 
 
 def study_trials(spec: StudySpec, space: SearchSpace) -> list[TrialSpec]:

@@ -310,6 +310,26 @@ def test_a_grid_over_the_limit_is_refused_with_its_size_and_the_limit(tmp_path: 
         assert c.get("/studies").json()["total"] == 0
 
 
+def test_where_a_trial_runs_is_its_resources_and_a_setting_they_cannot_serve_is_refused(
+    client: TestClient,
+) -> None:
+    """Issue 35: `device: cuda` with no GPU asked (Ray hides every GPU from such a unit: each trial
+    failed), a GPU index past the unit's, and `threads` other than the unit's CPUs (silently replaced)
+    are refused at the door with the fix; nothing is stored."""
+    base = grid()["base"]
+    for extra, said in (
+        ({"base": {**base, "device": "cuda"}}, "base: device = 'cuda' needs a GPU, but the study's units ask none"),
+        ({"base": {**base, "device": "cuda:1"}, "resources": {"cpus": 1, "gpus": 1}}, "sees 1 GPU(s), cuda:0"),
+        ({"base": {**base, "threads": 1000}}, "threads = 1000, but a trial's threads are its unit's CPUs"),
+        ({"space": {"models": {"a": {"fixed": {"device": "cuda"}}}}}, "model 'a': device = 'cuda' needs a GPU"),
+    ):
+        r = client.post("/studies", json=grid(**extra))
+        assert r.status_code == 422 and said in r.json()["detail"], (extra, r.text)
+        assert "resources" in r.json()["detail"]
+    assert client.get("/studies").json()["total"] == 0
+    assert client.post("/studies", json=grid(base={**base, "threads": 1, "device": "cpu"})).status_code == 201
+
+
 def test_illegal_state_changes_are_409(client: TestClient) -> None:
     sid = client.post("/studies", json=grid()).json()["id"]
     r = client.post(f"/studies/{sid}/resume")
