@@ -318,10 +318,19 @@ def test_where_a_trial_runs_is_its_resources_and_a_setting_they_cannot_serve_is_
     are refused at the door with the fix; nothing is stored."""
     base = grid()["base"]
     for extra, said in (
-        ({"base": {**base, "device": "cuda"}}, "base: device = 'cuda' needs a GPU, but the study's units ask none"),
-        ({"base": {**base, "device": "cuda:1"}, "resources": {"cpus": 1, "gpus": 1}}, "sees 1 GPU(s), cuda:0"),
+        (
+            {"base": {**base, "device": "cuda"}},
+            "base: device = 'cuda' needs a GPU, but the study's units ask none",
+        ),
+        (
+            {"base": {**base, "device": "cuda:1"}, "resources": {"cpus": 1, "gpus": 1}},
+            "sees 1 GPU(s), cuda:0",
+        ),
         ({"base": {**base, "threads": 1000}}, "threads = 1000, but a trial's threads are its unit's CPUs"),
-        ({"space": {"models": {"a": {"fixed": {"device": "cuda"}}}}}, "model 'a': device = 'cuda' needs a GPU"),
+        (
+            {"space": {"models": {"a": {"fixed": {"device": "cuda"}}}}},
+            "model 'a': device = 'cuda' needs a GPU",
+        ),
     ):
         r = client.post("/studies", json=grid(**extra))
         assert r.status_code == 422 and said in r.json()["detail"], (extra, r.text)
