@@ -104,13 +104,18 @@ class StudyService:
         return self._get(study.id)
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> StudyPlan:
-        """What the spec's study would run and cost (`service.planning.plan`), calibrating shapes on this server's
-        Ray (brought up first) unless the server runs no studies; nothing is stored but calibrations."""
+        """What the spec's study would run and cost (`service.planning.plan`), calibrating the shapes the
+        cache lacks on this server's Ray (brought up for them) unless the server runs no studies;
+        nothing is stored but calibrations."""
         calibrate = self.runner.workers > 0
-        if calibrate:
-            self.runner.start_ray()  # Ray lives in the runner's thread: never started from a request's
-        try:
-            planned = plan_spec(self.engine, spec, calibrate=calibrate, recalibrate=recalibrate)
+        try:  # Ray lives in the runner's thread, started there only when the plan needs it
+            planned = plan_spec(
+                self.engine,
+                spec,
+                calibrate=calibrate,
+                recalibrate=recalibrate,
+                start_ray=self.runner.start_ray,
+            )
         except StudyError:
             raise
         except (ValueError, KeyError, TypeError) as exc:

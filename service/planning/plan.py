@@ -37,7 +37,7 @@ import math
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -116,11 +116,15 @@ def plan_spec(
     calibrate: bool = True,
     recalibrate: bool = False,
     calibrator: Calibrate | None = None,
+    start_ray: Callable[[], None] | None = None,
 ) -> StudyPlan:
     """The plan of a study from `spec`, as if created now: nothing is stored (but calibrations).
 
     `calibrate`: measure shapes the cache lacks (on Ray); else they stay uncalibrated.
-    `recalibrate`: measure every shape again. `calibrator`: how to measure (default: on Ray)."""
+    `recalibrate`: measure every shape again. `calibrator`: how to measure (default: on Ray).
+    `start_ray`: brings Ray up where it should live (the server's runner thread), called only when
+    the plan needs it — a cluster to ask, a shape to measure — so that a spec refused at its checks,
+    or planned from the cache, starts no Ray (issue 35); None: started here when needed."""
     space = study_space(spec, engine.settings.max_grid_size)  # a created study's checks
     if spec.sampler == "grid":
         trials = grid_trials(space, execution(spec))
@@ -130,7 +134,9 @@ def plan_spec(
         units = pack_study(spec, todo, measured)
     else:
         trials, todo, units, measured = [], [], _sampled_units(spec, space, spec.max_trials or 0), None
-    planned = _plan(engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator)
+    planned = _plan(
+        engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray
+    )
     return _with_memory(planned, measured)
 
 
@@ -240,6 +246,7 @@ def _plan(
     calibrate: bool,
     recalibrate: bool,
     calibrator: Calibrate | None,
+    start_ray: Callable[[], None] | None = None,
 ) -> StudyPlan:
     settings = engine.settings
     cpus, gpus = spec.resources.cpus, spec.resources.gpus
@@ -248,7 +255,9 @@ def _plan(
     node: str | None = None
     capacity: int | None = None
     try:
-        node, capacity = where_trials_run(settings, cpus, gpus, start=calibrate)
+        if calibrate and start_ray is not None and not embedded(settings):
+            start_ray()  # a cluster's node type is asked of the cluster
+        node, capacity = where_trials_run(settings, cpus, gpus, start=calibrate and start_ray is None)
     except Exception as exc:
         notes.append(f"where the trials run is unknown ({type(exc).__name__}: {exc}); no estimate")
     slots = max(1, min(spec.concurrency, capacity or spec.concurrency))
@@ -285,6 +294,8 @@ def _plan(
         missing = [p for k, p in probes.items() if k not in found]
         if missing and calibrate:
             measure = calibrator or (lambda ps: run_on_ray(settings, ps, cpus, gpus, slots))
+            if calibrator is None and start_ray is not None:
+                start_ray()
             began = time.perf_counter()
             for key, measured in measure(missing).items():
                 found[key] = measured
@@ -320,7 +331,7 @@ def _plan(
     if estimate is not None and units and not estimate.units_estimated:
         estimate = None  # nothing calibrated: no figures rather than zeros
     if not gpus and units:
-        idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator)
+        idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator, start_ray)
         notes += [idle] if idle else []
     return StudyPlan(
         name=spec.name or name,
@@ -371,6 +382,7 @@ def idle_gpu_note(
     estimate: PlanEstimate | None,
     calibrate: bool,
     calibrator: Calibrate | None,
+    start_ray: Callable[[], None] | None = None,
 ) -> str | None:
     """A study that asks no GPU where the cluster has one trains on the CPUs (Ray hides a GPU from a
     task that asks none): say so, with the plan of the same study at one GPU a unit (issue 34)."""
@@ -379,7 +391,9 @@ def idle_gpu_note(
         return None
     on_gpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": 1.0})})
     try:
-        there = plan_spec(engine, on_gpu, calibrate=calibrate, calibrator=calibrator).estimate
+        there = plan_spec(
+            engine, on_gpu, calibrate=calibrate, calibrator=calibrator, start_ray=start_ray
+        ).estimate
     except Exception as exc:  # a plan is information: the note without the figure then
         log.warning("no plan of the study on a GPU (%s)", exc)
         there = None

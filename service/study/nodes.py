@@ -63,39 +63,57 @@ def ensure_ray(settings: Settings) -> None:
             )  # fmt: skip
         finally:
             del os.environ[EMBEDDED_RAY_MARK]
-        settings.home.mkdir(parents=True, exist_ok=True)
-        (settings.home / EMBEDDED_RAY).write_text(json.dumps({"pid": os.getpid(), "mark": mark}))
+        record = embedded_ray_record(settings.home, os.getpid())
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"pid": os.getpid(), "mark": mark}))
 
 
-#: the embedded Ray of a home: its driver's pid, and the mark its processes carry in their environment
-EMBEDDED_RAY = "embedded-ray.json"
+#: a home's embedded Rays, one record each (a server and a `memsweep plan` or `run` beside it start one
+#: each): its driver's pid, and the mark its processes carry in their environment
+EMBEDDED_RAYS = "embedded-ray"
+EMBEDDED_RAY = "embedded-ray.json"  # the one record of earlier versions, reaped as the others
 EMBEDDED_RAY_MARK = "MEMSWEEP_EMBEDDED_RAY"
 
 
+def embedded_ray_record(home: Path, pid: int) -> Path:
+    """Where the embedded Ray that driver `pid` started on `home` is recorded."""
+    return home / EMBEDDED_RAYS / f"{pid}.json"
+
+
 def reap_embedded_ray(home: Path) -> list[int]:
-    """Kill what the last embedded Ray of `home` left running when its driver died without shutting
-    it down (a SIGKILLed server leaves Ray's DashboardAgent and RuntimeEnvAgent behind, and they
-    ignore SIGTERM); their pids. Left alone while that driver still runs (a `memsweep run` beside a
-    server on the same home)."""
-    try:
-        record = json.loads((home / EMBEDDED_RAY).read_text())
-        owner, mark = int(record["pid"]), str(record["mark"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    if owner != os.getpid() and _alive(owner):
-        return []
+    """Kill what each embedded Ray of `home` left running when its driver died without shutting it
+    down (a SIGKILLed server leaves Ray's DashboardAgent and RuntimeEnvAgent behind, and they ignore
+    SIGTERM); their pids. The Ray of a driver that still runs is left alone (a `memsweep plan` or
+    `run` beside a server on the same home), and so is its record: each driver writes its own."""
+    records = [home / EMBEDDED_RAY, *sorted((home / EMBEDDED_RAYS).glob("*.json"))]
+    reaped: list[int] = []
+    for path in records:
+        try:
+            record = json.loads(path.read_text())
+            owner, mark = int(record["pid"]), str(record["mark"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if owner != os.getpid() and _alive(owner):
+            continue
+        killed = _kill_marked(mark)
+        if killed:
+            log.warning("killed %d processes of an embedded Ray whose driver (pid %d) died", len(killed), owner)
+        reaped += killed
+        path.unlink(missing_ok=True)
+    return reaped
+
+
+def _kill_marked(mark: str) -> list[int]:
+    """SIGKILL every process (but this one) whose environment carries the embedded Ray's `mark`."""
     needle = f"{EMBEDDED_RAY_MARK}={mark}".encode() + b"\0"
-    reaped = []
+    killed = []
     for proc in Path("/proc").glob("[0-9]*"):
         pid = int(proc.name)
         with contextlib.suppress(OSError):
             if pid != os.getpid() and needle in (proc / "environ").read_bytes():
                 os.kill(pid, signal.SIGKILL)
-                reaped.append(pid)
-    if reaped:
-        log.warning("killed %d processes of an embedded Ray whose driver (pid %d) died", len(reaped), owner)
-    (home / EMBEDDED_RAY).unlink(missing_ok=True)
-    return reaped
+                killed.append(pid)
+    return killed
 
 
 def _alive(pid: int) -> bool:

@@ -116,24 +116,35 @@ def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that
     exit on their own a while after their raylet: both happen.)"""
-    from service.study.nodes import EMBEDDED_RAY, EMBEDDED_RAY_MARK, reap_embedded_ray
+    from service.study.nodes import EMBEDDED_RAY, EMBEDDED_RAY_MARK, embedded_ray_record, reap_embedded_ray
 
     def agent(mark: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, EMBEDDED_RAY_MARK: mark}
         return subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"], env=env)
 
-    dead_owner = subprocess.Popen(["true"])
-    dead_owner.wait()
-    left = [agent("old-1"), agent("old-1")]
-    other = agent("old-2")  # another home's Ray
+    def record(pid: int, mark: str) -> Path:
+        path = embedded_ray_record(tmp_path, pid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"pid": pid, "mark": mark}))
+        return path
+
+    dead_owners = [subprocess.Popen(["true"]) for _ in range(2)]
+    for p in dead_owners:
+        p.wait()
+    left = [agent("old-1"), agent("old-1"), agent("old-0")]
+    other = agent("old-2")  # a Ray whose driver still runs
     try:
-        (tmp_path / EMBEDDED_RAY).write_text(json.dumps({"pid": dead_owner.pid, "mark": "old-1"}))
+        dead = record(dead_owners[0].pid, "old-1")
+        (tmp_path / EMBEDDED_RAY).write_text(
+            json.dumps({"pid": dead_owners[1].pid, "mark": "old-0"})
+        )  # earlier
+        alive_record = record(os.getppid(), "old-2")  # a `memsweep plan` beside a server, or the server
         reaped = reap_embedded_ray(tmp_path)
         assert set(reaped) >= {p.pid for p in left}
         assert all(p.wait(timeout=10) == -signal.SIGKILL for p in left)
-        assert other.poll() is None and not (tmp_path / EMBEDDED_RAY).exists()
-        # the driver of the record still runs (a `memsweep run` beside a server): nothing is touched
-        (tmp_path / EMBEDDED_RAY).write_text(json.dumps({"pid": os.getppid(), "mark": "old-2"}))
+        assert not dead.exists() and not (tmp_path / EMBEDDED_RAY).exists()
+        # the driver of a record still runs: its Ray and its record are left alone
+        assert other.poll() is None and alive_record.exists()
         assert reap_embedded_ray(tmp_path) == [] and other.poll() is None
     finally:
         for p in (*left, other):
@@ -188,6 +199,25 @@ def test_the_embedded_ray_refuses_strangers_and_is_reaped_after_a_crash(tmp_path
             wait_for(lambda: client.get(study["id"])["counts"]["running"] > 0, "a trial running")
         ray_processes = [p for p in marked(env["TEST_MARK"]) if p != server.proc.pid]
         assert len(ray_processes) >= 3, ray_processes  # the GCS, the raylet, its agents
+
+        # a local `memsweep plan` on the same home beside it (issue 35): it calibrates on a Ray of its
+        # own and leaves the server's record of its Ray alone, so the crash below is still cleaned up
+        from service.study.nodes import embedded_ray_record
+
+        server_record = embedded_ray_record(Path(env["MEMSWEEP_HOME"]), server.proc.pid)
+        assert json.loads(server_record.read_text())["pid"] == server.proc.pid
+        spec = tmp_path / "plan.json"
+        spec.write_text(
+            json.dumps({**RUNNING, "name": "planned-beside", "base": {"seq_len": 40, "steps": 10}})
+        )
+        planned = subprocess.run(
+            [sys.executable, "-m", "service.cli.commands", "plan", str(spec), "--json"],
+            env={**env, "TEST_MARK": "a-local-plan"}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert planned.returncode == 0, planned.stderr[-3000:]
+        assert json.loads(planned.stdout.strip().splitlines()[-1])["calibration_seconds"] > 0  # it had a Ray
+        assert json.loads(server_record.read_text())["pid"] == server.proc.pid
+
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait(timeout=30)
         time.sleep(3)
@@ -208,3 +238,43 @@ def test_the_embedded_ray_refuses_strangers_and_is_reaped_after_a_crash(tmp_path
         wait_for(lambda: not any(alive(p) for p in everything), "Ray's processes gone after a stop", 60)
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_a_local_plan_starts_ray_only_when_it_measures(tmp_path: Path, mlflow_uri: str):
+    """Issue 35: `memsweep plan` without a server brings up an embedded Ray for the shapes it must
+    calibrate, and none for a plan the cache answers or a spec its checks refuse (it took 16 s and
+    wrote over a running server's record of its Ray)."""
+    home = tmp_path / "home"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))},
+        "MEMSWEEP_HOME": str(home),
+        "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
+        "MEMSWEEP_RAY_NUM_CPUS": "1",
+    }
+    env.pop("MEMSWEEP_RAY_ADDRESS", None)
+    spec = tmp_path / "plan.json"
+    spec.write_text(json.dumps({**RUNNING, "name": "planned", "base": {"seq_len": 40, "steps": 10}}))
+
+    def plan(target: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli.commands", "plan", target, "--json"],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    def records() -> dict[Path, float]:  # the embedded Rays' records: one is written at each start
+        found = [*home.glob("embedded-ray.json"), *home.glob("embedded-ray/*.json")]
+        return {p: p.stat().st_mtime for p in found}
+
+    first = plan(str(spec))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads(first.stdout.strip().splitlines()[-1])["calibration_seconds"] > 0
+    started = records()
+    assert started, "the first plan measured on a Ray of its own"
+    cached = plan(str(spec))
+    assert cached.returncode == 0, cached.stderr[-3000:]
+    answer = json.loads(cached.stdout.strip().splitlines()[-1])
+    assert answer["cached"] and answer["calibration_seconds"] == 0 and answer["estimate"] is not None
+    unknown = plan("orhan2020-nonesuch")
+    assert unknown.returncode != 0 and "orhan2020-nonesuch" in unknown.stderr
+    assert records() == started, "a plan from the cache, or a refused one, started a Ray"
