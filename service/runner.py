@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
 #: seconds between the server's checks for studies whose MLflow runs need rebuilding
-REPAIR_INTERVAL = 60.0
+#: seconds between two starts of a local MLflow server that keeps failing to start, at most
+MLFLOW_RESTART_MAX = 600.0
 
 
 def run_planned(
@@ -92,6 +93,8 @@ class StudyRunner:
         self._ray_stop = threading.Event()
         self._ray_error: str | None = None
         self._repair_stop = threading.Event()
+        self._mlflow_retry_at = 0.0  # monotonic time before which a dead local MLflow is not started again
+        self._mlflow_backoff = 0.0
 
     # ----- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> list[str]:
@@ -108,12 +111,16 @@ class StudyRunner:
         return resumed
 
     def _repair_tracking(self) -> None:
-        """Every REPAIR_INTERVAL seconds: studies whose MLflow writes failed (MLflow was down) get their
-        runs rebuilt from the ledger once MLflow answers again (`Engine.sync_tracking`)."""
+        """Every `mlflow_repair_interval` seconds: the local MLflow server this home runs on, when no
+        tracking URI is configured, is started again if it died (`_keep_local_mlflow`); and studies
+        whose MLflow writes failed (MLflow was down) get their runs rebuilt from the ledger once MLflow
+        answers again (`Engine.sync_tracking`)."""
         from service.tracking.server import server_healthy
 
-        while not self._repair_stop.wait(REPAIR_INTERVAL):
+        interval = self.engine.settings.mlflow_repair_interval
+        while not self._repair_stop.wait(interval):
             try:
+                self._keep_local_mlflow()
                 stale = [
                     s.id
                     for s in self.engine.ledger.list_studies()
@@ -126,7 +133,30 @@ class StudyRunner:
                         log.info("study %s: rebuilding its MLflow runs from the ledger", study_id)
                         self.engine.sync_tracking(study_id)
             except Exception:  # a repair that fails is tried again later
-                log.exception("MLflow repair failed; trying again in %d s", REPAIR_INTERVAL)
+                log.exception("MLflow repair failed; trying again in %d s", interval)
+
+    def _keep_local_mlflow(self) -> None:
+        """Start the local MLflow server again when it no longer answers (issue 35: a dead one stayed
+        dead, and /ready said 503, until `memsweep serve` was restarted); after a start that fails,
+        the next try waits twice as long, up to MLFLOW_RESTART_MAX seconds. A configured tracking URI
+        (MEMSWEEP_MLFLOW_TRACKING_URI) is someone else's server: left alone."""
+        from service.tracking.server import server_healthy
+
+        settings = self.engine.settings
+        if settings.mlflow_tracking_uri or not self.prepared.is_set() or not self.tracking_uri:
+            return
+        if server_healthy(self.tracking_uri) or time.monotonic() < self._mlflow_retry_at:
+            return
+        log.warning("the local MLflow server at %s does not answer: starting it again", self.tracking_uri)
+        try:
+            self.tracking_uri = self.engine.tracking_uri(restart=True)
+            self._mlflow_backoff = 0.0
+            log.info("the local MLflow server answers again at %s", self.tracking_uri)
+        except Exception as exc:
+            base = settings.mlflow_repair_interval
+            self._mlflow_backoff = min(max(2 * self._mlflow_backoff, base), MLFLOW_RESTART_MAX)
+            self._mlflow_retry_at = time.monotonic() + self._mlflow_backoff
+            log.warning("could not start MLflow again (%s); next try in %.0f s", exc, self._mlflow_backoff)
 
     def _warm_up(self) -> None:
         try:

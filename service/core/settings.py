@@ -39,6 +39,13 @@ class Settings(BaseSettings):
         "live); a trial that ends sooner is written whole at its end (four requests: MLflow's writes are "
         "the tail of short-trial studies)",
     )
+    mlflow_repair_interval: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="seconds between two looks of `memsweep serve` at MLflow: a local server it started that "
+        "died is started again (waiting twice as long after each failed start, up to 10 minutes), and the "
+        "runs of studies whose MLflow writes failed are made again from the ledger once MLflow answers",
+    )
     max_grid_size: int = Field(default=50_000, description="largest number of trials one study may hold")
     trial_attempts: int = Field(
         default=3,

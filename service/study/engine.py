@@ -138,8 +138,10 @@ class Engine:
         return study_space(spec, self.settings.max_grid_size)
 
     # ----- execution -------------------------------------------------------------------------------
-    def tracking_uri(self) -> str:
-        if self._tracking_uri is None:
+    def tracking_uri(self, restart: bool = False) -> str:
+        """The MLflow tracking URI: the configured one, or the local server's (started when it does not
+        answer: at the first call, and again with `restart` once it died)."""
+        if self._tracking_uri is None or restart:
             s = self.settings
             self._tracking_uri = ensure_mlflow_server(s.mlflow_tracking_uri, s.home, s.mlflow_port)
         return self._tracking_uri
@@ -157,10 +159,13 @@ class Engine:
         spec = study.validated_spec()
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
-        tracker = self.new_tracker(self.tracking_uri())
-        exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
+        tracker, exp_id, parent, note = self._open_tracking(study)
         self.ledger.update_study(
-            study.id, state="running", error=None, mlflow_experiment_id=exp_id, mlflow_run_id=parent
+            study.id,
+            state="running",
+            error=note,
+            mlflow_experiment_id=exp_id or None,
+            mlflow_run_id=parent or None,
         )
         marks = [time.perf_counter()]
         try:
@@ -187,6 +192,34 @@ class Engine:
         summary["seconds"] = phases
         summary["units"] = ran
         return summary
+
+    def _open_tracking(self, study: Study) -> tuple[Tracker, str, str, str | None]:
+        """(tracker, experiment id, parent run id, note) of a study about to run. When MLflow does not
+        answer (or its local server cannot start), the study trains all the same (issue 35): the
+        ledger keeps every result, its MLflow writes fail fast and are counted, and once MLflow answers
+        the server's repair (`sync_tracking`) makes its runs; the note says so meanwhile (ids: the
+        study's earlier ones, or empty)."""
+        uri = self.settings.mlflow_tracking_uri or f"http://127.0.0.1:{self.settings.mlflow_port}"
+        try:
+            uri = self.tracking_uri()
+            tracker = self.new_tracker(uri)
+            exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
+            return tracker, exp_id, parent, None
+        except Exception as exc:
+            cause = (
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+            )
+            log.warning(
+                "study %s: MLflow at %s does not answer (%s); the study trains all the same",
+                study.id,
+                uri,
+                cause,
+            )
+            note = (
+                f"MLflow: {uri} did not answer when the study started ({cause}); it trains all the same, the "
+                "ledger keeps every result, and its MLflow runs are made once MLflow answers"
+            )
+            return self.new_tracker(uri), study.mlflow_experiment_id or "", study.mlflow_run_id or "", note
 
     def _run_units(
         self,

@@ -3,8 +3,10 @@ Ray, a real MLflow server and a real SQLite ledger; the Python client and the CL
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,15 +34,22 @@ TOKEN = "e2e-token-5c1f0b7d"
 class Server(LocalServer):
     """`memsweep serve` in its own process group on a free loopback port, with its own home."""
 
-    def __init__(self, home: Path, mlflow_uri: str, token: str | None = None) -> None:
+    def __init__(self, home: Path, mlflow_uri: str | None, token: str | None = None, **settings: str) -> None:
+        """`mlflow_uri` None: the server starts its own MLflow on a free port; `settings`: more
+        MEMSWEEP_* variables, by their lower-case names."""
         env = {
             **os.environ,
             "MEMSWEEP_HOME": str(home),
-            "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri,
             "MEMSWEEP_RAY_NUM_CPUS": "2",
             "MEMSWEEP_MAX_PARALLEL_STUDIES": "2",
+            **{f"MEMSWEEP_{k.upper()}": v for k, v in settings.items()},
         }
         env.pop("MEMSWEEP_API_TOKEN", None)
+        env.pop("MEMSWEEP_MLFLOW_TRACKING_URI", None)
+        if mlflow_uri:
+            env["MEMSWEEP_MLFLOW_TRACKING_URI"] = mlflow_uri
+        else:
+            env["MEMSWEEP_MLFLOW_PORT"] = str(free_port())
         if token:
             env["MEMSWEEP_API_TOKEN"] = token
         super().__init__(free_port(), home / "serve.log", env)
@@ -310,6 +319,78 @@ def test_memsweep_demo_runs_the_readme_study_over_rest(tmp_path: Path, mlflow_ur
     assert "best configurations" in out.stdout
     assert f"/runs/{study.mlflow_run_id}" in out.stdout  # the MLflow URL of the parent run
     assert port_free("127.0.0.1", port), "the demo left its server running"
+
+
+def test_a_study_submitted_while_mlflow_is_down_trains_and_gets_its_runs_once_mlflow_answers(
+    tmp_path: Path,
+) -> None:
+    """Issue 35: a study submitted while its (configured) MLflow does not answer is not failed (it was,
+    within 8 s, with MLflow's raw error): it trains, says why its runs are missing, and the server's
+    repair makes them once MLflow answers, nothing asked."""
+    from service.tracking.server import start_mlflow_server, stop_mlflow_server
+
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"  # nothing answers there yet
+    server = Server(tmp_path / "home", uri, mlflow_repair_interval="2").start()
+    mlflow = None
+    try:
+        with MemsweepClient(server.url) as client:
+            sid = client.submit(slower_grid("mlflow-down-at-submit", [1e-3], [1, 2], concurrency=2))["id"]
+            wait_for_done(server.url, sid, 1)
+            running = client.get(sid)
+            assert running["state"] == "running" and running["error"].startswith("MLflow:"), running
+            assert "did not answer when the study started" in running["error"]
+            final = client.wait(sid, poll=0.5, timeout=300, progress=False)
+            assert final["state"] == "done" and final["counts"]["done"] == 4, final
+            assert final["error"].startswith("MLflow:"), final
+            uri, mlflow = start_mlflow_server(tmp_path / "mlflow", port)
+            deadline = time.monotonic() + 120
+            while (synced := client.get(sid))["error"] is not None:
+                assert time.monotonic() < deadline, f"the runs were not made: {synced['error']}"
+                time.sleep(1)
+        runs = child_runs(uri, synced["mlflow"]["experiment_id"], synced["mlflow"]["run_id"])
+        assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    finally:
+        server.stop()
+        if mlflow is not None:
+            stop_mlflow_server(mlflow)
+
+
+def test_the_local_mlflow_server_is_started_again_when_it_dies(tmp_path: Path) -> None:
+    """Issue 35: the MLflow server `memsweep serve` runs on its home (no tracking URI configured) is
+    started again when it dies: /ready says 503 meanwhile and 200 again after, and a study submitted
+    after writes its runs there."""
+    server = Server(tmp_path / "home", None, mlflow_repair_interval="2").start()
+    try:
+        with MemsweepClient(server.url) as client:
+            deadline = time.monotonic() + 180
+            while not client.ready()["ready"]:
+                assert time.monotonic() < deadline, client.ready()
+                time.sleep(1)
+            pidfile = tmp_path / "home" / "mlflow" / "mlflow-server.pid"
+            os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+            saw_down = False
+            deadline = time.monotonic() + 180
+            while True:
+                ready = client.ready()
+                saw_down |= not ready["checks"]["mlflow"]["ok"]
+                if saw_down and ready["ready"]:
+                    break
+                assert time.monotonic() < deadline, ready
+                time.sleep(0.5)
+            sid = client.submit(slower_grid("after-mlflow-restart", [1e-3], [1], concurrency=2))["id"]
+            final = client.wait(sid, poll=0.5, timeout=300, progress=False)
+            assert final["state"] == "done" and final["error"] is None, final
+            uri = f"http://127.0.0.1:{server.env['MEMSWEEP_MLFLOW_PORT']}"
+            runs = child_runs(uri, final["mlflow"]["experiment_id"], final["mlflow"]["run_id"])
+            assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+        assert "starting it again" in server.tail(200_000)
+    finally:
+        server.stop()
+        pidfile = tmp_path / "home" / "mlflow" / "mlflow-server.pid"
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pidfile.read_text()), signal.SIGTERM)
 
 
 def test_a_study_is_done_when_its_trials_are_while_mlflow_is_down(tmp_path: Path) -> None:
