@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from service.core.spec import StudySpec
     from service.reports.compare import numerics_of
     from service.study.engine import Engine
+    from service.tracking.links import ui_link
 
     home = Path(args.home or tempfile.mkdtemp(prefix="memsweep-reproduce-"))
     os.environ.setdefault("MEMSWEEP_HOME", str(home))
@@ -116,8 +117,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "spec": spec.model_dump(mode="json"),
             "summary": summary,
             "numerics": dict(zip(("modes", "machines"), numerics_of(trials), strict=True)),
-            "mlflow_url": f"{engine.tracking_uri()}/#/experiments/{summary['mlflow']['experiment_id']}/runs/"
-            f"{summary['mlflow']['run_id']}",
+            "mlflow_url": ui_link(
+                engine.tracking_uri(), summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
+            ),
         }
         print(f"{task}: {len(trials)} trials in {seconds / 60:.1f} min", flush=True)
     import ray

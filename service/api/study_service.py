@@ -383,14 +383,7 @@ class StudyService:
 
     def links_of(self, exp: str | None, run: str | None) -> MlflowLinks:
         """An MLflow run's ids and its links in the UI."""
-        ui = self.engine.settings.mlflow_ui_url or self.runner.tracking_uri
-        base = ui.rstrip("/") if ui else None
-        return MlflowLinks(
-            experiment_id=exp,
-            run_id=run,
-            experiment_url=f"{base}/#/experiments/{exp}/runs" if base and exp else None,
-            run_url=f"{base}/#/experiments/{exp}/runs/{run}" if base and exp and run else None,
-        )
+        return MlflowLinks.at(self.engine.settings.mlflow_ui_url or self.runner.tracking_uri, exp, run)
 
 
 def trial_public(t: Trial, criterion: Criterion, history: bool = False) -> TrialPublic:

@@ -130,7 +130,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     url = None
     if summary["mlflow"]["run_id"]:
-        url = f"{engine.tracking_uri()}/#/experiments/{summary['mlflow']['experiment_id']}/runs/{summary['mlflow']['run_id']}"
+        from service.tracking.links import ui_link
+
+        url = ui_link(engine.tracking_uri(), summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"])
     if args.json:
         c = summary["counts"]
         print(json.dumps({

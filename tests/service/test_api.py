@@ -22,6 +22,7 @@ import pytest
 from service.cli.servers import LocalServer, free_port
 from service.client import MemsweepAPIError, MemsweepClient
 from service.store.ledger import Ledger
+from service.tracking.links import ui_link
 from tests.runs import child_runs
 from tests.service.conftest import TINY
 from trainers import HALF_BASELINE
@@ -122,7 +123,7 @@ def test_a_study_over_rest_agrees_with_mlflow(
     assert {t["status"] for t in trials} == {"done", "failed"}
 
     exp_id, parent = final["mlflow"]["experiment_id"], final["mlflow"]["run_id"]
-    assert final["mlflow"]["run_url"] == f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent}"
+    assert final["mlflow"]["run_url"] == ui_link(mlflow_uri, exp_id, parent)  # in the model-training view
     runs = child_runs(mlflow_uri, exp_id, parent)
     assert sorted(r.data.tags["memsweep.config_hash"] for r in runs) == sorted(
         t["config_hash"] for t in trials

@@ -1,10 +1,14 @@
 """A real browser (Debian's chromium, headless, driven by Playwright) on the MLflow UI, loopback only:
-the study's parent run shows its success metrics and its child runs. Screenshots go to test-artifacts/."""
+the links memsweep serves open, from a fresh browser profile, on the model-training view (not MLflow 3's
+GenAI overview): the study's runs table, and the parent run's page with its success metrics and its
+child runs. Screenshots go to test-artifacts/ (the experiment's landing page also to /tmp)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -17,6 +21,37 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]  # fmt: skip
+LANDING_COPY = Path("/tmp/mlflow-landing.png")  # for a person to look at
+# what MLflow 3's GenAI view shows and its model-training view does not: its side bar's evaluation runs
+# and AI gateway, the experiment's LLM overview (token usage, "Detect issues in your traces")
+GENAI_VIEW = ("Evaluation runs", "AI Gateway", "Token Usage", "Detect Issues")
+WORKFLOW_TYPE_STORED = "mlflow.workflowType_v1"  # the UI's stored choice of view (localStorage)
+
+
+def served_links(engine: Any, mlflow_uri: str, study_id: str) -> Any:
+    """The study's MLflow links as REST serves them (`StudyService.links`, on the engine's ledger)."""
+    from service.api.study_service import StudyService
+
+    service = StudyService(engine, SimpleNamespace(tracking_uri=mlflow_uri))
+    return service.links(engine.ledger.get_study(study_id))
+
+
+def first_visit(browser: Any, url: str) -> Any:
+    """A page on `url` in a fresh browser profile: no stored choice of the UI's view, no history."""
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.goto(url, wait_until="load")
+    return page
+
+
+def assert_training_view(page: Any) -> None:
+    """The page (loaded) shows MLflow's model-training view, chosen by its link: nothing is stored."""
+    body = page.inner_text("body")
+    shown = [marker for marker in GENAI_VIEW if marker.lower() in body.lower()]
+    assert not shown, f"{page.url} opened on the GenAI view: {shown}"
+    assert "Model registry" in body, f"{page.url}: no model-training side bar"
+    assert "workflowType=machine_learning" in page.url, page.url
+    assert page.evaluate(f"localStorage.getItem('{WORKFLOW_TYPE_STORED}')") is None
 
 
 @pytest.mark.skipif(
@@ -31,15 +66,18 @@ def test_mlflow_ui_shows_the_study_and_its_trials(engine, mlflow_uri):
         "seeds": [1, 2], "success_threshold": 1 / 12,
     })  # fmt: skip
     study = engine.create_study(spec)
-    summary = engine.run_study(study.id)
-    exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
+    engine.run_study(study.id)
+    links = served_links(engine, mlflow_uri, study.id)
+    assert links.experiment_url and links.run_url, links
     ARTIFACTS.mkdir(exist_ok=True)
+    landing = ARTIFACTS / "mlflow-landing.png"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        # the experiment's runs table: the parent run, with its child runs folded under it
-        page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs", wait_until="load")
+        # the experiment's link, first visit: the runs table, the parent run with its child runs under it
+        page = first_visit(browser, links.experiment_url)
         page.get_by_text(f"study ui-demo [{study.id}]").first.wait_for(timeout=60_000)
+        assert_training_view(page)
+        page.screenshot(path=str(landing), full_page=True)
         parent_row = page.locator("[role='row']", has_text=f"study ui-demo [{study.id}]").first
         parent_row.locator(
             "button[data-component-id*='runnamecellrenderer']"
@@ -47,16 +85,24 @@ def test_mlflow_ui_shows_the_study_and_its_trials(engine, mlflow_uri):
         for model in ("chain", "orthogonal"):
             for seed in (1, 2):
                 page.get_by_text(f"{model} lr=0.001 scale=1.0 seed={seed}").first.wait_for(timeout=60_000)
+        assert_training_view(page)
         page.screenshot(path=str(ARTIFACTS / "mlflow-runs.png"), full_page=True)
-        # the parent run's page: its success metrics
-        page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent}", wait_until="load")
+        page.context.close()
+        # the parent run's link, first visit: its success metrics and its child runs
+        page = first_visit(browser, links.run_url)
         page.get_by_text("success_count.chain").first.wait_for(timeout=60_000)
         page.get_by_text("succeeded").first.wait_for(timeout=60_000)
+        page.get_by_text("chain lr=0.001 scale=1.0 seed=1").first.wait_for(timeout=60_000)
+        assert_training_view(page)
         page.screenshot(path=str(ARTIFACTS / "mlflow-parent-run.png"), full_page=True)
         browser.close()
-    assert (ARTIFACTS / "mlflow-runs.png").stat().st_size > 10_000
-    assert (ARTIFACTS / "mlflow-parent-run.png").stat().st_size > 10_000
-    print(f"screenshots: {ARTIFACTS / 'mlflow-runs.png'}, {ARTIFACTS / 'mlflow-parent-run.png'}")
+    shutil.copyfile(landing, LANDING_COPY)
+    for shot in (landing, ARTIFACTS / "mlflow-runs.png", ARTIFACTS / "mlflow-parent-run.png"):
+        assert shot.stat().st_size > 10_000
+    print(
+        f"screenshots: {landing} (the experiment's landing page; a copy in {LANDING_COPY}), "
+        f"{ARTIFACTS / 'mlflow-runs.png'}, {ARTIFACTS / 'mlflow-parent-run.png'}"
+    )
 
 
 @pytest.mark.skipif(
@@ -70,6 +116,8 @@ def test_mlflow_ui_shows_a_running_study_live(engine, mlflow_uri):
 
     from mlflow.tracking import MlflowClient
     from playwright.sync_api import sync_playwright
+
+    from service.tracking.links import ui_link
 
     spec = StudySpec.model_validate({
         "name": "ui-live", "preset": "orhan2020-copy500", "models": ["chain"],
@@ -102,12 +150,12 @@ def test_mlflow_ui_shows_a_running_study_live(engine, mlflow_uri):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{child.info.run_id}", wait_until="load")
+            page.goto(ui_link(mlflow_uri, exp_id, child.info.run_id), wait_until="load")
             page.get_by_text("chain lr=0.001 scale=1.0 seed=1").first.wait_for(timeout=60_000)
             page.get_by_text("val_loss").first.wait_for(timeout=60_000)  # its metric, still growing
             page.get_by_text("Running").first.wait_for(timeout=60_000)
             page.screenshot(path=str(ARTIFACTS / "mlflow-live-child-run.png"), full_page=True)
-            page.goto(f"{mlflow_uri}/#/experiments/{exp_id}/runs/{parent_id}", wait_until="load")
+            page.goto(ui_link(mlflow_uri, exp_id, parent_id), wait_until="load")
             page.get_by_text("success_count.chain").first.wait_for(timeout=60_000)
             page.get_by_text("finished").first.wait_for(timeout=60_000)
             page.screenshot(path=str(ARTIFACTS / "mlflow-live-parent-run.png"), full_page=True)

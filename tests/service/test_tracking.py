@@ -158,3 +158,22 @@ def test_a_deleted_run_is_never_left_running(tmp_path, mlflow_uri):
     assert {r: i.lifecycle_stage for r, i in gone.items()} == {incomplete: "deleted", finished: "deleted"}
     assert gone[incomplete].status == "KILLED" and gone[finished].status == "FINISHED"
     assert tracker.client.get_run(incomplete).data.tags["memsweep.replaced"].startswith("incomplete")
+
+
+def test_the_ui_links_open_the_model_training_view():
+    """MLflow 3's UI picks its view from the link's `workflowType` (else a browser's stored choice, else
+    GenAI): every link memsweep hands out names the model-training view."""
+    from service.tracking.links import MlflowLinks, ui_link
+
+    ui = "http://127.0.0.1:5005/"
+    assert ui_link(ui, "1") == "http://127.0.0.1:5005/#/experiments/1/runs?workflowType=machine_learning"
+    assert ui_link(ui, "1", "ab12") == (
+        "http://127.0.0.1:5005/#/experiments/1/runs/ab12?workflowType=machine_learning"
+    )
+    links = MlflowLinks.at(ui, "1", "ab12")
+    assert (links.experiment_url, links.run_url) == (ui_link(ui, "1"), ui_link(ui, "1", "ab12"))
+    assert MlflowLinks.at(ui, "1", None).run_url is None
+    assert MlflowLinks.at(None, "1", "ab12").model_dump() == {
+        "experiment_id": "1", "run_id": "ab12", "experiment_url": None, "run_url": None,
+    }  # fmt: skip
+    assert MlflowLinks.model_validate_json(links.model_dump_json()) == links
