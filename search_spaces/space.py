@@ -32,7 +32,7 @@ class Values:
 
     def __post_init__(self) -> None:
         if not self.values:
-            raise SpaceError("a Values dimension needs at least one value")
+            raise SpaceError("a Values dimension needs at least one value; give one or more")
 
 
 @dataclass(frozen=True)
@@ -229,13 +229,17 @@ def dim_to_dict(d: Dimension) -> dict[str, Any]:
 def dim_from_dict(raw: Any, where: str) -> Dimension:
     """A dimension from JSON/YAML: a list → Values; {"values": [...]}; {"uniform": [lo, hi], "log": b};
     {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}."""
-    if isinstance(raw, (list, tuple)):
-        return Values(tuple(raw))
+    if isinstance(raw, (list, tuple)) or (isinstance(raw, Mapping) and "values" in raw):
+        values = raw["values"] if isinstance(raw, Mapping) else raw
+        if isinstance(values, (list, tuple)) and not values:
+            raise SpaceError(
+                f"{where} is empty: give at least one value to try (a list, e.g. "
+                f"{where.rsplit('.', 1)[-1]}: [value1, value2]), or leave {where} out"
+            )
+        return Values(tuple(values) if isinstance(values, (list, tuple)) else (values,))
     if not isinstance(raw, Mapping):
         return Values((raw,))
     try:
-        if "values" in raw:
-            return Values(tuple(raw["values"]))
         if "uniform" in raw:
             lo, hi = raw["uniform"]
             return Uniform(float(lo), float(hi), bool(raw.get("log", False)))

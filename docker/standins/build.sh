@@ -6,12 +6,30 @@
 # pg_isready). The host's CA bundle goes into the python stand-in (pip behind a TLS-re-signing proxy);
 # the project's Dockerfile stays as it is. Each carries the label org.memsweep.standin. Run as root with
 # a Docker daemon; about 1.5 minutes for both.
-#   docker/standins/build.sh [IMAGE...]     # default: both; DEBIAN_MIRROR picks the mirror
+#   docker/standins/build.sh [IMAGE...]     # default: both
+# The Debian mirror is the one this machine's apt uses (its sources, and its apt proxy if it has one:
+# apt_sources.py), so no mirror host is written here; DEBIAN_MIRROR (and APT_PROXY) name another.
 set -euo pipefail
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 IMAGES=("$@")
 ((${#IMAGES[@]})) || IMAGES=(python:3.11-slim postgres:16)
 HERE=$(cd "$(dirname "$0")" && pwd)
+if [[ -n ${DEBIAN_MIRROR:-} ]]; then
+  MIRROR=$DEBIAN_MIRROR
+  APT_PROXY=${APT_PROXY:-}
+else
+  command -v "${PYTHON:-python3}" >/dev/null || {
+    echo "stand-ins: no ${PYTHON:-python3} to read this machine's apt sources with; set DEBIAN_MIRROR to a Debian mirror it reaches (and APT_PROXY if it goes through one)" >&2
+    exit 1
+  }
+  given_proxy=${APT_PROXY:-}
+  found=$("${PYTHON:-python3}" "$HERE/apt_sources.py") || exit 1  # it says what to set
+  eval "$found"  # MIRROR=… APT_PROXY=…
+  APT_PROXY=${given_proxy:-$APT_PROXY}
+fi
+if [[ -n $APT_PROXY ]]; then  # debootstrap's downloads and the chroot's apt-get both honour these
+  export http_proxy=$APT_PROXY https_proxy=$APT_PROXY
+fi
+echo "stand-ins: Debian from $MIRROR${APT_PROXY:+ through the proxy $APT_PROXY}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }

@@ -67,7 +67,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    app.dependency_overrides[get_settings] = lambda: settings
+
+    async def these_settings() -> Settings:  # async: no hop to the thread pool per request (deps.py)
+        return settings
+
+    app.dependency_overrides[get_settings] = these_settings
     install_error_handlers(app)
     app.include_router(api_router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from fastapi import FastAPI, Request, status
@@ -13,7 +14,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.study_service import ConflictError, IdempotencyMismatchError, NotFoundError, UnavailableError
+from service.api.study_service import (
+    ConflictError,
+    IdempotencyMismatchError,
+    NotFoundError,
+    SpecInvalidError,
+    UnavailableError,
+)
 from service.core.spec import StudyError
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,10 @@ def install_error_handlers(app: FastAPI) -> None:
         content = validation_content(request, cast(RequestValidationError, exc))
         return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=content)
 
+    async def invalid_spec(request: Request, exc: Exception) -> JSONResponse:
+        content = errors_content(cast(SpecInvalidError, exc).errors, None)
+        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=content)
+
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         exc = cast(StarletteHTTPException, exc)
         message = exc.detail
@@ -61,6 +72,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(NotFoundError, not_found)
     app.add_exception_handler(ConflictError, conflict)
+    app.add_exception_handler(SpecInvalidError, invalid_spec)
     app.add_exception_handler(StudyError, unprocessable)
     app.add_exception_handler(UnavailableError, unavailable)
     app.add_exception_handler(IdempotencyMismatchError, unprocessable)
@@ -71,12 +83,18 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def validation_content(request: Request, exc: RequestValidationError) -> dict[str, Any]:
     """FastAPI's list of errors, each with the field's valid names where it has them, and one message."""
-    body_model = _body_model(request)
+    return errors_content(exc.errors(), _body_model(request))
+
+
+def errors_content(found: Sequence[Mapping[str, Any]], body_model: type[BaseModel] | None) -> dict[str, Any]:
+    """Pydantic's errors (their `loc` from the request: `body`, `query`, …) as memsweep answers them:
+    each with the field's valid names where it has them, and one message naming every field and its fix
+    (a validator's own message, which names its path, without pydantic's "Value error, " in front)."""
     errors, lines = [], []
-    for e in exc.errors():
+    for e in found:
         loc = tuple(e.get("loc", ()))
         where = ".".join(str(p) for p in loc) or "request"
-        msg = str(e.get("msg", "invalid"))
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
         item: dict[str, Any] = {"loc": list(loc), "msg": msg, "type": e.get("type")}
         if e.get("type") == "extra_forbidden" and loc and loc[0] == "body" and body_model is not None:
             fields = _fields_at(body_model, loc[1:-1])
@@ -85,8 +103,10 @@ def validation_content(request: Request, exc: RequestValidationError) -> dict[st
                 msg = f"unknown field; valid fields here: {', '.join(fields)}"
         elif e.get("type") == "missing":
             msg = "required: give a value"
+        elif e.get("type") == "finite_number":
+            msg = "not a finite number; give a finite value (NaN and infinities are refused)"
         errors.append(item)
-        lines.append(f"{where}: {msg}")
+        lines.append(msg if loc == ("body",) else f"{where}: {msg}")  # the spec's own checks name the path
     message = "; ".join(lines) + ". Fix these and send the request again (schemas and examples: GET /docs)."
     return {"detail": errors, "message": message}
 

@@ -111,8 +111,56 @@ class TrialCounts(BaseModel):
     finished: int = Field(description="done + failed + pruned")
 
 
-class StudyPublic(BaseModel):
-    """A study as the ledger holds it, with its progress."""
+class StudySummary(BaseModel):
+    """A study as `GET /studies` lists it: who it is, its state and progress. The full record — the
+    spec, the plan, the ETA, the MLflow links — is `GET /studies/{id}`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "3f9c2a1b7d4e",
+                    "name": "copy100-chain-vs-orthogonal",
+                    "state": "running",
+                    "error": None,
+                    "queued": False,
+                    "active": True,
+                    "counts": {
+                        "total": 8,
+                        "pending": 3,
+                        "running": 2,
+                        "done": 3,
+                        "failed": 0,
+                        "pruned": 0,
+                        "cancelled": 0,
+                        "error": 0,
+                        "succeeded": 2,
+                        "finished": 3,
+                    },
+                    "expected_trials": 8,
+                    "created_at": "2026-01-01T12:00:00Z",
+                    "updated_at": "2026-01-01T12:01:00Z",
+                }
+            ]
+        }
+    )
+    id: str
+    name: str
+    state: StudyState
+    error: str | None = Field(description="why the study failed, or what its MLflow writes reported")
+    queued: bool = Field(description="waiting for a free runner of this server")
+    active: bool = Field(description="queued or running in this server (false once it has stopped)")
+    counts: TrialCounts
+    expected_trials: int = Field(
+        description="trials the study will hold (a sampled study adds them as it runs)"
+    )
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+
+
+class StudyPublic(StudySummary):
+    """A study as the ledger holds it, with its progress: its summary, and its spec, ETA, MLflow links
+    and plan."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -144,29 +192,17 @@ class StudyPublic(BaseModel):
                     "mlflow": {
                         "experiment_id": "1",
                         "run_id": "a1b2c3",
-                        "experiment_url": "http://127.0.0.1:5005/#/experiments/1/runs",
-                        "run_url": "http://127.0.0.1:5005/#/experiments/1/runs/a1b2c3",
+                        "experiment_url": "http://127.0.0.1:5005/#/experiments/1/runs?workflowType=machine_learning",
+                        "run_url": "http://127.0.0.1:5005/#/experiments/1/runs/a1b2c3?workflowType=machine_learning",
                     },
                 }
             ]
         }
     )
-    id: str
-    name: str
-    state: StudyState
-    error: str | None = Field(description="why the study failed, or what its MLflow writes reported")
-    queued: bool = Field(description="waiting for a free runner of this server")
-    active: bool = Field(description="queued or running in this server (false once it has stopped)")
     spec: dict[str, Any]
-    counts: TrialCounts
-    expected_trials: int = Field(
-        description="trials the study will hold (a sampled study adds them as it runs)"
-    )
     eta_seconds: float | None = Field(
         description="time left at the current pace; null before the pace is known"
     )
-    created_at: UtcDatetime
-    updated_at: UtcDatetime
     mlflow: MlflowLinks
     plan: dict[str, Any] | None = Field(
         default=None,
@@ -177,8 +213,12 @@ class StudyPublic(BaseModel):
 
 
 class StudyList(BaseModel):
-    total: int
-    items: list[StudyPublic]
+    """A page of studies, newest first, each as a summary (`GET /studies/{id}` has the full record)."""
+
+    total: int = Field(description="studies that match the filter, on every page")
+    offset: int
+    limit: int
+    items: list[StudySummary]
 
 
 class StudyExtended(BaseModel):

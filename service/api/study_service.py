@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
+from service.api.coalesce import Coalesced
 from service.api.schemas import (
     BestConfig,
     Comparison,
@@ -18,6 +22,7 @@ from service.api.schemas import (
     StudyList,
     StudyPlan,
     StudyPublic,
+    StudySummary,
     SuccessBudget,
     SuccessTable,
     TrialCounts,
@@ -30,6 +35,7 @@ from service.planning.plan import plan_spec, record_plan
 from service.reports.compare import UnknownStudiesError, compare_studies, log_comparison
 from service.reports.summary import best_configs, success_table, success_vs_budget
 from service.runner import StudyRunner, expected_trials
+from service.store.ledger import StudyHead
 from service.store.models import Study, Trial
 from service.study.engine import Engine
 from trainers.criterion import Criterion
@@ -51,6 +57,33 @@ class IdempotencyMismatchError(ValueError):
     """An Idempotency-Key reused with a different request."""
 
 
+class SpecInvalidError(StudyError):
+    """A spec the request's changes made invalid (`extend`), with pydantic's errors located in the
+    request's body: answered as `POST /studies` answers an invalid spec (`service.api.errors`)."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        self.errors = errors
+        super().__init__(
+            "; ".join(
+                e["msg"] if e["loc"] == ["body"] else f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
+                for e in errors
+            )
+        )
+
+    @classmethod
+    def of(cls, exc: ValidationError) -> SpecInvalidError:
+        return cls(
+            [
+                {
+                    "loc": ["body", *e["loc"]],
+                    "msg": e["msg"].removeprefix("Value error, "),
+                    "type": e["type"],
+                }
+                for e in exc.errors(include_url=False, include_input=False, include_context=False)
+            ]
+        )
+
+
 #: what `studies.plan` keeps for `service.planning.plan.record_actual` only (trial ids), not served
 PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
 
@@ -60,6 +93,8 @@ class StudyService:
         self.engine = engine
         self.runner = runner
         self.ledger = engine.ledger
+        self._criteria: dict[tuple[str, datetime], Criterion] = {}  # `listed_criterion`'s
+        self._pages: Coalesced[StudyList] = Coalesced()  # `list_studies`'
 
     # ----- creation ----------------------------------------------------------------------------------
     def create(self, spec: StudySpec, idempotency_key: str | None = None) -> tuple[StudyPublic, bool]:
@@ -142,6 +177,8 @@ class StudyService:
         try:
             spec = StudySpec.model_validate(data)
             added = self.engine.extend_study(study_id, spec)
+        except ValidationError as exc:  # a value the spec's own checks refuse: named by its path
+            raise SpecInvalidError.of(exc) from None
         except StudyError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
@@ -212,8 +249,18 @@ class StudyService:
         return self.public(self._get(study_id))
 
     def list_studies(self, state: str | None, offset: int, limit: int) -> StudyList:
-        studies = [s for s in self.ledger.list_studies() if state is None or s.state == state]
-        return StudyList(total=len(studies), items=[self.public(s) for s in studies[offset : offset + limit]])
+        """A page of studies, newest first, as summaries: one transaction of two queries (the page's
+        studies with their count, their trials' statuses and losses), whatever its size; the same
+        page asked for many times at once is computed once for the calls that came while the one
+        before ran (`Coalesced`)."""
+
+        def page() -> StudyList:
+            total, found = self.ledger.page_studies(state, offset, limit, self.listed_criterion)
+            return StudyList(
+                total=total, offset=offset, limit=limit, items=[self.summary(s, c) for s, c in found]
+            )
+
+        return self._pages.run((state, offset, limit), page)
 
     def trials(
         self,
@@ -325,6 +372,17 @@ class StudyService:
         """The study's success criterion, or the one a request names instead."""
         return study.validated_spec().criterion_for(fraction, threshold, baseline)
 
+    def listed_criterion(self, study: StudyHead) -> Criterion:
+        """A listed study's criterion, its spec validated once per version of its row (a spec changes
+        only with its row's `updated_at`): a list of 500 studies validates none again."""
+        key = (study.id, study.updated_at)
+        criterion = self._criteria.get(key)
+        if criterion is None:
+            if len(self._criteria) >= 4096:
+                self._criteria.clear()
+            criterion = self._criteria[key] = StudySpec.model_validate(study.spec).criterion()
+        return criterion
+
     # ----- helpers -----------------------------------------------------------------------------------
     def _check_filters(self, study_id: str, models: list[str], params: dict[str, str]) -> None:
         """A filter names a model and fields the study's trials have (a typo would filter to nothing)."""
@@ -357,23 +415,27 @@ class StudyService:
     def _state_word(self, study: Study) -> str:
         return "queued" if self.runner.is_queued(study.id) else "running"
 
-    def public(self, study: Study) -> StudyPublic:
-        c = self.ledger.counts(study.id, self.criterion(study))
-        eta = self.runner.eta(study.id) if study.state == "running" else None
-        finished = sum(c[s] for s in FINISHED)
-        return StudyPublic(
+    def summary(self, study: Study | StudyHead, c: dict[str, int]) -> StudySummary:
+        """The study as `GET /studies` lists it, with its trials' counts `c` (`Ledger.counts`)."""
+        return StudySummary(
             id=study.id,
             name=study.name,
             state=StudyState(study.state),
             error=study.error,
             queued=self.runner.is_queued(study.id),
             active=self.runner.is_active(study.id),
-            spec=study.spec,
-            counts=TrialCounts(**c, finished=finished),
+            counts=TrialCounts(**c, finished=sum(c[s] for s in FINISHED)),
             expected_trials=expected_trials(study.spec, c["total"]),
-            eta_seconds=eta,
             created_at=study.created_at,
             updated_at=study.updated_at,
+        )
+
+    def public(self, study: Study) -> StudyPublic:
+        summary = self.summary(study, self.ledger.counts(study.id, self.criterion(study)))
+        return StudyPublic(
+            **dict(summary),
+            spec=study.spec,
+            eta_seconds=self.runner.eta(study.id) if study.state == "running" else None,
             mlflow=self.links(study),
             plan={k: v for k, v in study.plan.items() if k not in PLAN_BOOKKEEPING} if study.plan else None,
         )

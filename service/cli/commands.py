@@ -16,7 +16,7 @@ The REST service and its clients (the token, when the server sets one, comes fro
 memsweep serve [--host H] [--port P]
 memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
 memsweep status STUDY [--url URL] [--json]
-memsweep studies [--state S] [--limit N] [--url URL] [--json]
+memsweep studies [--state S] [--limit N] [--offset K] [--url URL] [--json]
 memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
 memsweep demo [--port P] [--keep-serving] [the flags of run]   # the README's main job, over REST
 """
@@ -364,15 +364,16 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
 
 
 study_limit = whole_number(1, 500)  # `--limit` of `memsweep studies`
+study_offset = whole_number(0, 1_000_000)  # its `--offset`
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
-        found = answer(lambda: studies.studies(state=args.state, limit=args.limit))
+        page = answer(lambda: studies.studies_page(state=args.state, offset=args.offset, limit=args.limit))
     if args.json:
-        print(json.dumps(found))
+        print(json.dumps(page["items"]))
     else:
-        print_studies(found, args.state)
+        print_studies(page, args.state)
     return 0
 
 
@@ -512,8 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("studies", help="the studies, newest first: id, name, state, trials finished")
     p.add_argument("--state", choices=[s.value for s in StudyState], help="only studies in this state")
     p.add_argument("--limit", type=study_limit, default=50, help="at most this many, 1 to 500 (default 50)")
+    p.add_argument("--offset", type=study_offset, default=0, help="skip this many of the newest (default 0)")
     add_url_flag(p, "ask this memsweep server, not the local ledger")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the page's studies as a JSON list of summaries")
     p.set_defaults(fn=cmd_studies)
     p = sub.add_parser(
         "demo", help="start the server, submit a small Orhan copy study over REST, print its results"

@@ -149,7 +149,13 @@ def print_status(study: dict[str, Any]) -> None:
         print(f"  MLflow: {study['mlflow']['run_url']}")
 
 
-def print_studies(studies: list[dict[str, Any]], state: str | None = None) -> None:
+def print_studies(page: dict[str, Any], state: str | None = None) -> None:
+    """A page of `GET /studies` (`total`, `offset`, `items`: summaries), one study a line, and where the
+    next page starts when there is one."""
+    studies, total, offset = page["items"], page["total"], page["offset"]
+    if not studies and total:
+        print(f"no study past --offset {offset}: {total} in all")
+        return
     if not studies and state:
         print(f"no study is {state} (`memsweep studies` lists them all)")
         return
@@ -160,6 +166,9 @@ def print_studies(studies: list[dict[str, Any]], state: str | None = None) -> No
         c = s["counts"]
         now = "queued" if s.get("queued") else s["state"]
         print(f"{s['id']}  {now:<9} {c['finished']:>6}/{c['total']:<6} {s['created_at'][:19]}  {s['name']}")
+    shown = offset + len(studies)
+    if shown < total:
+        print(f"{offset + 1}–{shown} of {total}, newest first; --offset {shown} shows the next")
 
 
 def api_url(args: argparse.Namespace) -> str | None:

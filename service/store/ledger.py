@@ -16,8 +16,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     delete,
@@ -50,6 +51,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class StudyHead(NamedTuple):
+    """A study as a list shows it: its row without the plan (`Ledger.page_studies`)."""
+
+    id: str
+    name: str
+    state: str
+    error: str | None
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
 class TrialSort(StrEnum):
     ID = "id"
     FINAL_VAL_LOSS = "final_val_loss"
@@ -59,6 +72,7 @@ class TrialSort(StrEnum):
 
 
 TRIAL_SORTS = tuple(s.value for s in TrialSort)
+STATUSES = tuple(s.value for s in TrialStatus)
 
 
 #: how long a ledger call waits for its database to come back (a restart, a failover) before it fails
@@ -132,6 +146,45 @@ class Ledger:
     def list_studies(self) -> list[Study]:
         with self.session() as s:
             return list(s.scalars(select(Study).order_by(Study.created_at.desc())))
+
+    @outlasting
+    def page_studies(
+        self,
+        state: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        criterion: Callable[[StudyHead], Criterion] = lambda study: HALF_BASELINE,
+    ) -> tuple[int, list[tuple[StudyHead, dict[str, int]]]]:
+        """(how many studies are in `state` — or at all —, one page of them, newest first, each with its
+        `counts` under `criterion(study)`): one transaction of two queries whatever the page's size
+        (a third, the count, for a page past the end). A study's plan is not read: it is served one
+        study at a time."""
+        where = [Study.state == state] if state is not None else []
+        columns = (
+            Study.id,
+            Study.name,
+            Study.state,
+            Study.error,
+            Study.spec,
+            Study.created_at,
+            Study.updated_at,
+        )
+        with self.session() as s:
+            query = (
+                select(*columns, func.count().over().label("total"))
+                .where(*where)
+                .order_by(Study.created_at.desc(), Study.id)
+                .offset(offset)
+                .limit(limit)
+            )
+            rows = s.connection().execute(query).all()  # Core: plain rows, without the ORM's loading
+            if rows:
+                total = rows[0].total
+            else:
+                total = s.scalar(select(func.count()).select_from(Study).where(*where)) or 0
+            heads = [StudyHead(*r[: len(columns)]) for r in rows]
+            counts = self._counts(s, {h.id: criterion(h) for h in heads})
+        return int(total), [(h, counts[h.id]) for h in heads]
 
     @outlasting
     def update_study(self, study_id: str, **fields: Any) -> None:
@@ -325,12 +378,29 @@ class Ledger:
     @outlasting
     def counts(self, study_id: str, criterion: Criterion = HALF_BASELINE) -> dict[str, int]:
         """Trials per status, and how many succeeded under `criterion`."""
-        out = dict.fromkeys((s.value for s in TrialStatus), 0)
-        out["succeeded"] = 0
-        for t in self.trials(study_id):
-            out[t.status] = out.get(t.status, 0) + 1
-            out["succeeded"] += int(t.succeeded(criterion))
-        out["total"] = sum(out[s] for s in TrialStatus)
+        with self.session() as s:
+            return self._counts(s, {study_id: criterion})[study_id]
+
+    def _counts(self, s: Session, criteria: Mapping[str, Criterion]) -> dict[str, dict[str, int]]:
+        """`counts` of each study (id → its criterion), in one query for them all: each trial's status and
+        the columns `Criterion.judge` (the one rule) reads (its reference baselines only when a
+        criterion measures against one)."""
+        out = {study_id: dict.fromkeys((*STATUSES, "succeeded"), 0) for study_id in criteria}
+        references = any(c.threshold is None and c.baseline != "task" for c in criteria.values())
+        columns: list[Any] = [Trial.study_id, Trial.status, Trial.final_val_loss, Trial.baseline_loss]
+        if references:
+            columns.append(Trial.reference_baselines)
+        for chunk in _chunks(list(criteria), 500):
+            for study_id, status, loss, baseline, *refs in s.connection().execute(
+                select(*columns).where(Trial.study_id.in_(chunk))
+            ):
+                c = out[study_id]
+                c[status] = c.get(status, 0) + 1
+                reference = refs[0] if refs else None
+                if status == "done" and criteria[study_id].judge(status, loss, baseline, reference):
+                    c["succeeded"] += 1
+        for c in out.values():
+            c["total"] = sum(c[t] for t in STATUSES)
         return out
 
     # ----- calibrations ----------------------------------------------------------------------------

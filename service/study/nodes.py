@@ -97,7 +97,9 @@ def reap_embedded_ray(home: Path) -> list[int]:
             continue
         killed = _kill_marked(mark)
         if killed:
-            log.warning("killed %d processes of an embedded Ray whose driver (pid %d) died", len(killed), owner)
+            log.warning(
+                "killed %d processes of an embedded Ray whose driver (pid %d) died", len(killed), owner
+            )
         reaped += killed
         path.unlink(missing_ok=True)
     return reaped

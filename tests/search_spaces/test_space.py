@@ -221,3 +221,14 @@ def test_dim_from_dict_unknown_form_says_what_to_write() -> None:
 def test_dim_from_dict_bad_bounds_name_the_place(raw: object) -> None:
     with pytest.raises(SpaceError, match=r"dims\.x"):
         dim_from_dict(raw, "dims.x")
+
+
+@pytest.mark.parametrize("raw", [[], (), {"values": []}])
+def test_an_empty_dimension_names_its_place_and_the_fix(raw: object) -> None:
+    """Issue 35 item 7: `dims.lr: []` said `a Values dimension needs at least one value`, naming no field."""
+    with pytest.raises(SpaceError) as err:
+        dim_from_dict(raw, "space.models.a.dims.lr")
+    assert str(err.value) == (
+        "space.models.a.dims.lr is empty: give at least one value to try (a list, e.g. lr: [value1, value2]), "
+        "or leave space.models.a.dims.lr out"
+    )

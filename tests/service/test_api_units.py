@@ -108,6 +108,99 @@ def test_a_preset_with_overrides_is_queued_and_listed(client: TestClient) -> Non
     assert client.get(f"/studies/{study['id']}").json()["counts"] == study["counts"]
 
 
+SUMMARY_FIELDS = {
+    "id", "name", "state", "error", "queued", "active", "counts", "expected_trials", "created_at", "updated_at",
+}  # fmt: skip
+
+
+def test_the_study_list_pages_summaries_in_two_queries(client: TestClient) -> None:
+    """Issue 35 item 7: `GET /studies` answered every study's full record (spec, plan: 140 KB for 25
+    studies) and read each study's trials twice (96 ms, 200 calls at once a median 8.3 s). It answers a
+    page of summaries, in the same few queries whatever the page's size; `GET /studies/{id}` keeps the rest."""
+    from sqlalchemy import event
+
+    ledger = ledger_of(client)
+    ids = [client.post("/studies", json=grid(name=f"s{i}")).json()["id"] for i in range(3)]
+    finish_all(client, ids[0])
+    page = client.get("/studies", params={"limit": 2}).json()
+    assert (page["total"], page["offset"], page["limit"]) == (3, 0, 2)
+    assert [s["id"] for s in page["items"]] == ids[:0:-1]  # newest first
+    assert all(set(s) == SUMMARY_FIELDS for s in page["items"])  # no spec, plan, links or ETA
+    for s in client.get("/studies").json()["items"]:
+        full = client.get(f"/studies/{s['id']}").json()
+        assert {k: full[k] for k in SUMMARY_FIELDS} == s
+    assert client.get("/studies", params={"limit": 2, "offset": 2}).json()["items"][0]["id"] == ids[0]
+    past = client.get("/studies", params={"offset": 3}).json()
+    assert past["total"] == 3 and past["items"] == []
+    done = client.get("/studies", params={"state": "done"}).json()
+    assert done["total"] == 1 and [s["id"] for s in done["items"]] == [ids[0]]
+    assert done["items"][0]["counts"]["succeeded"] == 2 and done["items"][0]["counts"]["finished"] == 8
+
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(ledger.database, "before_cursor_execute", count)
+    try:
+        client.get("/studies")
+        three = len(statements)
+        for i in range(3, 9):
+            finish_all(client, client.post("/studies", json=grid(name=f"s{i}")).json()["id"])
+        statements.clear()
+        assert client.get("/studies").json()["total"] == 9
+    finally:
+        event.remove(ledger.database, "before_cursor_execute", count)
+    assert len(statements) == three <= 2, statements  # not one or two more per study
+
+
+def test_the_same_page_asked_at_once_is_read_once_and_never_stale(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 calls at once took a median 8.3 s: each read the same page. Calls that arrive while a page is
+    being read share the next reading, which starts after they all arrived: none misses a study
+    created before it asked."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    studies = client.app.state.studies  # type: ignore[attr-defined]
+    for i in range(2):
+        client.post("/studies", json=grid(name=f"s{i}"))
+    real, reads, lock = studies.ledger.page_studies, [], threading.Lock()
+    reading = threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)  # the snapshot, then a slow rest
+        with lock:
+            reads.append(found[0])
+        reading.set()
+        time.sleep(0.3)
+        return found
+
+    monkeypatch.setattr(studies.ledger, "page_studies", slow)
+    calls = 40
+    barrier = threading.Barrier(calls)
+
+    def one(_: int) -> int:
+        barrier.wait()
+        return int(studies.list_studies(None, 0, 50).total)
+
+    with ThreadPoolExecutor(calls) as pool:
+        totals = list(pool.map(one, range(calls)))
+    assert totals == [2] * calls
+    assert len(reads) <= 4, reads  # one reading, then one for all that came during it (a slow start: more)
+
+    reads.clear()
+    reading.clear()
+    with ThreadPoolExecutor(1) as pool:
+        earlier = pool.submit(studies.list_studies, None, 0, 50)
+        assert reading.wait(10)  # its snapshot is taken: a study created now is not in it
+        client.post("/studies", json=grid(name="new"))
+        assert studies.list_studies(None, 0, 50).total == 3  # … but in the answer of a call made after
+        assert earlier.result().total == 2
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [
@@ -515,6 +608,9 @@ def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
         with pytest.raises(MemsweepAPIError, match="401"):
             MemsweepClient("http://testserver", token="wrong", http=c).get(study["id"])
         assert client.ready()["ready"] is True
+        page = client.studies_page(limit=1)
+        assert page["total"] == 1 and page["items"][0]["id"] == study["id"] and "spec" not in page["items"][0]
+        assert client.studies(state="done")[0]["counts"]["finished"] == 8 and client.studies(offset=1) == []
 
 
 # ----- the CLI ---------------------------------------------------------------------------------------------
@@ -572,6 +668,75 @@ def test_extending_with_nothing_new_changes_nothing(client: TestClient) -> None:
     r = client.post(f"/studies/{study['id']}/extend", json={"seeds": [1, 2]}).json()
     after = client.get(f"/studies/{study['id']}").json()
     assert r["added"] == 0 and after["state"] == before["state"] == "done" and after["spec"] == before["spec"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"dims": {"lr": [NaN]}}', "dims.lr[0] is not a finite number; give a finite value"),
+        ('{"dims": {"lr": [1e999]}}', "dims.lr[0] is not a finite number; give a finite value"),  # → inf
+        ('{"dims": {"lr": {"loguniform": [NaN, 0.1]}}}', "dims.lr.loguniform[0] is not a finite number"),
+        ('{"base": {"steps": NaN}}', "base.steps is not a finite number; give a finite value"),
+        ('{"seeds": [1, NaN]}', "body.seeds.1: not a finite number; give a finite value"),
+    ],
+)
+def test_an_extension_with_nan_is_refused_in_memsweeps_words(
+    client: TestClient, body: str, message: str
+) -> None:
+    """Issue 35 item 7: `/extend` answered pydantic's own text (`1 validation error for StudySpec …
+    https://errors.pydantic.dev/…`); it answers as `POST /studies` does: the field, and the fix."""
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    before = client.get(f"/studies/{study['id']}").json()
+    r = client.post(
+        f"/studies/{study['id']}/extend", content=body, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text
+    for pydantics in ("errors.pydantic.dev", "validation error for", "Value error", "input_value"):
+        assert pydantics not in r.text, r.text
+    answer = r.json()
+    assert answer["message"].startswith(message) and answer["message"].endswith(
+        "(schemas and examples: GET /docs)."
+    )
+    assert answer["detail"][0]["loc"][0] == "body"
+    after = client.get(f"/studies/{study['id']}").json()
+    assert after["spec"] == before["spec"] and after["counts"] == before["counts"]  # left as it was
+    # the same value refused at creation reads the same
+    created = client.post(
+        "/studies",
+        content='{"preset": "orhan2020-copy500", ' + body[1:],
+        headers={"content-type": "application/json"},
+    )
+    assert created.status_code == 422 and created.json()["message"] == answer["message"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        ({"preset": "orhan2020-copy500", "dims": {"lr": []}}, "dims.lr"),
+        ({"preset": "orhan2020-copy500", "dims": {"lr": {"values": []}}}, "dims.lr"),
+        ({"space": {"dims": {"lr": []}}, "base": TINY}, "space.dims.lr"),
+        (
+            {"space": {"models": {"a": {"fixed": {"init": "chain"}, "dims": {"lr": []}}}}, "base": TINY},
+            "space.models.a.dims.lr",
+        ),
+    ],
+)
+def test_an_empty_dimension_is_refused_by_its_path(
+    client: TestClient, spec: dict[str, Any], path: str
+) -> None:
+    """Issue 35 item 7: `dims.lr: []` said `a Values dimension needs at least one value`, naming no field."""
+    r = client.post("/studies", json=spec)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(f"{path} is empty: give at least one value to try"), r.text
+    assert f"or leave {path} out" in r.json()["detail"]
+
+
+def test_an_extension_to_an_empty_dimension_is_refused_by_its_path(client: TestClient) -> None:
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    r = client.post(f"/studies/{study['id']}/extend", json={"dims": {"lr": []}})
+    assert r.status_code == 422 and r.json()["detail"].startswith("dims.lr is empty: give at least one value")
 
 
 def test_a_sampled_study_keeps_the_arms_it_draws_apart() -> None:

@@ -176,6 +176,10 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
     # the studies and a study's status, without a server; an unknown id names the command that lists them
     listed = json.loads(cli("studies", "--json"))
     assert {s["id"] for s in listed} == {a, b} and all(s["counts"]["total"] == 8 for s in listed)
+    assert all("spec" not in s for s in listed)  # summaries: `status` has the full record
+    newest = cli("studies", "--limit", "1")
+    assert b in newest and a not in newest and "1–1 of 2, newest first; --offset 1 shows the next" in newest
+    assert [s["id"] for s in json.loads(cli("studies", "--offset", "1", "--json"))] == [a]
     assert a in cli("studies") and b in cli("studies", "--state", "done")
     assert "no study is running" in cli("studies", "--state", "running")
     bad = subprocess.run(

@@ -111,15 +111,17 @@ def create_study(
     return study
 
 
-@router.get("")
+@router.get("", response_model=StudyList)
 def list_studies(
     studies: StudiesDep,
     state: Annotated[StudyState | None, Query(description="only studies in this state")] = None,
-    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> StudyList:
-    """Studies, newest first."""
-    return studies.list_studies(state, offset, limit)
+    offset: Annotated[int, Query(ge=0, le=1_000_000, description="skip this many studies")] = 0,
+    limit: Annotated[int, Query(ge=1, le=500, description="studies on this page at most")] = 50,
+) -> Response:
+    """Studies, newest first, one page at a time: each as a summary (state, trial counts, times);
+    `GET /studies/{id}` has a study's full record (spec, plan, ETA, MLflow links)."""
+    page = studies.list_studies(state, offset, limit)  # typed and checked where it is built: served as is
+    return Response(content=page.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{study_id}", responses=NOT_FOUND)
@@ -177,7 +179,7 @@ def list_trials(
     return page
 
 
-@router.get("/{study_id}/best", responses=NOT_FOUND)
+@router.get("/{study_id}/best", responses={**NOT_FOUND, **REFUSED})
 def best(
     studies: StudiesDep,
     study_id: str,
