@@ -16,7 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.concurrency import run_in_threadpool
 
 from service.api.errors import install_error_handlers
-from service.api.limits import BodyLimit
+from service.api.limits import BodyLimit, LedgerPatience
 from service.api.routes import api_router
 from service.api.study_service import StudyService
 from service.core.settings import Settings, get_settings
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(api_router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(LedgerPatience)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

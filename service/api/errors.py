@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.study_service import (
@@ -63,6 +64,21 @@ def install_error_handlers(app: FastAPI) -> None:
                 message = "the body is not JSON (UTF-8 text); send a JSON object (examples: GET /docs)"
         return JSONResponse(status_code=exc.status_code, content={"detail": message}, headers=exc.headers)
 
+    async def ledger_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        cause = cast(DBAPIError, exc).orig
+        said = (
+            str(cause).strip().splitlines()[0]
+            if cause is not None and str(cause).strip()
+            else type(exc).__name__
+        )
+        log.warning("%s %s: the ledger's database: %s", request.method, request.url.path, said)
+        return detail(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"the ledger's database did not take the request ({said}); nothing was stored. Check that it "
+            "runs and that its file, directory and disk take writes (MEMSWEEP_DATABASE_URL, MEMSWEEP_HOME); "
+            "GET /ready says when it does again",
+        )
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return detail(
@@ -78,6 +94,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(IdempotencyMismatchError, unprocessable)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(OperationalError, ledger_unavailable)  # answered, not re-raised: the
+    app.add_exception_handler(InterfaceError, ledger_unavailable)  # connection stays up for the next
     app.add_exception_handler(Exception, unexpected)
 
 

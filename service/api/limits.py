@@ -1,4 +1,5 @@
-"""A limit on request bodies: a declared or streamed body over `max_bytes` gets 413 before any route runs."""
+"""Limits on a request: its body (a declared or streamed body over `max_bytes` gets 413 before any route
+runs) and how long it waits on the ledger's database (`LedgerPatience`)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,26 @@ class BodyLimit:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = BodyTooLargeError(self.max_bytes)
         await JSONResponse({"detail": error.detail}, status_code=413)(scope, receive, send)
+
+
+#: seconds a request's ledger calls wait on a database that does not answer (or refuses writes) before
+#: the request is answered 503; the engine's own calls wait `service.store.ledger.OUTAGE_PATIENCE`
+REQUEST_LEDGER_PATIENCE = 5.0
+
+
+class LedgerPatience:
+    """Pure ASGI middleware: a request's ledger calls retry an unreachable database for
+    REQUEST_LEDGER_PATIENCE seconds, not the engine's two minutes (an unwritable ledger held a POST for
+    116 s, then answered 500); the route's thread inherits it (anyio copies the context)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from service.store.ledger import PATIENCE
+
+        token = PATIENCE.set(REQUEST_LEDGER_PATIENCE)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            PATIENCE.reset(token)

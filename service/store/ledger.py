@@ -10,6 +10,7 @@ a ledger opens. Every call is one transaction that outlasts a database restart (
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import time
@@ -77,6 +78,10 @@ STATUSES = tuple(s.value for s in TrialStatus)
 
 #: how long a ledger call waits for its database to come back (a restart, a failover) before it fails
 OUTAGE_PATIENCE = 120.0
+#: how long a ledger call waits on its database in this context: OUTAGE_PATIENCE for the engine (a
+#: result is recorded, not lost, across a restart), less for a REST request (`service.api.limits`),
+#: which answers 503 rather than hold its client for two minutes
+PATIENCE: contextvars.ContextVar[float] = contextvars.ContextVar("ledger_patience", default=OUTAGE_PATIENCE)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,7 +94,7 @@ def outlasting(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + OUTAGE_PATIENCE
+        deadline = time.monotonic() + PATIENCE.get()
         delay = 0.2
         while True:
             try:
@@ -116,6 +121,32 @@ class Ledger:
         #: SQLAlchemy's engine on the database (`database.connect`)
         self.database: Engine = connect(url)
         self._sessions = sessionmaker(self.database, expire_on_commit=False)
+
+    def unwritable(self) -> str | None:
+        """Why the database refuses writes now (None: it takes them): SQLite takes its write lock and
+        lets it go (a read-only file, directory or mount refuses it), PostgreSQL says whether its
+        transactions are read-only (a standby); the reason in the driver's words, without the URL."""
+        try:
+            with self.database.connect() as conn:
+                if self.database.dialect.name == "sqlite":
+                    raw = conn.connection.dbapi_connection
+                    assert raw is not None
+                    cursor = raw.cursor()
+                    try:
+                        cursor.execute("BEGIN IMMEDIATE")
+                        cursor.execute("ROLLBACK")
+                    finally:
+                        cursor.close()
+                elif (
+                    self.database.dialect.name == "postgresql"
+                    and conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
+                ):
+                    return "its transactions are read-only (a standby?)"
+        except (OperationalError, InterfaceError) as exc:
+            return str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        except Exception as exc:  # the driver's own error (sqlite3's, psycopg2's), not wrapped
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None
 
     @contextmanager
     def session(self) -> Iterator[Session]:

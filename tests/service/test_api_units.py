@@ -5,6 +5,7 @@ engine would write them. The real server under uvicorn, with Ray and MLflow, is 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -876,3 +877,43 @@ def test_a_request_validates_its_studys_spec_once(
         r = client.get(f"/studies/{study['id']}{path}")
         assert r.status_code == 200, r.text
         assert len(validated) == 1, (path, len(validated))
+
+
+def test_an_unwritable_ledger_is_a_quick_503_and_ready_says_so(tmp_path: Path) -> None:
+    """Issue 35: with the ledger's SQLite refusing writes (a read-only file, directory or mount; here
+    its connections in query_only mode, the same refusal: "attempt to write a readonly database"),
+    POST /studies held its client 116 s, then answered 500 and reset the connection, while /ready said
+    `database: ok`. Now the request waits the request's patience, answers 503 naming the refusal and
+    stores nothing, /ready says the database refuses writes, and both recover with the database."""
+    from sqlalchemy import event
+
+    from service.api.limits import REQUEST_LEDGER_PATIENCE
+
+    def read_only(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.execute("PRAGMA query_only = ON")
+
+    with TestClient(create_app(settings(tmp_path))) as c:
+        database = c.app.state.engine.ledger.database  # type: ignore[attr-defined]
+        assert c.post("/studies", json=grid(name="before")).status_code == 201
+        event.listen(database, "connect", read_only)
+        database.dispose()  # every connection from here on is read-only
+        try:
+            ready = c.get("/ready").json()["checks"]["database"]
+            assert (
+                not ready["ok"] and "refuses writes (attempt to write a readonly database)" in ready["detail"]
+            )
+            started = time.monotonic()
+            r = c.post("/studies", json=grid(name="refused"))
+            waited = time.monotonic() - started
+            assert r.status_code == 503, r.text
+            assert (
+                "did not take the request (attempt to write a readonly database); nothing was stored"
+                in r.text
+            )
+            assert waited < REQUEST_LEDGER_PATIENCE + 10, waited
+            assert [s["name"] for s in c.get("/studies").json()["items"]] == ["before"]  # reads still answer
+        finally:
+            event.remove(database, "connect", read_only)
+            database.dispose()
+        assert c.get("/ready").json()["checks"]["database"]["ok"]
+        assert c.post("/studies", json=grid(name="after")).status_code == 201

@@ -47,6 +47,13 @@ def _database(engine: EngineDep) -> Check:
             conn.execute(text("SELECT 1"))
     except Exception as exc:  # the URL may hold a password: name the error, not its text
         return Check(ok=False, detail=f"unreachable ({type(exc).__name__}); check MEMSWEEP_DATABASE_URL")
+    refused = engine.ledger.unwritable()  # reachable is not enough: a read-only ledger stores nothing
+    if refused is not None:
+        return Check(
+            ok=False,
+            detail=f"reachable but refuses writes ({refused}); check its file, directory and disk "
+            "(MEMSWEEP_HOME) or its server (MEMSWEEP_DATABASE_URL)",
+        )
     return Check(ok=True, detail=engine.ledger.database.dialect.name)
 
 
