@@ -111,39 +111,29 @@ class TrialCounts(BaseModel):
     finished: int = Field(description="done + failed + pruned")
 
 
+#: a study as `GET /studies` lists it (the OpenAPI example of `StudySummary`, and the start of `StudyPublic`'s)
+SUMMARY_EXAMPLE: dict[str, Any] = {
+    "id": "3f9c2a1b7d4e",
+    "name": "copy100-chain-vs-orthogonal",
+    "state": "running",
+    "error": None,
+    "queued": False,
+    "active": True,
+    "counts": {
+        "total": 8, "pending": 3, "running": 2, "done": 3, "failed": 0, "pruned": 0, "cancelled": 0,
+        "error": 0, "succeeded": 2, "finished": 3,
+    },
+    "expected_trials": 8,
+    "created_at": "2026-01-01T12:00:00Z",
+    "updated_at": "2026-01-01T12:01:00Z",
+}  # fmt: skip
+
+
 class StudySummary(BaseModel):
     """A study as `GET /studies` lists it: who it is, its state and progress. The full record — the
     spec, the plan, the ETA, the MLflow links — is `GET /studies/{id}`."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "3f9c2a1b7d4e",
-                    "name": "copy100-chain-vs-orthogonal",
-                    "state": "running",
-                    "error": None,
-                    "queued": False,
-                    "active": True,
-                    "counts": {
-                        "total": 8,
-                        "pending": 3,
-                        "running": 2,
-                        "done": 3,
-                        "failed": 0,
-                        "pruned": 0,
-                        "cancelled": 0,
-                        "error": 0,
-                        "succeeded": 2,
-                        "finished": 3,
-                    },
-                    "expected_trials": 8,
-                    "created_at": "2026-01-01T12:00:00Z",
-                    "updated_at": "2026-01-01T12:01:00Z",
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"examples": [SUMMARY_EXAMPLE]})
     id: str
     name: str
     state: StudyState
@@ -166,29 +156,9 @@ class StudyPublic(StudySummary):
         json_schema_extra={
             "examples": [
                 {
-                    "id": "3f9c2a1b7d4e",
-                    "name": "copy100-chain-vs-orthogonal",
-                    "state": "running",
-                    "error": None,
-                    "queued": False,
-                    "active": True,
+                    **SUMMARY_EXAMPLE,
                     "spec": {"preset": "orhan2020-copy500", "models": ["chain", "orthogonal"]},
-                    "counts": {
-                        "total": 8,
-                        "pending": 3,
-                        "running": 2,
-                        "done": 3,
-                        "failed": 0,
-                        "pruned": 0,
-                        "cancelled": 0,
-                        "error": 0,
-                        "succeeded": 2,
-                        "finished": 3,
-                    },
-                    "expected_trials": 8,
                     "eta_seconds": 42.0,
-                    "created_at": "2026-01-01T12:00:00Z",
-                    "updated_at": "2026-01-01T12:01:00Z",
                     "mlflow": {
                         "experiment_id": "1",
                         "run_id": "a1b2c3",
