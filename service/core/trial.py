@@ -5,7 +5,7 @@ the space it belongs to), the point's varied values and its resolved trial confi
 them once, where it enumerates its trials (`service.study.search`), or reads them back from the ledger;
 the ledger's rows, the packing into units and the workers all take that one record.
 
-A `Unit` is what one Ray trial runs (`service.study.ray_tune.run_unit`): a fused bundle of same-shape
+A `Unit` is what one Ray trial runs (`service.study.worker.train_unit`): a fused bundle of same-shape
 members (`trainers.fused.train_fused`), or members one after another. A unit reports `Evaluated`
 and `Finished` events, which the driver records in the ledger and MLflow; every member stays its own
 trial there.

@@ -7,8 +7,10 @@
 The ledger is the source of truth: a run that dies midway is resumed by calling `run_study` again
 (only pending or interrupted trials run); `extend_study` adds only new points; a finished trial of
 any study with the same config hash is reused. The driver is the only writer of the ledger and of
-MLflow; Ray workers only report (`ray_tune`), the driver records (`recorder`) and, at the end of a
-run, makes the study's MLflow runs whole (`rebuild`). A study's trials come from `search`, travel as
+MLflow; an executor (Ray Tune's workers: `ray_tune`) only trains and reports, the driver's book
+(`book`) records through the `recorder` and, at the end of a run, the engine makes the study's MLflow
+runs whole (`rebuild`). The engine knows no Ray: it passes a `RunRequest` and its `TrialBook` to the
+executor (`executor`). A study's trials come from `search`, travel as
 `TrialSpec`s and units (`service.core.trial`, `packing`), and come back as `trainers.TrialResult`s.
 What a run is planned to cost, and what it did, is the runner's (`service.runner`).
 """
@@ -20,8 +22,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from functools import partial
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from search_spaces import SearchSpace
 from service.core.settings import Settings
@@ -31,47 +35,23 @@ from service.core.trial import StaleTrialError
 from service.reports.study_summary import summarise
 from service.store.ledger import Ledger
 from service.store.models import Study
+from service.study.book import TrialBook
+from service.study.executor import Executor, RunRequest
 from service.study.packing import pack_study
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
-from service.study.search import execution, optuna_search, study_space, study_trials
+from service.study.search import sampling, study_space, study_trials
 from service.tracking.server import ensure_mlflow_server, server_healthy
 from service.tracking.tracker import Tracker
 from trainers import Criterion
 
 if TYPE_CHECKING:
     from service.core.trial import Unit
-    from service.study.ray_tune import LedgerCallback
 
 log = logging.getLogger(__name__)
 
 #: where a run's time goes, in order (`run_study`'s summary["seconds"])
 RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
-
-
-class Executor(Protocol):
-    """What runs a study's units: Ray Tune (`ray_tune.RayTune`, the default) or, in tests, an
-    in-process stand-in with the same methods."""
-
-    def start(self) -> None: ...
-
-    def unplaceable(self, resources: Mapping[str, float]) -> str | None: ...
-
-    def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None: ...
-
-    def run(
-        self,
-        name: str,
-        callback: LedgerCallback,
-        cancel: threading.Event,
-        *,
-        units: Sequence[Unit] = (),
-        searcher: Any = None,
-        num_samples: int = 1,
-        concurrency: int,
-        resources: Mapping[str, float],
-        asha: bool = False,
-    ) -> None: ...
 
 
 class Engine:
@@ -228,69 +208,62 @@ class Engine:
         space: SearchSpace,
         record: StudyRecorder,
         cancel: threading.Event,
-        planned: Sequence[Unit] | None,
+        packed: Sequence[Unit] | None,
     ) -> list[list[str]]:
-        """The study's trials through Ray Tune: a sampler's points as they are drawn (up to
+        """The study's trials through the executor: a sampler's points as they are drawn (up to
         `max_trials`), then the unfinished trials packed into units, round after round while an
         infrastructure fault sends some back (each at most `trial_attempts` starts in this run).
         The packed units it ran, as their members' config hashes."""
-        from service.study.ray_tune import LedgerCallback, UnitSearcher
-
         self.executor.start()
-        why = self.executor.unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
+        resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
+        why = self.executor.unplaceable(resources)
         if why is not None:
             raise StudyError(why)
-        sampled = spec.sampler != "grid"
-        callback = LedgerCallback(
-            self.ledger, study.id, record, cancel, sampled=sampled, attempts=self.settings.trial_attempts
+        attempts = self.settings.trial_attempts
+        book = TrialBook(
+            self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts
         )
-        how: dict[str, Any] = {
-            "concurrency": spec.concurrency,
-            "resources": {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus},
-            "asha": spec.scheduler == "asha",
-        }
-        name = f"study-{study.id}"
-        measured = None
-        if sampled:
+        request = RunRequest(
+            f"study-{study.id}", resources, spec.concurrency, cancel, asha=spec.scheduler == "asha"
+        )
+        if book.sampled:
             finished = self.ledger.trials(study.id, FINISHED)
             remaining = (spec.max_trials or 0) - len(finished)
             if remaining > 0:
-                searcher = UnitSearcher(
-                    optuna_search(spec, space, finished), space, execution(spec), spec.fuses,
-                    lambda hashes: self.ledger.finished_objectives(study.id, hashes),
-                )  # fmt: skip
-                num_samples = math.ceil(remaining / len(space.seeds))
-                self.executor.run(name, callback, cancel, searcher=searcher, num_samples=num_samples, **how)
+                known = partial(self.ledger.finished_objectives, study.id)
+                draws = sampling(spec, space, finished, math.ceil(remaining / len(space.seeds)), known)
+                self.executor.run(replace(request, sampling=draws), book)
         ran: list[list[str]] = []
-        for _ in range(self.settings.trial_attempts):
+        measured = None
+        for _ in range(attempts):
             # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
             try:
                 todo = [
                     t.spec()
                     for t in self.ledger.trials(study.id, UNFINISHED)
-                    if callback.starts.get(t.config_hash, 0) < self.settings.trial_attempts  # not spent here
+                    if not book.spent(t.config_hash)
                 ]
             except StaleTrialError as exc:
                 raise StudyError(str(exc)) from None
             if not todo or cancel.is_set():
                 return ran
-            if planned is not None and sorted(m.config_hash for u in planned for m in u.members) == sorted(
+            if packed is not None and sorted(m.config_hash for u in packed for m in u.members) == sorted(
                 t.config_hash for t in todo
             ):
-                units = list(planned)  # packed by the plan just before, as this run packs them
+                units = list(packed)  # packed by the plan just before, as this run packs them
             else:
                 if measured is None and spec.fuses:
-                    measured = self.node_memory(how["resources"])
+                    measured = self.node_memory(resources)
                 units = pack_study(spec, todo, measured)
-            planned = None
+            packed = None
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.expect(todo)
-            callback.requeued = 0
-            self.executor.run(name, callback, cancel, units=units, **how)
+            book.begin_round()
+            self.executor.run(replace(request, units=units), book)
             ran += [[m.config_hash for m in u.members] for u in units]
-            if not callback.requeued:
+            if not book.requeued:
                 return ran
-            log.warning("study %s: %d trials were interrupted; they run again", study.id, callback.requeued)
+            log.warning("study %s: %d trials were interrupted; they run again", study.id, book.requeued)
         return ran
 
     def sync_tracking(self, study_id: str) -> dict[str, Any]:

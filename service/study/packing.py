@@ -1,6 +1,6 @@
 """Packing a grid's pending trials into Ray units: fused bundles of same-shape trials (issue 7).
 
-A *unit* is what one Ray trial runs (`service.study.ray_tune.run_unit`); a bundle is a unit of K members
+A *unit* is what one Ray trial runs (`service.study.worker.train_unit`); a bundle is a unit of K members
 that `trainers.fused.train_fused` trains as one model. Members agree on `fusable_key` (task, cell,
 hidden size, batch, budget, schedule …) and differ in what a paper grid varies: learning rate,
 initialiser and its scale, seed. The cells that fuse (rnn, urnn, crnn, vprnn, fastrnn, sgornn, srnn)

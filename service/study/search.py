@@ -2,26 +2,29 @@
 
 One function makes trials from a point of a model (`point_trials`): the grid's enumeration
 (`grid_trials`), the check of a space before a study is created (`check_space`) and the sampled
-points of a model-based search (`service.study.ray_tune.UnitSearcher`) all go through it, so a trial's
+points of a model-based search (`Sampling.unit`) all go through it, so a trial's
 settings are layered one way everywhere: the space's `base`, then the model's `fixed` fields, then
 the point's values, then the study's execution settings (threads), then the seed.
 
-The samplers are Optuna's, driven by Ray Tune's `OptunaSearch` over a define-by-run space (the
-model when there are several, then that model's dimensions), warm-started with a study's finished
-points. The searcher sees one objective per point: the mean over seeds of final loss / baseline.
+The samplers are Optuna's, drawing one point at a time with its ask and tell (`Draws`) over a
+define-by-run space (the model when there are several, then that model's dimensions), warm-started
+with a study's finished points (`Sampling`); an executor takes the draws (Ray Tune as its searcher:
+`service.study.ray_tune.UnitSearcher`). The sampler sees one objective per point: the mean over seeds
+of final loss / baseline.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
 from service.core.spec import DEFAULT_MODEL, StudyError, StudySpec
-from service.core.trial import TrialSpec, objective
+from service.core.trial import TrialSpec, Unit, objective
+from service.study.packing import bundle
 
 if TYPE_CHECKING:
     from service.store.models import Trial
@@ -191,61 +194,143 @@ def check_trials(trials: Iterable[TrialSpec]) -> None:
 # ----- model-based samplers ---------------------------------------------------------------------------
 
 
-class DefineByRun:
-    """Optuna define-by-run space: the model (when there are several), then that model's dimensions.
-    A class, not a closure, because Tune pickles the searcher."""
+def distributions(models: Mapping[str, Model], name: str) -> dict[str, Any]:
+    """Optuna's distributions of a point of model `name`: the model (when there are several), then
+    that model's dimensions, each named `model.dimension`."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    def __init__(self, models: Mapping[str, Model]) -> None:
-        self.models = dict(models)
-
-    def __call__(self, trial: Any) -> dict[str, Any]:
-        names = list(self.models)
-        name = trial.suggest_categorical("model", names) if len(names) > 1 else names[0]
-        for key, dim in self.models[name].dims.items():
-            pname = f"{name}.{key}"
-            if isinstance(dim, Values):
-                trial.suggest_categorical(pname, list(dim.values))
-            elif isinstance(dim, Uniform):
-                trial.suggest_float(pname, dim.low, dim.high, log=dim.log)
-            else:
-                trial.suggest_int(pname, dim.low, dim.high, log=dim.log)
-        return {"model": name} if len(names) == 1 else {}
+    found: dict[str, Any] = {"model": CategoricalDistribution(list(models))} if len(models) > 1 else {}
+    for key, dim in models[name].dims.items():
+        if isinstance(dim, Values):
+            found[f"{name}.{key}"] = CategoricalDistribution(list(dim.values))
+        elif isinstance(dim, Uniform):
+            found[f"{name}.{key}"] = FloatDistribution(dim.low, dim.high, log=dim.log)
+        else:
+            found[f"{name}.{key}"] = IntDistribution(dim.low, dim.high, log=dim.log)
+    return found
 
 
-def suggested_point(config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(model, its dimensions' values) of a point `DefineByRun` suggested."""
-    model = str(config["model"])
-    prefix = f"{model}."
-    return model, {k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)}
+def suggest(trial: Any, models: Mapping[str, Model]) -> tuple[str, dict[str, Any]]:
+    """(model, its dimensions' values) an Optuna trial suggests, define-by-run: the model (when there
+    are several), then that model's dimensions."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    names = list(models)
+    name = trial.suggest_categorical("model", names) if len(names) > 1 else names[0]
+    point = {}
+    for pname, d in distributions(models, name).items():
+        if pname == "model":
+            continue
+        if isinstance(d, CategoricalDistribution):
+            value = trial.suggest_categorical(pname, list(d.choices))
+        elif isinstance(d, FloatDistribution):
+            value = trial.suggest_float(pname, d.low, d.high, log=d.log)
+        else:
+            value = trial.suggest_int(pname, d.low, d.high, log=d.log)
+        point[pname[len(name) + 1 :]] = value
+    return name, point
 
 
-def optuna_search(spec: StudySpec, space: SearchSpace, finished: Iterable[Trial]) -> Any:
-    """Ray Tune's OptunaSearch over the space with the spec's sampler, warm-started with the study's
-    finished points (resume keeps what the searcher learned)."""
-    import optuna
-    from ray.tune.search.optuna import OptunaSearch
+@dataclass(frozen=True)
+class Sampling:
+    """A sampler's part of a study run: `count` points of `space` drawn by Optuna's `sampler` (`Draws`),
+    each point × the space's seeds one unit (`unit`), warm-started with the study's finished points
+    (`warm`: each point's Optuna parameters and its seed-averaged objective) so that a resume keeps
+    what the sampler learned."""
 
-    samplers: dict[str, Callable[[], Any]] = {
-        "random": lambda: optuna.samplers.RandomSampler(seed=spec.sampler_seed),
-        "tpe": lambda: optuna.samplers.TPESampler(seed=spec.sampler_seed),
-        "cmaes": lambda: optuna.samplers.CmaEsSampler(
-            seed=spec.sampler_seed, warn_independent_sampling=False
-        ),
-        "qmc": lambda: optuna.samplers.QMCSampler(seed=spec.sampler_seed, warn_independent_sampling=False),
-    }
+    space: SearchSpace
+    sampler: str
+    seed: int | None
+    count: int
+    settings: Mapping[str, Any]  # the study's execution settings (`execution`)
+    fused: bool
+    known: Callable[[Iterable[str]], dict[str, float]]  # config hashes → objectives of finished ones
+    warm: Sequence[tuple[dict[str, Any], float]] = ()
+
+    @property
+    def models(self) -> dict[str, Model]:
+        return {m.name: m for m in self.space.models}
+
+    def optuna_sampler(self) -> Any:
+        """The spec's sampler. Seeded, a resumed one draws on from `seed` + its finished points: from
+        `seed` itself, its first random draws would be the points it already drew."""
+        import optuna
+
+        seed = None if self.seed is None else self.seed + len(self.warm)
+        samplers: dict[str, Callable[[], Any]] = {
+            "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+            "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+            "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+            "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
+        }
+        return samplers[self.sampler]()
+
+    def unit(self, model: str, point: Mapping[str, Any]) -> Unit:
+        """The unit of a drawn point: its trials, resolved here in the driver, as one unit (fused when
+        they share shapes); members finished in the ledger are counted, not trained again."""
+        members = point_trials(self.space, self.models[model], point, self.settings)
+        unit = bundle(members, fused=self.fused)
+        return Unit(unit.members, unit.fused, self.known([m.config_hash for m in members]))
+
+
+class Draws:
+    """A sampling's points, one unit at a time, with Optuna's ask and tell: `ask(key)` draws the point
+    of an executor trial `key`, `tell(key, objective)` gives back its objective once the unit ended
+    (None: it failed, and the sampler learns nothing from it). The finished points are the sampler's
+    history before its first draw."""
+
+    def __init__(self, sampling: Sampling) -> None:
+        import optuna
+
+        self.sampling, self.models = sampling, sampling.models
+        self.study = optuna.create_study(direction="minimize", sampler=sampling.optuna_sampler())
+        for params, value in sampling.warm:
+            name = str(params.get("model", next(iter(self.models))))
+            try:
+                past = optuna.trial.create_trial(
+                    params=params, distributions=distributions(self.models, name), value=value
+                )
+            except ValueError:  # a point outside today's space (it was extended): not this space's history
+                continue
+            self.study.add_trial(past)
+        self.asked: dict[str, Any] = {}
+
+    def ask(self, key: str) -> Unit:
+        trial = self.study.ask()
+        self.asked[key] = trial
+        return self.sampling.unit(*suggest(trial, self.models))
+
+    def tell(self, key: str, objective: float | None) -> None:
+        from optuna.trial import TrialState
+
+        trial = self.asked.pop(key, None)
+        if trial is None:
+            return
+        if objective is None or not math.isfinite(objective):
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self.study.tell(trial, objective)
+
+
+def sampling(
+    spec: StudySpec,
+    space: SearchSpace,
+    finished: Iterable[Trial],
+    count: int,
+    known: Callable[[Iterable[str]], dict[str, float]],
+) -> Sampling:
+    """The spec's sampler over the space for `count` points, warm-started with the study's finished
+    trials: one evaluated point per finished (model, params), its objective averaged over seeds."""
     models = {m.name: m for m in space.models}
-    # warm start: one evaluated point per finished (model, params) with the seed-averaged objective
     points: dict[tuple[Any, ...], list[float]] = {}
     for t in finished:
         model = t.model if t.model in models else next(iter(models))  # an `arm` of the one unnamed model
         key = (model, tuple(sorted((k, v) for k, v in t.params.items() if k != "seed")))
         points.setdefault(key, []).append(objective(t.final_val_loss, t.baseline_loss, t.status))
-    evaluated = [
+    warm = [
         ({**({"model": m} if len(models) > 1 else {}), **{f"{m}.{k}": v for k, v in params}}, sum(v) / len(v))
         for (m, params), v in points.items()
     ]
-    return OptunaSearch(
-        space=DefineByRun(models), metric="objective", mode="min", sampler=samplers[spec.sampler](),
-        points_to_evaluate=[p for p, _ in evaluated] or None,
-        evaluated_rewards=[r for _, r in evaluated] or None,
-    )  # fmt: skip
+    return Sampling(
+        space, str(spec.sampler), spec.sampler_seed, count, execution(spec), spec.fuses, known, warm
+    )

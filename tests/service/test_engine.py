@@ -251,6 +251,12 @@ def test_tpe_study_runs_through_optuna_search(engine):
             1,
             2,
         ]
+    # extended, the sampler draws on from its history (Ray's OptunaSearch refused a define-by-run
+    # space's history: every resumed or extended sampled study failed) and trains only new points
+    assert engine.extend_study(study.id, spec.model_copy(update={"max_trials": 8})) == 2
+    assert engine.run_study(study.id)["state"] == "done"
+    again = engine.ledger.trials(study.id)
+    assert len(again) == 8 and all(t.status == "done" and t.runs == 1 for t in again)
 
 
 def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:

@@ -1,31 +1,35 @@
 """The study lifecycle, fast: the real `Engine`, ledger, recorder, packing and trainers, with the two
 outside systems replaced by in-process stand-ins that keep their contracts — an executor that runs
-each unit in this process through the driver's `LedgerCallback` (as Ray Tune calls it), and a
+each unit in this process and tells the driver's `TrialBook` (as Ray Tune's callback does), and a
 tracker that keeps MLflow's runs in memory. The integration tiers (test_engine, test_api, the
 compose tier) run the same lifecycle on a real Ray and a real MLflow server."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from optuna.trial import TrialState
 
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.trial import Unit
+from service.study.book import TrialBook
 from service.study.engine import Engine
-from service.study.ray_tune import LedgerCallback, train_unit
+from service.study.executor import RunRequest
+from service.study.search import Draws, sampling
+from service.study.worker import train_unit
 from tests.service.conftest import TINY
 
 
 class InProcess:
-    """An executor that runs each unit here, one after another, reporting through the driver's
-    callback as Ray Tune would: start, results, then complete — or error, when `dies(unit, start)`
-    says the unit's worker dies before it reports (an infrastructure fault)."""
+    """An executor that runs each unit here, one after another, telling the driver's book what
+    happens as an executor must (`TrialBook`'s lifecycle): started, reported, then ended — or failed,
+    when `dies(unit, start)` says the unit's worker dies before it reports (an infrastructure fault).
+    A sampler's draws are taken one unit at a time (`Draws`), as Ray Tune's searcher takes them."""
 
     def __init__(self, dies: Callable[[Unit, int], bool] = lambda unit, start: False) -> None:
         self.dies = dies
@@ -41,45 +45,42 @@ class InProcess:
     def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None:
         return None  # the packer's defaults
 
-    def run(
-        self,
-        name: str,
-        callback: LedgerCallback,
-        cancel: threading.Event,
-        *,
-        units: Sequence[Unit] = (),
-        searcher: Any = None,
-        num_samples: int = 1,
-        concurrency: int,
-        resources: Mapping[str, float],
-        asha: bool = False,
-    ) -> None:
-        assert searcher is None, "the stand-in runs grids"
-        self.rounds.append([[m.config_hash for m in u.members] for u in units])
-        for i, unit in enumerate(units):
-            if cancel.is_set():
-                break
-            trial = SimpleNamespace(
-                trial_id=f"{name}-{len(self.rounds)}-{i}",
-                config={"unit": unit},
-                get_error=lambda: RuntimeError("the worker process died"),
-            )
-            callback.on_trial_start(0, [], trial)
-            start = max(callback.starts.get(m.config_hash, 0) for m in unit.members)
-            if self.dies(unit, start):
-                callback.on_trial_error(0, [], trial)
-                continue
+    def run(self, request: RunRequest, book: TrialBook) -> None:
+        if request.sampling is None:
+            units = list(request.units)
+            self.rounds.append([[m.config_hash for m in u.members] for u in units])
+            for i, unit in enumerate(units):
+                if request.cancel.is_set():
+                    break
+                self._unit(f"{request.name}-{len(self.rounds)}-{i}", unit, book)
+        else:
+            draws, drawn = Draws(request.sampling), list[list[str]]()
+            self.rounds.append(drawn)
+            for i in range(request.sampling.count):
+                if request.cancel.is_set():
+                    break
+                unit = draws.ask(key := f"{request.name}-draw-{i}")
+                drawn.append([m.config_hash for m in unit.members])
+                draws.tell(key, self._unit(key, unit, book))
+        book.close_unfinished("its unit ended before this member reported")
 
-            def report(result: dict[str, Any], trial: Any = trial) -> None:
-                callback.on_trial_result(0, [], trial, result)
+    def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
+        """Run one unit; its last reported objective (None when its worker died)."""
+        book.started(run, unit)
+        start = max(book.starts.get(m.config_hash, 0) for m in unit.members)
+        if self.dies(unit, start):
+            book.failed(run, "its worker failed: the worker process died")
+            return None
+        reports: list[dict[str, Any]] = []
 
-            train_unit(unit, report, node="in-process")
-            callback.on_trial_complete(0, [], trial)
-            self.after_unit()
-        callback.close_unfinished(
-            "cancelled" if cancel.is_set() else "interrupted",
-            "its Ray trial ended before this member reported",
-        )
+        def report(result: dict[str, Any]) -> None:
+            reports.append(result)
+            book.reported(run, result["events"])
+
+        train_unit(unit, report, node="in-process")
+        book.ended(run)
+        self.after_unit()
+        return float(reports[-1]["objective"])
 
 
 class MemoryTracker:
@@ -283,3 +284,64 @@ def test_a_run_trains_the_units_its_plan_packed_and_packs_only_what_changed(
     engine.run_study(other.id, units=units)
     assert len(packed) == 2
     assert {h for u in ex.rounds[-1] for h in u} == {t.config_hash for t in engine.ledger.trials(other.id)}
+
+
+def sampled(max_trials: int) -> StudySpec:
+    return StudySpec.model_validate(
+        {
+            "name": "sampled",
+            "space": {"dims": {"lr": {"loguniform": [1e-4, 1e-2]}, "init": ["chain", "orthogonal"]}},
+            "base": {**TINY, "steps": 10, "eval_every": 5},
+            "seeds": [1, 2],
+            "sampler": "tpe",
+            "sampler_seed": 7,
+            "max_trials": max_trials,
+        }
+    )
+
+
+def test_a_sampled_study_trains_each_drawn_point_for_every_seed_and_an_extension_draws_only_more(
+    make_engine: Any,
+) -> None:
+    engine, ex, _ = make_engine()
+    study = engine.create_study(sampled(6))
+    assert Draws(sampling(sampled(6), engine.space(sampled(6)), [], 1, dict)).study.trials == []
+    assert engine.ledger.counts(study.id)["total"] == 0  # points are drawn as the study runs
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert summary["state"] == "done" and len(trials) == 6 and all(t.runs == 1 for t in trials)
+    assert len(ex.rounds) == 1 and len(ex.rounds[0]) == 3  # three draws, then no round: nothing left
+    points = {(t.params["lr"], t.params["init"]) for t in trials}
+    assert len(points) == 3 and all(1e-4 <= lr <= 1e-2 for lr, _ in points)
+    for point in points:  # each drawn point is one unit of its seeds
+        assert sorted(t.params["seed"] for t in trials if (t.params["lr"], t.params["init"]) == point) == [
+            1,
+            2,
+        ]
+    # the finished points are the sampler's history when it draws on
+    history = sampling(sampled(8), engine.space(sampled(8)), trials, 1, dict)
+    assert len(Draws(history).study.get_trials(states=[TrialState.COMPLETE])) == 3
+    assert engine.extend_study(study.id, sampled(8)) == 2
+    engine.run_study(study.id)
+    again = engine.ledger.trials(study.id)
+    assert len(again) == 8 and len(ex.rounds[-1]) == 1 and all(t.runs == 1 for t in again)
+
+
+def test_a_sampled_point_whose_worker_dies_runs_again_in_the_next_round(make_engine: Any) -> None:
+    deaths: list[int] = []
+
+    def dies(unit: Unit, start: int) -> bool:  # the first drawn unit dies on its first start
+        if not deaths:
+            deaths.append(start)
+            return True
+        return False
+
+    engine, ex, _ = make_engine(dies=dies)
+    study = engine.create_study(sampled(4))
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert summary["state"] == "done" and len(trials) == 4
+    assert all(t.status == "done" for t in trials)
+    # the round after the draws: the members of the unit that died, and only they
+    assert sorted(h for u in ex.rounds[1] for h in u) == sorted(ex.rounds[0][0])
+    assert sorted(t.runs for t in trials) == [1, 1, 2, 2]

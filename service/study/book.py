@@ -1,0 +1,140 @@
+"""The driver's book of a study's running trials: which member runs in which executor trial, how often
+it started in this run, what it reported — and what becomes of members an executor trial left
+unfinished (cancelled, pruned, sent back to pending, or ended as an error). The engine owns it and an
+executor only tells it what happened (`Executor`, `service.study.executor`); it knows no Ray."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Protocol
+
+import trainers
+from service.core.trial import Evaluated, Event, TrialSpec, Unit
+from service.store.ledger import Ledger
+
+
+class Recorder(Protocol):
+    """What the driver does with a trial as it runs: record it in the ledger and MLflow
+    (`service.study.recorder.StudyRecorder`)."""
+
+    def started(self, trial_id: int, spec: TrialSpec) -> None: ...
+
+    def evaluated(self, trial_id: int, config_hash: str, evaluation: trainers.Evaluation) -> None: ...
+
+    def finished(self, trial_id: int, result: trainers.TrialResult) -> None: ...
+
+
+class TrialBook:
+    """A study run's trials as an executor runs them, recorded by the driver (the one writer of the
+    ledger and MLflow).
+
+    Lifecycle, per executor trial (`run`: the executor's own key of it, e.g. Ray's trial id):
+
+    1. `started(run, unit)` once, when the unit's worker starts: each member not finished yet is
+       started in the ledger and counted (`starts`);
+    2. `reported(run, events)` any number of times: evaluations and finished members, in order;
+    3. then exactly one of `ended(run)` (the executor trial returned or was stopped: the members it
+       did not finish are cancelled with the study, else pruned by the scheduler) or
+       `failed(run, reason)` (its worker, process or node died: an infrastructure fault, not a result;
+       its unfinished members go back to `pending` — `requeued` — up to `attempts` starts in this
+       run, and only then end as `error`).
+
+    After the executor's run, `close_unfinished` closes what no `ended`/`failed` reached. The engine
+    then runs another round of what was requeued: `begin_round` clears `requeued`, and `spent` says
+    which trials used their starts; a member may thus be `started` again under a new `run` key."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        study_id: str,
+        record: Recorder,
+        cancel: threading.Event,
+        sampled: bool,
+        attempts: int = 3,
+    ) -> None:
+        self.ledger, self.study_id, self.record, self.cancel = ledger, study_id, record, cancel
+        self.sampled = sampled  # sampled points get their ledger rows as they start
+        self.attempts = attempts
+        self.ids: dict[str, int] = {}  # config hash → ledger trial id
+        self.open: dict[str, set[str]] = {}  # executor trial → members not yet finished
+        self.history: dict[str, list[trainers.Evaluation]] = {}
+        self.starts: dict[str, int] = {}  # config hash → starts in this run
+        self.requeued = 0  # members sent back to pending since the round began
+
+    def begin_round(self) -> None:
+        """A new round of units starts: `requeued` counts its interrupted members."""
+        self.requeued = 0
+
+    def spent(self, config_hash: str) -> bool:
+        """Whether the trial used all its starts in this run."""
+        return self.starts.get(config_hash, 0) >= self.attempts
+
+    def started(self, run: str, unit: Unit) -> None:
+        if self.sampled:
+            self.ledger.add_trials(self.study_id, unit.members)
+        todo = set()
+        for m in unit.members:
+            row_id = self.ledger.start_trial(self.study_id, m.config_hash)
+            if row_id is None:  # finished already (resume, reuse)
+                continue
+            self.ids[m.config_hash] = row_id
+            self.history[m.config_hash] = []
+            self.starts[m.config_hash] = self.starts.get(m.config_hash, 0) + 1
+            todo.add(m.config_hash)
+            self.record.started(row_id, m)
+        self.open[run] = todo
+
+    def reported(self, run: str, events: Iterable[Event]) -> None:
+        for event in events:
+            key = event.config_hash
+            if key not in self.ids:
+                continue
+            if isinstance(event, Evaluated):
+                self.history[key].append(event.evaluation)
+                self.record.evaluated(self.ids[key], key, event.evaluation)
+            else:
+                self._finish(run, key, event.result)
+
+    def ended(self, run: str) -> None:
+        if self.cancel.is_set():
+            self._close(run, "cancelled", "the study was cancelled")
+        else:
+            self._close(run, "pruned", "stopped early by the scheduler")
+
+    def failed(self, run: str, reason: str) -> None:
+        self._close(run, "interrupted", reason)
+
+    def close_unfinished(self, reason: str) -> None:
+        """Every executor trial still open (cancelled with the study, else interrupted)."""
+        how = "cancelled" if self.cancel.is_set() else "interrupted"
+        for run in list(self.open):
+            self._close(run, how, reason)
+
+    def _finish(self, run: str, key: str, result: trainers.TrialResult) -> None:
+        self.history.pop(key, None)
+        self.record.finished(self.ids[key], result)
+        self.open.get(run, set()).discard(key)
+
+    def _close(self, run: str, how: str, reason: str) -> None:
+        """The members an executor trial left unfinished: cancelled (with the study), pruned (by the
+        scheduler), or interrupted by an infrastructure fault (pending again, or error)."""
+        for key in sorted(self.open.get(run, set())):
+            history = self.history.pop(key, [])
+            last = history[-1] if history else None
+            if how == "cancelled" or (how == "pruned" and last is None):  # pruned before its first evaluation
+                self.ledger.cancel_trial(self.ids[key], reason, history)
+            elif how == "pruned":
+                result = trainers.TrialResult(
+                    status="pruned", reason=reason, history=history, final_val_loss=last.val_loss if last else None,
+                    steps=last.step if last else 0,
+                )  # fmt: skip
+                self._finish(run, key, result)
+            elif self.starts.get(key, 0) < self.attempts:
+                note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"
+                self.ledger.interrupt_trial(self.ids[key], "pending", note, [])
+                self.requeued += 1
+            else:
+                note = f"{reason} (after {self.attempts} attempts: an infrastructure fault, not a result)"
+                self.ledger.interrupt_trial(self.ids[key], "error", note, history)
+        self.open.pop(run, None)

@@ -1,0 +1,55 @@
+"""The seam between the engine and what runs its units: the request of one run and the executor's
+protocol. The engine passes its own values across (a `RunRequest`, its `TrialBook`); only the
+executor builds its framework's objects (Ray Tune's: `service.study.ray_tune.RayTune`, the default)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from service.core.trial import Unit
+from service.study.book import TrialBook
+from service.study.search import Sampling
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run of an executor: a round of packed `units` (a grid's, or what a fault sent back), or a
+    sampler's draws (`sampling`), each unit on `resources` (`{"cpu": …, "gpu": …}`), at most
+    `concurrency` at once, until `cancel` is set; `asha`: Ray Tune's ASHA scheduler may stop units
+    early on their reported objectives."""
+
+    name: str
+    resources: Mapping[str, float]
+    concurrency: int
+    cancel: threading.Event
+    asha: bool = False
+    units: Sequence[Unit] = ()
+    sampling: Sampling | None = None
+
+
+class Executor(Protocol):
+    """What runs a study's units: Ray Tune (`service.study.ray_tune.RayTune`, the default) or, in
+    tests, an in-process executor.
+
+    Lifecycle: `start` before anything else (idempotent: it may be called again, e.g. by each run);
+    `unplaceable` and `node_memory` any time after; `run` once per round, the engine calling it again
+    for the members a fault sent back (with the same `TrialBook`, after `TrialBook.begin_round`). A run
+    tells the book every executor trial's start, reports and end in the order `TrialBook` states, and
+    closes what is left open (`TrialBook.close_unfinished`) before it returns."""
+
+    def start(self) -> None:
+        """Start (or join) the cluster that runs the units."""
+
+    def unplaceable(self, resources: Mapping[str, float]) -> str | None:
+        """Why no node can place a unit of these resources, or None."""
+
+    def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None:
+        """(device kind, bytes) a unit of these resources may use on a node that would run it,
+        which sizes its bundles; None when not known."""
+
+    def run(self, request: RunRequest, book: TrialBook) -> None:
+        """Run the request's units (or its sampler's draws) to the end or to its cancel, telling
+        `book` what happens."""
