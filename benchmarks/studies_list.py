@@ -35,7 +35,7 @@ from pathlib import Path
 def populate(home: Path, n: int) -> None:
     from service.core.settings import Settings
     from service.core.spec import StudySpec
-    from service.planning.plan import record_plan
+    from service.planning.record import record_plan
     from service.study.engine import Engine
     from trainers import Evaluation, TrialResult
 

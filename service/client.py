@@ -313,10 +313,10 @@ class MemsweepClient(TrialPages):
         `attrs` hold each study's criterion, the reference and the MLflow run."""
         import pandas as pd
 
-        from service.reports.tables import flatten
+        from service.reports.tables import csv_cells
 
         found = self.comparison(studies, by, **options)
-        rows = [{**flatten(r), "study_id": r["study_id"] or "pooled"} for r in found["rows"]]
+        rows = [{**csv_cells(r), "study_id": r["study_id"] or "pooled"} for r in found["rows"]]
         index = ["scope", *(f"group.{f}" for f in found["by"]), "study_id"]
         frame = (
             pd.DataFrame(rows)

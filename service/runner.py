@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.states import FINISHED, RESUMABLE
-from service.planning.plan import plan_run, record_actual
+from service.planning.record import plan_run, record_actual
 from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -40,15 +40,15 @@ def run_planned(
     engine: Engine,
     study_id: str,
     cancel: threading.Event | None = None,
-    planned: Callable[[], None] | None = None,
+    after_plan: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """One run of a study: its plan of what is left (calibrating the shapes the cache lacks), kept in
     `studies.plan`; the run (`Engine.run_study`) of the units the plan packed; what it took, beside
     that plan (`record_actual`).
-    `planned` is called between the plan and the run. Returns the run's summary."""
+    `after_plan` is called between the plan and the run. Returns the run's summary."""
     units = plan_run(engine, study_id)
-    if planned is not None:
-        planned()
+    if after_plan is not None:
+        after_plan()
     summary = engine.run_study(study_id, cancel=cancel, units=units)
     record_actual(engine.ledger, study_id, summary["seconds"], summary.pop("units"))
     return summary

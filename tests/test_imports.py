@@ -10,6 +10,21 @@ def test_trainers_import_no_service_stack():
     assert out.strip() == "[]"
 
 
+def test_the_engine_and_its_executor_seam_import_no_ray():
+    """Only the Ray Tune adapter (`service.study.ray_tune`) builds Ray's objects (issue 36)."""
+    modules = "service.study.engine, service.study.executor, service.study.book, service.study.worker"
+    code = f"import sys, {modules}; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_the_cli_imports_no_http_server_until_it_serves():
+    """The CLI answers without a server through the application room (`service.application`)."""
+    code = "import sys, service.cli.commands, service.cli.local; print(sorted(m for m in ('fastapi','starlette','uvicorn','service.api') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 # ----- service/'s rooms: every import points down (or within its room) ----------------------------------
 
 import ast  # noqa: E402
@@ -27,6 +42,7 @@ ROOMS = (
     "service.study",  # the lifecycle: search, packing, Ray Tune, engine, recorder
     "service.planning",  # a study's cost, before and after
     "service.runner",  # plan → run → cost, for the server and the CLI
+    "service.application",  # the study service and its records, under the API and the CLI
     "service.client",  # the Python client (a front beside the API)
     "service.api",  # the REST server
     "service.cli",  # the `memsweep` command

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.errors import install_error_handlers
 from service.api.limits import BodyLimit, LedgerPatience
 from service.api.routes import api_router
-from service.api.study_service import StudyService
+from service.application.study_service import StudyService
 from service.core.settings import Settings, get_settings
 from service.runner import StudyRunner
 from service.study.engine import Engine

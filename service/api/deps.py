@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, Header, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.api.study_service import StudyService
+from service.application.study_service import StudyService
 from service.core.settings import Settings, get_settings
 from service.study.engine import Engine
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.study_service import (
+from service.application.errors import (
     ConflictError,
     IdempotencyMismatchError,
     NotFoundError,

@@ -63,7 +63,7 @@ class BodyLimit:
 
 
 #: seconds a request's ledger calls wait on a database that does not answer (or refuses writes) before
-#: the request is answered 503; the engine's own calls wait `service.store.ledger.OUTAGE_PATIENCE`
+#: the request is answered 503; the engine's own calls wait `service.store.patience.OUTAGE_PATIENCE`
 REQUEST_LEDGER_PATIENCE = 5.0
 
 
@@ -76,7 +76,7 @@ class LedgerPatience:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from service.store.ledger import PATIENCE
+        from service.store.patience import PATIENCE
 
         token = PATIENCE.set(REQUEST_LEDGER_PATIENCE)
         try:

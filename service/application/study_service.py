@@ -1,6 +1,7 @@
-"""What the study routes do: one method per route, over the engine (creation, extension), the runner
-(background runs) and the ledger (every read). Errors are the exceptions below, which `app.py` turns
-into 404 / 409 / 422 answers that say what to do next."""
+"""The study service: what the REST routes and the CLI without a server both do, one method per route,
+over the engine (creation, extension), the runner (background runs) and the ledger (every read).
+Errors are the exceptions below, which the API turns into 404 / 409 / 422 / 503 answers that say what
+to do next (`service.api.errors`) and the CLI into its messages."""
 
 from __future__ import annotations
 
@@ -11,80 +12,47 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.api.coalesce import Coalesced
-from service.api.schemas import (
-    BestConfig,
-    Comparison,
-    CriterionPublic,
-    MlflowLinks,
+from service.application.coalesce import Coalesced
+from service.application.errors import (
+    ConflictError,
+    IdempotencyMismatchError,
+    NotFoundError,
+    SpecInvalidError,
+    UnavailableError,
+)
+from service.application.records import (
     StudyExtend,
     StudyExtended,
     StudyList,
-    StudyPlan,
     StudyPublic,
     StudySummary,
-    SuccessBudget,
-    SuccessTable,
     TrialCounts,
     TrialPage,
     TrialPublic,
 )
 from service.core.spec import StudyError, StudySpec
 from service.core.states import FINISHED, StudyState
-from service.planning.plan import plan_spec, record_plan
-from service.reports.compare import UnknownStudiesError, compare_studies, log_comparison
-from service.reports.summary import best_configs, success_table, success_vs_budget
+from service.planning.plan import plan_spec
+from service.planning.record import record_plan
+from service.planning.types import StudyPlan
+from service.reports.compare import Comparison, UnknownStudiesError, compare_studies, log_comparison
+from service.reports.summary import (
+    BestConfig,
+    CriterionPublic,
+    SuccessBudget,
+    SuccessTable,
+    best_configs,
+    success_table,
+    success_vs_budget,
+)
 from service.runner import StudyRunner, expected_trials
 from service.store.ledger import StudyHead
 from service.store.models import Study, Trial
 from service.study.engine import Engine
+from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
 
-
-class NotFoundError(LookupError):
-    """No such study (or preset); the message names it and where to find valid ones."""
-
-
-class ConflictError(RuntimeError):
-    """The study's state does not allow the change; the message says which state would."""
-
-
-class UnavailableError(RuntimeError):
-    """A service the request needs (MLflow) does not answer; the message says what to do."""
-
-
-class IdempotencyMismatchError(ValueError):
-    """An Idempotency-Key reused with a different request."""
-
-
-class SpecInvalidError(StudyError):
-    """A spec the request's changes made invalid (`extend`), with pydantic's errors located in the
-    request's body: answered as `POST /studies` answers an invalid spec (`service.api.errors`)."""
-
-    def __init__(self, errors: list[dict[str, Any]]) -> None:
-        self.errors = errors
-        super().__init__(
-            "; ".join(
-                e["msg"] if e["loc"] == ["body"] else f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
-                for e in errors
-            )
-        )
-
-    @classmethod
-    def of(cls, exc: ValidationError) -> SpecInvalidError:
-        return cls(
-            [
-                {
-                    "loc": ["body", *e["loc"]],
-                    "msg": e["msg"].removeprefix("Value error, "),
-                    "type": e["type"],
-                }
-                for e in exc.errors(include_url=False, include_input=False, include_context=False)
-            ]
-        )
-
-
-#: what `studies.plan` keeps for `service.planning.plan.record_actual` only (trial ids), not served
+#: what `studies.plan` keeps for `service.planning.record.record_actual` only (trial ids), not served
 PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
 
 

@@ -191,7 +191,7 @@ def answer(call: Callable[[], T]) -> T:
     unknown study or an unreachable server as a one-line error."""
     import httpx
 
-    from service.api.study_service import ConflictError, NotFoundError, UnavailableError
+    from service.application.errors import ConflictError, NotFoundError, UnavailableError
     from service.client import MemsweepAPIError
     from service.core.spec import StudyError
 

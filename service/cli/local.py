@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.api.study_service import StudyService
+from service.application.study_service import StudyService
 from service.client import TrialPages, param_filters
 from service.core.settings import Settings
 from service.core.spec import StudySpec

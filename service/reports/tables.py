@@ -47,14 +47,14 @@ def wants_csv(format: str | None, accept: str | None) -> bool:
     return accept is not None and MEDIA_TYPE in accept.lower()
 
 
-def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def csv_cells(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """One JSON object as CSV cells: nested objects as dotted names, intervals as _low/_high, other
     lists as JSON text."""
     out: dict[str, Any] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(flatten(value, f"{name}."))
+            out.update(csv_cells(value, f"{name}."))
         elif key in INTERVALS and isinstance(value, (list, tuple)) and len(value) == 2:
             out[f"{name}_low"], out[f"{name}_high"] = value
         elif key in INTERVALS and value is None:
@@ -69,7 +69,7 @@ def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def to_csv(rows: Iterable[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     """Rows (JSON objects) as CSV text under `# key: value` lines; the columns in the order they first
     appear (a field one row lacks is an empty cell)."""
-    flat = [flatten(r) for r in rows]
+    flat = [csv_cells(r) for r in rows]
     columns: dict[str, None] = {}
     for r in flat:
         columns.update(dict.fromkeys(r))

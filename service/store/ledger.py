@@ -4,24 +4,22 @@ Trials are keyed by the hash of their full resolved config (trainer version incl
 what is not finished; extending adds only new hashes; a finished trial of another study with the
 same hash is reused instead of re-run. Its rows are `models`, its
 database `database` (SQLite by default; any SQLAlchemy URL, PostgreSQL for a cluster), migrated when
-a ledger opens. Every call is one transaction that outlasts a database restart (`outlasting`).
+a ledger opens. Every call is one transaction that outlasts a database restart (`service.store.patience`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import functools
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    Select,
     delete,
     func,
     select,
@@ -42,12 +40,9 @@ from service.store.models import (
     pack_matrices,
     unpack_matrices,
 )
+from service.store.patience import outlasting
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
-
-if TYPE_CHECKING:
-    pass
-
 
 log = logging.getLogger(__name__)
 
@@ -74,43 +69,6 @@ class TrialSort(StrEnum):
 
 TRIAL_SORTS = tuple(s.value for s in TrialSort)
 STATUSES = tuple(s.value for s in TrialStatus)
-
-
-#: how long a ledger call waits for its database to come back (a restart, a failover) before it fails
-OUTAGE_PATIENCE = 120.0
-#: how long a ledger call waits on its database in this context: OUTAGE_PATIENCE for the engine (a
-#: result is recorded, not lost, across a restart), less for a REST request (`service.api.limits`),
-#: which answers 503 rather than hold its client for two minutes
-PATIENCE: contextvars.ContextVar[float] = contextvars.ContextVar("ledger_patience", default=OUTAGE_PATIENCE)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def outlasting(method: F) -> F:
-    """Retry a ledger call while its database is unreachable (PostgreSQL restarting, SQLite locked
-    past its timeout), up to OUTAGE_PATIENCE seconds, so that a database restart loses no result: the
-    engine's recording waits instead of failing. Each call is one transaction, written to be safe to
-    repeat (inserts check what exists)."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + PATIENCE.get()
-        delay = 0.2
-        while True:
-            try:
-                return method(*args, **kwargs)
-            except (OperationalError, InterfaceError) as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "ledger: the database is unreachable (%s); retrying in %.1f s",
-                    str(exc).splitlines()[0],
-                    delay,
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    return cast(F, wrapper)
 
 
 class Ledger:
@@ -232,9 +190,7 @@ class Ledger:
             hashes = [t.config_hash for t in trials if t.config_hash not in have]
             reusable: dict[str, Trial] = {}
             for chunk in _chunks(hashes, 500):
-                for t in s.scalars(
-                    select(Trial).where(Trial.config_hash.in_(chunk), Trial.status.in_(("done",)))
-                ):
+                for t in s.scalars(_reusable(select(Trial), chunk)):
                     reusable.setdefault(t.config_hash, t)
             for spec in trials:
                 if spec.config_hash in have:
@@ -255,6 +211,16 @@ class Ledger:
                 s.add(trial)
                 added += 1
         return added
+
+    @outlasting
+    def reusable(self, hashes: Sequence[str]) -> set[str]:
+        """The hashes some study finished `done`: a trial of one of them that a study adds takes that
+        result instead of running (`add_trials`)."""
+        found: set[str] = set()
+        with self.session() as s:
+            for chunk in _chunks(hashes, 500):
+                found.update(s.scalars(_reusable(select(Trial.config_hash), chunk)))
+        return found
 
     @outlasting
     def trials(self, study_id: str, statuses: Sequence[str] | None = None) -> list[Trial]:
@@ -484,6 +450,11 @@ class Ledger:
             row = s.get(IdempotencyKey, key)
             if row is not None and row.study_id is None:
                 s.delete(row)
+
+
+def _reusable(query: Select[Any], hashes: Sequence[str]) -> Select[Any]:
+    """The reuse rule: a trial's result is reused by hash from any study that finished it `done`."""
+    return query.where(Trial.config_hash.in_(hashes), Trial.status == "done")
 
 
 def _chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:

@@ -30,7 +30,7 @@ WORKFLOW_TYPE_STORED = "mlflow.workflowType_v1"  # the UI's stored choice of vie
 
 def served_links(engine: Any, mlflow_uri: str, study_id: str) -> Any:
     """The study's MLflow links as REST serves them (`StudyService.links`, on the engine's ledger)."""
-    from service.api.study_service import StudyService
+    from service.application.study_service import StudyService
 
     service = StudyService(engine, SimpleNamespace(tracking_uri=mlflow_uri))
     return service.links(engine.ledger.get_study(study_id))

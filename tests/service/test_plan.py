@@ -12,7 +12,9 @@ from fastapi.testclient import TestClient
 
 from service.api import create_app
 from service.core.spec import StudySpec
-from service.planning.plan import makespan, plan_run, plan_spec, record_plan, unit_seconds
+from service.planning.estimate import makespan, unit_seconds
+from service.planning.plan import plan_spec
+from service.planning.record import plan_run, record_plan
 from service.runner import run_planned
 from service.store.models import Calibration
 from service.study.packing import pack_study

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from search_spaces import describe, get_preset, list_presets
 from service.api.schemas import ErrorMessage, PresetPublic, PresetSummary
-from service.api.study_service import NotFoundError
+from service.application.errors import NotFoundError
 
 router = APIRouter(
     prefix="/presets",

@@ -1,0 +1,172 @@
+"""What the `memsweep` command line accepts (what each command does: `service.cli.commands`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from service.cli.console import add_spec_flags
+from service.core.states import StudyState, TrialStatus
+
+USAGE = """`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
+
+memsweep presets [--json]
+memsweep run PRESET|SPEC.yaml [--set KEY=VALUE] [--dim lr=1e-3,3e-4] [--models a,b] [--seeds 1,2] [--json]
+memsweep run --study ID            # resume: only unfinished trials run
+memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
+memsweep best STUDY [--k 5] [--json] [--url URL]
+memsweep success STUDY [--json | --csv] [--url URL]
+memsweep plan PRESET|SPEC.yaml [the flags of run] [--json] [--url URL]   # trials, bundles, estimate; nothing runs
+memsweep compare A B … [--by cell,seq_len] [--fraction F] [--json | --csv] [--mlflow] [--url URL]
+memsweep trials STUDY [--status done] [--json | --csv] [--url URL]
+memsweep train|describe|list …     # one trial, as `python -m trainers`
+
+The REST service and its clients (the token, when the server sets one, comes from MEMSWEEP_API_TOKEN;
+--url defaults to MEMSWEEP_API_URL, and with a URL `best` and `success` ask the server):
+memsweep serve [--host H] [--port P]
+memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
+memsweep status STUDY [--url URL] [--json]
+memsweep studies [--state S] [--limit N] [--offset K] [--url URL] [--json]
+memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
+memsweep demo [--port P] [--keep-serving] [the flags of run]   # the README's main job, over REST
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`memsweep`'s parser: one subcommand each (`args.command`)."""
+    parser = argparse.ArgumentParser(
+        prog="memsweep", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _study_commands(sub)
+    _query_commands(sub)
+    _server_commands(sub)
+    return parser
+
+
+def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that make and run studies."""
+    p = sub.add_parser("run", help="create and run a study (or resume one with --study)")
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    p.add_argument("--study", help="resume this study: only unfinished trials run")
+    add_spec_flags(p)
+    p.add_argument("--json", action="store_true", help="end with one JSON line")
+    p = sub.add_parser(
+        "plan", help="what a study would run and cost: trials, bundles, budget, an estimate (nothing runs)"
+    )
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    add_spec_flags(p)
+    p.add_argument("--recalibrate", action="store_true", help="measure every shape again (not the cache)")
+    p.add_argument("--json", action="store_true")
+    add_url_flag(p, "ask this memsweep server (it calibrates on its Ray) instead of planning here")
+    p = sub.add_parser("submit", help="create a study on a memsweep server")
+    p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    add_spec_flags(p)
+    add_url_flag(p, "the memsweep server")
+    p.add_argument(
+        "--idempotency-key", dest="idempotency_key", help="repeat a submit safely (default: random)"
+    )
+    p.add_argument("--wait", action="store_true", help="follow the study until it finishes")
+    p.add_argument("--json", action="store_true", help="print the study as JSON")
+    p = sub.add_parser(
+        "demo", help="start the server, submit a small Orhan copy study over REST, print its results"
+    )
+    p.add_argument("--port", type=int, help="port of the server to start (default: MEMSWEEP_PORT, 8000)")
+    p.add_argument("--keep-serving", dest="keep_serving", action="store_true", help="leave the server up")
+    add_spec_flags(p)
+    p.set_defaults(target=None)
+
+
+def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that read a study's results."""
+    p = sub.add_parser("best", help="best configurations of a study")
+    p.add_argument("study")
+    p.add_argument("--k", type=whole_number(1, 1000), default=5, help="how many configurations (1 to 1000)")
+    p.add_argument("--model", help="only this model")
+    p.add_argument("--json", action="store_true")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
+    p = sub.add_parser("success", help="success counts by model, with 95 %% Wilson intervals")
+    p.add_argument("study")
+    add_criterion_flags(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--csv", action="store_true", help="the table as CSV (criterion and trainer version in its header)"
+    )
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
+    p = sub.add_parser("compare", help="success counts of studies side by side, with differences of rates")
+    p.add_argument("studies", nargs="+", help="study ids; the first is the reference of every difference")
+    p.add_argument("--by", default="model", help="fields to group by, comma-separated (e.g. cell,seq_len)")
+    add_criterion_flags(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--csv", action="store_true", help="the table as CSV (criteria and trainer version in its header)"
+    )
+    p.add_argument("--mlflow", action="store_true", help="also log the comparison to MLflow as its own run")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
+    p = sub.add_parser("trials", help="a study's trials (every field; --csv for a table)")
+    p.add_argument("study")
+    p.add_argument(
+        "--status", action="append", choices=[t.value for t in TrialStatus],
+        help="only trials in this status (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--history", action="store_true", help="with every evaluation (JSON text in CSV)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--csv", action="store_true", help="one row per trial, params.* and config.* columns")
+    add_url_flag(p, "ask this memsweep server instead of the local ledger")
+    p = sub.add_parser("status", help="a study's state, counts, ETA and MLflow link")
+    p.add_argument("study")
+    add_url_flag(p, "ask this memsweep server, not the local ledger")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("studies", help="the studies, newest first: id, name, state, trials finished")
+    p.add_argument("--state", choices=[s.value for s in StudyState], help="only studies in this state")
+    p.add_argument("--limit", type=study_limit, default=50, help="at most this many, 1 to 500 (default 50)")
+    p.add_argument("--offset", type=study_offset, default=0, help="skip this many of the newest (default 0)")
+    add_url_flag(p, "ask this memsweep server, not the local ledger")
+    p.add_argument("--json", action="store_true", help="the page's studies as a JSON list of summaries")
+
+
+def _server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The presets, the server and its MLflow."""
+    p = sub.add_parser("presets", help="the papers' grids")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("serve", help="the REST service (uvicorn): studies run in the background")
+    p.add_argument("--host", help="address to bind (default: MEMSWEEP_HOST, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: MEMSWEEP_PORT, 8000)")
+    p = sub.add_parser(
+        "sync", help="rebuild a study's MLflow runs from the ledger (after MLflow was down or lost its store)"
+    )
+    p.add_argument("study")
+    add_url_flag(p, "ask this memsweep server instead of using the local ledger")
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`, as the REST route takes it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is no whole number; give {low} to {high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range; give {low} to {high}")
+        return value
+
+    return parse
+
+
+study_limit = whole_number(1, 500)  # `--limit` of `memsweep studies`
+study_offset = whole_number(0, 1_000_000)  # its `--offset`
+
+
+def add_criterion_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that judge under another criterion or at a budget (success, compare)."""
+    p.add_argument("--fraction", type=float, help="judge under this fraction of the baseline")
+    p.add_argument("--threshold", type=float, help="judge under this loss threshold")
+    p.add_argument(
+        "--baseline", help="with --fraction: a reference baseline the task reports (copy: arjovsky)"
+    )
+    p.add_argument("--at-step", dest="at_step", type=int, help="count at a budget of this many steps")
+
+
+def add_url_flag(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--url", help=f"{help} (default: MEMSWEEP_API_URL)")

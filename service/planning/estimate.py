@@ -1,0 +1,180 @@
+"""What a plan's units cost: budgets from the trials' schedules, and the time estimate.
+
+The estimate. A unit of K members, B steps and E evaluations of a shape calibrated at K₀ members takes
+
+    T = set-up + B·step·K/K₀ + E·evaluation·(validation set / calibrated part)·K/K₀ + finish·K/K₀
+
+(K₀ is the shape's largest unit; a smaller one of the same shape — the last bundle of an initialiser —
+is taken to cost as much per member). Trial-hours: every unit's T plus UNIT_OVERHEAD, summed — a
+bundle is one Ray trial on one slot, so its time counts once; multiply by the resources per unit for
+CPU- or GPU-hours. Wall-clock: the units placed in order on min(concurrency, what the cluster fits)
+slots, as Ray Tune starts them, plus STUDY_OVERHEAD and the MLflow child runs still to write after the
+last units (CHILD_RUNS_PER_SECOND).
+
+Uncertainty. The range runs the whole budget at the fastest and at the slowest of the calibration's
+timed steps, and the overhead model at both ends of what was measured here (the figures below). It
+does not cover the node's load changing after the calibration (a shared machine), early stops (a run
+below `early_stop_loss` ends before its budget: the estimate is for full budgets) or failed trials;
+those make a study shorter, a busier node longer. Ray and MLflow start-up are not included.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.core.trial import TrialSpec, Unit
+from service.planning.types import PlanBudget, PlanEstimate, PlanModel
+from trainers.schedule import Schedule
+
+#: seconds a slot spends on a unit beyond training it (Ray Tune's trial start and reports, the driver's
+#: ledger writes), low–high. benchmarks/engine_overhead.py here: 100 one-trial units took 2.7 s more
+#: wall on 2 slots than 4 bundles of the same trials, ≈ 0.06 s a unit; real studies here up to ~0.5 s.
+UNIT_OVERHEAD = (0.05, 0.6)
+#: seconds a study takes beyond its units, low–high: Ray Tune's start, the summary, plots and parent run
+#: (`run_study`'s phases on the demo study here: 3–6 s)
+STUDY_OVERHEAD = (2.0, 8.0)
+#: MLflow child runs written a second (four writer threads), fast–slow: the README's ~20 a second
+CHILD_RUNS_PER_SECOND = (25.0, 12.0)
+
+HOW = (
+    "per unit: set-up + steps × the calibrated step (median; range: fastest–slowest step) + evaluations × "
+    "the calibrated validation pass scaled to the validation set + finish, per member as calibrated; "
+    "trial-hours: units' times + per-unit overhead, summed; wall: units in order on the slots + "
+    "per-study overhead + MLflow writes left at the end. For full budgets: early stops and failures "
+    "shorten a study, a busier node lengthens it; Ray and MLflow start-up not included"
+)
+
+
+class Schedules:
+    """Each trial's (budget in steps, evaluations), computed once per task, batch and budget."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[int, int] | None] = {}
+        self.notes: list[str] = []
+
+    def of(self, t: TrialSpec) -> tuple[int, int] | None:
+        cfg = t.resolved.config
+        key = json.dumps([cfg.task, dict(cfg.task_params), cfg.batch_size, cfg.steps, cfg.epochs, cfg.eval_every],
+                         sort_keys=True, default=str)  # fmt: skip
+        if key not in self.known:
+            try:
+                s = Schedule.of(cfg, t.resolved.make_task().train_size)
+                self.known[key] = (s.budget, s.budget // s.eval_every + (1 if s.budget % s.eval_every else 0))
+            except Exception as exc:  # a task whose data files are missing
+                self.known[key] = None
+                self.notes.append(f"{cfg.task}: budget unknown ({type(exc).__name__}: {exc})"[:500])
+        return self.known[key]
+
+
+def model_rows(
+    trials: Sequence[TrialSpec], todo: Sequence[TrialSpec], units: Sequence[Unit], schedules: Schedules
+) -> dict[str, PlanModel]:
+    """Per model: its trials, those to run, its units and the range of its budgets in steps."""
+    out: dict[str, PlanModel] = {}
+    running = {t.config_hash for t in todo}
+    for t in trials or [m for u in units for m in u.members]:
+        row = out.setdefault(t.model, PlanModel(trials=0, to_run=0, units=0, budget_steps=None))
+        row.trials += 1
+        row.to_run += t.config_hash in running or not trials
+        budget = schedules.of(t)
+        if budget is not None:
+            low, high = row.budget_steps or (budget[0], budget[0])
+            row.budget_steps = [min(low, budget[0]), max(high, budget[0])]
+    for u in units:
+        for model in {m.model for m in u.members}:
+            out[model].units += 1
+    return out
+
+
+def bundle_sizes(units: Sequence[Unit]) -> dict[str, int]:
+    """How many units of each size, largest first."""
+    sizes: dict[str, int] = defaultdict(int)
+    for u in units:
+        sizes[str(len(u.members))] += 1
+    return dict(sorted(sizes.items(), key=lambda kv: -int(kv[0])))
+
+
+def step_budget(trials: Sequence[TrialSpec], units: Sequence[Unit], schedules: Schedules) -> PlanBudget:
+    """The budget in optimiser steps: per trial, over the trials, over the units the slots run."""
+    per_trial = [b[0] for t in trials if (b := schedules.of(t)) is not None]
+    per_unit = [b[0] for u in units if (b := schedules.of(u.members[0])) is not None]
+    return PlanBudget(
+        steps_per_trial=[min(per_trial), max(per_trial)] if per_trial else None,
+        trial_steps=sum(per_trial),
+        unit_steps=sum(per_unit),
+        evaluations=sum(b[1] for t in trials if (b := schedules.of(t)) is not None),
+    )
+
+
+def unit_seconds(unit: Unit, m: Mapping[str, Any], schedule: tuple[int, int]) -> tuple[float, float, float]:
+    """(fastest, median, slowest) seconds of training one unit, from its shape's calibration `m`."""
+    share = len(unit.members) / int(m["bundle_size"])
+    budget, evaluations = schedule
+    evaluation = (m.get("eval_seconds") or 0.0) * float(m.get("val_scale") or 1.0) * share
+    fixed = float(m["setup_seconds"]) + evaluations * evaluation + float(m["finish_seconds"]) * share
+    steps = [float(s) for s in m["step_seconds"]]
+    return tuple(fixed + budget * s * share for s in (min(steps), statistics.median(steps), max(steps)))  # type: ignore[return-value]
+
+
+def makespan(durations: Sequence[float], slots: int) -> float:
+    """Seconds until the last of these units ends when each starts on the first free slot, in order."""
+    ends = [0.0] * max(1, slots)
+    for d in durations:
+        heapq.heappush(ends, heapq.heappop(ends) + d)
+    return max(ends)
+
+
+def time_estimate(
+    units: Sequence[Unit],
+    unit_key: Mapping[int, str],
+    found: Mapping[str, Mapping[str, Any]],
+    schedules: Schedules,
+    slots: int,
+) -> PlanEstimate:
+    """The units' time on `slots`, from their shapes' calibrations (`found`, by `unit_key`), at the
+    fastest, median and slowest step and both ends of the overheads."""
+    times: list[tuple[float, float, float]] = []
+    for u in units:
+        m = found.get(unit_key[id(u)])
+        schedule = schedules.of(u.members[0])
+        if m is not None and m.get("error") is None and schedule is not None:
+            times.append(unit_seconds(u, m, schedule))
+    tail = sum(len(u.members) for u in units[-slots:])  # the last units' child runs, written at the end
+    scenarios: dict[
+        str, tuple[int, float, float, float]
+    ] = {  # (which time, unit and study overheads, runs/s)
+        "low": (0, UNIT_OVERHEAD[0], STUDY_OVERHEAD[0], CHILD_RUNS_PER_SECOND[0]),
+        "mid": (
+            1,
+            statistics.fmean(UNIT_OVERHEAD),
+            statistics.fmean(STUDY_OVERHEAD),
+            statistics.fmean(CHILD_RUNS_PER_SECOND),
+        ),
+        "high": (2, UNIT_OVERHEAD[1], STUDY_OVERHEAD[1], CHILD_RUNS_PER_SECOND[1]),
+    }
+    found_: dict[str, dict[str, float]] = {}
+    for name, (i, per_unit, per_study, rate) in scenarios.items():
+        slot_seconds = [t[i] + per_unit for t in times]
+        found_[name] = {
+            "training_seconds": sum(t[i] for t in times),
+            "trial_hours": sum(slot_seconds) / 3600,
+            "wall_seconds": makespan(slot_seconds, slots) + per_study + tail / rate if times else 0.0,
+        }
+    low, mid, high = found_["low"], found_["mid"], found_["high"]
+    return PlanEstimate(
+        complete=len(times) == len(units),
+        units_estimated=len(times),
+        units_missing=len(units) - len(times),
+        training_seconds=mid["training_seconds"],
+        training_seconds_range=(low["training_seconds"], high["training_seconds"]),
+        trial_hours=mid["trial_hours"],
+        trial_hours_range=(low["trial_hours"], high["trial_hours"]),
+        wall_seconds=mid["wall_seconds"],
+        wall_seconds_range=(low["wall_seconds"], high["wall_seconds"]),
+        how=HOW,
+    )
