@@ -37,10 +37,10 @@ from torch import nn
 
 from trainers.cells import get_cell, list_cells
 from trainers.config import resolve
-from trainers.loop import configure_process
 from trainers.model import SequenceModel
 from trainers.numerics import default_mode
 from trainers.optim import make_optimizer
+from trainers.runtime import configure_process
 from trainers.tasks import get_task
 
 N, B, T, D, OUT = 100, 16, 500, 10, 9

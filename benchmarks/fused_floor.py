@@ -45,8 +45,8 @@ import torch
 from fused import grid, shapes, synthetic_mnist  # benchmarks/fused.py (run as a script from the repo)
 
 from trainers.config import resolve
-from trainers.loop import configure_process
 from trainers.numerics import default_mode
+from trainers.runtime import configure_process
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
@@ -75,9 +75,9 @@ def step_times(step: Callable[[], Any], n: int) -> tuple[float, float]:
 
 def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
-    from trainers.loop import training_batches
     from trainers.model import build_model
     from trainers.optim import make_optimizer
+    from trainers.runtime import training_batches
 
     resolved = resolve(configs[0])
     task = resolved.make_task()
@@ -102,8 +102,8 @@ def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
     from trainers.fused import FusedModel, FusedOptimizer
     from trainers.fused_cells import FUSED_CELLS
-    from trainers.loop import training_batches
     from trainers.model import build_model
+    from trainers.runtime import training_batches
 
     resolved = [resolve(c) for c in configs]
     tasks = {r.config.seed: r.make_task() for r in resolved}  # one per seed, as train_fused shares them
@@ -180,8 +180,8 @@ def member_floor(config: dict[str, Any], N: int) -> dict[str, float]:
     sublayer cost more than a fused member's whole step)."""
     from trainers.cells.fastrnn import input_projection
     from trainers.kernels import _input_grads
-    from trainers.loop import training_batches
     from trainers.model import build_model
+    from trainers.runtime import training_batches
 
     resolved = resolve(config)
     task = resolved.make_task()

@@ -102,10 +102,10 @@ from trainers.config import Resolved, TrainConfig, apply_overrides, resolve  # n
 from trainers.fused import train_fused  # noqa: E402
 from trainers.fused_cells import FUSED_CELLS  # noqa: E402
 from trainers.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available  # noqa: E402
-from trainers.loop import configure_process, training_batches  # noqa: E402
 from trainers.model import build_model  # noqa: E402
 from trainers.optim import make_optimizer  # noqa: E402
 from trainers.result import TrialResult  # noqa: E402
+from trainers.runtime import configure_process, training_batches  # noqa: E402
 from trainers.schedule import Schedule  # noqa: E402
 from trainers.tasks.mnist_files import (  # noqa: E402
     RAW_FILES,
@@ -812,7 +812,7 @@ def rounding_spread(config: dict[str, Any], on_device: TrialResult) -> float:
 
 def check_members(report: Report, device: torch.device, quick: bool) -> None:
     """`train_fused` against `train`, per fused cell, as the trainers set a GPU process up (TF32 off:
-    `trainers.loop.configure_process`). A member beyond the tolerance is judged against its own
+    `trainers.runtime.configure_process`). A member beyond the tolerance is judged against its own
     rounding spread (`rounding_spread`): where the solo run on the CPU parts from the solo run on the
     device by more than the tolerance too, and the bundle parts no more than CHAOS_FACTOR times that,
     the point is `chaotic` (reported with both figures, not a failure); else the bundle is wrong (FAIL)."""

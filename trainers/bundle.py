@@ -13,8 +13,8 @@ from trainers.config import Resolved, TrainConfig, resolve
 from trainers.fused import BundleSteps, FusedModel, FusedOptimizer, check_fusable
 from trainers.fused_cells import FUSED_CELLS
 from trainers.graphs import Batch
-from trainers.loop import configure_process, resolve_device, training_batches
 from trainers.model import build_model
+from trainers.runtime import configure_process, resolve_device, training_batches
 from trainers.tasks import Task
 
 

@@ -48,7 +48,10 @@ from trainers.config import Resolved, TrainConfig, resolve
 from trainers.fused_cells import FUSED_CELLS, FusedCell
 from trainers.graphs import GRAPH_WARMUP, Batch, GraphedStep, graphs_available
 from trainers.kernels import Workspace
-from trainers.loop import (
+from trainers.model import SequenceModel, build_model, count_params
+from trainers.optim import adam_, adam_factors, rmsprop_
+from trainers.result import Evaluation, TrialResult
+from trainers.runtime import (
     ValidationSums,
     configure_process,
     fail,
@@ -58,9 +61,6 @@ from trainers.loop import (
     resolve_device,
     training_batches,
 )
-from trainers.model import SequenceModel, build_model, count_params
-from trainers.optim import adam_, adam_factors, rmsprop_
-from trainers.result import Evaluation, TrialResult
 from trainers.schedule import Schedule, Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split, Tensors
