@@ -37,7 +37,7 @@ What it does, in order (only torch, numpy and the repository's trainers / search
      as far) is `chaotic`, not failed: its training amplifies any rounding;
    - `train_fused` with `cuda_graphs` against without, per graphable cell: whole runs with
      evaluations, partial batches and a member leaving (GRAPH_RTOL; how many captures it made);
-   - each fused cell's step as a CUDA graph (`trainers.graphs.GraphedStep`) against its eager step,
+   - each fused cell's step as a CUDA graph (`trainers.fused.GraphedStep`) against its eager step,
      per member and per step (GRAPH_RTOL); a cell whose step synchronises with the host (FastRNN's
      backward reads its gates) is reported as refused, not failed. These run after the timing (40 s
      are kept for them), so that a capture gone wrong cannot take the timing down with it.
@@ -96,12 +96,10 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages, not
 from search_spaces import orhan2020  # noqa: E402
 from search_spaces.space import SearchSpace  # noqa: E402
 from trainers import numerics, train  # noqa: E402
-from trainers.bundle import Bundle  # noqa: E402
 from trainers.cells import list_cells  # noqa: E402
 from trainers.config import Resolved, TrainConfig, apply_overrides, resolve  # noqa: E402
-from trainers.fused import train_fused  # noqa: E402
-from trainers.fused_cells import FUSED_CELLS  # noqa: E402
-from trainers.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available  # noqa: E402
+from trainers.fused import FUSED_CELLS, Bundle, train_fused  # noqa: E402
+from trainers.fused.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available  # noqa: E402
 from trainers.model import build_model  # noqa: E402
 from trainers.optim import make_optimizer  # noqa: E402
 from trainers.result import TrialResult  # noqa: E402

@@ -17,7 +17,7 @@ leaving). A member that leaves changes every stacked tensor's shape: the caller 
 is the first warm-up of a new capture.
 
 `trainers.fused.train_fused` trains a bundle this way on a GPU (`cuda_graphs`, on by default, for
-the fused cells marked `graphable`); `trainers.bundle.Bundle` is the step alone, for the benchmarks.
+the fused cells marked `graphable`); `trainers.fused.bundle.Bundle` is the step alone, for the benchmarks.
 A step that cannot be held stays eager in `train_fused` (`fallback=True`): one that synchronises with
 the host (found at the last warm-up, before the optimiser has changed anything, and redone eagerly),
 or batches whose shape changes every step or two (`FRUITLESS_RESTARTS`).
@@ -92,7 +92,7 @@ def graphs_available(device: torch.device) -> str | None:
     if device.type != "cuda":
         return (
             f"CUDA graphs need a CUDA device; this bundle is on {device}: run its eager step "
-            "(trainers.bundle.Bundle.step, or trainers.fused.train_fused)"
+            "(trainers.fused.Bundle.step, or trainers.fused.train_fused)"
         )
     if not torch.cuda.is_available():
         return "CUDA graphs need CUDA, and torch sees no CUDA device here"
