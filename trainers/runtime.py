@@ -51,15 +51,15 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
     """What a training process sets before its first step (`train`, `train_fused`, the benchmarks):
     its numerics mode (`trainers.numerics.use`: which CPU kernels compute the numbers; NumericsError
     when the process already computes with another), torch's thread count and, on the CPU, denormals
-    flushed to zero (denormals in decaying states cost 5–25×) and freed memory kept for reuse
+    flushed to zero (denormals in decaying states are many times slower) and freed memory kept for reuse
     (`keep_freed_memory`); on a GPU, float32 computed as IEEE float32 (TF32 off, in cuBLAS and cuDNN)
     and at most $MEMSWEEP_GPU_MEMORY_FRACTION of the card's memory allocated (`gpu_memory_fraction`).
     Only the numerics mode and the TF32 setting move a number.
 
     TF32: torch leaves it on for cuDNN by default, and cuDNN's RNN (a solo Elman cell with relu or
-    tanh on a GPU, `trainers.kernels.elman_rnn`) then rounds its products to 10 mantissa bits: a solo
-    run drifted 3.6e-3 (relative) from its bundle member (cuBLAS, float32) in 30 steps on an H100
-    (docs/gpu.md). The papers' float32 is IEEE float32."""
+    tanh on a GPU, `trainers.kernels.elman_rnn`) then rounds its products to 10 mantissa bits, and a
+    solo run drifts from its bundle member (cuBLAS, float32; measured: docs/gpu.md). The papers'
+    float32 is IEEE float32."""
     use_numerics(numerics)
     torch.set_num_threads(threads)
     if device.type == "cuda":
@@ -109,12 +109,9 @@ def keep_freed_memory() -> bool:
     A training step allocates and frees the same large tensors every step (autograd's gradients, a
     loss's softmax, oneDNN's LSTM workspace). By default glibc maps a block above its threshold
     (128 KB at first, raised as mapped blocks are freed, never above 32 MB) fresh each time and
-    unmaps it when freed, and the kernel zero-fills every 4 KB page on first touch: about 2 µs a page
-    on this VM, 0.5 ms per 1 MB tensor. Measured (`benchmarks/fused_floor.py`, `benchmarks/cells.py`,
-    copy shape N = 100): a fused fastrnn step per member 19.2–19.4 → 17.5–17.6 ms and a solo one's
-    median 35–42 → 28–30 ms with blocks up to 32 MB from the heap; the `lstm` cell's step 73 → 52 ms
-    only once no block is mapped (its ~36 MB workspace faulted 7,318 pages every step). The cost: a
-    process keeps the heap its largest step needed. Set once per process.
+    unmaps it when freed, and the kernel zero-fills every 4 KB page on first touch, a cost per step
+    that a large tensor pays again every step (measured: docs/speed.md). The cost: a process keeps
+    the heap its largest step needed. Set once per process.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
