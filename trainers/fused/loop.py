@@ -174,22 +174,10 @@ def _run(members: list[Member], started: float) -> None:
             if due is None:
                 continue
             train_losses = [v / n_running for v in running.tolist()]
-            for m, train_loss in zip(active, train_losses, strict=True):
-                m.done = not m.watch.check_training(step, train_loss)
+            _watch(model, active, step, due == "eval", schedule, train_losses, started)
             if due == "eval":
-                scores = validate(model, active)  # every row (one that just failed is ignored)
                 running.zero_()
                 n_running = 0
-                for k, (m, train_loss, (val_loss, metric)) in enumerate(
-                    zip(active, train_losses, scores, strict=True)
-                ):
-                    if m.done:
-                        continue
-                    evaluation = Evaluation.at(
-                        step, schedule.steps_per_epoch, train_loss, val_loss, metric, started
-                    )
-                    if m.watch.evaluated(evaluation):
-                        _leave(m, k, model)
             if any(m.done for m in active):  # members that failed or stopped early leave the bundle
                 now = time.perf_counter() - started
                 for m in active:
@@ -212,6 +200,31 @@ def _run(members: list[Member], started: float) -> None:
     finally:  # the last graph's memory goes now, not at a garbage collection
         stepper.close()
         _record_execution(members, device, captured + stepper.captured)
+
+
+def _watch(
+    model: FusedModel,
+    active: list[Member],
+    step: int,
+    evaluate: bool,
+    schedule: Schedule,
+    train_losses: list[float],
+    started: float,
+) -> None:
+    """Each member's schedule watch at a step that reports, as its solo run's: its training loss, and
+    with `evaluate` its validation. A member that fails or stops early is marked `done` (one that stops
+    early takes its trained weights with it: `_leave`)."""
+    for m, train_loss in zip(active, train_losses, strict=True):
+        m.done = not m.watch.check_training(step, train_loss)
+    if not evaluate:
+        return
+    scores = validate(model, active)  # every row (one that just failed is ignored)
+    for k, (m, train_loss, (val_loss, metric)) in enumerate(zip(active, train_losses, scores, strict=True)):
+        if m.done:
+            continue
+        evaluation = Evaluation.at(step, schedule.steps_per_epoch, train_loss, val_loss, metric, started)
+        if m.watch.evaluated(evaluation):
+            _leave(m, k, model)
 
 
 def _record_execution(members: list[Member], device: torch.device, captured: int) -> None:
