@@ -13,7 +13,7 @@ ratio is the median over rounds of the ratio within a round (robust when the mac
 
 `--cells` times only those registered cells (beside the three torch references, always timed).
 
-`--fused` then measures each cell that fuses (`trainers.fused_cells.FUSED_CELLS`) as a grid runs it:
+`--fused` then measures each cell that fuses (`trainers.fused.FUSED_CELLS`) as a grid runs it:
 a bundle of K=32 members in each of two processes against one trial per process ×2 (the real
 `train_fused` and `train`, members differing in learning rate and seed, `benchmarks/fused.py`'s
 harness), at the copy-like shape above and at N=32; the two run side by side in every round and the
@@ -37,10 +37,10 @@ from torch import nn
 
 from trainers.cells import get_cell, list_cells
 from trainers.config import resolve
-from trainers.loop import configure_process
 from trainers.model import SequenceModel
 from trainers.numerics import default_mode
 from trainers.optim import make_optimizer
+from trainers.runtime import configure_process
 from trainers.tasks import get_task
 
 N, B, T, D, OUT = 100, 16, 500, 10, 9
@@ -190,7 +190,7 @@ def main() -> None:
     ap.add_argument("--fused-rounds", type=int, default=3)
     args = ap.parse_args()
     if args.fused or args.fused_only:
-        from trainers.fused_cells import FUSED_CELLS
+        from trainers.fused import FUSED_CELLS
 
         selected = [c for c in (args.cells or list_cells()) if c in FUSED_CELLS]
         if args.fused_only:

@@ -20,7 +20,7 @@ dispatch, no Python and no memory stalls at all: the first from the recurrence a
 the recurrence plus the member's own work (the floor a fused step is compared with; the optimiser,
 tens of µs, is left out, so the true bound is lower still).
 
-`--cell` takes any fused cell (`trainers.fused_cells.FUSED_CELLS`; default rnn, the members
+`--cell` takes any fused cell (`trainers.fused.FUSED_CELLS`; default rnn, the members
 differing in initialiser as well, other cells in learning rate and seed). The recurrence's floor
 is: the three GEMMs for the cells with a recurrent matrix (exp only for elu), and for
 urnn and crnn the float64 SVD that projects each member's W after each step (LAPACK's, one matrix
@@ -45,8 +45,8 @@ import torch
 from fused import grid, shapes, synthetic_mnist  # benchmarks/fused.py (run as a script from the repo)
 
 from trainers.config import resolve
-from trainers.loop import configure_process
 from trainers.numerics import default_mode
+from trainers.runtime import configure_process
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
@@ -75,9 +75,9 @@ def step_times(step: Callable[[], Any], n: int) -> tuple[float, float]:
 
 def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
-    from trainers.loop import training_batches
     from trainers.model import build_model
     from trainers.optim import make_optimizer
+    from trainers.runtime import training_batches
 
     resolved = resolve(configs[0])
     task = resolved.make_task()
@@ -100,10 +100,9 @@ def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
 
 def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.config import resolve
-    from trainers.fused import FusedModel, FusedOptimizer
-    from trainers.fused_cells import FUSED_CELLS
-    from trainers.loop import training_batches
+    from trainers.fused import FUSED_CELLS, FusedModel, FusedOptimizer
     from trainers.model import build_model
+    from trainers.runtime import training_batches
 
     resolved = [resolve(c) for c in configs]
     tasks = {r.config.seed: r.make_task() for r in resolved}  # one per seed, as train_fused shares them
@@ -180,8 +179,8 @@ def member_floor(config: dict[str, Any], N: int) -> dict[str, float]:
     sublayer cost more than a fused member's whole step)."""
     from trainers.cells.fastrnn import input_projection
     from trainers.kernels import _input_grads
-    from trainers.loop import training_batches
     from trainers.model import build_model
+    from trainers.runtime import training_batches
 
     resolved = resolve(config)
     task = resolved.make_task()
@@ -226,7 +225,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=32, help="bundle size")
     ap.add_argument("--steps", type=int, default=12, help="timed training steps")
     ap.add_argument("--shape", default="psmnist", choices=["psmnist", "copy"])
-    ap.add_argument("--cell", default="rnn", help="a fused cell (trainers.fused_cells.FUSED_CELLS)")
+    ap.add_argument("--cell", default="rnn", help="a fused cell (trainers.fused.FUSED_CELLS)")
     ap.add_argument("--hidden", type=int, help="N instead of the shape's (e.g. 32 at the copy shape)")
     args = ap.parse_args()
     configure_process(torch.device("cpu"), 1, default_mode())  # as the trainers set a CPU process up

@@ -37,7 +37,7 @@ What it does, in order (only torch, numpy and the repository's trainers / search
      as far) is `chaotic`, not failed: its training amplifies any rounding;
    - `train_fused` with `cuda_graphs` against without, per graphable cell: whole runs with
      evaluations, partial batches and a member leaving (GRAPH_RTOL; how many captures it made);
-   - each fused cell's step as a CUDA graph (`trainers.graphs.GraphedStep`) against its eager step,
+   - each fused cell's step as a CUDA graph (`trainers.fused.GraphedStep`) against its eager step,
      per member and per step (GRAPH_RTOL); a cell whose step synchronises with the host (FastRNN's
      backward reads its gates) is reported as refused, not failed. These run after the timing (40 s
      are kept for them), so that a capture gone wrong cannot take the timing down with it.
@@ -96,16 +96,14 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages, not
 from search_spaces import orhan2020  # noqa: E402
 from search_spaces.space import SearchSpace  # noqa: E402
 from trainers import numerics, train  # noqa: E402
-from trainers.bundle import Bundle  # noqa: E402
 from trainers.cells import list_cells  # noqa: E402
 from trainers.config import Resolved, TrainConfig, apply_overrides, resolve  # noqa: E402
-from trainers.fused import train_fused  # noqa: E402
-from trainers.fused_cells import FUSED_CELLS  # noqa: E402
-from trainers.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available  # noqa: E402
-from trainers.loop import configure_process, training_batches  # noqa: E402
+from trainers.fused import FUSED_CELLS, Bundle, train_fused  # noqa: E402
+from trainers.fused.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available  # noqa: E402
 from trainers.model import build_model  # noqa: E402
 from trainers.optim import make_optimizer  # noqa: E402
 from trainers.result import TrialResult  # noqa: E402
+from trainers.runtime import configure_process, training_batches  # noqa: E402
 from trainers.schedule import Schedule  # noqa: E402
 from trainers.tasks.mnist_files import (  # noqa: E402
     RAW_FILES,
@@ -812,7 +810,7 @@ def rounding_spread(config: dict[str, Any], on_device: TrialResult) -> float:
 
 def check_members(report: Report, device: torch.device, quick: bool) -> None:
     """`train_fused` against `train`, per fused cell, as the trainers set a GPU process up (TF32 off:
-    `trainers.loop.configure_process`). A member beyond the tolerance is judged against its own
+    `trainers.runtime.configure_process`). A member beyond the tolerance is judged against its own
     rounding spread (`rounding_spread`): where the solo run on the CPU parts from the solo run on the
     device by more than the tolerance too, and the bundle parts no more than CHAOS_FACTOR times that,
     the point is `chaotic` (reported with both figures, not a failure); else the bundle is wrong (FAIL)."""

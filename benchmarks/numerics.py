@@ -49,8 +49,8 @@ def child(reps: int, cells: list[str] | None, k: int, steps: int) -> dict[str, f
 
     from trainers.cells import list_cells
     from trainers.fused import train_fused
-    from trainers.loop import configure_process
     from trainers.numerics import current, default_mode
+    from trainers.runtime import configure_process
 
     configure_process(torch.device("cpu"), 1, default_mode())
     cands, _ = candidates(cells or list_cells())

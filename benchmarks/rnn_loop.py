@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainers.cells.rnn import RNNCell, RNNConfig
-from trainers.loop import configure_process
 from trainers.model import SequenceModel
 from trainers.numerics import default_mode
+from trainers.runtime import configure_process
 
 # label: (hidden N, steps T, input d, outputs, loss on the last step only)
 SHAPES = {

@@ -83,9 +83,9 @@ class TrainConfig:
     # execution (not part of the result's identity beyond reproducibility)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 1  # intra-op threads on CPU; 1 is fastest for small RNNs (benchmarks/)
-    # on a GPU, a fused bundle's training step replays as one CUDA graph (trainers/graphs.py: the same
-    # numbers as its eager step, measured on an H100; 3.4–4.9× faster through the loop at Orhan's
-    # copy-500, docs/gpu.md); False: every step eager. No effect on the CPU or in a solo run.
+    # on a GPU, a fused bundle's training step replays as one CUDA graph (trainers/fused/graphs.py: the same
+    # numbers as its eager step, and faster: both measured in docs/gpu.md); False: every step eager.
+    # No effect on the CPU or in a solo run.
     cuda_graphs: bool = True
     # components' own configs (fields of the task's and the cell's Config dataclasses)
     task_params: Mapping[str, Any] = field(default_factory=dict)

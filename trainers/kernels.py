@@ -4,17 +4,16 @@ Two implementations, chosen by `elman_rnn`:
 - `native`: torch's own RNN kernel (`torch._VF.rnn_relu / rnn_tanh`, what `nn.RNN` calls; cuDNN on
   GPU), for relu and tanh. We pass our own parameters so the cell keeps ONE bias b (Keras
   SimpleRNN / the paper) — `nn.RNN` would train two (b_ih + b_hh), which doubles the bias's step
-  under RMSprop. Only when asked for: on an H100 its solo step is 49× faster than the scan's at
-  addition-750 (docs/gpu.md), but it sums in another order than a bundle's scan, and its runs part
-  from their bundled runs (by 4.9e-2 relative in 30 steps at one of the GPU check's rnn points under
-  Adam; Orhan's addition-750 bias by 8.7e-2 in 10 steps).
+  under RMSprop. Only when asked for: on a GPU its solo step is much faster than the scan's, but it
+  sums in another order than a bundle's scan, so its runs part from their bundled runs (both,
+  measured: docs/gpu.md).
 - `scan`: a hand-written autograd Function for any f whose derivative is a function of f's output
   (elu, relu, tanh). Autograd would record ~6 nodes per step; this records one node for the whole
   sequence, runs 2 ops per step forward (addmm, f) and 2 per step backward (mul, addmm), and
   computes ∂W, ∂V and ∂b with one large product or sum each after the loop. `auto` picks it on
   every device, so that a trial computes what its bundled run (`FusedElmanScan`) computes, as Keras'
   SimpleRNN (a loop of matmuls, no cuDNN kernel) did; on the CPU it is also faster than torch's native
-  kernel even for relu (`benchmarks/rnn_loop.py`).
+  kernel even for relu (`benchmarks/rnn_loop.py`; docs/speed.md).
 Shapes are time-major: x [T, B, d], h0 [B, N]; the input projection xp = x Vᵀ + b [T, B, N] is
 one matmul over all steps, hoisted out of the loop.
 
@@ -52,8 +51,8 @@ def _elu_(
     """elu in place as TensorFlow's Elu kernel computes it — a if a ≥ 0, else exp(a) − 1 — which is
     what Orhan & Pitkow's Keras code ran, written max(a, 0) + (exp(min(a, 0)) − 1).
 
-    torch's own elu uses expm1, about 8 ns an element in float32 on the CPU against ~1 ns for exp;
-    the two differ by ~1e-7 (absolute) for a < 0. Only exp may round differently between torch's
+    torch's own elu uses expm1, several times slower than exp on the CPU (docs/speed.md); the two
+    differ by ~1e-7 (absolute) for a < 0. Only exp may round differently between torch's
     vectorised and scalar paths; clamp, add and subtract are exact on either (`exp_`: how to take
     exp in place, e.g. per member as `_member_acts` does).
     """
@@ -192,7 +191,7 @@ def _input_grads(
     x: torch.Tensor, grad_a: torch.Tensor, need_in: bool = True, need_b: bool = True
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(∂V, ∂b) of a = x Vᵀ + b + …, from x [T, B, d] and ∂a [T, B, G]: ∂V = (xᵀ ∂a)ᵀ, [d, T·B] ×
-    [T·B, G] (the other order, ∂aᵀ x, is 5× slower in MKL at d = 10); ∂b = Σ ∂a."""
+    [T·B, G] (the other order, ∂aᵀ x, is slower in MKL at small d: docs/speed.md); ∂b = Σ ∂a."""
     flat = grad_a.reshape(-1, grad_a.shape[-1])
     grad_in = (x.reshape(-1, x.shape[-1]).t() @ flat).t() if need_in else None
     grad_b = grad_a.sum((0, 1)) if need_b else None
@@ -230,8 +229,8 @@ class Workspace:
     """Named buffers a caller reuses across calls of `FusedElmanScan`.
 
     A fresh [K, T, B, N] tensor per call (tens of MB: malloc maps fresh pages above 32 MB) costs a
-    page fault per 4 KB touched — about 2 µs each on this VM, more than the arithmetic on it: it
-    doubled a psMNIST-shaped step. With a workspace, a call's outputs are valid until its next call.
+    page fault per 4 KB touched, which costs more than the arithmetic on it (docs/speed.md). With a
+    workspace, a call's outputs are valid until its next call.
     """
 
     def __init__(self) -> None:
@@ -308,7 +307,7 @@ class FusedElmanScan(torch.autograd.Function):
     per member as `ElmanScan`'s addmm, and f splits each member's elements between torch's
     vectorised and scalar paths as a solo call does: each member's numbers are its solo run's
     (W must be laid out as the solo W: a transposed operand changes a GEMM's rounding). Buffers come
-    from `workspace` (fresh tens of MB per call cost a page fault per 4 KB, 2 µs each on a VM).
+    from `workspace` (fresh tens of MB per call cost a page fault per 4 KB: `Workspace`).
     """
 
     @staticmethod

@@ -12,7 +12,7 @@ One step, 0-based (step i makes h_i, m_i from h_{i−1}, m_{i−1}; h_{−1} = m
 
 The L5 normalisation v̂ = V / n and the weighted sum over heads fold into one batched vector-matrix
 product, Σ c v̂ = (c / n)·V, and the norm comes from U = V³|V| (Σ U V = ‖V‖₅⁵; torch's p = 5 norm
-takes 150 µs a step). Per step: two addmm (z, o), ReLU, one mul for both outer products, three ops
+is far slower: docs/speed.md). Per step: two addmm (z, o), ReLU, one mul for both outer products, three ops
 for U, the norm (vecdot, pow, clamp), two small ops for c / n, one baddbmm for m_i and its copy into
 S: 14 ops (+2 with ρ = ReLU). V and U are scratch, made again in the backward (one outer product of
 stacked factors): a [T, B, 2k, m] store costs a page fault per fresh 4 KB, more than the arithmetic.
@@ -37,8 +37,8 @@ product over all B·(T+1) rows of D and S after the loop (the zero rows pair wit
 
 The per-step loops run compiled (`csrc/nru_scan.cpp`, built on first use: `compiled_steps`): the same
 ATen calls on the same views as `PythonSteps`, hence the same numbers bit for bit, minus the
-interpreter's ~1 µs per call and the autograd dispatch keys (~30 small calls a timestep: the NRU step
-at the cells benchmark's shape goes from ~2.1× to ~1.4× nn.LSTM). `PythonSteps` is the reference in
+interpreter's cost per call and the autograd dispatch keys (~30 small calls a timestep; what that
+saves, measured: docs/speed.md). `PythonSteps` is the reference in
 the tests and the fallback where no C++ compiler is found.
 """
 

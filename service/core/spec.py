@@ -110,7 +110,7 @@ class StudySpec(BaseModel):
     fused: bool = Field(
         default=True,
         description="train same-shape trials together as fused bundles (cells rnn, urnn, crnn, vprnn, fastrnn, "
-        "sgornn, srnn: trainers.fused_cells; bit for bit as alone); "
+        "sgornn, srnn: trainers.fused.cells; bit for bit as alone); "
         "false: one trial per Ray trial. The asha scheduler always runs trials alone",
     )
     bundle_size: int | None = Field(

@@ -153,7 +153,7 @@ def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str
     or of the node's free memory among the units its CPUs take at once. A unit that asks no GPU
     trains on the CPU: Ray hides the node's GPUs from it."""
     from service.study.packing import unit_share
-    from trainers.loop import gpu_memory_fraction
+    from trainers.runtime import gpu_memory_fraction
 
     if gpus_per_unit > 0:
         import torch

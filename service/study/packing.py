@@ -4,7 +4,7 @@ A *unit* is what one Ray trial runs (`service.study.worker.train_unit`); a bundl
 that `trainers.fused.train_fused` trains as one model. Members agree on `fusable_key` (task, cell,
 hidden size, batch, budget, schedule …) and differ in what a paper grid varies: learning rate,
 initialiser and its scale, seed. The cells that fuse (rnn, urnn, crnn, vprnn, fastrnn, sgornn, srnn)
-are listed in `trainers.fused_cells.FUSED_CELLS`; the others' trials run one per unit. Each member stays its own trial in the ledger, in MLflow and in
+are listed in `trainers.fused.FUSED_CELLS`; the others' trials run one per unit. Each member stays its own trial in the ledger, in MLflow and in
 every REST answer, and its numbers are bit for bit those of its solo run (tests/trainers/test_fused.py),
 so packing changes the speed of a study, never its results or its config hashes.
 

@@ -164,8 +164,8 @@ def test_a_calibration_times_the_steps_after_the_warm_ups(monkeypatch: pytest.Mo
         return trainers.resolve({"task": "copy", "cell": "rnn", "device": "cuda", **kw}).config
 
     assert fused.steps_to_pace(config(device="cpu")) == 1  # no CUDA here
-    monkeypatch.setattr(fused, "graphs_available", lambda device: None)  # as on a GPU
-    monkeypatch.setattr(fused, "resolve_device", lambda name: trainers.loop.torch.device(name))
+    monkeypatch.setattr(fused.steps, "graphs_available", lambda device: None)  # as on a GPU
+    monkeypatch.setattr(fused.steps, "resolve_device", lambda name: trainers.runtime.torch.device(name))
     assert fused.steps_to_pace(config()) == fused.GRAPH_WARMUP + 1 == 4
     assert fused.steps_to_pace(config(cell="fastrnn")) == 1  # its step syncs with the host: eager
     assert fused.steps_to_pace(config(cuda_graphs=False)) == 1

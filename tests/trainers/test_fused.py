@@ -18,8 +18,7 @@ from trainers import resolve, train
 from trainers.cells import get_cell, list_cells
 from trainers.cells.fastrnn import _projection_grads, fast_rnn, fused_fast_rnn, input_projection
 from trainers.cells.srnn import FusedShiftScan, ShiftScan
-from trainers.fused import FusedOptimizer, check_fusable, fusable_key, train_fused
-from trainers.fused_cells import FUSED_CELLS
+from trainers.fused import FUSED_CELLS, FusedOptimizer, check_fusable, fusable_key, train_fused
 from trainers.kernels import Workspace, elman_rnn, fused_elman_rnn
 from trainers.optim import make_optimizer
 from trainers.tasks.addition import AdditionTask
@@ -319,7 +318,7 @@ def test_psmnist_members_each_with_their_own_permutation(tiny_mnist_root):
 def test_validation_in_batches_and_member_chunks_is_each_members_own(monkeypatch, buffer_bytes):
     """Validation batches of 24, 24 and 16 (n_val 64), members evaluated together or one by one."""
     if buffer_bytes is not None:
-        monkeypatch.setattr(fused_module, "EVAL_BUFFER_BYTES", buffer_bytes)
+        monkeypatch.setattr(fused_module.validation, "EVAL_BUFFER_BYTES", buffer_bytes)
     members = [*MEMBERS, {"lr": 2e-3, "seed": 1, "cell_params": {"init": "fbchain", "scale": 0.2}}]
     fused, solo = run_both(bundle(COPY, members, steps=50, eval_every=25, eval_batch_size=24))
     for f, s in zip(fused, solo, strict=True):
@@ -390,7 +389,7 @@ CHAINS = [{"lr": lr, "seed": seed, "cell_params": {"init": "chain"}} for lr, see
 def fake_memory(monkeypatch, members_that_fit, from_step=1):
     """An allocator that holds a bundle of at most `members_that_fit` members: a larger one runs out
     of memory at its `from_step`-th step, as CUDA's allocator raises it."""
-    real = fused_module.forward_backward
+    real = fused_module.steps.forward_backward
     steps: dict[int, int] = {}
 
     def forward_backward(model, optimizer, members, batch):
@@ -399,7 +398,7 @@ def fake_memory(monkeypatch, members_that_fit, from_step=1):
             raise torch.OutOfMemoryError(f"CUDA out of memory (fake: {len(members)} members)")
         return real(model, optimizer, members, batch)
 
-    monkeypatch.setattr(fused_module, "forward_backward", forward_backward)
+    monkeypatch.setattr(fused_module.steps, "forward_backward", forward_backward)
 
 
 @pytest.mark.parametrize("from_step", [1, 40])  # at the first step, and after the first evaluation

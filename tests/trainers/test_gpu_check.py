@@ -1,4 +1,4 @@
-"""The GPU check (benchmarks/gpu_check.py) and the CUDA-graph helper (trainers/graphs.py), on the CPU.
+"""The GPU check (benchmarks/gpu_check.py) and the CUDA-graph helper (trainers/fused/graphs.py), on the CPU.
 
 The script's CPU smoke run must pass its correctness section and produce the table a GPU session will
 read; the helper's eager step must be `train_fused`'s step bit for bit, and its graphed step's
@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import fused, graphs
-from trainers.bundle import Bundle
+from trainers import fused
 from trainers.cells import list_cells
-from trainers.fused import train_fused
-from trainers.fused_cells import FUSED_CELLS
-from trainers.graphs import GraphedStep, GraphUnsupported
+from trainers.fused import FUSED_CELLS, Bundle, graphs, train_fused
+from trainers.fused import steps as fused_steps
+from trainers.fused.graphs import GraphedStep, GraphUnsupported
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ("copy500", "addition750", "psmnist")
@@ -173,7 +172,7 @@ def stand_in_graphs(monkeypatch):
         made.append(self)
 
     monkeypatch.setattr(graphs, "graphs_available", lambda device: None)
-    monkeypatch.setattr(fused, "graphs_available", lambda device: None)
+    monkeypatch.setattr(fused_steps, "graphs_available", lambda device: None)
     monkeypatch.setattr(graphs, "side_stream", lambda step: contextlib.nullcontext())
     monkeypatch.setattr(graphs, "sync_errors", lambda on: contextlib.nullcontext())
     monkeypatch.setattr(graphs.GraphedStep, "_capture", capture)

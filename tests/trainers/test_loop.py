@@ -7,8 +7,8 @@ import torch
 
 from tests.trainers.learning import assert_learns
 from trainers import HALF_BASELINE, Criterion, resolve, train
-from trainers.loop import configure_process, keep_freed_memory
 from trainers.numerics import default_mode
+from trainers.runtime import configure_process, keep_freed_memory
 from trainers.tasks.addition import AdditionTask
 
 TINY = {"task": "addition", "hidden": 8, "task_params": {"seq_len": 12, "n_train": 64, "n_val": 32}}
@@ -169,7 +169,7 @@ def test_a_gpu_process_computes_float32_as_ieee_float32():
 
 
 def test_a_gpus_memory_fraction_is_a_fraction_or_refused_naming_the_variable(monkeypatch):
-    from trainers.loop import GPU_MEMORY_FRACTION, gpu_memory_fraction
+    from trainers.runtime import GPU_MEMORY_FRACTION, gpu_memory_fraction
 
     monkeypatch.delenv(GPU_MEMORY_FRACTION, raising=False)
     assert gpu_memory_fraction() is None

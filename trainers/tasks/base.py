@@ -41,9 +41,8 @@ def cross_entropy(
     nats at Keras' ε = 1e-7) and an output saturated past the clip gets no gradient through it.
 
     With few classes (the copy family's 9) the classes go on dim 1 of a [1, C, positions] view, so
-    torch's (log-)softmax runs along memory across the positions instead of along rows of C: forward
-    and backward at copy-500's [8000, 9] take 0.3 ms instead of 1.9 ms on the CPU (the same loss; the
-    sums round in another order). With many (char-PTB's 50) rows are faster and are kept.
+    torch's (log-)softmax runs along memory across the positions instead of along rows of C, several
+    times faster on the CPU (docs/speed.md; the same loss, the sums round in another order). With many (char-PTB's 50) rows are faster and are kept.
     """
     C = out.shape[-1]
     if out.dim() == 2 and prob_clip is None:  # [B, C]: one position per example

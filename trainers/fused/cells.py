@@ -43,7 +43,7 @@ class FusedCell:
     states: States
     after_step: Callable[[Sequence[Cell], Params], None] | None = None
     stores: int = 2
-    #: whether a CUDA graph can hold the bundle's step (`trainers.graphs`): measured on an H100 (every
+    #: whether a CUDA graph can hold the bundle's step (`trainers.fused.graphs`): measured on an H100 (every
     #: member bit-equal to its eager run); FastRNN's scan (fastrnn, sgornn) reads its gates on the
     #: host, which a graph cannot hold
     graphable: bool = True

@@ -1,11 +1,9 @@
 """A fused bundle's training step captured as one CUDA graph (issue 26, item 2): GPU only.
 
 On a GPU a bundle's step is bound by kernel launches until the bundle is large: the scan launches a
-few small kernels per timestep (copy-500: ~11 × 500 for the recurrence alone), each member's
-projection, readout, loss and gradients a few more, and the host issues them one by one through
-Python. Captured once (`torch.cuda.graph`), the step replays with one call and no Python in between:
-on an H100, 2.1–6.7× fewer seconds a member-step at Orhan's bundle sizes, 3.4–4.9× through the whole
-`train_fused` loop (docs/gpu.md).
+few small kernels per timestep, each member's projection, readout, loss and gradients a few more,
+and the host issues them one by one through Python. Captured once (`torch.cuda.graph`), the step
+replays with one call and no Python in between (what that saves, measured: docs/gpu.md).
 
 What is captured, with static shapes and addresses: the forward of `FusedModel`, each member's
 loss, the backward and `FusedOptimizer.step` (clip and RMSprop / Adam, the optimiser inside).
@@ -17,13 +15,13 @@ leaving). A member that leaves changes every stacked tensor's shape: the caller 
 is the first warm-up of a new capture.
 
 `trainers.fused.train_fused` trains a bundle this way on a GPU (`cuda_graphs`, on by default, for
-the fused cells marked `graphable`); `trainers.bundle.Bundle` is the step alone, for the benchmarks.
+the fused cells marked `graphable`); `trainers.fused.bundle.Bundle` is the step alone, for the benchmarks.
 A step that cannot be held stays eager in `train_fused` (`fallback=True`): one that synchronises with
 the host (found at the last warm-up, before the optimiser has changed anything, and redone eagerly),
 or batches whose shape changes every step or two (`FRUITLESS_RESTARTS`).
 Whether a graphed member's numbers equal its eager run's is measured, not assumed:
 `benchmarks/gpu_check.py` compares every member, per step and over whole `train_fused` runs, on CUDA
-(bit-equal on an H100).
+(its results: docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -92,7 +90,7 @@ def graphs_available(device: torch.device) -> str | None:
     if device.type != "cuda":
         return (
             f"CUDA graphs need a CUDA device; this bundle is on {device}: run its eager step "
-            "(trainers.bundle.Bundle.step, or trainers.fused.train_fused)"
+            "(trainers.fused.Bundle.step, or trainers.fused.train_fused)"
         )
     if not torch.cuda.is_available():
         return "CUDA graphs need CUDA, and torch sees no CUDA device here"

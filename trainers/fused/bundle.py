@@ -1,6 +1,6 @@
 """A fused bundle's training step on its own, for the benchmarks (`benchmarks/gpu_check.py`): set up as
 `trainers.fused.train_fused` sets one up, stepped eagerly (`Bundle.step`) or as a CUDA graph
-(`trainers.graphs.GraphedStep(bundle)`), without the loop's evaluations and bookkeeping."""
+(`trainers.fused.graphs.GraphedStep(bundle)`), without the loop's evaluations and bookkeeping."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ from typing import Any
 import torch
 
 from trainers.config import Resolved, TrainConfig, resolve
-from trainers.fused import BundleSteps, FusedModel, FusedOptimizer, check_fusable
-from trainers.fused_cells import FUSED_CELLS
-from trainers.graphs import Batch
-from trainers.loop import configure_process, resolve_device, training_batches
+from trainers.fused.cells import FUSED_CELLS
+from trainers.fused.graphs import Batch
+from trainers.fused.keys import check_fusable
+from trainers.fused.model import FusedModel
+from trainers.fused.optim import FusedOptimizer
+from trainers.fused.steps import BundleSteps
 from trainers.model import build_model
+from trainers.runtime import configure_process, resolve_device, training_batches
 from trainers.tasks import Task
 
 
@@ -65,7 +68,7 @@ class Bundle:
         return self.steps.next_batch()
 
     def forward_backward(self, batch: Batch) -> torch.Tensor:
-        """Forward, each member's loss, backward and the optimiser (`trainers.fused.forward_backward`,
+        """Forward, each member's loss, backward and the optimiser (`trainers.fused.steps.forward_backward`,
         the part a graph captures); the losses [K]."""
         return self.steps.forward_backward(batch)
 

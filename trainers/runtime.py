@@ -1,0 +1,199 @@
+"""The trainer runtime: what the solo loop (`trainers.loop.train`) and the fused one
+(`trainers.fused.train_fused`) both do around their steps, written once.
+
+- the process: its device (`resolve_device`) and what it sets before its first step
+  (`configure_process`: numerics mode, threads, denormals, malloc, TF32, the GPU's memory share);
+- a trial's data: its training batches, a pure function of (task, batch size, seed) (`training_batches`),
+  and a validation pass's running sums (`ValidationSums`);
+- a trial's result: what it records of its task and device before training, its trained network and
+  its analyses after, and a failure's reason (`record_task`, `record_device`, `keep_network`, `fail`).
+
+It knows nothing of a cell, a bundle, Ray or MLflow.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import math
+import os
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from trainers.model import SequenceModel
+from trainers.numerics import provenance
+from trainers.numerics import use as use_numerics
+from trainers.result import TrialResult
+from trainers.seeding import generator
+from trainers.tasks import Task
+from trainers.tasks.base import Tensors
+
+log = logging.getLogger(__name__)
+
+
+# ----- the process --------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name!r} was requested but CUDA is not available; use device=cpu or auto")
+    return device
+
+
+def configure_process(device: torch.device, threads: int, numerics: str) -> None:
+    """What a training process sets before its first step (`train`, `train_fused`, the benchmarks):
+    its numerics mode (`trainers.numerics.use`: which CPU kernels compute the numbers; NumericsError
+    when the process already computes with another), torch's thread count and, on the CPU, denormals
+    flushed to zero (denormals in decaying states are many times slower) and freed memory kept for reuse
+    (`keep_freed_memory`); on a GPU, float32 computed as IEEE float32 (TF32 off, in cuBLAS and cuDNN)
+    and at most $MEMSWEEP_GPU_MEMORY_FRACTION of the card's memory allocated (`gpu_memory_fraction`).
+    Only the numerics mode and the TF32 setting move a number.
+
+    TF32: torch leaves it on for cuDNN by default, and cuDNN's RNN (a solo Elman cell with relu or
+    tanh on a GPU, `trainers.kernels.elman_rnn`) then rounds its products to 10 mantissa bits, and a
+    solo run drifts from its bundle member (cuBLAS, float32; measured: docs/gpu.md). The papers'
+    float32 is IEEE float32."""
+    use_numerics(numerics)
+    torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        fraction = gpu_memory_fraction()
+        if fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)
+        keep_freed_memory()
+
+
+#: the share of a GPU's memory a training process may allocate (torch's allocator refuses beyond it, as
+#: when the card is full: a bundle then trains again in halves, `trainers.fused`); unset: all of it
+GPU_MEMORY_FRACTION = "MEMSWEEP_GPU_MEMORY_FRACTION"
+
+
+def gpu_memory_fraction() -> float | None:
+    """$MEMSWEEP_GPU_MEMORY_FRACTION as a fraction in (0, 1], or None when unset."""
+    raw = os.environ.get(GPU_MEMORY_FRACTION, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise ValueError(
+            f"{GPU_MEMORY_FRACTION}={raw!r} is not a fraction of a GPU's memory: give a number in (0, 1], "
+            "e.g. 0.5, or unset it to let a trainer use the whole card"
+        )
+    return value
+
+
+#: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+TRIM_THRESHOLD_BYTES = 512 * 2**20
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc serve every block from its heap (no block of its own mapped with mmap) and
+    keep up to 512 MB of freed heap instead of handing it back to the kernel; True when set (False
+    off glibc).
+
+    A training step allocates and frees the same large tensors every step (autograd's gradients, a
+    loss's softmax, oneDNN's LSTM workspace). By default glibc maps a block above its threshold
+    (128 KB at first, raised as mapped blocks are freed, never above 32 MB) fresh each time and
+    unmaps it when freed, and the kernel zero-fills every 4 KB page on first touch, a cost per step
+    that a large tensor pays again every step (measured: docs/speed.md). The cost: a process keeps
+    the heap its largest step needed. Set once per process.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl): its allocator's defaults stay
+        return False
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+# ----- a trial's data -----------------------------------------------------------------------------
+
+
+def training_batches(task: Task, batch_size: int, seed: int) -> Iterator[Tensors]:
+    """The trial's training batches, a pure function of (task, batch size, seed)."""
+    if task.data_regime == "fresh":
+        gen = generator(seed, "batches")
+        while True:
+            yield task.sample(batch_size, gen)
+    split = task.train_split()
+    gen = generator(seed, "shuffle")
+    while True:  # one pass over a fresh permutation per epoch, last partial batch kept (Keras)
+        order = torch.randperm(len(split), generator=gen)
+        for start in range(0, len(split), batch_size):
+            yield split.take(order[start : start + batch_size])
+
+
+@dataclass
+class ValidationSums:
+    """A validation pass's running sums, batch by batch (the solo loop and fused bundles both use it)."""
+
+    loss: float = 0.0
+    metric: float = 0.0
+    n: int = 0
+
+    def add(self, task: Task, out: torch.Tensor, y: torch.Tensor, b: int) -> None:
+        self.loss += float(task.loss(out, y)) * b
+        self.metric += task.metric_sum(out, y)
+        self.n += b
+
+    def means(self, task: Task) -> tuple[float, float | None]:
+        """(mean validation loss, mean metric or None for a task without one)."""
+        return self.loss / self.n, (self.metric / self.n if task.metric_name else None)
+
+
+# ----- a trial's result ---------------------------------------------------------------------------
+
+
+def record_task(result: TrialResult, task: Task) -> None:
+    """What a result records of its task before training: the metric's name and the baselines."""
+    result.metric_name = task.metric_name
+    result.baseline_loss = task.baseline_loss
+    result.reference_baselines = dict(task.reference_baselines)
+
+
+def record_device(result: TrialResult, device: torch.device) -> None:
+    """What a result records of where it trained: the device, and where its numbers came from."""
+    result.device = str(device)
+    result.provenance = provenance(device)
+
+
+def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | None) -> None:
+    """The trained W and V in the result, with their analyses: the Henrici index d(W) and the weight
+    profile (Orhan & Pitkow §3.2, Figs. 5-6: "a unit pulse of input" at t = 0, through the trained
+    input weights, then 100 steps without input, units ordered by peak time)."""
+    from trainers.analysis import henrici_index, network_profile
+
+    w, v = model.cell.recurrent_matrix(), model.cell.input_matrix()
+    result.recurrent_matrix = w.detach().cpu().clone() if w is not None else None
+    result.input_matrix = v.detach().cpu().clone() if v is not None else None
+    w, v = result.recurrent_matrix, result.input_matrix
+    if w is None:
+        return
+    result.henrici_index = henrici_index(w)
+    pulse = v.sum(dim=1) if v is not None else torch.ones(w.shape[0])
+    result.profile = network_profile(w, pulse, nonlinearity=nonlinearity or "linear").mean
+
+
+def fail(result: TrialResult, exc: BaseException) -> None:
+    """A trial ended by an exception: `failed`, with a reason that is one line a person can read (the
+    exception's type and first line of its message) and the whole traceback kept beside it (and logged)."""
+    message = str(exc).strip().splitlines()
+    result.status = "failed"
+    result.reason = f"{type(exc).__name__}: {message[0][:500] if message else ''}".rstrip(": ")
+    result.traceback = "".join(traceback.format_exception(exc))
+    log.warning("trial failed: %s", result.reason, exc_info=exc)
