@@ -10,6 +10,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -117,7 +118,7 @@ def test_close_writes_everything_queued_and_then_takes_no_more():
     pool = WriterPool(threads=2)
     done: list[int] = []
     for i in range(20):
-        pool.submit(lambda i=i: done.append(i), key="a")  # type: ignore[misc]
+        pool.submit(partial(done.append, i), key="a")
     pool.close()
     assert done == list(range(20))
     with pytest.raises(RuntimeError):
