@@ -15,6 +15,7 @@ from service.core.states import FINISHED
 from service.reports.study_summary import summarise
 from service.store.ledger import Ledger
 from service.study.recorder import run_id_setter
+from service.tracking.context import StudyContext
 from service.tracking.server import server_healthy
 from service.tracking.tracker import Tracker
 from trainers import Criterion
@@ -70,6 +71,7 @@ def reconcile_children(
     """Every finished trial gets one complete child run (reused trials included); a run that an
     outage left incomplete is made again, and a child run no trial owns is deleted."""
     tracker.flush()  # child runs still queued have not recorded their run id yet
+    mlflow = StudyContext(exp_id, parent, criterion)
     children = tracker.child_statuses(exp_id, parent)
     owned = set()
     for t in ledger.trials(study_id, FINISHED):
@@ -79,7 +81,7 @@ def reconcile_children(
             continue
         if status is not None:  # RUNNING: the outage came between its first and last request
             tracker.delete_run(t.mlflow_run_id)  # type: ignore[arg-type]
-        tracker.log_trial(exp_id, parent, t, criterion, ledger.matrices(t.id), run_id_setter(ledger, t.id))
+        tracker.log_trial(mlflow, t, ledger.matrices(t.id), run_id_setter(ledger, t.id))
     tracker.flush()
     owned |= {t.mlflow_run_id for t in ledger.trials(study_id) if t.mlflow_run_id}
     for run_id in set(children) - owned:  # a duplicate, or one whose ledger write was lost

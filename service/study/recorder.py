@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from service.core.trial import TrialSpec
 from service.reports.summary import success_table
 from service.store.ledger import Ledger
+from service.tracking.context import StudyContext
 from service.tracking.tracker import Tracker
 from trainers import Criterion, Evaluation, TrialResult
 
@@ -27,7 +28,7 @@ class StudyRecorder:
         self, ledger: Ledger, tracker: Tracker, study_id: str, exp_id: str, parent: str, criterion: Criterion
     ) -> None:
         self.ledger, self.tracker, self.study_id = ledger, tracker, study_id
-        self.exp_id, self.parent, self.criterion = exp_id, parent, criterion
+        self.mlflow = StudyContext(exp_id, parent, criterion)
         self._lock = threading.Lock()
         self._running: dict[str, tuple[int, int, float]] = {}  # config hash → (budget, step, seconds)
         self._expected: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
@@ -41,7 +42,7 @@ class StudyRecorder:
 
     def started(self, trial_id: int, spec: TrialSpec) -> None:
         row = self.ledger.trial(trial_id)
-        self.tracker.trial_started(self.exp_id, self.parent, row, run_id_setter(self.ledger, trial_id))
+        self.tracker.trial_started(self.mlflow, row, run_id_setter(self.ledger, trial_id))
         with self._lock:
             budget = self._expected.pop(spec.config_hash, None)
             self._running[spec.config_hash] = (budget if budget is not None else budget_steps(spec), 0, 0.0)
@@ -58,9 +59,7 @@ class StudyRecorder:
         if result.recurrent_matrix is not None:
             v = result.input_matrix
             matrices = {"W": result.recurrent_matrix.tolist(), "V": v.tolist() if v is not None else None}
-        self.tracker.log_trial(
-            self.exp_id, self.parent, row, self.criterion, matrices, run_id_setter(self.ledger, trial_id)
-        )
+        self.tracker.log_trial(self.mlflow, row, matrices, run_id_setter(self.ledger, trial_id))
         with self._lock:
             self._running.pop(row.config_hash, None)
         self.progress()
@@ -71,8 +70,8 @@ class StudyRecorder:
         if not force and now - self._last_progress < PROGRESS_INTERVAL:
             return
         self._last_progress = now
-        table = success_table(self.ledger.trials(self.study_id), self.criterion)
-        self.tracker.study_progress(self.parent, table.model_dump(mode="json"))
+        table = success_table(self.ledger.trials(self.study_id), self.mlflow.criterion)
+        self.tracker.study_progress(self.mlflow.parent_run_id, table.model_dump(mode="json"))
 
     def eta(self, undrawn: int = 0) -> float | None:
         """Seconds left at the measured pace of the running trials (each one's steps per second,

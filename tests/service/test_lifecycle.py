@@ -102,22 +102,16 @@ class MemoryTracker:
             run_id = self._new(study=study_id)
         return "exp-0", run_id
 
-    def trial_started(self, exp_id: str, parent: str, row: Any, set_run_id: Callable[[str], None]) -> None:
-        set_run_id(self._new(parent=parent, trial=row.config_hash))
+    def trial_started(self, study: Any, row: Any, set_run_id: Callable[[str], None]) -> None:
+        set_run_id(self._new(parent=study.parent_run_id, trial=row.config_hash))
 
     def trial_evaluated(self, config_hash: str, evaluations: Any) -> None:
         pass
 
-    def log_trial(
-        self,
-        exp_id: str,
-        parent: str,
-        row: Any,
-        criterion: Any,
-        matrices: Any,
-        set_run_id: Callable[[str], None],
-    ) -> None:
-        run_id = row.mlflow_run_id if row.mlflow_run_id in self.runs else self._new(parent=parent)
+    def log_trial(self, study: Any, row: Any, matrices: Any, set_run_id: Callable[[str], None]) -> None:
+        run_id = (
+            row.mlflow_run_id if row.mlflow_run_id in self.runs else self._new(parent=study.parent_run_id)
+        )
         self.runs[run_id].update(status="FINISHED", trial=row.config_hash, loss=row.final_val_loss)
         set_run_id(run_id)
 

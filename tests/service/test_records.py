@@ -14,7 +14,7 @@ from service.api.schemas import TrialPublic
 from service.store.database import migrations, upgrade
 from service.store.ledger import Ledger
 from service.store.models import Base, Trial
-from service.tracking.tracker import JUDGED_FIELDS, METRIC_FIELDS
+from service.tracking.child_run import JUDGED_FIELDS, METRIC_FIELDS
 from trainers.result import RECORDED_FIELDS
 
 

@@ -13,6 +13,7 @@ import pytest
 import trainers
 from service.store.ledger import Ledger
 from service.store.models import Trial
+from service.tracking.context import StudyContext
 from service.tracking.tracker import Tracker
 from trainers import Criterion
 
@@ -28,6 +29,7 @@ class Counted(Tracker):
         for name in ("create_run", "log_batch", "set_terminated"):
             real = getattr(self.client, name)
             setattr(self.client, name, self._count(name, real))
+        self.children.write_artifact = self._count("artifact", self.children.write_artifact)  # type: ignore[method-assign]
 
     def _count(self, name: str, real: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -35,10 +37,6 @@ class Counted(Tracker):
             return real(*args, **kwargs)
 
         return call
-
-    def _log_text(self, artifact_uri: str, text: str, name: str) -> None:
-        self.calls["artifact"] += 1
-        super()._log_text(artifact_uri, text, name)
 
 
 def two_trials(tmp_path: Path) -> tuple[Ledger, list[Trial]]:
@@ -65,6 +63,7 @@ def test_a_long_trial_is_live_and_a_short_one_is_written_whole_in_four_requests(
     ledger, (long, short) = two_trials(tmp_path)
     tracker = Counted(mlflow_uri)
     exp_id, parent = tracker.start_study(long.study_id, "s", {}, None)
+    study = StudyContext(exp_id, parent, Criterion())
     tracker.calls.clear()  # the parent run's
     client = tracker.client
     run_ids: dict[int, str] = {}
@@ -73,14 +72,14 @@ def test_a_long_trial_is_live_and_a_short_one_is_written_whole_in_four_requests(
         return lambda run_id: run_ids.__setitem__(trial.id, run_id)
 
     try:
-        tracker.trial_started(exp_id, parent, long, setter(long))
-        tracker.trial_started(exp_id, parent, short, setter(short))
+        tracker.trial_started(study, long, setter(long))
+        tracker.trial_started(study, short, setter(short))
         tracker.trial_evaluated(short.config_hash, [evaluation(1)])
         result = trainers.TrialResult(
             final_val_loss=0.25, steps=2, budget_steps=2, history=[evaluation(1), evaluation(2)]
         )
         row = ledger.finish_trial(short.id, result)
-        tracker.log_trial(exp_id, parent, row, Criterion(), None, setter(short))  # ends before its interval
+        tracker.log_trial(study, row, None, setter(short))  # ends before its interval
         tracker.flush()
         assert set(children(client, exp_id, parent)) == {short.config_hash}  # the long one is not made yet
 
@@ -112,7 +111,7 @@ def test_a_long_trial_is_live_and_a_short_one_is_written_whole_in_four_requests(
             recurrent_matrix=__import__("torch").eye(3),
         )  # fmt: skip
         row = ledger.finish_trial(long.id, result)
-        tracker.log_trial(exp_id, parent, row, Criterion(), ledger.matrices(long.id), setter(long))
+        tracker.log_trial(study, row, ledger.matrices(long.id), setter(long))
         tracker.flush()
     finally:
         tracker.close()

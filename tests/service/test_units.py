@@ -166,7 +166,7 @@ def test_a_failed_seeds_non_finite_evaluation_does_not_break_the_best_curve_or_i
 
 
 def test_log_batch_requests_respect_mlflow_limits_and_lose_nothing() -> None:
-    from service.tracking.tracker import MAX_BATCH_ENTITIES, MAX_BATCH_PARAMS, batches
+    from service.tracking.batches import MAX_BATCH_ENTITIES, MAX_BATCH_PARAMS, batches
 
     for n_params, n_metrics, n_tags in [(0, 0, 0), (3, 5, 1), (250, 40, 0), (60, 2500, 2), (100, 900, 0)]:
         params, metrics, tags = list(range(n_params)), list(range(n_metrics)), list(range(n_tags))

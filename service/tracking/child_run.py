@@ -1,0 +1,155 @@
+"""A trial's child run: made under its study's parent run (explicit parent id), written live while its
+trial trains (`live`), and finished with its result, tags and artifacts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import TYPE_CHECKING, Any
+
+from service.tracking.batches import flatten, log_batches, now_ms
+from service.tracking.context import StudyContext
+from service.tracking.live import LiveRun
+
+if TYPE_CHECKING:
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    from service.store.models import Trial
+    from trainers.criterion import Criterion
+    from trainers.result import Evaluation, TrialResult
+
+#: a trial's result fields logged as metrics of its child run, under the same names, and its success
+#: and threshold under the study's criterion (JUDGED_FIELDS, as REST names them too)
+METRIC_FIELDS = (
+    "final_val_loss", "final_metric", "baseline_loss", "steps", "budget_steps", "early_stopped", "seconds",
+    "param_count", "henrici_index", "success", "success_threshold",
+)  # fmt: skip
+JUDGED_FIELDS = ("success", "success_threshold")
+
+#: a finished trial's status → its child run's terminal status (FINISHED for any other)
+RUN_STATUS = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
+MATRIX_CONVENTION = "W_ij: from unit j to unit i; V_ij: from input j to unit i"
+
+
+def run_params(trial: Trial) -> list[Param]:
+    """A trial's child-run params: its model, grid params and whole config, flattened."""
+    from mlflow.entities import Param
+
+    flat = flatten({"model": trial.model, **trial.params, "config": trial.config})
+    return [Param(k, v) for k, v in flat.items()]
+
+
+def curve_metrics(evaluations: Sequence[Evaluation]) -> list[Metric]:
+    """A trial's evaluations as MLflow metrics: val_loss, train_loss and metric, each at its step."""
+    from mlflow.entities import Metric
+
+    ts = now_ms()
+    return [
+        Metric(key, float(value), ts, int(e.step))
+        for e in evaluations
+        for key, value in (("val_loss", e.val_loss), ("train_loss", e.train_loss), ("metric", e.metric))
+        if value is not None
+    ]
+
+
+def result_metrics(trial: Trial, result: TrialResult, criterion: Criterion) -> list[Metric]:
+    """A finished trial's METRIC_FIELDS (booleans as 0/1), its success judged under `criterion`."""
+    from mlflow.entities import Metric
+
+    ts = now_ms()
+    judged = {
+        "success": trial.succeeded(criterion),
+        "success_threshold": criterion.threshold_for(trial.baseline_loss, trial.reference_baselines),
+    }
+    return [
+        Metric(name, float(value), ts, 0)
+        for name, value in {**result.to_dict(history=False), **judged}.items()
+        if isinstance(value, (int, float)) and name in METRIC_FIELDS
+    ]
+
+
+def result_tags(trial: Trial) -> list[RunTag]:
+    """A finished trial's tags: its status, node, device, provenance and reason."""
+    from mlflow.entities import RunTag
+
+    tags = [RunTag("memsweep.status", trial.status)]
+    tags += [RunTag(f"memsweep.{k}", v) for k, v in (("node", trial.node), ("device", trial.device)) if v]
+    tags += [RunTag(f"memsweep.provenance.{k}", str(v)) for k, v in (trial.provenance or {}).items()]
+    if trial.reason:
+        tags.append(RunTag("memsweep.reason", trial.reason[:4000]))
+    return tags
+
+
+class ChildRuns:
+    """Writes the child runs of trials through one MLflow client (each call is one lane's write)."""
+
+    def __init__(self, client: MlflowClient, tracking_uri: str) -> None:
+        self.client, self.uri = client, tracking_uri
+
+    def create(self, study: StudyContext, trial: Trial, status: str) -> tuple[str, str]:
+        """A trial's child run (its tags; params come with its first batch): (run id, artifact URI)."""
+        params_label = " ".join(f"{k}={v}" for k, v in trial.params.items())
+        run = self.client.create_run(
+            study.experiment_id,
+            run_name=f"{trial.model} {params_label}",
+            tags={
+                "mlflow.parentRunId": study.parent_run_id,
+                "memsweep.study_id": trial.study_id,
+                "memsweep.config_hash": trial.config_hash,
+                "memsweep.model": trial.model,
+                "memsweep.status": status,
+            },
+        )
+        return str(run.info.run_id), str(run.info.artifact_uri)
+
+    def write_live(self, live: LiveRun, curve: list[Evaluation]) -> None:
+        """A live write: the run made (the first time), then its params (the first time) and `curve`."""
+        if live.run is None:
+            live.run = self.create(live.study, live.trial, "running")
+            live.on_run_id(live.run[0])  # at once: a sync finds and remakes a run an outage left incomplete
+        params = [] if live.params_sent else run_params(live.trial)
+        log_batches(self.client, live.run[0], params, curve_metrics(curve))
+        live.params_sent = True
+
+    def finish(
+        self,
+        study: StudyContext,
+        trial: Trial,
+        matrices: dict[str, Any] | None,
+        on_run_id: Callable[[str], None],
+        live: LiveRun | None,
+    ) -> None:
+        """A finished trial's child run complete (see `Tracker.log_trial`): what its live writes have
+        not sent, or the whole run when it has none yet (a short trial, a reused one, or one rebuilt by
+        a sync)."""
+        result = trial.result()
+        if live is not None and live.run is not None:  # a live run: what it has not had yet
+            (run_id, artifact_uri), unsent = live.run, live.curve
+            params = [] if live.params_sent else run_params(trial)
+        else:  # none yet: the whole run now
+            run_id, artifact_uri = self.create(study, trial, trial.status)
+            on_run_id(run_id)
+            unsent, params = list(result.history), run_params(trial)
+        metrics = curve_metrics(unsent) + result_metrics(trial, result, study.criterion)
+        log_batches(self.client, run_id, params, metrics, result_tags(trial))
+        if trial.traceback:
+            self.write_artifact(artifact_uri, trial.traceback, "traceback.txt")
+        if matrices is not None and matrices.get("W") is not None:
+            # straight to the run's artifact repository: MlflowClient.log_dict would first ask the
+            # server for the run again, only to learn the artifact URI create_run already gave
+            matrix = json.dumps({**matrices, "convention": MATRIX_CONVENTION})
+            self.write_artifact(artifact_uri, matrix, "recurrent_matrix.json")
+        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.status, "FINISHED"))
+
+    def write_artifact(self, artifact_uri: str, text: str, name: str) -> None:
+        """`text` as the artifact `name` of the run at `artifact_uri`."""
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        repo = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
+        with TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            repo.log_artifact(str(path))  # type: ignore[no-untyped-call]

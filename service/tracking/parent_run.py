@@ -1,0 +1,119 @@
+"""A study's parent run: made with its spec, its counts as the study goes, and at its end the summary,
+figures and final status."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import TYPE_CHECKING, Any
+
+from service.tracking.batches import flatten, log_batches, now_ms
+
+if TYPE_CHECKING:
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+#: a success table's totals among the parent run's counts as the study goes
+PROGRESS_TOTALS = ("trials", "finished", "succeeded", "failed")
+#: the totals the summary writes again at the end (`finished` is not among them)
+SUMMARY_TOTALS = ("trials", "succeeded", "failed")
+
+
+def create_parent(
+    client: MlflowClient, experiment_id: str, study_id: str, name: str, spec: dict[str, Any]
+) -> str:
+    """A study's parent run, its spec as params: its run id."""
+    from mlflow.entities import Param
+
+    run = client.create_run(
+        experiment_id,
+        run_name=f"study {name} [{study_id}]",
+        tags={"memsweep.study_id": study_id, "memsweep.kind": "study"},
+    )
+    params = [Param(k, v) for k, v in flatten({"spec": spec}).items()]
+    log_batches(client, run.info.run_id, params=params)
+    return str(run.info.run_id)
+
+
+def count_metrics(table: dict[str, Any], totals: Sequence[str], ts: int) -> list[Metric]:
+    """A success table's counts: its `totals`, then success_count.<model> per model."""
+    from mlflow.entities import Metric
+
+    metrics = [Metric(k, float(table["total"][k]), ts, 0) for k in totals]
+    metrics += [
+        Metric(f"success_count.{model}", float(cell["succeeded"]), ts, 0)
+        for model, cell in table["by_model"].items()
+    ]
+    return metrics
+
+
+def write_progress(client: MlflowClient, parent_run_id: str, table: dict[str, Any]) -> None:
+    """The parent run's counts as the study goes (a success table), each a new point of its metric."""
+    log_batches(client, parent_run_id, metrics=count_metrics(table, PROGRESS_TOTALS, now_ms()))
+
+
+def criterion_slug(criterion: dict[str, Any]) -> str:
+    """A criterion as a metric-name part: `0.5x_arjovsky`, `loss_lt_0.02`."""
+    if criterion.get("threshold") is not None:
+        return f"loss_lt_{criterion['threshold']:g}"
+    return f"{criterion['fraction']:g}x_{criterion['baseline']}"
+
+
+def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
+    """A finished study's summary as the parent run's metrics: the counts, then per model its success
+    rate and interval, Henrici index, successes against budget and under the other criteria."""
+    from mlflow.entities import Metric
+
+    ts = now_ms()
+    table = summary["success"]
+    metrics = count_metrics(table, SUMMARY_TOTALS, ts)
+    for model, cell in table["by_model"].items():
+        metrics += [
+            Metric(f"success_rate.{model}", float(cell["rate"]), ts, 0),
+            Metric(f"success_ci95_low.{model}", float(cell["ci95"][0]), ts, 0),
+            Metric(f"success_ci95_high.{model}", float(cell["ci95"][1]), ts, 0),
+            Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
+        ]
+    for model, h in summary.get("henrici_index", {}).items():
+        metrics += [
+            Metric(f"henrici_mean.{model}", float(h["mean"]), ts, 0),
+            Metric(f"henrici_sem.{model}", float(h["sem"]), ts, 0),
+        ]
+    if summary.get("best"):
+        metrics.append(
+            Metric("best_mean_final_val_loss", float(summary["best"][0]["mean_final_val_loss"]), ts, 0)
+        )
+    # successes against budget: one metric per model, its step the budget (the UI draws the curve)
+    for model, rows in summary.get("success_vs_budget", {}).get("by_model", {}).items():
+        metrics += [
+            Metric(f"success_vs_budget.{model}", float(r["succeeded"]), ts, int(r["step"])) for r in rows
+        ]
+    for other in summary.get("success_other_criteria", []):
+        slug = criterion_slug(other["criterion"])
+        metrics += [
+            Metric(f"success_count.{model}.{slug}", float(cell["succeeded"]), ts, 0)
+            for model, cell in other["by_model"].items()
+        ]
+    return metrics
+
+
+def write_summary(
+    client: MlflowClient, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
+) -> None:
+    """A finished study on its parent run: the summary's metrics, `summary.json`, the figures under
+    `plots/`, the best config, criterion and trainer version as tags; then its final `status`."""
+    log_batches(client, parent_run_id, metrics=summary_metrics(summary))
+    client.log_dict(parent_run_id, summary, "summary.json")
+    with TemporaryDirectory() as tmp:
+        for name, data in figures.items():
+            path = os.path.join(tmp, name)
+            Path(path).write_bytes(data)
+            client.log_artifact(parent_run_id, path, "plots")
+    if summary.get("best"):
+        client.set_tag(parent_run_id, "memsweep.best_config", json.dumps(summary["best"][0]["params"])[:4000])
+    client.set_tag(parent_run_id, "memsweep.criterion", summary["success"]["criterion"]["name"])
+    client.set_tag(parent_run_id, "memsweep.trainer_version", str(summary.get("trainer_version")))
+    client.set_terminated(parent_run_id, status=status)
