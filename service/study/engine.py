@@ -41,6 +41,7 @@ from service.study.packing import pack_study
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
 from service.study.search import sampling, study_space, study_trials
+from service.tracking.context import StudyContext
 from service.tracking.server import ensure_mlflow_server, server_healthy
 from service.tracking.tracker import Tracker
 from trainers import Criterion
@@ -139,17 +140,17 @@ class Engine:
         spec = study.validated_spec()
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
-        tracker, exp_id, parent, note = self._open_tracking(study)
+        tracker, mlflow, note = self._open_tracking(study, spec)
         self.ledger.update_study(
             study.id,
             state="running",
             error=note,
-            mlflow_experiment_id=exp_id or None,
-            mlflow_run_id=parent or None,
+            mlflow_experiment_id=mlflow.experiment_id or None,
+            mlflow_run_id=mlflow.parent_run_id or None,
         )
         marks = [time.perf_counter()]
         try:
-            recorder = StudyRecorder(self.ledger, tracker, study.id, exp_id, parent, spec.criterion())
+            recorder = StudyRecorder(self.ledger, tracker, study.id, mlflow)
             self.progress[study.id] = recorder
             recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
             ran = self._run_units(study, spec, space, recorder, cancel, units)
@@ -162,9 +163,7 @@ class Engine:
         finally:
             self.progress.pop(study.id, None)
         marks.append(time.perf_counter())
-        summary, errors = finish_in_mlflow(
-            self.ledger, study.id, tracker, exp_id, parent, spec.criterion(), state, marks
-        )
+        summary, errors = finish_in_mlflow(self.ledger, study.id, tracker, mlflow, state, marks)
         phases = dict(zip(RUN_PHASES, (b - a for a, b in pairwise(marks)), strict=True))
         log.info("study %s: %s", study.id, ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
         self.ledger.update_study(study.id, state=state, error=tracking_error(study.id, errors))
@@ -173,8 +172,8 @@ class Engine:
         summary["units"] = ran
         return summary
 
-    def _open_tracking(self, study: Study) -> tuple[Tracker, str, str, str | None]:
-        """(tracker, experiment id, parent run id, note) of a study about to run. When MLflow does not
+    def _open_tracking(self, study: Study, spec: StudySpec) -> tuple[Tracker, StudyContext, str | None]:
+        """(tracker, the study's MLflow context, note) of a study about to run. When MLflow does not
         answer (or its local server cannot start), the study trains all the same (issue 35): the
         ledger keeps every result, its MLflow writes fail fast and are counted, and once MLflow answers
         the server's repair (`sync_tracking`) makes its runs; the note says so meanwhile (ids: the
@@ -184,7 +183,7 @@ class Engine:
             uri = self.tracking_uri()
             tracker = self.new_tracker(uri)
             exp_id, parent = tracker.start_study(study.id, study.name, study.spec, study.mlflow_run_id)
-            return tracker, exp_id, parent, None
+            return tracker, StudyContext(exp_id, parent, spec.criterion()), None
         except Exception as exc:
             cause = (
                 f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
@@ -199,7 +198,10 @@ class Engine:
                 f"MLflow: {uri} did not answer when the study started ({cause}); it trains all the same, the "
                 "ledger keeps every result, and its MLflow runs are made once MLflow answers"
             )
-            return self.new_tracker(uri), study.mlflow_experiment_id or "", study.mlflow_run_id or "", note
+            earlier = StudyContext(
+                study.mlflow_experiment_id or "", study.mlflow_run_id or "", spec.criterion()
+            )
+            return self.new_tracker(uri), earlier, note
 
     def _run_units(
         self,
@@ -288,9 +290,8 @@ class Engine:
             return summary
         self.ledger.update_study(study.id, mlflow_experiment_id=exp_id, mlflow_run_id=parent)
         state = study.state if study.state in ("done", "failed", "cancelled") else "cancelled"
-        summary, errors = finish_in_mlflow(
-            self.ledger, study.id, tracker, exp_id, parent, spec.criterion(), state, []
-        )
+        mlflow = StudyContext(exp_id, parent, spec.criterion())
+        summary, errors = finish_in_mlflow(self.ledger, study.id, tracker, mlflow, state, [])
         if study.state != "running":
             self.ledger.update_study(study.id, error=tracking_error(study.id, errors))
         summary["mlflow_errors"] = errors

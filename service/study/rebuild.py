@@ -18,7 +18,6 @@ from service.study.recorder import run_id_setter
 from service.tracking.context import StudyContext
 from service.tracking.server import server_healthy
 from service.tracking.tracker import Tracker
-from trainers import Criterion
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +26,7 @@ def finish_in_mlflow(
     ledger: Ledger,
     study_id: str,
     tracker: Tracker,
-    exp_id: str,
-    parent: str,
-    criterion: Criterion,
+    mlflow: StudyContext,
     state: str,
     marks: list[float],
 ) -> tuple[dict[str, Any], list[str]]:
@@ -37,42 +34,40 @@ def finish_in_mlflow(
     summary, figures and final status on the parent run. (summary, MLflow errors). With MLflow
     down, nothing is written (the study ends now; the runs are rebuilt when it answers). `marks`
     gets the time after each phase (`Engine.run_study`'s RUN_PHASES)."""
+    study = ledger.study(study_id)
     if tracker.uri.startswith("http") and not server_healthy(tracker.uri):
         marks.extend([time.perf_counter()] * 3)
         down = f"MLflow at {tracker.uri} did not answer at the end of the study"
-        return summarise(ledger, ledger.study(study_id)), tracker.abandon(down)
+        return summarise(ledger, study), tracker.abandon(down)
     unreconciled = []
     try:
-        reconcile_children(ledger, study_id, tracker, exp_id, parent, criterion)
+        reconcile_children(ledger, study_id, tracker, mlflow)
     except Exception as exc:  # MLflow unreachable: recorded, repaired by a later sync
         log.warning("study %s: MLflow child runs not reconciled: %s", study_id, exc)
         unreconciled.append(f"{type(exc).__name__}: {exc}")
     marks.append(time.perf_counter())
     trials = ledger.trials(study_id)  # once: the summary and the figures read the same rows
-    summary = summarise(ledger, ledger.study(study_id), trials=trials)
+    summary = summarise(ledger, study, trials=trials)
     try:
         from service.reports.plots import study_figures
 
-        figures = study_figures(trials, summary, criterion)
+        figures = study_figures(trials, summary, mlflow.criterion)
     except Exception as exc:  # a plot never fails a finished study
         log.warning("study %s: plots failed: %s", study_id, exc)
         figures = {}
     marks.append(time.perf_counter())
-    tracker.log_summary(parent, summary, figures, "FINISHED" if state == "done" else "KILLED")
+    tracker.log_summary(mlflow.parent_run_id, summary, figures, "FINISHED" if state == "done" else "KILLED")
     errors = unreconciled + list(tracker.flush())
     marks.append(time.perf_counter())
     tracker.close()
     return summary, errors
 
 
-def reconcile_children(
-    ledger: Ledger, study_id: str, tracker: Tracker, exp_id: str, parent: str, criterion: Criterion
-) -> None:
+def reconcile_children(ledger: Ledger, study_id: str, tracker: Tracker, mlflow: StudyContext) -> None:
     """Every finished trial gets one complete child run (reused trials included); a run that an
     outage left incomplete is made again, and a child run no trial owns is deleted."""
     tracker.flush()  # child runs still queued have not recorded their run id yet
-    mlflow = StudyContext(exp_id, parent, criterion)
-    children = tracker.child_statuses(exp_id, parent)
+    children = tracker.child_statuses(mlflow.experiment_id, mlflow.parent_run_id)
     owned = set()
     for t in ledger.trials(study_id, FINISHED):
         status = children.get(t.mlflow_run_id) if t.mlflow_run_id else None

@@ -13,7 +13,7 @@ from service.reports.summary import success_table
 from service.store.ledger import Ledger
 from service.tracking.context import StudyContext
 from service.tracking.tracker import Tracker
-from trainers import Criterion, Evaluation, TrialResult
+from trainers import Evaluation, TrialResult
 
 #: seconds between two updates of a study's live counts on its parent run
 PROGRESS_INTERVAL = 10.0
@@ -24,11 +24,8 @@ class StudyRecorder:
     as a live MLflow child run (made when it starts, its curve as it evaluates, finished with it);
     the parent run's counts every PROGRESS_INTERVAL seconds; and the pace of the running trials."""
 
-    def __init__(
-        self, ledger: Ledger, tracker: Tracker, study_id: str, exp_id: str, parent: str, criterion: Criterion
-    ) -> None:
-        self.ledger, self.tracker, self.study_id = ledger, tracker, study_id
-        self.mlflow = StudyContext(exp_id, parent, criterion)
+    def __init__(self, ledger: Ledger, tracker: Tracker, study_id: str, mlflow: StudyContext) -> None:
+        self.ledger, self.tracker, self.study_id, self.mlflow = ledger, tracker, study_id, mlflow
         self._lock = threading.Lock()
         self._running: dict[str, tuple[int, int, float]] = {}  # config hash → (budget, step, seconds)
         self._expected: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
