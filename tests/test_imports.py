@@ -10,6 +10,13 @@ def test_trainers_import_no_service_stack():
     assert out.strip() == "[]"
 
 
+def test_the_gpu_check_imports_only_torch_and_the_leaves():
+    """The lent GPU machine has torch but not our venv: `python3 -m benchmarks.gpu_check` runs there."""
+    code = "import sys, benchmarks.gpu_check.cli; print(sorted(m for m in ('ray','mlflow','fastapi','optuna','sqlalchemy','pydantic','service') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_engine_and_its_executor_seam_import_no_ray():
     """Only the Ray Tune adapter (`service.study.ray_tune`) builds Ray's objects (issue 36)."""
     modules = "service.study.engine, service.study.executor, service.study.book, service.study.worker"

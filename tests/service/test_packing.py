@@ -128,7 +128,7 @@ def test_on_a_gpu_bundles_are_sized_by_its_memory_not_a_fixed_cap() -> None:
 def test_a_2112_point_preset_fills_one_gpu_in_its_four_models_bundles() -> None:
     """Orhan & Pitkow's whole copy-500 grid (4 models, 2,112 points) for a study with `gpus: 1`,
     packed against an H100's measured memory (79 GiB free): one bundle per model, 462 + 462 + 594 +
-    594, the bundles `benchmarks/gpu_check.py` timed there (docs/gpu.md). On a 16 GiB GPU shared by
+    594, the bundles `benchmarks/gpu_check/` timed there (docs/gpu.md). On a 16 GiB GPU shared by
     two units (`gpus: 0.5`) each model splits into equal parts within the unit's 4 GiB, no straggler.
     Every trial lands in exactly one unit either way."""
     rows = rows_of({"preset": "orhan2020-copy500"})

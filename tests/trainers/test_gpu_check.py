@@ -1,4 +1,4 @@
-"""The GPU check (benchmarks/gpu_check.py) and the CUDA-graph helper (trainers/fused/graphs.py), on the CPU.
+"""The GPU check (benchmarks/gpu_check/) and the CUDA-graph helper (trainers/fused/graphs.py), on the CPU.
 
 The script's CPU smoke run must pass its correctness section and produce the table a GPU session will
 read; the helper's eager step must be `train_fused`'s step bit for bit, and its graphed step's
@@ -35,7 +35,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "benchmarks" / "gpu_check.py"),
+            "-m",
+            "benchmarks.gpu_check",
             "--device",
             "cpu",
             "--quick",
@@ -236,7 +237,7 @@ def test_train_fused_with_graphs_is_train_fused_without_them(stand_in_graphs, op
     """The loop's graphed path (`cuda_graphs`, a GPU's default): warm-ups, captures, a new graph after
     each partial batch and after a member leaves (early stop at its first evaluation), Adam's factors
     in device buffers — every member's result the eager loop's, bit for bit (here with the stand-in
-    graph; on an H100, with real ones: benchmarks/gpu_check.py)."""
+    graph; on an H100, with real ones: benchmarks/gpu_check/)."""
     steps = 24
 
     def runs(graphs_on):

@@ -32,7 +32,7 @@ from `trainers.loop`):
 
 A persistent GPU kernel for a bundle's whole step (Triton, to come) will live in `persistent.py` here,
 beside its reference (`steps.forward_backward`, the eager step it must equal) and its benchmark
-(`benchmarks/gpu_check.py`).
+(`benchmarks/gpu_check/timing.py`).
 """
 
 from trainers.fused.bundle import Bundle

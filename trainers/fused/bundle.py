@@ -1,4 +1,4 @@
-"""A fused bundle's training step on its own, for the benchmarks (`benchmarks/gpu_check.py`): set up as
+"""A fused bundle's training step on its own, for the benchmarks (`benchmarks/gpu_check/`): set up as
 `trainers.fused.train_fused` sets one up, stepped eagerly (`Bundle.step`) or as a CUDA graph
 (`trainers.fused.graphs.GraphedStep(bundle)`), without the loop's evaluations and bookkeeping."""
 

@@ -20,7 +20,7 @@ A step that cannot be held stays eager in `train_fused` (`fallback=True`): one t
 the host (found at the last warm-up, before the optimiser has changed anything, and redone eagerly),
 or batches whose shape changes every step or two (`FRUITLESS_RESTARTS`).
 Whether a graphed member's numbers equal its eager run's is measured, not assumed:
-`benchmarks/gpu_check.py` compares every member, per step and over whole `train_fused` runs, on CUDA
+`benchmarks/gpu_check/graphs.py` compares every member, per step and over whole `train_fused` runs, on CUDA
 (its results: docs/gpu.md).
 """
 
