@@ -4,32 +4,33 @@ import subprocess
 import sys
 
 
-def test_trainers_import_no_service_stack():
-    code = "import sys, trainers, trainers.cli; print(sorted(m for m in ('ray','mlflow','fastapi','optuna','sqlalchemy') if m in sys.modules))"
+def loaded_by(modules: str, heavy: tuple[str, ...]) -> list[str]:
+    """Which of `heavy` a fresh interpreter has loaded after importing `modules` (comma-separated)."""
+    code = f"import sys, {modules}; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    return eval(out)  # a list of the names above, printed by the child
+
+
+def test_trainers_import_no_service_stack():
+    assert loaded_by("trainers, trainers.cli", ("ray", "mlflow", "fastapi", "optuna", "sqlalchemy")) == []
 
 
 def test_the_gpu_check_imports_only_torch_and_the_leaves():
     """The lent GPU machine has torch but not our venv: `python3 -m benchmarks.gpu_check` runs there."""
-    code = "import sys, benchmarks.gpu_check.cli; print(sorted(m for m in ('ray','mlflow','fastapi','optuna','sqlalchemy','pydantic','service') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    heavy = ("ray", "mlflow", "fastapi", "optuna", "sqlalchemy", "pydantic", "service")
+    assert loaded_by("benchmarks.gpu_check.cli", heavy) == []
 
 
 def test_the_engine_and_its_executor_seam_import_no_ray():
     """Only the Ray Tune adapter (`service.study.ray_tune`) builds Ray's objects (issue 36)."""
-    modules = "service.study.engine, service.study.executor, service.study.book, service.study.worker"
-    code = f"import sys, {modules}; print('ray' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    seam = "service.study.engine, service.study.executor, service.study.book, service.study.worker"
+    assert loaded_by(seam, ("ray",)) == []
 
 
 def test_the_cli_imports_no_http_server_until_it_serves():
     """The CLI answers without a server through the application room (`service.application`)."""
-    code = "import sys, service.cli.commands, service.cli.local; print(sorted(m for m in ('fastapi','starlette','uvicorn','service.api') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    heavy = ("fastapi", "starlette", "uvicorn", "service.api")
+    assert loaded_by("service.cli.commands, service.cli.local", heavy) == []
 
 
 # ----- service/'s rooms: every import points down (or within its room) ----------------------------------
