@@ -3,6 +3,7 @@ interpreter: its states and every gradient against `FusedElmanScan` / `ElmanScan
 against an unrolled autograd recurrence in float64, at tiny shapes."""
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -149,3 +150,18 @@ def test_importing_the_trainers_imports_no_triton():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
+
+def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
+    """`benchmarks/persistent_kernel.py --device cpu --quick`: every bundle timed, its members equal to
+    their K = 1 runs, its deviation from the scan small, and the table written (the lent GPU's command)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "persistent_kernel.py"), "--device", "cpu", "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "persistent_kernel.json").read_text())["rows"]
+    assert rows and all("error" not in r and "skipped" not in r for r in rows), rows
+    assert all(r["bit_equal"] and r["kernel_ms"] > 0 and r["scan_ms"] > 0 for r in rows)
+    devs = [r["dev_steps"] for r in rows if "dev_steps" in r]
+    assert devs and max(devs) < 1e-5
+    assert "| tiny-elu-all | 3 |" in (tmp_path / "persistent_kernel.md").read_text()
