@@ -47,6 +47,9 @@ _ACT_CODE = {name: i for i, name in enumerate(ACTIVATIONS)}  # elu 0, relu 1, ta
 #: batch rows per program; 16 is Orhan's batch (one program a member). A tl.dot's inner dimension must
 #: be at least 8 for float32 on NVIDIA GPUs, which ∂W's product (over batch rows) is
 BLOCK_B = 16
+#: warps per program: compiled for sm_90 here (Triton 3.8, no GPU), 8 spilled less than 4 at N = 128
+#: (docs/gpu.md); to be swept on a lent card
+NUM_WARPS = 8
 
 
 @triton.jit
@@ -198,6 +201,7 @@ def elman_forward(
     _elman_forward[grid](
         xp, h0.contiguous(), w, hs, T, B, N, *w.stride(),
         ACT=_ACT_CODE[nonlinearity], BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), LIBDEVICE=not INTERPRETED,
+        num_warps=NUM_WARPS,
     )  # fmt: skip
     return hs
 
@@ -214,7 +218,7 @@ def elman_backward(
     dh0 = hs.new_empty(K, B, N)
     _elman_backward[(K, slices)](
         hs, w, g, grad_a, dw, dh0, T, B, N, *w.stride(),
-        ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N),
+        ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=NUM_WARPS,
     )  # fmt: skip
     grad_w = dw[:, 0]
     for s in range(1, slices):  # slice order, elementwise: the same sums whatever K is
