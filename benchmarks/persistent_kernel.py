@@ -1,0 +1,329 @@
+"""The persistent Elman kernel (`trainers/fused/persistent.py`, issue 37) against today's scan
+(`trainers.kernels.FusedElmanScan`), both captured as CUDA graphs, at Orhan & Pitkow's three shapes.
+
+THE DEVICE CALL (one command, a few minutes on an H100 or H200, Triton's compilation included; no
+carry: the working tree is enough, and the lent image's torch 2.11 / Triton 3.6 run it):
+
+    run(command="set -o pipefail; PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/persistent_kernel.py --out $OUT 2>&1 | tee $OUT/persistent_kernel.log",
+        timeout_s=420)
+
+Then read $OUT's persistent_kernel.md (the table), persistent_kernel.json (every number) and the log.
+CPU smoke run, under Triton's interpreter (seconds; tests/trainers/test_persistent_kernel.py runs it):
+
+    python benchmarks/persistent_kernel.py --device cpu --quick --out /tmp/persistent_kernel
+
+What it measures, per shape (addition-750: T 750, N 100, d 2, relu, read at the last step; copy-500:
+T 500, N 100, d 10, elu, read at every step; psMNIST: T 784, N 25, d 1, elu, last step; B = 16) and
+bundle size K (1, 8, 64, 462, 594), on random members (W a random orthogonal matrix × 0.99, so that
+750 steps neither vanish nor explode), the recurrence's step — forward, and backward from a fixed
+random ∂L/∂h to ∂h0, ∂V, ∂W, ∂b, what the bundle's training step asks of it:
+
+- `scan graphed`: today's `fused_elman_rnn` step, one CUDA graph, median ms of --reps replays;
+- `kernel graphed`: `persistent_elman_rnn`'s step likewise (the per-member projection and ∂V, ∂b
+  included, as `FusedElmanScan` runs them);
+- `kernels alone`: its two Triton launches (forward, backward) alone, graphed;
+- `bit-equal`: members 0, K/2 and K−1 of the bundle against their K = 1 runs through the kernel —
+  states and every gradient compared with torch.equal (the kernel's promise: a member's program
+  runs the same operations whatever K is);
+- `dev 30 steps`: at K ≤ 64, 30 steps of plain SGD on both paths from the same start, the largest
+  max|Δ| / max|ref| of W, V, b and the last step's states (the current tolerance is 1e-3);
+- `peak MiB`: peak allocated memory of each graphed step's replay.
+
+TF32 is off (torch's matmul and cuDNN flags), as training runs. The script keeps itself under
+--budget-s (default 330 s on CUDA) and skips a bundle whose predicted cost (from the last one timed,
+in proportion to K) does not fit, saying so in the table. What it does not do: the whole `train_fused`
+loop (the kernel is not wired into the cells yet), registers / spills (read them from the compile
+report: see docs/gpu.md), a sweep of num_warps or batch slices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    T: int
+    N: int
+    d: int
+    nonlinearity: str
+    last: bool  # the task reads the last state only (addition, psMNIST) or every state (copy)
+
+
+SHAPES = (
+    Shape("addition-750", 750, 100, 2, "relu", True),
+    Shape("copy-500", 500, 100, 10, "elu", False),
+    Shape("psMNIST", 784, 25, 1, "elu", True),
+)
+QUICK_SHAPES = (
+    Shape("tiny-relu-last", 6, 12, 2, "relu", True),
+    Shape("tiny-elu-all", 5, 10, 3, "elu", False),
+)
+B = 16
+DEV_LR, DEV_MAX_K = 1e-3, 64
+
+Params = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # h0, V, W, b
+
+
+def members(shape: Shape, K: int, device: torch.device, seed: int = 0) -> tuple[list[torch.Tensor], Params]:
+    """xs (K of [T, B, d]) and the stacked h0 [K, B, N], V [K, N, d], W [K, N, N], b [K, N], random."""
+    g = torch.Generator().manual_seed(seed)
+    T, N, d = shape.T, shape.N, shape.d
+    q, _ = torch.linalg.qr(torch.randn(K, N, N, generator=g))
+    w = 0.99 * q  # column-major out of QR, as the orthogonal initialiser's W: read through its strides
+    v = 0.9 / d**0.5 * torch.randn(K, N, d, generator=g)
+    b = 0.1 * torch.randn(K, N, generator=g)
+    h0 = torch.zeros(K, B, N)
+    xs = [torch.randn(T, B, d, generator=g).to(device) for _ in range(K)]
+    params = tuple(p.to(device).requires_grad_() for p in (h0, v, w, b))
+    return xs, params  # type: ignore[return-value]
+
+
+def out_grads(shape: Shape, K: int, device: torch.device, seed: int = 1) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    size = (B, shape.N) if shape.last else (shape.T, B, shape.N)
+    return [torch.randn(size, generator=g).to(device) for _ in range(K)]
+
+
+def step_fn(rnn: Callable[..., Sequence[torch.Tensor]], shape: Shape, xs: list[torch.Tensor], params: Params,
+            gs: list[torch.Tensor], ws: Any) -> Callable[[], list[torch.Tensor]]:  # fmt: skip
+    """The recurrence's forward and backward: [states…, ∂h0, ∂V, ∂W, ∂b]."""
+    h0, v, w, b = params
+
+    def step() -> list[torch.Tensor]:
+        outs = rnn(xs, h0, v, w, b, shape.nonlinearity, shape.last, ws)
+        grads = torch.autograd.grad(outs, params, gs)
+        return [*outs, *grads]
+
+    return step
+
+
+def graphed(
+    fn: Callable[[], list[torch.Tensor]], device: torch.device
+) -> tuple[Callable[[], None], list[torch.Tensor]]:
+    """fn captured as a CUDA graph (after 3 eager warm-ups on a side stream) and its static outputs;
+    on the CPU, fn itself run eagerly."""
+    if device.type != "cuda":
+        box: list[torch.Tensor] = []
+
+        def run() -> None:
+            box[:] = fn()
+
+        run()
+        return run, box
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = fn()
+    return graph.replay, outs
+
+
+def timed(run: Callable[[], None], reps: int, device: torch.device) -> float:
+    """Median ms of `reps` runs (CUDA events on a GPU, synchronised)."""
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            run()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def peak_mib(run: Callable[[], None], device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats(device)
+    run()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def kernels_alone(shape: Shape, xs: list[torch.Tensor], params: Params, gs: list[torch.Tensor], pk: Any,
+                  device: torch.device) -> Callable[[], list[torch.Tensor]]:  # fmt: skip
+    """The two Triton launches alone, on buffers made once: forward into hs, backward into ∂a."""
+    h0, w = params[0].detach(), params[2].detach()
+    K, T, N = len(xs), shape.T, shape.N
+    xp = torch.randn(K, T, B, N, device=device)
+    hs = torch.empty(K, T + 1, B, N, device=device)
+    ga = torch.empty_like(xp)
+    g = torch.stack(gs).contiguous()
+
+    def run() -> list[torch.Tensor]:
+        pk.elman_forward(xp, h0, w, shape.nonlinearity, out=hs)
+        return [hs, *pk.elman_backward(hs, w, g, shape.nonlinearity, shape.last, ga)]
+
+    return run
+
+
+def bit_equal(shape: Shape, K: int, outs: list[torch.Tensor], xs: list[torch.Tensor], params: Params,
+              gs: list[torch.Tensor], pk: Any) -> bool:  # fmt: skip
+    """Members 0, K/2, K−1 of the bundle's outputs against their K = 1 runs through the kernel."""
+    states, grads = outs[:K], outs[K:]
+    for k in sorted({0, K // 2, K - 1}):
+        one = tuple(p.detach()[k : k + 1].requires_grad_() for p in params)
+        solo = step_fn(pk.persistent_elman_rnn, shape, [xs[k]], one, [gs[k]], pk.Workspace())()  # type: ignore[arg-type]
+        if not torch.equal(solo[0], states[k]):
+            return False
+        if not all(torch.equal(s, full[k : k + 1]) for s, full in zip(solo[1:], grads, strict=True)):
+            return False
+    return True
+
+
+def deviation(shape: Shape, K: int, device: torch.device, pk: Any, kernels: Any, steps: int) -> float:
+    """`steps` (30) SGD steps of the bundle on each path from the same start: the largest max|Δ| / max|ref| of
+    W, V, b and the last states, the kernel against the scan."""
+    finals = []
+    for rnn in (kernels.fused_elman_rnn, pk.persistent_elman_rnn):
+        xs, params = members(shape, K, device, seed=2)
+        h0, v, w, b = params
+        ws = kernels.Workspace()
+        for step in range(steps):
+            gs = out_grads(shape, K, device, seed=100 + step)
+            outs = rnn(xs, h0, v, w, b, shape.nonlinearity, shape.last, ws)
+            grads = torch.autograd.grad(outs, (v, w, b), gs)
+            with torch.no_grad():
+                for p, gr in zip((v, w, b), grads, strict=True):
+                    p.sub_(DEV_LR * gr / (gr.norm() + 1e-12))  # a normalised step: finite at any scale
+        finals.append([v.detach(), w.detach(), b.detach(), torch.stack([o.detach().clone() for o in outs])])
+    return max(
+        ((a - r).abs().max() / r.abs().max()).item() for a, r in zip(finals[1], finals[0], strict=True)
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (Triton's interpreter)")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes, K = 1, 3: a smoke run")
+    ap.add_argument("--out", type=Path, required=True, help="folder for persistent_kernel.json and .md")
+    ap.add_argument("--ks", help="bundle sizes, comma-separated (default 1,8,64,462,594; --quick 1,3)")
+    ap.add_argument("--reps", type=int, help="timed replays per measurement (default 10; --quick 2)")
+    ap.add_argument("--dev-steps", type=int, help="SGD steps of the deviation check (default 30; --quick 3)")
+    ap.add_argument("--budget-s", type=float, help="wall-clock budget (default 330 on CUDA, 60 on the CPU)")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":  # before Triton decorates the kernels (trainers.fused.persistent)
+        os.environ["TRITON_INTERPRET"] = "1"
+    import triton
+
+    from trainers import kernels
+    from trainers.fused import persistent as pk
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ks = [int(k) for k in (args.ks or ("1,3" if args.quick else "1,8,64,462,594")).split(",")]
+    reps = args.reps or (2 if args.quick else 10)
+    dev_steps = args.dev_steps or (3 if args.quick else 30)
+    dev_k = max((k for k in ks if k <= DEV_MAX_K), default=None)
+    budget = args.budget_s or (330.0 if device.type == "cuda" else 60.0)
+    started = time.perf_counter()
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    share = budget / len(shapes)
+    card = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    print(
+        f"device {card}; torch {torch.__version__}, triton {triton.__version__}, interpreted {pk.INTERPRETED}"
+    )
+    rows: list[dict[str, Any]] = []
+    for i, shape in enumerate(shapes):
+        deadline = started + share * (i + 1)
+        last_cost: tuple[int, float] | None = None
+        for K in ks:
+            row: dict[str, Any] = {"shape": shape.name, "K": K}
+            rows.append(row)
+            if last_cost is not None:
+                predicted = last_cost[1] * max(1.0, K / last_cost[0])
+                if time.perf_counter() + predicted > deadline:
+                    row["skipped"] = (
+                        f"predicted {predicted:.0f} s, {deadline - time.perf_counter():.0f} s left"
+                    )
+                    print(f"{shape.name} K={K}: skipped ({row['skipped']})")
+                    continue
+            t0 = time.perf_counter()
+            try:
+                xs, params = members(shape, K, device)
+                gs = out_grads(shape, K, device)
+                for name, rnn in (("scan", kernels.fused_elman_rnn), ("kernel", pk.persistent_elman_rnn)):
+                    run, outs = graphed(step_fn(rnn, shape, xs, params, gs, kernels.Workspace()), device)
+                    row[f"{name}_ms"] = timed(run, reps, device)
+                    row[f"{name}_peak_mib"] = peak_mib(run, device)
+                    if name == "kernel":
+                        row["bit_equal"] = bit_equal(shape, K, outs, xs, params, gs, pk)
+                    del run, outs
+                run, _ = graphed(kernels_alone(shape, xs, params, gs, pk, device), device)
+                row["kernels_ms"] = timed(run, reps, device)
+                del run
+                if dev_k == K:  # the largest K ≤ DEV_MAX_K
+                    row["dev_steps"] = deviation(shape, K, device, pk, kernels, dev_steps)
+            except Exception as e:  # one bundle's failure (out of memory, a compile error) is a row
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            row["wall_s"] = round(time.perf_counter() - t0, 2)
+            last_cost = (K, row["wall_s"])
+            print(json.dumps(row), flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    meta = {
+        "date": dt.date.today().isoformat(), "device": card, "torch": torch.__version__,
+        "triton": triton.__version__, "python": sys.version.split()[0], "interpreted": pk.INTERPRETED,
+        "B": B, "reps": reps, "dev_steps": dev_steps, "budget_s": budget, "wall_s": round(time.perf_counter() - started, 1),
+    }  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "persistent_kernel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    table = markdown(meta, rows)
+    (args.out / "persistent_kernel.md").write_text(table)
+    print(table)
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, fmt: str = "{:.2f}") -> str:
+        return "" if v is None else fmt.format(v)
+
+    lines = [
+        f"# Persistent Elman kernel against the graphed scan ({meta['device']}, {meta['date']})",
+        "",
+        f"torch {meta['torch']}, Triton {meta['triton']}, B = {meta['B']}, median of {meta['reps']} replays; "
+        f"{meta['wall_s']} s in all.",
+        "",
+        "| shape | K | scan graphed ms | kernel graphed ms | speed-up | kernels alone ms | kernel µs / member-step "
+        f"| bit-equal to K=1 | dev {meta['dev_steps']} steps | scan peak MiB | kernel peak MiB | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        s, k = r.get("scan_ms"), r.get("kernel_ms")
+        lines.append(
+            f"| {r['shape']} | {r['K']} | {f(s)} | {f(k)} | {f(s / k if s and k else None, '{:.1f}×')} "
+            f"| {f(r.get('kernels_ms'))} | {f(1e3 * k / r['K'] if k else None, '{:.1f}')} "
+            f"| {'' if 'bit_equal' not in r else ('yes' if r['bit_equal'] else '**NO**')} "
+            f"| {f(r.get('dev_steps'), '{:.1e}')} | {f(r.get('scan_peak_mib'), '{:.0f}')} "
+            f"| {f(r.get('kernel_peak_mib'), '{:.0f}')} | {r.get('skipped') or r.get('error') or ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The persistent Elman kernel (`trainers.fused.persistent`, issue 37) on the CPU, under Triton's
+interpreter: its states and every gradient against `FusedElmanScan` / `ElmanScan` in float32 and
+against an unrolled autograd recurrence in float64, at tiny shapes."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# Triton chooses between compiling and interpreting when @triton.jit runs, i.e. when the module is
+# first imported: set the interpreter first, and import the module again if something imported it
+# earlier without (its INTERPRETED says which it got)
+os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton")
+persistent = importlib.import_module("trainers.fused.persistent")
+if not persistent.INTERPRETED:
+    persistent = importlib.reload(persistent)
+
+from trainers.kernels import ElmanScan, Workspace, fused_elman_rnn  # noqa: E402
+
+pytestmark = pytest.mark.numerics
+ROOT = Path(__file__).resolve().parents[2]
+ACT = {"elu": torch.nn.functional.elu, "relu": torch.relu, "tanh": torch.tanh}
+
+
+def bundle(seed: int, K: int, T: int, B: int, N: int, d: int, dtype: torch.dtype, transposed: bool = False):
+    """Member inputs xs, and h0, V, W, b stacked [K, …], all needing gradients (fresh random draws)."""
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(T, B, d, generator=g, dtype=dtype).requires_grad_() for _ in range(K)]
+    h0 = torch.randn(K, B, N, generator=g, dtype=dtype).requires_grad_()
+    w_in = torch.randn(K, N, d, generator=g, dtype=dtype).requires_grad_()
+    w = 0.9 / N**0.5 * torch.randn(K, N, N, generator=g, dtype=dtype)
+    if transposed:  # column-major, as the orthogonal initialiser's W comes out of QR
+        w = w.transpose(1, 2).contiguous().transpose(1, 2)
+    b = torch.randn(K, N, generator=g, dtype=dtype).requires_grad_()
+    return xs, h0, w_in, w.requires_grad_(), b
+
+
+def grads(outs, xs, h0, w_in, w, b, seed: int):
+    """∂ of Σ ⟨g_k, out_k⟩ for fixed random g_k, in the order (h0, V, W, b, x_0 … x_{K−1}); None for
+    an input the outputs do not reach."""
+    g = torch.Generator().manual_seed(seed)
+    gs = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in outs]
+    return torch.autograd.grad(outs, (h0, w_in, w, b, *xs), gs, allow_unused=True)
+
+
+def poisoned() -> Workspace:
+    """A workspace whose buffers start as NaN: an element the kernel leaves unwritten shows."""
+    ws = Workspace()
+    for name in ("xp", "hs", "grad_hs"):
+        ws.buffers[name] = torch.full((1 << 16,), float("nan"), dtype=torch.float32)
+    return ws
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
+@pytest.mark.parametrize("N", [4, 10, 16])
+def test_float32_states_and_gradients_match_the_scans(N, nonlinearity, last):
+    """Against `FusedElmanScan` (states, ∂h0, ∂V, ∂W, ∂b) and each member's `ElmanScan` (∂x), float32.
+    N = 10 is no power of two: the kernel pads to 16 and masks."""
+    K, T, B, d = 3, 5, 2, 3
+    args = bundle(N, K, T, B, N, d, torch.float32)
+    xs, h0, w_in, w, b = args
+    ours = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, nonlinearity, last, poisoned())
+    ref = fused_elman_rnn(xs, h0, w_in, w, b, nonlinearity, last, Workspace())
+    for o, r in zip(ours, ref, strict=True):
+        assert torch.isfinite(o).all()
+        assert rel(o, r) < 1e-6
+    g_ours = grads(ours, *args, seed=1)
+    g_ref = grads(ref, *args, seed=1)[:4]  # FusedElmanScan gives its inputs x no gradient
+    solo = [ElmanScan.apply(x, w_in[k], b[k], h0[k], w[k], nonlinearity) for k, x in enumerate(xs)]
+    g_solo = grads([s[-1] if last else s for s in solo], *args, seed=1)[4:]
+    for name, o, r in zip(
+        ["h0", "V", "W", "b"] + [f"x{k}" for k in range(K)], g_ours, [*g_ref, *g_solo], strict=True
+    ):
+        assert torch.isfinite(o).all(), name
+        assert rel(o, r) < 1e-5, (name, rel(o, r))
+
+
+@pytest.mark.parametrize(
+    ("nonlinearity", "last", "B", "N", "transposed"),
+    [("elu", False, 2, 16, False), ("tanh", True, 3, 10, True), ("relu", False, 20, 12, False)],
+)
+def test_float64_matches_an_unrolled_recurrence(nonlinearity, last, B, N, transposed):
+    """Against plain autograd through h_t = f(x_t Vᵀ + b + h_{t−1} Wᵀ), float64: a reference that shares
+    no code with either scan. B = 20 is two batch slices of 16 (∂W summed over slices); a transposed W
+    is read through its strides."""
+    K, T, d = 3, 5, 2
+    args = bundle(7, K, T, B, N, d, torch.float64, transposed)
+    xs, h0, w_in, w, b = args
+    ours = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, nonlinearity, last)
+    ref = []
+    for k, x in enumerate(xs):
+        h, states = h0[k], []
+        for t in range(T):
+            h = ACT[nonlinearity](x[t] @ w_in[k].T + b[k] + h @ w[k].T)
+            states.append(h)
+        ref.append(h if last else torch.stack(states))
+    for o, r in zip(ours, ref, strict=True):
+        assert rel(o, r) < 1e-13
+    for o, r in zip(grads(ours, *args, seed=2), grads(ref, *args, seed=2), strict=True):
+        assert rel(o, r) < 1e-12
+
+
+def test_a_member_equals_its_run_alone_bit_for_bit():
+    """A member's program runs the same operations whatever K is: its states and gradients through a
+    bundle of 3 are those of a bundle of 1 (here in the interpreter's numpy; on a GPU, the benchmark)."""
+    xs, h0, w_in, w, b = bundle(3, 3, 6, 16, 12, 2, torch.float32)
+    outs = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, "elu")
+    g = grads(outs, xs, h0, w_in, w, b, seed=4)
+    for k in range(3):
+        one = [t[k : k + 1].detach().requires_grad_() for t in (h0, w_in, w, b)]
+        alone = persistent.persistent_elman_rnn([xs[k]], one[0], one[1], one[2], one[3], "elu")
+        assert torch.equal(alone[0], outs[k])
+        g_out = torch.Generator().manual_seed(4)
+        g_k = [torch.randn(o.shape, generator=g_out, dtype=o.dtype) for o in outs][k]  # `grads`' k-th
+        g_alone = torch.autograd.grad(alone, (*one, xs[k]), [g_k])
+        for full, part in zip(g[:4], g_alone, strict=False):
+            assert torch.equal(full[k : k + 1], part)
+        assert torch.equal(g[4 + k], g_alone[4])
+
+
+def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
+    monkeypatch.setattr(persistent, "INTERPRETED", False)
+    xs, h0, w_in, w, b = bundle(5, 1, 2, 2, 4, 1, torch.float32)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        persistent.persistent_elman_rnn(xs, h0, w_in, w, b, "relu")
+
+
+def test_an_unknown_nonlinearity_names_the_valid_ones():
+    xs, h0, w_in, w, b = bundle(5, 1, 2, 2, 4, 1, torch.float32)
+    with pytest.raises(ValueError, match="elu, relu, tanh"):
+        persistent.persistent_elman_rnn(xs, h0, w_in, w, b, "sigmoid")
+
+
+def test_importing_the_trainers_imports_no_triton():
+    """Nothing changes for CPU users: Triton is imported only with the persistent kernel."""
+    code = (
+        "import sys, trainers, trainers.fused, trainers.cli, trainers.kernels; print('triton' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
+    """`benchmarks/persistent_kernel.py --device cpu --quick`: every bundle timed, its members equal to
+    their K = 1 runs, its deviation from the scan small, and the table written (the lent GPU's command)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "persistent_kernel.py"), "--device", "cpu", "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "persistent_kernel.json").read_text())["rows"]
+    assert rows and all("error" not in r and "skipped" not in r for r in rows), rows
+    assert all(r["bit_equal"] and r["kernel_ms"] > 0 and r["scan_ms"] > 0 for r in rows)
+    devs = [r["dev_steps"] for r in rows if "dev_steps" in r]
+    assert devs and max(devs) < 1e-5
+    assert "| tiny-elu-all | 3 |" in (tmp_path / "persistent_kernel.md").read_text()

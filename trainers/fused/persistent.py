@@ -1,0 +1,297 @@
+"""A persistent Elman kernel (issue 37): one Triton program per bundle member (and batch slice) keeps
+its W on chip for all T steps, forward and backward, instead of one batched GEMM launch per time step.
+
+    forward   a_t = xp_t + h_{t−1} Wᵀ,  h_t = f(a_t)                      t = 1 … T, every h_t stored
+    backward  ∂a_t = (g_t + ∂a_{t+1} W) ⊙ f'(a_t),  ∂W = Σ_t ∂a_tᵀ h_{t−1}   t = T … 1, in one program
+
+f is elu (TensorFlow's: a if a ≥ 0 else exp(a) − 1, as `trainers.kernels._elu_`), relu or tanh, and
+f' is written through h_t as `trainers.kernels._act_grad` writes it. Every product is
+`tl.dot(..., input_precision="ieee")`: IEEE float32 (or float64), never TF32 (docs/gpu.md, fidelity).
+The input projection xp = x Vᵀ + b and ∂V, ∂b, ∂x stay outside the kernel, per member, with the very
+code `FusedElmanScan` runs (`project_members`, `_input_grads`): d is 1–10 at Orhan's shapes, so they
+are a small part of the step.
+
+A member's program runs the same operations in the same order whatever K is (the grid is K × batch
+slices; no launch parameter depends on K), so on a GPU a bundle member should equal its K = 1 run bit
+for bit — the property `benchmarks/persistent_kernel.py` measures on a lent card. ∂W is summed on chip in
+a fixed order (time steps descending) and written once per member and batch slice; slices are added
+on the host in slice order.
+
+Its reference is `trainers.kernels.FusedElmanScan` (tests/trainers/test_persistent_kernel.py, on the
+CPU under Triton's interpreter); its benchmark `benchmarks/persistent_kernel.py`. It is used only when
+asked for (`persistent_elman_rnn`); importing `trainers` does not import this module or Triton.
+
+Triton decides at decoration time whether a kernel is compiled or interpreted: on the CPU set
+`TRITON_INTERPRET=1` before this module is first imported. The kernels call only `triton.language`
+builtins (no `tl.zeros`, itself a @triton.jit function), so they interpret even where Triton was
+imported before the variable was set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import libdevice
+
+from trainers.kernels import ACTIVATIONS, Workspace, _input_grads, project_members
+
+#: whether this module's kernels run under Triton's interpreter (numpy on the CPU), fixed at import
+INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
+
+_ACT_CODE = {name: i for i, name in enumerate(ACTIVATIONS)}  # elu 0, relu 1, tanh 2: a constexpr each
+
+#: batch rows per program; 16 is Orhan's batch (one program a member). A tl.dot's inner dimension must
+#: be at least 8 for float32 on NVIDIA GPUs, which ∂W's product (over batch rows) is
+BLOCK_B = 16
+#: warps per program: compiled for sm_90 here (Triton 3.8, no GPU), 8 spilled less than 4 at N = 128
+#: (docs/gpu.md); to be swept on a lent card
+NUM_WARPS = 8
+
+
+@triton.jit
+def _exp(a, LIBDEVICE: tl.constexpr):
+    # libdevice's expf on a GPU (what torch's CUDA exp calls; tl.exp is ex2.approx there); the
+    # interpreter has no libdevice and runs numpy's exp
+    if LIBDEVICE:
+        return libdevice.exp(a)
+    else:
+        return tl.exp(a)
+
+
+@triton.jit
+def _act(a, ACT: tl.constexpr, LIBDEVICE: tl.constexpr):
+    """h = f(a) for a [BLOCK_B, BLOCK_N] tile."""
+    if ACT == 0:  # elu as TensorFlow: max(a, 0) + (exp(min(a, 0)) − 1), kernels._elu_'s order
+        return tl.maximum(a, 0.0) + (_exp(tl.minimum(a, 0.0), LIBDEVICE) - 1.0)
+    elif ACT == 1:
+        return tl.maximum(a, 0.0)
+    else:
+        if LIBDEVICE:
+            return libdevice.tanh(a)
+        else:  # interpreter: tanh through exp (a few ulp from torch's tanh; the tests allow for it)
+            e = tl.exp(-2.0 * tl.abs(a))
+            r = (1.0 - e) / (1.0 + e)
+            return tl.where(a < 0, -r, r)
+
+
+@triton.jit
+def _act_grad(h, ACT: tl.constexpr):
+    """f'(a) through h = f(a), as kernels._act_grad: elu' = min(h + 1, 1); relu' = [h > 0]; tanh' = 1 − h²."""
+    if ACT == 0:
+        return tl.minimum(h + 1.0, 1.0)
+    elif ACT == 1:
+        return tl.where(h > 0, 1.0, 0.0).to(h.dtype)
+    else:
+        return 1.0 - h * h
+
+
+@triton.jit
+def _elman_forward(
+    xp_ptr,  # [K, T, B, N] contiguous: x_t Vᵀ + b
+    h0_ptr,  # [K, B, N] contiguous
+    w_ptr,  # [K, N, N], any strides (a transposed W stays transposed)
+    hs_ptr,  # [K, T + 1, B, N] contiguous, out: h_0 … h_T
+    T,
+    B,
+    N,
+    s_wk,
+    s_wr,
+    s_wc,
+    ACT: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LIBDEVICE: tl.constexpr,
+):
+    k = tl.program_id(0).to(tl.int64)  # the member
+    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)  # this program's batch slice
+    cols = tl.arange(0, BLOCK_N)  # hidden units, padded to a power of two: masked, kept at 0
+    m = (rows < B)[:, None] & (cols < N)[None, :]
+    mw = (cols < N)[:, None] & (cols < N)[None, :]
+    # Wᵀ [BLOCK_N, BLOCK_N], Wᵀ[j, i] = W[i, j]: loaded once, on chip for all T steps
+    wt = tl.load(w_ptr + k * s_wk + cols[None, :] * s_wr + cols[:, None] * s_wc, mask=mw, other=0.0)
+    slab = B * N  # one [B, N] state
+    off = rows[:, None] * N + cols[None, :]
+    h = tl.load(h0_ptr + k * slab + off, mask=m, other=0.0)  # [BLOCK_B, BLOCK_N]
+    hs = hs_ptr + k * (T + 1) * slab
+    xp = xp_ptr + k * T * slab
+    tl.store(hs + off, h, mask=m)
+    for t in range(T):
+        # a_t = h_{t−1} Wᵀ + xp_t, the product first and then the sum, as addmm rounds
+        a = tl.dot(h, wt, input_precision="ieee") + tl.load(xp + t * slab + off, mask=m, other=0.0)
+        h = _act(a, ACT, LIBDEVICE)  # padded columns: f(0) = 0 for elu, relu and tanh
+        tl.store(hs + (t + 1) * slab + off, h, mask=m)
+
+
+@triton.jit
+def _elman_backward(
+    hs_ptr,  # [K, T + 1, B, N]: the forward's states
+    w_ptr,  # [K, N, N], any strides
+    g_ptr,  # [K, T, B, N] ∂L/∂h_t, or with LAST [K, B, N] ∂L/∂h_T alone
+    ga_ptr,  # [K, T, B, N] out: ∂L/∂a_t (= ∂L/∂xp_t)
+    dw_ptr,  # [K, S, N, N] out: ∂W from batch slice s (S slices)
+    dh0_ptr,  # [K, B, N] out: ∂L/∂h_0
+    T,
+    B,
+    N,
+    s_wk,
+    s_wr,
+    s_wc,
+    ACT: tl.constexpr,
+    LAST: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    k = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    rows = s * BLOCK_B + tl.arange(0, BLOCK_B)
+    cols = tl.arange(0, BLOCK_N)
+    m = (rows < B)[:, None] & (cols < N)[None, :]
+    mw = (cols < N)[:, None] & (cols < N)[None, :]
+    # W [BLOCK_N, BLOCK_N] (not transposed: ∂h_{t−1} = ∂a_t W), on chip for all T steps
+    w = tl.load(w_ptr + k * s_wk + cols[:, None] * s_wr + cols[None, :] * s_wc, mask=mw, other=0.0)
+    slab = B * N
+    off = rows[:, None] * N + cols[None, :]
+    hs = hs_ptr + k * (T + 1) * slab
+    ga_out = ga_ptr + k * T * slab
+    if LAST:  # ∂L/∂h_T arrives alone; earlier states only through their successors
+        carry = tl.load(g_ptr + k * slab + off, mask=m, other=0.0)
+    else:
+        carry = tl.full([BLOCK_B, BLOCK_N], 0.0, dtype=hs_ptr.dtype.element_ty)
+    g = g_ptr + k * T * slab
+    dw = tl.full([BLOCK_N, BLOCK_N], 0.0, dtype=hs_ptr.dtype.element_ty)  # ∂W, summed on chip
+    h = tl.load(hs + T * slab + off, mask=m, other=0.0)  # h_t, carried down from t = T
+    for i in range(T):
+        t = T - 1 - i  # ∂a for h_{t+1} = f(a_{t+1}); arrays are 0-based over t = 0 … T−1
+        # g_t + ∂a_{t+1} W (with LAST, g_t = 0 but at t = T, already in carry)
+        dh = carry if LAST else carry + tl.load(g + t * slab + off, mask=m, other=0.0)
+        ga = dh * _act_grad(h, ACT)
+        tl.store(ga_out + t * slab + off, ga, mask=m)
+        h = tl.load(hs + t * slab + off, mask=m, other=0.0)  # h_{t−1} (in the equations' 1-based t)
+        dw += tl.dot(tl.trans(ga), h, input_precision="ieee")  # ∂a_tᵀ h_{t−1}: [N, BB] · [BB, N]
+        carry = tl.dot(ga, w, input_precision="ieee")  # ∂a_t W, the next step's ∂h from its successor
+    tl.store(dh0_ptr + k * slab + off, carry, mask=m)
+    dw_out = dw_ptr + (k * tl.num_programs(1) + s) * N * N
+    tl.store(dw_out + cols[:, None] * N + cols[None, :], dw, mask=mw)
+
+
+def _block_n(n: int) -> int:
+    return max(16, int(triton.next_power_of_2(n)))
+
+
+def _check_device(t: torch.Tensor) -> None:
+    if t.device.type == "cpu" and not INTERPRETED:
+        raise RuntimeError(
+            "the persistent kernel runs CPU tensors only under Triton's interpreter: set TRITON_INTERPRET=1 "
+            "before trainers.fused.persistent is first imported, or use trainers.kernels.fused_elman_rnn"
+        )
+
+
+def elman_forward(
+    xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """hs [K, T + 1, B, N] (h_0 … h_T) from xp [K, T, B, N] (contiguous), h0 [K, B, N] and W [K, N, N]."""
+    _check_device(xp)
+    K, T, B, N = xp.shape
+    hs = out if out is not None else xp.new_empty(K, T + 1, B, N)
+    grid = (K, triton.cdiv(B, BLOCK_B))
+    _elman_forward[grid](
+        xp, h0.contiguous(), w, hs, T, B, N, *w.stride(),
+        ACT=_ACT_CODE[nonlinearity], BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), LIBDEVICE=not INTERPRETED,
+        num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return hs
+
+
+def elman_backward(
+    hs: torch.Tensor, w: torch.Tensor, g: torch.Tensor, nonlinearity: str, last: bool, grad_a: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(∂W [K, N, N], ∂h0 [K, B, N]), with ∂a written into grad_a [K, T, B, N], from the forward's hs
+    and g: ∂L/∂h_t [K, T, B, N], or with `last` ∂L/∂h_T [K, B, N] (both contiguous)."""
+    _check_device(hs)
+    K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+    slices = triton.cdiv(B, BLOCK_B)
+    dw = hs.new_empty(K, slices, N, N)
+    dh0 = hs.new_empty(K, B, N)
+    _elman_backward[(K, slices)](
+        hs, w, g, grad_a, dw, dh0, T, B, N, *w.stride(),
+        ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=NUM_WARPS,
+    )  # fmt: skip
+    grad_w = dw[:, 0]
+    for s in range(1, slices):  # slice order, elementwise: the same sums whatever K is
+        grad_w = grad_w + dw[:, s]
+    return grad_w, dh0
+
+
+class PersistentElmanScan(torch.autograd.Function):
+    """`FusedElmanScan` through the persistent kernel: the same inputs and outputs (and ∂x for member
+    inputs that need it, as `ElmanScan` gives; `FusedElmanScan` gives none)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        h0: torch.Tensor,
+        w_in: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        nonlinearity: str,
+        last: bool,
+        workspace: Workspace | None,
+        *xs: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        ws = workspace if workspace is not None else Workspace()
+        (T, B, _d), K, N = xs[0].shape, len(xs), w.shape[1]
+        xp = project_members(xs, w_in, bias, ws)  # member k's x_t Vᵀ + b, FusedElmanScan's own code
+        hs = elman_forward(xp, h0, w, nonlinearity, out=ws.get("hs", (K, T + 1, B, N), h0))
+        ctx.nonlinearity, ctx.last, ctx.workspace, ctx.has_bias = nonlinearity, last, ws, bias is not None
+        ctx.save_for_backward(hs, w, w_in, *xs)
+        return tuple(hs[:, T].unbind(0) if last else hs[:, 1:].unbind(0))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        hs, w, w_in, *xs = ctx.saved_tensors
+        K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+        ws: Workspace = ctx.workspace
+        outs = hs[:, T].unbind(0) if ctx.last else hs[:, 1:].unbind(0)
+        grads_k = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outs, strict=True)]
+        shape = (K, B, N) if ctx.last else (K, T, B, N)
+        g = torch.stack(grads_k, out=ws.get("grad_hs", shape, hs))
+        grad_a = ws.get("xp", (K, T, B, N), hs)  # the forward's xp buffer, dead once the loop has run
+        grad_w, grad_h0 = elman_backward(hs, w, g, ctx.nonlinearity, ctx.last, grad_a)
+        # ∂V_k, ∂b_k (and ∂x_k where asked) per member, by ElmanScan's own code
+        per_member = [_input_grads(x, grad_a[k], True, ctx.has_bias) for k, x in enumerate(xs)]
+        grad_in = torch.stack([gi for gi, _ in per_member if gi is not None])
+        grad_b = torch.stack([gb for _, gb in per_member if gb is not None]) if ctx.has_bias else None
+        need_x = ctx.needs_input_grad[7:]
+        grad_xs = [grad_a[k] @ w_in[k] if need else None for k, need in enumerate(need_x)]
+        return (
+            grad_h0 if ctx.needs_input_grad[0] else None,
+            grad_in,
+            grad_w,
+            grad_b,
+            None,
+            None,
+            None,
+            *grad_xs,
+        )
+
+
+def persistent_elman_rnn(
+    xs: Sequence[torch.Tensor],
+    h0: torch.Tensor,
+    w_in: torch.Tensor,
+    w_rec: torch.Tensor,
+    bias: torch.Tensor | None,
+    nonlinearity: str,
+    last: bool = False,
+    workspace: Workspace | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """`trainers.kernels.fused_elman_rnn` through the persistent kernel: K networks
+    h_t = f(W_k h_{t−1} + V_k x_t + b_k) on xs[k] [T, B, d], member k's states [T, B, N] (or [B, N]
+    with `last`). A solo run is a bundle of one. Outputs live in `workspace` until its next use."""
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
+    return PersistentElmanScan.apply(h0, w_in, w_rec, bias, nonlinearity, last, workspace, *xs)  # type: ignore[no-any-return]
