@@ -42,10 +42,10 @@ case ${1:-} in
 2)
     export PYTHONPATH=.
     if [ -f benchmarks/persistent_kernel.py ]; then
-        step persistent_kernel 300 python3 benchmarks/persistent_kernel.py --out "$out"
+        step persistent_kernel 330 python3 benchmarks/persistent_kernel.py --budget-s 280 --out "$out"
     fi
     # the GPU check as a package (issue 36) on CUDA once: its graphs and the loop's timing at copy-500
-    step gpu_check 200 python3 -m benchmarks.gpu_check --graphs-only --ks 64 --budget-s 150 --out "$out"
+    step gpu_check 200 python3 -m benchmarks.gpu_check --graphs-only --ks 64 --budget-s 140 --out "$out"
     ;;
 *)
     echo "usage: bash tools/device_session.sh 1|2   (see the top of this file)" >&2
