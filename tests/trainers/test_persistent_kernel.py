@@ -2,7 +2,6 @@
 interpreter: its states and every gradient against `FusedElmanScan` / `ElmanScan` in float32 and
 against an unrolled autograd recurrence in float64, at tiny shapes."""
 
-import importlib
 import json
 import os
 import subprocess
@@ -12,14 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-# Triton chooses between compiling and interpreting when @triton.jit runs, i.e. when the module is
-# first imported: set the interpreter first, and import the module again if something imported it
-# earlier without (its INTERPRETED says which it got)
-os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton")
-persistent = importlib.import_module("trainers.fused.persistent")
-if not persistent.INTERPRETED:
-    persistent = importlib.reload(persistent)
+from tests.trainers.interpreted import persistent_kernel
+
+persistent = persistent_kernel()  # before anything imports the kernel without the interpreter
 
 from trainers.kernels import ElmanScan, Workspace, fused_elman_rnn  # noqa: E402
 
