@@ -29,10 +29,21 @@ random ∂L/∂h to ∂h0, ∂V, ∂W, ∂b, what the bundle's training step ask
   max|Δ| / max|ref| of W, V, b and the last step's states (the current tolerance is 1e-3);
 - `peak MiB`: peak allocated memory of each graphed step's replay.
 
+Then the bundle's whole training step, as `train_fused` steps it (`trainers.fused.Bundle`: each member's
+forward, readout and loss, the backward, clip and RMSprop, after_step), one CUDA graph per bundle, with
+backend=scan (today's graphed step) and backend=persistent, at the three shapes (rnn, chain W, one seed,
+members differing in learning rate; psMNIST on synthetic images: a step's cost does not depend on the
+pixels) and K = 1, 64, 594 (--step-ks): median ms of --reps steps after the warm-ups and the capture,
+peak memory, the largest relative difference of the two backends' losses over those steps, and member
+0's losses against its K = 1 run (persistent, torch.equal). A step the graph cannot hold is a row
+saying why (`GraphUnsupported`).
+
 TF32 is off (torch's matmul and cuDNN flags), as training runs. The script keeps itself under
 --budget-s (default 330 s on CUDA) and skips a bundle whose predicted cost (from the last one timed,
-in proportion to K) does not fit, saying so in the table. What it does not do: the whole `train_fused`
-loop (the kernel is not wired into the cells yet), registers / spills (read them from the compile
+in proportion to K) does not fit, saying so in the table. The whole-step section has
+STEP_SHARE (45 %) of the budget. What it does not do: the whole `train_fused` loop with its evaluations
+and bookkeeping (its step is timed; the loop's overhead around it is the same for both backends:
+`benchmarks/gpu_check` measures it), registers / spills (read them from the compile
 report: see docs/gpu.md), a sweep of num_warps or batch slices.
 """
 
@@ -217,6 +228,112 @@ def deviation(shape: Shape, K: int, device: torch.device, pk: Any, kernels: Any,
     )
 
 
+#: the bundle's whole training step at each Orhan shape (`trainers.fused.Bundle`, what `train_fused` steps):
+#: rnn with the task's nonlinearity, N = 100 (psMNIST 25), chain W; members differ in learning rate
+STEP_TASKS = {
+    "addition-750": {"task": "addition", "task_params": {"seq_len": 750}},
+    "copy-500": {"task": "copy", "task_params": {"seq_len": 500}},
+    "psMNIST": {"task": "psmnist", "hidden": 25, "task_params": {}},
+}
+QUICK_STEP_TASKS = {
+    "tiny-addition": {"task": "addition", "hidden": 12, "task_params": {"seq_len": 8}},
+    "tiny-copy": {"task": "copy", "hidden": 10, "task_params": {"seq_len": 21}},
+}
+#: the step section's part of the budget (the recurrence's section has the rest)
+STEP_SHARE = 0.45
+
+
+def step_configs(task: dict[str, Any], K: int, backend: str, device: torch.device, mnist: Path | None
+                 ) -> list[dict[str, Any]]:  # fmt: skip
+    """K members of one shape and seed (one batch stream), lr 1e-4 · 0.99^k: member 0 is the same in every K."""
+    params = {**task["task_params"], "n_train": 256, "n_val": 16}
+    if task["task"] == "psmnist":
+        params["root"] = str(mnist)
+    base = {**task, "cell": "rnn", "seed": 1, "device": str(device), "steps": 10**6, "eval_every": 10**6,
+            "early_stop_loss": None, "task_params": params, "cell_params": {"init": "chain", "backend": backend}}  # fmt: skip
+    return [{**base, "lr": 1e-4 * 0.99**k} for k in range(K)]
+
+
+def bundle_steps(
+    configs: list[dict[str, Any]], reps: int, device: torch.device
+) -> tuple[float, torch.Tensor, bool]:
+    """A bundle's training step (forward, losses, backward, clip and RMSprop, after_step) as `train_fused`
+    runs it — one CUDA graph where the device can capture, else eager: (median ms of `reps` steps after
+    the warm-ups and the capture, every step's losses [steps, K], graphed)."""
+    from benchmarks.gpu_check.device import run_steps
+    from trainers.fused import Bundle, GraphedStep, graphs_available
+    from trainers.fused.graphs import GRAPH_WARMUP
+
+    bundle = Bundle.of(configs)
+    graphed = graphs_available(device) is None
+    runner = GraphedStep(bundle, warmup=GRAPH_WARMUP).step if graphed else bundle.step
+    warm = GRAPH_WARMUP + 1 if graphed else 1
+    times, losses = run_steps(runner, warm + reps, device)
+    return 1e3 * statistics.median(times[warm:]), losses, graphed
+
+
+def time_steps(shapes: dict[str, dict[str, Any]], ks: list[int], reps: int, device: torch.device,
+               mnist: Path | None, started: float, budget: float) -> list[dict[str, Any]]:  # fmt: skip
+    """Per shape and K: the bundle's whole step with backend=scan (today's, graphed) and =persistent; the
+    largest relative difference of their losses over the steps; member 0's losses against its K = 1 run
+    (persistent, torch.equal: a member's numbers should not depend on its bundle)."""
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    share = (started + budget - start) / len(shapes)
+    for i, (name, task) in enumerate(shapes.items()):
+        deadline = start + share * (i + 1)
+        last_cost: tuple[int, float] | None = None
+        alone: torch.Tensor | None = None  # member 0's losses at K = 1, persistent
+        for K in ks:
+            row: dict[str, Any] = {"shape": name, "K": K}
+            rows.append(row)
+            skip = over_budget(last_cost, K, deadline)
+            if skip:
+                row["skipped"] = skip
+                print(f"{name} K={K} step: skipped ({skip})")
+                continue
+            t0 = time.perf_counter()
+            try:
+                losses = {}
+                for backend in ("scan", "persistent"):
+                    if device.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(device)
+                    ms, losses[backend], row["graphed"] = bundle_steps(
+                        step_configs(task, K, backend, device, mnist), reps, device
+                    )
+                    row[f"{backend}_step_ms"] = ms
+                    if device.type == "cuda":
+                        row[f"{backend}_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+                    free(device)
+                p, s = losses["persistent"], losses["scan"]
+                row["loss_dev"] = ((p - s).abs() / s.abs()).max().item()
+                if alone is None and K == 1:
+                    alone = p[:, 0].clone()
+                if alone is not None and K > 1:
+                    row["member0_equal_k1"] = torch.equal(p[:, 0], alone)
+            except Exception as e:  # e.g. a step the graph cannot hold, out of memory: a row
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                free(device)
+            row["wall_s"] = round(time.perf_counter() - t0, 2)
+            last_cost = (K, row["wall_s"])
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def over_budget(last_cost: tuple[int, float] | None, K: int, deadline: float) -> str | None:
+    """Why a bundle of K is skipped (its cost predicted from the last one timed, in proportion to K), or None."""
+    if last_cost is None:
+        return None
+    predicted = last_cost[1] * max(1.0, K / last_cost[0])
+    left = deadline - time.perf_counter()
+    return f"predicted {predicted:.0f} s, {left:.0f} s left" if predicted > left else None
+
+
+def free(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (Triton's interpreter)")
@@ -225,15 +342,21 @@ def main() -> None:
     ap.add_argument("--ks", help="bundle sizes, comma-separated (default 1,8,64,462,594; --quick 1,3)")
     ap.add_argument("--reps", type=int, help="timed replays per measurement (default 10; --quick 2)")
     ap.add_argument("--dev-steps", type=int, help="SGD steps of the deviation check (default 30; --quick 3)")
-    ap.add_argument("--budget-s", type=float, help="wall-clock budget (default 330 on CUDA, 60 on the CPU)")
+    ap.add_argument(
+        "--step-ks", help="bundle sizes of the whole-step section (default 1,64,594; --quick 1,3)"
+    )
+    ap.add_argument("--budget-s", type=float, help="wall-clock budget (default 330 on CUDA, 120 on the CPU)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":  # before Triton decorates the kernels (trainers.fused.persistent)
         os.environ["TRITON_INTERPRET"] = "1"
     import triton
 
+    from benchmarks.gpu_check.cli import set_numerics
     from trainers import kernels
     from trainers.fused import persistent as pk
+
+    set_numerics(device)  # one numerics mode a process, before its first computation (the bundles' configs')
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -241,10 +364,10 @@ def main() -> None:
     reps = args.reps or (2 if args.quick else 10)
     dev_steps = args.dev_steps or (3 if args.quick else 30)
     dev_k = max((k for k in ks if k <= DEV_MAX_K), default=None)
-    budget = args.budget_s or (330.0 if device.type == "cuda" else 60.0)
+    budget = args.budget_s or (330.0 if device.type == "cuda" else 120.0)
     started = time.perf_counter()
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    share = budget / len(shapes)
+    share = budget * (1 - STEP_SHARE) / len(shapes)
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(
         f"device {card}; torch {torch.__version__}, triton {triton.__version__}, interpreted {pk.INTERPRETED}"
@@ -256,14 +379,11 @@ def main() -> None:
         for K in ks:
             row: dict[str, Any] = {"shape": shape.name, "K": K}
             rows.append(row)
-            if last_cost is not None:
-                predicted = last_cost[1] * max(1.0, K / last_cost[0])
-                if time.perf_counter() + predicted > deadline:
-                    row["skipped"] = (
-                        f"predicted {predicted:.0f} s, {deadline - time.perf_counter():.0f} s left"
-                    )
-                    print(f"{shape.name} K={K}: skipped ({row['skipped']})")
-                    continue
+            skip = over_budget(last_cost, K, deadline)
+            if skip:
+                row["skipped"] = skip
+                print(f"{shape.name} K={K}: skipped ({skip})")
+                continue
             t0 = time.perf_counter()
             try:
                 xs, params = members(shape, K, device)
@@ -285,24 +405,35 @@ def main() -> None:
             row["wall_s"] = round(time.perf_counter() - t0, 2)
             last_cost = (K, row["wall_s"])
             print(json.dumps(row), flush=True)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            free(device)
+    mnist = None
+    if not args.quick:  # psMNIST's shape with synthetic images: a step's cost does not depend on the pixels
+        from benchmarks.gpu_check.mnist import mnist_root
+
+        mnist = mnist_root(args.out / "work", True, None)[0]
+    step_ks = [int(k) for k in (args.step_ks or ("1,3" if args.quick else "1,64,594")).split(",")]
+    step_rows = time_steps(QUICK_STEP_TASKS if args.quick else STEP_TASKS, step_ks, reps, device, mnist,
+                           started, budget)  # fmt: skip
     meta = {
         "date": dt.date.today().isoformat(), "device": card, "torch": torch.__version__,
         "triton": triton.__version__, "python": sys.version.split()[0], "interpreted": pk.INTERPRETED,
         "B": B, "reps": reps, "dev_steps": dev_steps, "budget_s": budget, "wall_s": round(time.perf_counter() - started, 1),
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "persistent_kernel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    table = markdown(meta, rows)
+    (args.out / "persistent_kernel.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "steps": step_rows}, indent=1)
+    )
+    table = markdown(meta, rows) + "\n" + step_markdown(meta, step_rows)
     (args.out / "persistent_kernel.md").write_text(table)
     print(table)
 
 
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    def f(v: Any, fmt: str = "{:.2f}") -> str:
-        return "" if v is None else fmt.format(v)
+def fmt(v: Any, spec: str = "{:.2f}") -> str:
+    return "" if v is None else spec.format(v)
 
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    f = fmt
     lines = [
         f"# Persistent Elman kernel against the graphed scan ({meta['device']}, {meta['date']})",
         "",
@@ -321,6 +452,34 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"| {'' if 'bit_equal' not in r else ('yes' if r['bit_equal'] else '**NO**')} "
             f"| {f(r.get('dev_steps'), '{:.1e}')} | {f(r.get('scan_peak_mib'), '{:.0f}')} "
             f"| {f(r.get('kernel_peak_mib'), '{:.0f}')} | {r.get('skipped') or r.get('error') or ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def step_markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "## The bundle's whole training step, backend=persistent against backend=scan (`train_fused`'s step)",
+        "",
+        f"Forward, losses, backward, clip and RMSprop, after_step; median of {meta['reps']} steps after the "
+        "warm-ups and the capture.",
+        "",
+        "| shape | K | graphed | scan step ms | persistent step ms | speed-up | persistent µs / member-step "
+        "| loss max rel Δ | member 0 = its K=1 run | scan peak MiB | persistent peak MiB | note |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for r in rows:
+        s, k, eq, g = (
+            r.get("scan_step_ms"),
+            r.get("persistent_step_ms"),
+            r.get("member0_equal_k1"),
+            r.get("graphed"),
+        )
+        lines.append(
+            f"| {r['shape']} | {r['K']} | {'' if g is None else ('yes' if g else 'no')} | {fmt(s)} | {fmt(k)} "
+            f"| {fmt(s / k if s and k else None, '{:.1f}×')} | {fmt(1e3 * k / r['K'] if k else None, '{:.1f}')} "
+            f"| {fmt(r.get('loss_dev'), '{:.1e}')} | {'' if eq is None else ('yes' if eq else '**NO**')} "
+            f"| {fmt(r.get('scan_peak_mib'), '{:.0f}')} | {fmt(r.get('persistent_peak_mib'), '{:.0f}')} "
+            f"| {r.get('skipped') or r.get('error') or ''} |"
         )
     return "\n".join(lines) + "\n"
 

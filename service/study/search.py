@@ -138,18 +138,26 @@ def check_execution(spec: StudySpec, space: SearchSpace) -> None:
     """The settings of where a trial runs that its study's `resources` decide, refused when the spec
     sets them otherwise (issue 35): a trial's `threads` are its unit's CPUs (`execution`), and a GPU
     `device` needs GPUs the unit asks for (Ray hides every GPU from a unit that asks none, and shows
-    a unit ceil(gpus) of them, as cuda:0, cuda:1, …)."""
+    a unit ceil(gpus) of them, as cuda:0, cuda:1, …); the Elman family's `backend: persistent` (a GPU
+    kernel, issue 37) likewise."""
     places: list[tuple[str, Mapping[str, Any]]] = [("base", space.base)]
     for model in space.models:
         places += [(f"model {model.name!r}", model.fixed), (f"model {model.name!r} dims", model.dims)]
     cpus, gpus = execution(spec)["threads"], spec.resources.gpus
     for where, settings in places:
-        for name in ("threads", "device"):
-            if name not in settings:
+        for key in ("threads", "device", "backend", "cell.backend"):
+            if key not in settings:
                 continue
-            value = settings[name]
+            name, value = key.rpartition(".")[2], settings[key]
             values = value.values if isinstance(value, Values) else [value]
             for v in values:
+                if name == "backend" and v == "persistent" and gpus == 0:
+                    raise StudyError(
+                        f"{where}: backend = 'persistent' is a GPU kernel, but the study's units ask no GPU "
+                        "(resources.gpus = 0); on the CPU it runs only under Triton's interpreter, a slow "
+                        "check: set `resources: {gpus: 1}` to train on a GPU, or backend `auto` or `scan` "
+                        "(the same recurrence) on the CPU"
+                    )
                 if name == "threads" and v != cpus:
                     raise StudyError(
                         f"{where}: threads = {v!r}, but a trial's threads are its unit's CPUs "

@@ -409,7 +409,8 @@ def test_where_a_trial_runs_is_its_resources_and_a_setting_they_cannot_serve_is_
 ) -> None:
     """Issue 35: `device: cuda` with no GPU asked (Ray hides every GPU from such a unit: each trial
     failed), a GPU index past the unit's, and `threads` other than the unit's CPUs (silently replaced)
-    are refused at the door with the fix; nothing is stored."""
+    are refused at the door with the fix; nothing is stored. Issue 37: so is `backend: persistent`
+    (a GPU kernel) with no GPU asked."""
     base = grid()["base"]
     for extra, said in (
         (
@@ -424,6 +425,14 @@ def test_where_a_trial_runs_is_its_resources_and_a_setting_they_cannot_serve_is_
         (
             {"space": {"models": {"a": {"fixed": {"device": "cuda"}}}}},
             "model 'a': device = 'cuda' needs a GPU",
+        ),
+        (
+            {"base": {**base, "backend": "persistent"}},
+            "base: backend = 'persistent' is a GPU kernel, but the study's units ask no GPU",
+        ),
+        (
+            {"space": {"models": {"a": {"dims": {"cell.backend": ["scan", "persistent"]}}}}},
+            "model 'a' dims: backend = 'persistent' is a GPU kernel",
         ),
     ):
         r = client.post("/studies", json=grid(**extra))

@@ -91,7 +91,7 @@ def test_auto_is_the_scan_so_a_solo_run_computes_what_its_bundle_computes(nonlin
     auto = elman_rnn(x, h0, wi, wr, b, nonlinearity, "auto")
     assert spy.contiguous == []
     assert torch.equal(auto, elman_rnn(x, h0, wi, wr, b, nonlinearity, "scan"))
-    with pytest.raises(ValueError, match="backend 'cudnn': choose auto, scan or native"):
+    with pytest.raises(ValueError, match="backend 'cudnn': choose auto, scan, native or persistent"):
         elman_rnn(x, h0, wi, wr, b, nonlinearity, "cudnn")
 
 

@@ -2,7 +2,6 @@
 interpreter: its states and every gradient against `FusedElmanScan` / `ElmanScan` in float32 and
 against an unrolled autograd recurrence in float64, at tiny shapes."""
 
-import importlib
 import json
 import os
 import subprocess
@@ -12,14 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-# Triton chooses between compiling and interpreting when @triton.jit runs, i.e. when the module is
-# first imported: set the interpreter first, and import the module again if something imported it
-# earlier without (its INTERPRETED says which it got)
-os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton")
-persistent = importlib.import_module("trainers.fused.persistent")
-if not persistent.INTERPRETED:
-    persistent = importlib.reload(persistent)
+from tests.trainers.interpreted import persistent_kernel
+
+persistent = persistent_kernel()  # before anything imports the kernel without the interpreter
 
 from trainers.kernels import ElmanScan, Workspace, fused_elman_rnn  # noqa: E402
 
@@ -153,7 +147,8 @@ def test_importing_the_trainers_imports_no_triton():
 
 def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
     """`benchmarks/persistent_kernel.py --device cpu --quick`: every bundle timed, its members equal to
-    their K = 1 runs, its deviation from the scan small, and the table written (the lent GPU's command)."""
+    their K = 1 runs, its deviation from the scan small, the bundle's whole step timed with each backend,
+    and the tables written (the lent GPU's command)."""
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "persistent_kernel.py"), "--device", "cpu", "--quick", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -165,3 +160,11 @@ def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
     devs = [r["dev_steps"] for r in rows if "dev_steps" in r]
     assert devs and max(devs) < 1e-5
     assert "| tiny-elu-all | 3 |" in (tmp_path / "persistent_kernel.md").read_text()
+    # the bundle's whole training step (`Bundle`, what train_fused steps), backend=persistent against scan
+    steps = json.loads((tmp_path / "persistent_kernel.json").read_text())["steps"]
+    assert [(r["shape"], r["K"]) for r in steps] == [
+        (s, k) for s in ("tiny-addition", "tiny-copy") for k in (1, 3)
+    ]
+    assert all("error" not in r and "skipped" not in r and r["persistent_step_ms"] > 0 for r in steps), steps
+    assert all(r["loss_dev"] < 1e-5 for r in steps)
+    assert all(r["member0_equal_k1"] for r in steps if r["K"] == 3)

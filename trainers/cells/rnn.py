@@ -29,7 +29,8 @@ class RNNConfig:
     input_gain: float = 0.9  # V = gain·I (chains) or std gain/√N (identity, orthogonal)
     nonlinearity: Literal["elu", "relu", "tanh"] | None = None  # None: the task's default
     bias: bool = True  # Keras SimpleRNN has one (zero-initialised) bias
-    backend: Literal["auto", "scan", "native"] = "auto"  # see trainers.kernels
+    # see trainers.kernels; "persistent" (the Triton kernel, issue 37) only when asked for
+    backend: Literal["auto", "scan", "native", "persistent"] = "auto"
 
 
 class RNNCell(Cell):

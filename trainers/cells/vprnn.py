@@ -87,7 +87,8 @@ class VPRNNConfig:
     theta_bound: float = 0.05  # θ ~ U(−bound, bound), Keras 'uniform'
     nonlinearity: Literal["elu", "relu", "tanh"] = "relu"
     bias: bool = True  # Keras cell bias, zero-initialised
-    backend: Literal["auto", "scan", "native"] = "auto"  # see trainers.kernels
+    # see trainers.kernels; "persistent" (the Triton kernel, issue 37) only when asked for
+    backend: Literal["auto", "scan", "native", "persistent"] = "auto"
 
 
 class VPRNNCell(Cell):

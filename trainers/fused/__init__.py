@@ -28,11 +28,10 @@ from `trainers.loop`):
 - `steps`: a bundle's training step, eager or graphed (`forward_backward`, `BundleSteps`);
 - `members`, `validation`: each member set up as its solo run is, and evaluated as it is alone;
 - `loop`: `train_fused`, members leaving, a bundle out of memory training again in halves;
-- `bundle`: the step alone, set up as `train_fused` sets it up, for the benchmarks (`Bundle`).
-
-A persistent GPU kernel for a bundle's whole step (Triton, to come) will live in `persistent.py` here,
-beside its reference (`steps.forward_backward`, the eager step it must equal) and its benchmark
-(`benchmarks/gpu_check/timing.py`).
+- `bundle`: the step alone, set up as `train_fused` sets it up, for the benchmarks (`Bundle`);
+- `persistent`: the Elman family's recurrence as a persistent Triton kernel (issue 37), run where a cell's
+  `backend` is "persistent" (not the default; imported only then), beside its reference
+  (`trainers.kernels.FusedElmanScan`) and its benchmark (`benchmarks/persistent_kernel.py`).
 """
 
 from trainers.fused.bundle import Bundle

@@ -19,7 +19,9 @@ on the host in slice order.
 
 Its reference is `trainers.kernels.FusedElmanScan` (tests/trainers/test_persistent_kernel.py, on the
 CPU under Triton's interpreter); its benchmark `benchmarks/persistent_kernel.py`. It is used only when
-asked for (`persistent_elman_rnn`); importing `trainers` does not import this module or Triton.
+asked for: the Elman family's `backend="persistent"` (`trainers.kernels.elman_rnn` runs a solo trial as
+a bundle of one, `trainers.fused.cells` a bundle), or `persistent_elman_rnn` called directly; importing
+`trainers` does not import this module or Triton.
 
 Triton decides at decoration time whether a kernel is compiled or interpreted: on the CPU set
 `TRITON_INTERPRET=1` before this module is first imported. The kernels call only `triton.language`
@@ -185,8 +187,10 @@ def _block_n(n: int) -> int:
 def _check_device(t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not INTERPRETED:
         raise RuntimeError(
-            "the persistent kernel runs CPU tensors only under Triton's interpreter: set TRITON_INTERPRET=1 "
-            "before trainers.fused.persistent is first imported, or use trainers.kernels.fused_elman_rnn"
+            "backend 'persistent' (the Triton kernel of trainers.fused.persistent) runs on a CUDA GPU, and on "
+            "the CPU only under Triton's interpreter, which was off when the kernel was imported: on the CPU "
+            "use backend 'auto' or 'scan' (the same recurrence: trainers.kernels), or set TRITON_INTERPRET=1 "
+            "in the environment before the trainers start, for a slow check of the kernel's arithmetic"
         )
 
 
