@@ -1,4 +1,4 @@
-"""The persistent Elman kernel (`trainers/fused/persistent.py`, issue 37) against today's scan
+"""The persistent Elman kernel (`trainers/kernels_persistent.py`, issue 37) against today's scan
 (`trainers.kernels.FusedElmanScan`), both captured as CUDA graphs, at Orhan & Pitkow's three shapes.
 
 THE DEVICE CALL (one command, a few minutes on an H100 or H200, Triton's compilation included; no
@@ -348,13 +348,13 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, help="wall-clock budget (default 330 on CUDA, 120 on the CPU)")
     args = ap.parse_args()
     device = torch.device(args.device)
-    if device.type == "cpu":  # before Triton decorates the kernels (trainers.fused.persistent)
+    if device.type == "cpu":  # before Triton decorates the kernels (trainers.kernels_persistent)
         os.environ["TRITON_INTERPRET"] = "1"
     import triton
 
     from benchmarks.gpu_check.cli import set_numerics
     from trainers import kernels
-    from trainers.fused import persistent as pk
+    from trainers import kernels_persistent as pk
 
     set_numerics(device)  # one numerics mode a process, before its first computation (the bundles' configs')
 

@@ -1,6 +1,6 @@
 """The hot path: the Elman recurrence h_t = f(a_t), a_t = xp_t + W h_{t−1}, over all T steps.
 
-Three implementations, chosen by `elman_rnn`:
+Three implementations, the first two chosen by `elman_rnn`:
 - `native`: torch's own RNN kernel (`torch._VF.rnn_relu / rnn_tanh`, what `nn.RNN` calls; cuDNN on
   GPU), for relu and tanh. We pass our own parameters so the cell keeps ONE bias b (Keras
   SimpleRNN / the paper) — `nn.RNN` would train two (b_ih + b_hh), which doubles the bias's step
@@ -14,10 +14,10 @@ Three implementations, chosen by `elman_rnn`:
   every device, so that a trial computes what its bundled run (`FusedElmanScan`) computes, as Keras'
   SimpleRNN (a loop of matmuls, no cuDNN kernel) did; on the CPU it is also faster than torch's native
   kernel even for relu (`benchmarks/rnn_loop.py`; docs/speed.md).
-- `persistent`: the Triton kernel of `trainers.fused.persistent` (issue 37), W on chip for all T steps,
-  a solo run as a bundle of one (the very program a bundle's member runs). Only when asked for: on
-  CUDA it is not yet measured, and on the CPU it runs only under Triton's interpreter (a slow check
-  of its arithmetic; docs/gpu.md). Importing this module imports no Triton.
+- `persistent`: the Triton kernel of `trainers.kernels_persistent` (issue 37), W on chip for all T steps,
+  a solo run as a bundle of one (the very program a bundle's member runs; `trainers.cells.rnn.recurrence`
+  picks it). Only when asked for: on CUDA it is not yet measured, and on the CPU it runs only under
+  Triton's interpreter (a slow check of its arithmetic; docs/gpu.md).
 Shapes are time-major: x [T, B, d], h0 [B, N]; the input projection xp = x Vᵀ + b [T, B, N] is
 one matmul over all steps, hoisted out of the loop.
 
@@ -28,11 +28,9 @@ member's numbers bit for bit those `ElmanScan` computes for it alone.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -206,18 +204,6 @@ def _input_grads(
     return grad_in, grad_b
 
 
-def persistent_kernel() -> ModuleType:
-    """`trainers.fused.persistent`, imported on first use: it imports Triton, which nothing else in the
-    trainers needs (a CPU run under `auto` never loads it)."""
-    try:
-        return importlib.import_module("trainers.fused.persistent")
-    except ImportError as exc:
-        raise ImportError(
-            f"backend 'persistent' needs Triton ({exc}): install torch's CUDA wheel, which brings it, "
-            "or use backend 'auto'"
-        ) from exc
-
-
 def elman_rnn(
     x: torch.Tensor,
     h0: torch.Tensor,
@@ -232,12 +218,8 @@ def elman_rnn(
         raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: choose auto, scan, native or persistent")
-    if backend == "persistent":  # a bundle of one through the kernel a bundle's members run
-        b = bias.unsqueeze(0) if bias is not None else None  # [1, N]: K = 1
-        states = persistent_kernel().persistent_elman_rnn(
-            [x], h0.unsqueeze(0), w_in.unsqueeze(0), w_rec.unsqueeze(0), b, nonlinearity
-        )
-        return states[0]  # type: ignore[no-any-return]
+    if backend == "persistent":
+        raise ValueError("backend 'persistent' runs through trainers.kernels_persistent (`recurrence`)")
     if backend == "native":
         if nonlinearity == "elu":
             raise ValueError("torch's native RNN kernel has no elu; use backend 'scan' or 'auto'")

@@ -1,4 +1,4 @@
-"""The persistent kernel (`trainers.fused.persistent`, issue 37) under Triton's interpreter, for the tests
+"""The persistent kernel (`trainers.kernels_persistent`, issue 37) under Triton's interpreter, for the tests
 that run it on the CPU.
 
 Triton chooses between compiling and interpreting when @triton.jit runs, i.e. when the module is first
@@ -20,5 +20,5 @@ def persistent_kernel() -> ModuleType:
     Skips the calling module where Triton is not installed."""
     os.environ["TRITON_INTERPRET"] = "1"
     pytest.importorskip("triton")
-    module = importlib.import_module("trainers.fused.persistent")
+    module = importlib.import_module("trainers.kernels_persistent")
     return module if module.INTERPRETED else importlib.reload(module)

@@ -1,4 +1,4 @@
-"""The persistent Elman kernel (`trainers.fused.persistent`, issue 37) on the CPU, under Triton's
+"""The persistent Elman kernel (`trainers.kernels_persistent`, issue 37) on the CPU, under Triton's
 interpreter: its states and every gradient against `FusedElmanScan` / `ElmanScan` in float32 and
 against an unrolled autograd recurrence in float64, at tiny shapes."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
@@ -19,6 +19,42 @@ from torch import nn
 from trainers.cells.base import Cell
 from trainers.initializers import INITIALIZERS
 from trainers.kernels import elman_rnn
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+def persistent_kernel() -> ModuleType:
+    """`trainers.kernels_persistent`, imported on first use: it imports Triton, which nothing else in the
+    trainers needs (a run under `auto` never loads it)."""
+    try:
+        from trainers import kernels_persistent
+    except ImportError as exc:
+        raise ImportError(
+            f"backend 'persistent' needs Triton ({exc}): install torch's CUDA wheel, which brings it, "
+            "or use backend 'auto'"
+        ) from exc
+    return kernels_persistent
+
+
+def recurrence(
+    x: torch.Tensor,
+    h0: torch.Tensor,
+    w_in: torch.Tensor,
+    w_rec: torch.Tensor,
+    bias: torch.Tensor | None,
+    nonlinearity: str,
+    backend: str,
+) -> torch.Tensor:
+    """The Elman family's states [T, B, N] through its `backend`: `trainers.kernels.elman_rnn`, or the
+    persistent kernel as a bundle of one (the very program a bundle's member runs, issue 37)."""
+    if backend != "persistent":
+        return elman_rnn(x, h0, w_in, w_rec, bias, nonlinearity, backend)
+    b = bias.unsqueeze(0) if bias is not None else None  # [1, N]: K = 1
+    states = persistent_kernel().persistent_elman_rnn(
+        [x], h0.unsqueeze(0), w_in.unsqueeze(0), w_rec.unsqueeze(0), b, nonlinearity
+    )
+    return states[0]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -55,7 +91,7 @@ class RNNCell(Cell):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
         nonlinearity = self.config.nonlinearity or "tanh"
-        return elman_rnn(x, h0, self.weight_ih, self.weight_hh, self.bias, nonlinearity, self.config.backend)
+        return recurrence(x, h0, self.weight_ih, self.weight_hh, self.bias, nonlinearity, self.config.backend)
 
     def recurrent_matrix(self) -> torch.Tensor:
         return self.weight_hh.detach()

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.cells.rnn import recurrence
 from trainers.initializers import glorot_uniform
-from trainers.kernels import elman_rnn
 
 
 class Rotations(nn.Module):
@@ -105,7 +105,7 @@ class VPRNNCell(Cell):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
         w = self.rotations.matrix()  # [N, N], orthogonal; autograd carries ∂W back to θ
-        return elman_rnn(x, h0, self.weight_ih, w, self.bias, self.config.nonlinearity, self.config.backend)
+        return recurrence(x, h0, self.weight_ih, w, self.bias, self.config.nonlinearity, self.config.backend)
 
     def recurrent_matrix(self) -> torch.Tensor:
         with torch.no_grad():

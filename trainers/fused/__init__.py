@@ -28,10 +28,10 @@ from `trainers.loop`):
 - `steps`: a bundle's training step, eager or graphed (`forward_backward`, `BundleSteps`);
 - `members`, `validation`: each member set up as its solo run is, and evaluated as it is alone;
 - `loop`: `train_fused`, members leaving, a bundle out of memory training again in halves;
-- `bundle`: the step alone, set up as `train_fused` sets it up, for the benchmarks (`Bundle`);
-- `persistent`: the Elman family's recurrence as a persistent Triton kernel (issue 37), run where a cell's
-  `backend` is "persistent" (not the default; imported only then), beside its reference
-  (`trainers.kernels.FusedElmanScan`) and its benchmark (`benchmarks/persistent_kernel.py`).
+- `bundle`: the step alone, set up as `train_fused` sets it up, for the benchmarks (`Bundle`).
+
+The persistent Triton kernel of the Elman recurrence (issue 37) sits beside its reference, in
+`trainers/kernels_persistent.py`; `cells._elman` runs it for members whose `backend` is "persistent".
 """
 
 from trainers.fused.bundle import Bundle

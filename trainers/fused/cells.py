@@ -13,7 +13,7 @@ slice of the stacked parameters, once per sequence. Each entry says:
 - `after_step`: the cell's `after_step` hook on the stacked parameters (URNN's projection);
 - `stores`: [K, T, B, N] buffers the recurrence keeps per pass (to size validation chunks).
 
-The scans: `FusedElmanScan` (rnn, urnn, crnn, vprnn; the persistent kernel of `trainers.fused.persistent`
+The scans: `FusedElmanScan` (rnn, urnn, crnn, vprnn; the persistent kernel of `trainers.kernels_persistent`
 where their `backend` is "persistent"), `FusedFastRNNScan` (fastrnn, sgornn) and
 `FusedShiftScan` (srnn: SRNN's shift is elementwise, so each step runs once over every member's rows).
 """
@@ -29,10 +29,11 @@ from torch import nn
 
 from trainers.cells import Cell
 from trainers.cells.fastrnn import fused_fast_rnn, scalar_gates
+from trainers.cells.rnn import persistent_kernel
 from trainers.cells.srnn import FusedShiftScan
 from trainers.cells.urnn import URNNCell, project_
 from trainers.cells.vprnn import rotation_matrix
-from trainers.kernels import Workspace, fused_elman_rnn, persistent_kernel
+from trainers.kernels import Workspace, fused_elman_rnn
 
 Params = Mapping[str, torch.Tensor]  # the cell's parameters, stacked [K, …], by their name in the cell
 States = Callable[[Sequence[Cell], Params, Sequence[torch.Tensor], bool, Workspace], Sequence[torch.Tensor]]
@@ -65,7 +66,7 @@ def _elman(
     cells: Sequence[Cell], p: Params, xs: Sequence[torch.Tensor], last: bool, ws: Workspace
 ) -> Sequence[torch.Tensor]:
     """rnn, urnn, crnn (W a parameter) and vprnn (W from rotations): `FusedElmanScan`, or the persistent
-    kernel (`trainers.fused.persistent`) for members whose `backend` asks it (members share it)."""
+    kernel (`trainers.kernels_persistent`) for members whose `backend` asks it (members share it)."""
     w = p["weight_hh"] if "weight_hh" in p else _rotation_matrices(cells, p)
     h0 = xs[0].new_zeros(len(xs), xs[0].shape[1], w.shape[1])  # [K, B, N]
     nonlinearity = cells[0].config.nonlinearity or "tanh"  # as RNNCell.forward

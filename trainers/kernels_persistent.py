@@ -187,7 +187,7 @@ def _block_n(n: int) -> int:
 def _check_device(t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not INTERPRETED:
         raise RuntimeError(
-            "backend 'persistent' (the Triton kernel of trainers.fused.persistent) runs on a CUDA GPU, and on "
+            "backend 'persistent' (the Triton kernel of trainers.kernels_persistent) runs on a CUDA GPU, and on "
             "the CPU only under Triton's interpreter, which was off when the kernel was imported: on the CPU "
             "use backend 'auto' or 'scan' (the same recurrence: trainers.kernels), or set TRITON_INTERPRET=1 "
             "in the environment before the trainers start, for a slow check of the kernel's arithmetic"
