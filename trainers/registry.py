@@ -21,6 +21,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._refused: dict[str, str] = {}  # name → why (a plugin that could not join: trainers.plugins)
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(item: T) -> T:
@@ -31,10 +32,18 @@ class Registry(Generic[T]):
 
         return add
 
+    def refuse(self, name: str, why: str) -> None:
+        """Remember that `name` is a plugin that could not join: `get` raises with `why`."""
+        self._refused[name] = why
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]
         except KeyError:
+            if name in self._refused:
+                from trainers.plugins import PluginError
+
+                raise PluginError(self._refused[name]) from None
             raise UnknownNameError(
                 f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}"
             ) from None

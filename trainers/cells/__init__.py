@@ -1,4 +1,5 @@
-"""Cells by name. A cell is registered here; the contract tests then cover it on every task."""
+"""Cells by name. A cell is registered here, or installed as a plugin (`trainers.plugins`: the entry-point
+group "memsweep.cells"); the contract tests then cover it on every task."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from trainers.cells.sgornn import SGORNNCell
 from trainers.cells.srnn import SRNNCell
 from trainers.cells.urnn import URNNCell
 from trainers.cells.vprnn import VPRNNCell
+from trainers.plugins import load as load_plugins
 from trainers.registry import Registry
 
 CELLS: Registry[type[Cell]] = Registry("cell")
@@ -31,6 +33,7 @@ for _cell in (
     NRUCell,
 ):
     CELLS.register(_cell.name)(_cell)
+load_plugins(CELLS, "cell", Cell)
 
 
 def get_cell(name: str) -> type[Cell]:

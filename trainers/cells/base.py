@@ -9,10 +9,14 @@ run after each optimiser step (projections, clipping of gates).
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from trainers.fused.cells import FusedCell
 
 
 class Cell(nn.Module, metaclass=ABCMeta):
@@ -21,6 +25,13 @@ class Cell(nn.Module, metaclass=ABCMeta):
 
     name: ClassVar[str]
     Config: ClassVar[type]
+    #: the values of its own hyperparameters an arm of this cell spans when a study adds the cell beside a
+    #: preset's models (`models: [chain, orthogonal, <cell>]`), besides the preset's shared dimensions
+    #: (its learning rates): field → values, as its paper swept them; {} spans only the shared ones
+    grid: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+    #: how a fused bundle runs this cell's recurrence for all its members (`trainers.fused.cells`); the
+    #: built-ins are listed in `FUSED_CELLS`, a plugin cell declares its own here; None: trials train solo
+    fused: ClassVar[FusedCell | None] = None
 
     def __init__(self, config: Any, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
         """`config`: an instance of `Config`, resolved (`resolve`); `input_size` d and `hidden_size` N

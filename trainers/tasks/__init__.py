@@ -1,7 +1,9 @@
-"""Tasks by name. A task is registered here; the contract tests then cover it."""
+"""Tasks by name. A task is registered here, or installed as a plugin (`trainers.plugins`: the entry-point
+group "memsweep.tasks"); the contract tests then cover it."""
 
 from __future__ import annotations
 
+from trainers.plugins import load as load_plugins
 from trainers.registry import Registry
 from trainers.tasks.addition import AdditionTask
 from trainers.tasks.base import Split, Task
@@ -29,6 +31,7 @@ for _task in (
     PTBTask,
 ):
     TASKS.register(_task.name)(_task)
+load_plugins(TASKS, "task", Task)
 
 
 def get_task(name: str) -> type[Task]:

@@ -116,6 +116,10 @@ class Task(ABC):
     #: against them at the door)
     reference_baseline_names: ClassVar[tuple[str, ...]] = ()
 
+    #: small settings under which `trainers.contract` (and `memsweep plugins check`) builds the task in a
+    #: second or two: fewer examples, shorter sequences; {} when its defaults are already small
+    check_params: ClassVar[dict[str, Any]] = {}
+
     #: Token inputs: when not None, `encode` returns x as int64 ids [T, B] and the model embeds them
     #: (nn.Embedding(input_vocab, input_dim)) before the cell; `input_dim` is then the embedding size.
     input_vocab: int | None = None

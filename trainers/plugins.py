@@ -1,0 +1,185 @@
+"""Cells and tasks from other distributions, by Python entry point (issue 38; docs/plugins.md).
+
+An installed distribution declares
+
+    [project.entry-points."memsweep.cells"]
+    indrnn = "memsweep_indrnn:IndRNNCell"
+    [project.entry-points."memsweep.tasks"]
+    temporal-order = "memsweep_temporal_order:TemporalOrderTask"
+
+and its classes join the registries of `trainers.cells` and `trainers.tasks` as those modules are
+imported, behind the same contracts (`trainers.cells.base`, `trainers.tasks.base`; checked by
+`trainers.contract`). A plugin that cannot join — it fails to import, its entry point's name is not its
+class's `name`, it is not a `Cell` (`Task`), or it shadows a built-in name — is kept as `broken` with
+the reason, and any use of its name is refused with it; the built-ins keep working.
+
+A plugin's identity is its distribution's name and version and a digest of its code (every file of its
+top-level package): `identity` gives it, the config hash of every trial that uses the plugin includes it
+(`trainers.config.config_hash`), so the ledger never reuses a run of another version or of edited code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainers.registry import UnknownNameError
+
+if TYPE_CHECKING:
+    from trainers.registry import Registry
+
+#: registry kind → entry-point group
+GROUPS = {"cell": "memsweep.cells", "task": "memsweep.tasks"}
+
+
+class PluginError(UnknownNameError):
+    """A name that belongs to a plugin that could not join its registry; the message says why."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One entry point of an installed distribution, loaded or not."""
+
+    kind: str  # "cell" or "task"
+    name: str  # the entry point's name: the registry name it takes
+    value: str  # "module:Class"
+    distribution: str
+    version: str
+    digest: str = ""  # sha256 of its top-level package's files, 16 hex digits; "" when unreadable
+    problem: str | None = None  # why it did not join its registry; None: it did
+
+    @property
+    def identity(self) -> str:
+        """What enters the config hash of a trial that uses it: distribution, version and code."""
+        return f"{self.distribution}=={self.version}+{self.digest}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "identity": self.identity}
+
+
+#: (kind, name) → every plugin seen, joined or broken (the first of two with one name joins)
+_PLUGINS: dict[tuple[str, str], Plugin] = {}
+
+
+def load(registry: Registry[Any], kind: str, base: type) -> None:
+    """Register every installed plugin of `kind` in `registry` (called once, by `trainers.cells` and
+    `trainers.tasks` as they are imported, after their built-ins). Never raises: a plugin that cannot
+    join is recorded with its reason (`broken`) and refused where its name is used."""
+    for ep in sorted(importlib.metadata.entry_points(group=GROUPS[kind]), key=lambda e: (e.name, e.value)):
+        dist = ep.dist
+        name = dist.metadata["Name"] if dist is not None else "?"
+        version = dist.version if dist is not None else "?"
+        plugin = Plugin(kind, ep.name, ep.value, name, version, _digest(ep.module))
+        key = (kind, ep.name)
+        if key in _PLUGINS and _PLUGINS[key].problem is None:
+            plugin = _broken(plugin, f"the {kind} name {ep.name!r} is taken by {_PLUGINS[key].identity}")
+            _PLUGINS[(kind, f"{ep.name} ({name})")] = plugin
+            registry.refuse(ep.name, plugin_message(plugin))
+            continue
+        if ep.name in registry:
+            plugin = _broken(
+                plugin,
+                f"{ep.name!r} is a built-in {kind}: a plugin may not shadow it; give the entry point and the "
+                "class's `name` another name",
+            )
+            _PLUGINS[key] = plugin
+            continue  # the built-in stays; `refusals` names the plugin for studies that use the name
+        try:
+            cls = ep.load()
+        except Exception as exc:  # noqa: BLE001 - any import error of foreign code is the plugin's
+            plugin = _broken(plugin, f"importing {ep.value} failed: {_last_line(exc)}")
+        else:
+            plugin = _check_class(plugin, cls, base)
+        _PLUGINS[key] = plugin
+        if plugin.problem is None:
+            registry.register(ep.name)(cls)
+            fused = getattr(cls, "fused", None)
+            if kind == "cell" and fused is not None:
+                from trainers.fused.cells import FUSED_CELLS
+
+                FUSED_CELLS[ep.name] = fused
+        else:
+            registry.refuse(ep.name, plugin_message(plugin))
+
+
+def _check_class(plugin: Plugin, cls: Any, base: type) -> Plugin:
+    """The class-level contract a registry needs before anything is built (the rest: `trainers.contract`)."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        return _broken(plugin, f"{plugin.value} is not a subclass of {base.__module__}.{base.__qualname__}")
+    declared = getattr(cls, "name", None)
+    if declared != plugin.name:
+        return _broken(
+            plugin,
+            f"its entry point is named {plugin.name!r} but {cls.__qualname__}.name is {declared!r}: make them one",
+        )
+    return plugin
+
+
+def _broken(plugin: Plugin, problem: str) -> Plugin:
+    return Plugin(plugin.kind, plugin.name, plugin.value, plugin.distribution, plugin.version, plugin.digest, problem)
+
+
+def _last_line(exc: BaseException) -> str:
+    return traceback.format_exception_only(exc)[-1].strip()
+
+
+def plugin_message(plugin: Plugin) -> str:
+    return (
+        f"the {plugin.kind} plugin {plugin.name!r} ({plugin.value}) of {plugin.distribution} {plugin.version} "
+        f"cannot be used: {plugin.problem}"
+    )
+
+
+def _digest(module: str) -> str:
+    """sha256 over the files of the entry point's top-level package (or its one module), by relative path
+    and content, without importing it; "" when it cannot be found."""
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or spec.origin is None:
+        return ""
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations:  # a package: every file under it
+        root = origin.parent
+        files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    else:
+        root, files = origin.parent, [origin]
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def installed() -> list[Plugin]:
+    """Every plugin seen on this machine, joined or broken, by kind then name (imports both registries)."""
+    import trainers.cells  # noqa: F401 - their import loads the plugins
+    import trainers.tasks  # noqa: F401
+
+    return sorted(_PLUGINS.values(), key=lambda p: (p.kind, p.name))
+
+
+def identity(kind: str, name: str) -> str | None:
+    """The identity of the plugin that provides `kind` `name`, or None for a built-in."""
+    plugin = _PLUGINS.get((kind, name))
+    return plugin.identity if plugin is not None and plugin.problem is None else None
+
+
+def identities(cell: str, task: str) -> dict[str, str]:
+    """{"cell": identity, "task": identity} for whichever of a trial's cell and task is a plugin."""
+    found = {"cell": identity("cell", cell), "task": identity("task", task)}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def refusals(kind: str, name: str) -> list[str]:
+    """Why a plugin installed here makes `kind` `name` unsafe to use: a plugin that shadows it."""
+    return [
+        plugin_message(p)
+        for p in _PLUGINS.values()
+        if p.kind == kind and p.name == name and p.problem is not None
+    ]
