@@ -375,6 +375,11 @@ class MemsweepClient(TrialPages):
         return result
 
     # ----- the rest ----------------------------------------------------------------------------------
+    def plugins(self) -> dict[str, Any]:
+        """The server's plugin cells and tasks, and each Ray node's (`GET /plugins`)."""
+        result: dict[str, Any] = self._call("GET", "/plugins")
+        return result
+
     def presets(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/presets")
         return result

@@ -241,6 +241,14 @@ class StudyRunner:
 
         return unplaceable(resources)
 
+    def node_plugins(self) -> dict[str, dict[str, str]] | None:
+        """Each Ray node's plugins (`service.study.plugins.node_plugins`); None when Ray is not up yet."""
+        if not self.prepared.is_set() or self._ray_thread is None:
+            return None
+        from service.study.plugins import node_plugins
+
+        return node_plugins()
+
     # ----- studies -----------------------------------------------------------------------------------
     def is_active(self, study_id: str) -> bool:
         with self._lock:

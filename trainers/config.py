@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainers import plugins
 from trainers.cells import CELLS, Cell
 from trainers.numerics import ENV, MODES, default_mode
 from trainers.params import ConfigError, build, field_names
@@ -124,9 +125,14 @@ class Resolved:
 
 
 def config_hash(resolved: Mapping[str, Any]) -> str:
-    """Identity of a trial: sha256 of its resolved config (execution-only fields dropped)."""
+    """Identity of a trial: sha256 of its resolved config (execution-only fields dropped), and of the
+    plugins it uses (their distribution, version and code: `trainers.plugins`), so a run of another
+    plugin version is never taken for this one. A trial of built-ins hashes as it always did."""
     ident = {k: v for k, v in resolved.items() if k not in EXECUTION_FIELDS}
     ident["trainer_version"] = TRAINER_VERSION
+    used = plugins.identities(str(resolved.get("cell", "")), str(resolved.get("task", "")))
+    if used:
+        ident["plugins"] = used
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -145,6 +151,9 @@ def from_dict(values: Mapping[str, Any]) -> TrainConfig:
 def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
     """Check every name and value against the registries and fill every default."""
     cfg = config if isinstance(config, TrainConfig) else from_dict(config)
+    for kind, name in (("task", cfg.task), ("cell", cfg.cell)):
+        for why in plugins.refusals(kind, name):  # a plugin that tried to shadow a built-in
+            raise ConfigError(why)
     task_cls = TASKS.get(cfg.task)
     cell_cls = CELLS.get(cfg.cell)
     task_cfg: Any = build(task_cls.Config, cfg.task_params, where=f"task {cfg.task!r}")

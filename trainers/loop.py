@@ -75,7 +75,7 @@ def _run(resolved: Resolved, task: Task, result: TrialResult, report: Report | N
     cfg = resolved.config
     device = resolve_device(cfg.device)
     configure_process(device, cfg.threads, cfg.numerics)
-    record_device(result, device)
+    record_device(result, device, cfg)
     torch.manual_seed(derive_seed(cfg.seed, "torch"))  # anything that still uses the global RNG
 
     model = build_model(resolved, task).to(device)

@@ -91,7 +91,7 @@ def load(registry: Registry[Any], kind: str, base: type) -> None:
             continue  # the built-in stays; `refusals` names the plugin for studies that use the name
         try:
             cls = ep.load()
-        except Exception as exc:  # noqa: BLE001 - any import error of foreign code is the plugin's
+        except Exception as exc:  # any error of foreign code while importing is the plugin's problem
             plugin = _broken(plugin, f"importing {ep.value} failed: {_last_line(exc)}")
         else:
             plugin = _check_class(plugin, cls, base)
@@ -121,7 +121,9 @@ def _check_class(plugin: Plugin, cls: Any, base: type) -> Plugin:
 
 
 def _broken(plugin: Plugin, problem: str) -> Plugin:
-    return Plugin(plugin.kind, plugin.name, plugin.value, plugin.distribution, plugin.version, plugin.digest, problem)
+    return Plugin(
+        plugin.kind, plugin.name, plugin.value, plugin.distribution, plugin.version, plugin.digest, problem
+    )
 
 
 def _last_line(exc: BaseException) -> str:
@@ -158,7 +160,7 @@ def _digest(module: str) -> str:
 
 def installed() -> list[Plugin]:
     """Every plugin seen on this machine, joined or broken, by kind then name (imports both registries)."""
-    import trainers.cells  # noqa: F401 - their import loads the plugins
+    import trainers.cells  # their import loads the plugins
     import trainers.tasks  # noqa: F401
 
     return sorted(_PLUGINS.values(), key=lambda p: (p.kind, p.name))

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainers import plugins
+from trainers.config import TrainConfig
 from trainers.model import SequenceModel
 from trainers.numerics import provenance
 from trainers.numerics import use as use_numerics
@@ -166,10 +168,13 @@ def record_task(result: TrialResult, task: Task) -> None:
     result.reference_baselines = dict(task.reference_baselines)
 
 
-def record_device(result: TrialResult, device: torch.device) -> None:
-    """What a result records of where it trained: the device, and where its numbers came from."""
+def record_device(result: TrialResult, device: torch.device, config: TrainConfig) -> None:
+    """What a result records of where it trained: the device, and where its numbers came from (with
+    the plugins its cell and task come from, `plugin.cell` / `plugin.task`: `trainers.plugins`)."""
     result.device = str(device)
     result.provenance = provenance(device)
+    for kind, ident in plugins.identities(config.cell, config.task).items():
+        result.provenance[f"plugin.{kind}"] = ident
 
 
 def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | None) -> None:

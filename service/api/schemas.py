@@ -103,6 +103,30 @@ class PresetPublic(PresetSummary):
     models: dict[str, PresetModel]
 
 
+# ----- plugins -------------------------------------------------------------------------------------
+class PluginPublic(BaseModel):
+    """A plugin cell or task installed on the server (trainers.plugins; docs/plugins.md)."""
+
+    kind: Literal["cell", "task"]
+    name: str = Field(description="the registry name it takes: a study's `cell` / `task`, or a model")
+    value: str = Field(description="its entry point's object, module:Class")
+    distribution: str
+    version: str
+    digest: str = Field(description="sha256 of its package's files (16 hex digits)")
+    identity: str = Field(description="what enters the config hash of each trial that uses it")
+    problem: str | None = Field(
+        description="why it could not join (a study that names it is refused); null: ready"
+    )
+
+
+class PluginListing(BaseModel):
+    server: list[PluginPublic]
+    nodes: dict[str, dict[str, str]] | None = Field(
+        description='each Ray node that can run trials → {"kind:name": identity} of the plugins ready there; '
+        "null before the server's Ray is up"
+    )
+
+
 # ----- health --------------------------------------------------------------------------------------
 class Health(BaseModel):
     status: Literal["ok"] = "ok"

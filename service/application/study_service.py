@@ -95,7 +95,7 @@ class StudyService:
         if why is not None:  # a request the cluster can never satisfy would wait forever: refused now
             raise StudyError(f"resources: {why}")
         try:
-            study = self.engine.create_study(spec)
+            study = self.engine.create_study(spec, nodes=self.runner.node_plugins)
         except StudyError:
             raise
         except (ValueError, KeyError, TypeError) as exc:  # a value the trainers refuse, met in a later point
@@ -105,6 +105,12 @@ class StudyService:
         record_plan(self.engine, study.id, calibrate=False)  # from the cache; the run calibrates the rest
         self.runner.submit(study.id)
         return self._get(study.id)
+
+    def plugins(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]] | None]:
+        """The plugins installed here (`trainers.plugins.installed`), and each Ray node's when Ray is up."""
+        from trainers.plugins import installed
+
+        return [p.to_dict() for p in installed()], self.runner.node_plugins()
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> StudyPlan:
         """What the spec's study would run and cost (`service.planning.plan`), calibrating the shapes the
@@ -144,7 +150,7 @@ class StudyService:
             data[key] = {**(data.get(key) or {}), **value} if key in ("dims", "base") else value
         try:
             spec = StudySpec.model_validate(data)
-            added = self.engine.extend_study(study_id, spec)
+            added = self.engine.extend_study(study_id, spec, nodes=self.runner.node_plugins)
         except ValidationError as exc:  # a value the spec's own checks refuse: named by its path
             raise SpecInvalidError.of(exc) from None
         except StudyError:

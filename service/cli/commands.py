@@ -22,6 +22,7 @@ from service.cli.console import (
     print_best,
     print_comparison,
     print_plan,
+    print_plugins,
     print_status,
     print_studies,
     print_success,
@@ -251,6 +252,65 @@ def cmd_success(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """`memsweep plugins`: what is installed (here, or on a server and its nodes); `check`: the contracts."""
+    if args.action == "check":
+        return check_plugins(args.names, args.json)
+    if args.names:
+        raise SystemExit("error: `memsweep plugins` lists them all; name plugins only with `check`")
+    url = api_url(args)
+    if url:
+        with client_for(url) as client:
+            listing = answer(client.plugins)
+    else:
+        from trainers.plugins import installed
+
+        listing = {"server": [p.to_dict() for p in installed()], "nodes": None}
+    if args.json:
+        print(json.dumps(listing))
+    else:
+        print_plugins(listing)
+    return 0
+
+
+def check_plugins(names: Sequence[str], as_json: bool) -> int:
+    """Run `trainers.contract` over the named plugins (all installed ones by default); 1 when one fails."""
+    from trainers.contract import CHECKS
+    from trainers.plugins import installed
+
+    plugins = installed()
+    chosen = []
+    for name in names or [f"{p.kind}:{p.name}" for p in plugins]:
+        kind, _, bare = name.rpartition(":")
+        match = [p for p in plugins if p.name == bare and kind in ("", p.kind)]
+        if not match:
+            known = ", ".join(f"{p.kind}:{p.name}" for p in plugins) or "none is installed"
+            raise SystemExit(f"error: no plugin {name!r}; installed: {known} (see docs/plugins.md)")
+        chosen += match
+    report = []
+    for p in chosen:
+        if p.problem is not None:
+            problems = [f"load: {p.problem}"]
+        else:
+            from trainers.cells import CELLS
+            from trainers.tasks import TASKS
+
+            cls = (CELLS if p.kind == "cell" else TASKS).get(p.name)
+            problems = [str(problem) for problem in CHECKS[p.kind](cls)]
+        report.append({"kind": p.kind, "name": p.name, "identity": p.identity, "problems": problems})
+    if as_json:
+        print(json.dumps(report))
+    else:
+        for r in report:
+            verdict = "holds its contract" if not r["problems"] else "breaks its contract:"
+            print(f"{r['kind']} {r['name']!r} ({r['identity']}): {verdict}")
+            for problem in r["problems"]:
+                print(f"  - {problem}")
+        if not report:
+            print("no plugin is installed (see docs/plugins.md)")
+    return 1 if any(r["problems"] for r in report) else 0
+
+
 # ----- the REST service and its clients ---------------------------------------------------------------
 
 
@@ -362,7 +422,7 @@ def lock_embedded_ray() -> None:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "presets": cmd_presets, "run": cmd_run, "best": cmd_best, "success": cmd_success, "plan": cmd_plan,
     "compare": cmd_compare, "trials": cmd_trials, "serve": cmd_serve, "submit": cmd_submit, "sync": cmd_sync,
-    "status": cmd_status, "studies": cmd_studies, "demo": cmd_demo,
+    "status": cmd_status, "studies": cmd_studies, "demo": cmd_demo, "plugins": cmd_plugins,
 }  # fmt: skip
 
 

@@ -134,6 +134,35 @@ def print_best(best: list[dict[str, Any]]) -> None:
     Console().print(table)
 
 
+def print_plugins(listing: dict[str, Any]) -> None:
+    """`memsweep plugins`: this machine's (or the server's) plugins, and which nodes differ."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="plugin cells and tasks (docs/plugins.md)")
+    for col in ("kind", "name", "distribution", "version", "code", "state"):
+        table.add_column(col)
+    for p in listing["server"]:
+        state = "ready" if p["problem"] is None else f"refused: {p['problem']}"
+        table.add_row(p["kind"], p["name"], p["distribution"], p["version"], p["digest"], state)
+    console = Console()
+    console.print(table if listing["server"] else "no plugin is installed")
+    nodes = listing.get("nodes")
+    if nodes is None:
+        return
+    ours = {f"{p['kind']}:{p['name']}": p["identity"] for p in listing["server"] if p["problem"] is None}
+    for node, there in sorted(nodes.items()):
+        differ = sorted(k for k in {*ours, *there} if ours.get(k) != there.get(k))
+        console.print(
+            f"node {node}: "
+            + (
+                "the same plugins"
+                if not differ
+                else "differs on " + ", ".join(f"{k} ({there.get(k) or 'missing'})" for k in differ)
+            )
+        )
+
+
 def print_status(study: dict[str, Any]) -> None:
     c = study["counts"]
     eta = f"{study['eta_seconds']:,.0f} s" if study.get("eta_seconds") is not None else "–"
@@ -231,8 +260,8 @@ def print_plan(plan: dict[str, Any]) -> None:
 
     console = Console()
     table = Table(title=f"plan of {plan['name']} ({plan['sampler']}): nothing runs")
-    for col in ("model", "trials", "to run", "units", "steps a trial"):
-        table.add_column(col, justify="left" if col == "model" else "right")
+    for col in ("model", "trials", "to run", "units", "trains", "steps a trial"):
+        table.add_column(col, justify="left" if col in ("model", "trains") else "right")
     for model, row in plan["by_model"].items():
         steps = row["budget_steps"]
         span = (
@@ -242,7 +271,8 @@ def print_plan(plan: dict[str, Any]) -> None:
             if steps[0] == steps[1]
             else f"{steps[0]:,}–{steps[1]:,}"
         )
-        table.add_row(model, str(row["trials"]), str(row["to_run"]), str(row["units"]), span)
+        trains = "in bundles" if row.get("fused") else "solo"
+        table.add_row(model, str(row["trials"]), str(row["to_run"]), str(row["units"]), trains, span)
     console.print(table)
     sizes = ", ".join(f"{n} × {k}" for k, n in plan["bundle_sizes"].items())
     budget = plan["budget"]

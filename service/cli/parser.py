@@ -20,6 +20,8 @@ memsweep plan PRESET|SPEC.yaml [the flags of run] [--json] [--url URL]   # trial
 memsweep compare A B … [--by cell,seq_len] [--fraction F] [--json | --csv] [--mlflow] [--url URL]
 memsweep trials STUDY [--status done] [--json | --csv] [--url URL]
 memsweep train|describe|list …     # one trial, as `python -m trainers`
+memsweep plugins [--json] [--url URL]          # installed plugin cells and tasks (with --url: the server's and its nodes')
+memsweep plugins check [NAME …] [--json]       # run the cell / task contract over plugins (all by default)
 
 The REST service and its clients (the token, when the server sets one, comes from MEMSWEEP_API_TOKEN;
 --url defaults to MEMSWEEP_API_URL, and with a URL `best` and `success` ask the server):
@@ -129,6 +131,13 @@ def _server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     """The presets, the server and its MLflow."""
     p = sub.add_parser("presets", help="the papers' grids")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("plugins", help="plugin cells and tasks: list them, or check their contracts")
+    p.add_argument("action", nargs="?", choices=["list", "check"], default="list")
+    p.add_argument(
+        "names", nargs="*", help="check: these plugins (NAME or cell:NAME / task:NAME); default all"
+    )
+    p.add_argument("--json", action="store_true")
+    add_url_flag(p, "list: ask this memsweep server (its plugins and each Ray node's)")
     p = sub.add_parser("serve", help="the REST service (uvicorn): studies run in the background")
     p.add_argument("--host", help="address to bind (default: MEMSWEEP_HOST, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: MEMSWEEP_PORT, 8000)")

@@ -6,6 +6,7 @@ turns it into trials.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -14,9 +15,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
-from trainers.config import TrainConfig
+from trainers.cells import CELLS
+from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
 from trainers.numerics import Numerics, default_mode
+from trainers.params import field_names
+from trainers.registry import UnknownNameError
 from trainers.tasks import TASKS
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
@@ -99,7 +103,12 @@ class StudySpec(BaseModel):
     space: SpaceSpec | None = Field(default=None, description="an explicit space")
     base: dict[str, Any] = Field(default_factory=dict, description="trial settings applied to every trial")
     dims: dict[str, Any] = Field(default_factory=dict, description="replace these dimensions of the preset")
-    models: list[str] | None = Field(default=None, description="run only these models of the preset")
+    models: list[str] | None = Field(
+        default=None,
+        description="run only these models of the preset; a name that is not one of its models but a cell "
+        "(a built-in or a plugin: `memsweep plugins`) adds an arm of that cell on the preset's protocol: "
+        "its shared dimensions (the learning rates), the cell's own `grid`, the same seeds and budget",
+    )
     seeds: list[int] | None = Field(default=None, description="seeds every point repeats over")
     sampler: Sampler = "grid"
     sampler_seed: int = 0
@@ -274,6 +283,7 @@ class StudySpec(BaseModel):
             preset = get_preset(self.preset)
             models, base, seeds = list(preset.models), dict(preset.base), preset.seeds
             name, citation, description = preset.name, preset.citation, preset.description
+            models += cell_arms(preset, self.models or [])
         if self.space is not None:
             if self.space.dims:
                 models.append(
@@ -298,7 +308,65 @@ class StudySpec(BaseModel):
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
         base = {**self.base, "numerics": self.numerics}
-        return space.with_overrides(base=base, seeds=self.seeds, dims=dims or None, models=self.models)
+        space = space.with_overrides(base=base, seeds=self.seeds, dims=dims or None, models=self.models)
+        return cell_settings_per_model(space)
+
+
+def cell_arms(preset: SearchSpace, names: list[str]) -> list[Model]:
+    """An arm for each name in `names` that is no model of the preset but a registered cell: the cell on the
+    preset's protocol, spanning the dimensions every model of the preset shares with the same values (Orhan
+    & Pitkow's learning rates; not their initialisers' scales) and the cell's own `grid`."""
+    have = {m.name for m in preset.models}
+    shared = {
+        k: d
+        for k, d in preset.models[0].dims.items()
+        if all(m.dims.get(k) == d for m in preset.models) and k not in CELL_CHOICE_FIELDS
+    }
+    arms = []
+    for name in dict.fromkeys(names):
+        if name in have:
+            continue
+        try:
+            cell = CELLS.get(name)
+        except UnknownNameError as exc:  # unknown, or a plugin that could not join: the registry says which
+            raise SpaceError(
+                f"models: {name!r} is no model of preset {preset.name!r} ({', '.join(sorted(have))}) and {exc}"
+            ) from None
+        own = {k: Values(tuple(v)) for k, v in cell.grid.items()}
+        arms.append(Model(name, {"cell": name}, {**shared, **own}))
+    return arms
+
+
+#: fields that pick a preset model's cell or initialiser: never shared with an added cell's arm
+CELL_CHOICE_FIELDS = ("cell", "init", "scale")
+
+
+def cell_settings_per_model(space: SearchSpace) -> SearchSpace:
+    """A space whose models train different cells, with `base` settings of one cell's own fields (a preset's
+    `nonlinearity`, …) moved into the models whose cell takes them: an added cell's arm gets those it has
+    and leaves the others. A space of one cell is returned as it is."""
+    default = str(space.base.get("cell", TrainConfig.cell))
+    cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
+    if len(set(cells.values())) < 2 or any("cell" in m.dims for m in space.models):
+        return space
+    general = set(TOP_FIELDS)
+    task = space.base.get("task")
+    if isinstance(task, str) and task in TASKS:
+        general |= set(field_names(TASKS.get(task).Config))
+    cell_only = [k for k in space.base if k not in general]
+    if not cell_only:
+        return space
+    fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
+    models = tuple(
+        Model(
+            m.name,
+            {**{k: space.base[k] for k in cell_only if k in fields[cells[m.name]]}, **m.fixed},
+            m.dims,
+        )
+        for m in space.models
+    )
+    base = {k: v for k, v in space.base.items() if k not in cell_only}
+    return dataclasses.replace(space, models=models, base=base)
 
 
 def _non_finite(value: Any, path: str) -> str | None:

@@ -88,6 +88,7 @@ def model_rows(
     for u in units:
         for model in {m.model for m in u.members}:
             out[model].units += 1
+            out[model].fused |= u.fused
     return out
 
 

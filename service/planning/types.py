@@ -14,6 +14,11 @@ class PlanModel(BaseModel):
     to_run: int = Field(description="trials not finished in the ledger already (those are reused)")
     units: int = Field(description="Ray units (bundles or single trials) holding its trials")
     budget_steps: list[int] | None = Field(description="[fewest, most] optimiser steps of its trials")
+    fused: bool = Field(
+        default=False,
+        description="whether its trials train in fused bundles (its cell has a fused form: trainers.fused.cells, "
+        "or a plugin cell's `fused`); false: one trial per unit",
+    )
 
 
 class PlanBudget(BaseModel):

@@ -38,6 +38,7 @@ from service.store.models import Study
 from service.study.book import TrialBook
 from service.study.executor import Executor, RunRequest
 from service.study.packing import pack_study
+from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
 from service.study.search import sampling, study_space, study_trials
@@ -93,14 +94,17 @@ class Engine:
         return self.executor.node_memory(resources)
 
     # ----- creation --------------------------------------------------------------------------------
-    def create_study(self, spec: StudySpec) -> Study:
+    def create_study(self, spec: StudySpec, nodes: NodePlugins | None = None) -> Study:
+        """Check the spec (its space, the plugins it uses: their contracts, and with `nodes` each Ray node's
+        versions) and put the study and its trials in the ledger."""
         space = self.space(spec)
+        admit_plugins(space, nodes)
         trials = study_trials(spec, space)
         study = self.ledger.create_study(spec.name or space.name, spec.model_dump(mode="json"))
         self.ledger.add_trials(study.id, trials)
         return study
 
-    def extend_study(self, study_id: str, spec: StudySpec) -> int:
+    def extend_study(self, study_id: str, spec: StudySpec, nodes: NodePlugins | None = None) -> int:
         """Replace the study's spec with a larger one; only points not yet in the ledger are added.
         Returns how many; an extension that adds nothing (and, sampled, no budget) changes nothing."""
         study = self.ledger.study(study_id)
@@ -108,6 +112,7 @@ class Engine:
         if old.sampler != spec.sampler:
             raise StudyError("extend keeps the sampler; create a new study to change it")
         space = self.space(spec)
+        admit_plugins(space, nodes)
         added = self.ledger.add_trials(study.id, study_trials(spec, space))
         more_budget = spec.sampler != "grid" and (spec.max_trials or 0) > (old.max_trials or 0)
         if added or more_budget:

@@ -73,7 +73,7 @@ def make_members(
                 data[c.seed] = SeedData(task, task.val_split())
             task = data[c.seed].task
             record_task(result, task)
-            record_device(result, device)
+            record_device(result, device, c)
             model = build_model(r, task).to(device)
             result.param_count = count_params(model)
         except Exception as exc:

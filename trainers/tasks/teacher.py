@@ -151,6 +151,7 @@ class TeacherTask(Task):
     default_nonlinearity = "relu"  # the students are SimpleRNN(relu)
     metric_name = "r2"
     supports_fresh = False
+    check_params = {"seq_len": 50, "n_train": 16, "n_val": 8, "calibration_sequences": 8}  # noqa: RUF012
     config: TeacherConfig
 
     def __init__(self, config: TeacherConfig, seed: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.deps import Authorized
-from service.api.routes import compare, docs, health, presets, studies
+from service.api.routes import compare, docs, health, plugins, presets, studies
 
 api_router = APIRouter()
 api_router.include_router(health.public)
@@ -15,6 +15,7 @@ api_router.include_router(health.router, dependencies=[Authorized])
 api_router.include_router(studies.router, dependencies=[Authorized])
 api_router.include_router(compare.router, dependencies=[Authorized])
 api_router.include_router(presets.router, dependencies=[Authorized])
+api_router.include_router(plugins.router, dependencies=[Authorized])
 api_router.include_router(docs.router)
 
 __all__ = ["api_router"]

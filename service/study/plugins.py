@@ -1,0 +1,145 @@
+"""The plugins a study uses, checked at the door (issue 38; docs/plugins.md).
+
+- `used` names the plugin cells and tasks of a space, with their identities on this machine;
+- `admit_plugins` is the door: it refuses a study whose plugins break their contract or differ between
+  the nodes, before anything is recorded;
+- `check_contracts` runs `trainers.contract` over each in a child process (`memsweep plugins check`),
+  once per identity: a plugin that breaks its contract is refused before any trial runs, and its code
+  never runs inside the server;
+- `node_plugins` asks every node of a Ray cluster what it has installed, and `version_mismatch` says
+  which node lacks a used plugin or has another version of it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+
+from search_spaces import SearchSpace, Values
+from service.core.spec import StudyError
+from trainers import plugins
+
+#: each Ray node's plugins ("kind:name" → identity), or None when no cluster answers (`node_plugins`)
+NodePlugins = Callable[[], Mapping[str, Mapping[str, str]] | None]
+
+#: (kind, name) → the identity it was checked at and its problems ([] when it holds)
+_CHECKED: dict[tuple[str, str], tuple[str, list[str]]] = {}
+_LOCK = threading.Lock()
+
+
+def _names(space: SearchSpace, field: str) -> set[str]:
+    found = {str(space.base[field])} if field in space.base else set()
+    for model in space.models:
+        if field in model.fixed:
+            found.add(str(model.fixed[field]))
+        dim = model.dims.get(field)
+        if isinstance(dim, Values):
+            found.update(str(v) for v in dim.values)
+    return found
+
+
+def used(space: SearchSpace) -> dict[tuple[str, str], str]:
+    """(kind, name) → identity of every plugin cell and task the space's trials may use."""
+    out = {}
+    for kind in ("cell", "task"):
+        for name in _names(space, kind):
+            ident = plugins.identity(kind, name)
+            if ident is not None:
+                out[(kind, name)] = ident
+    return out
+
+
+def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None) -> None:
+    """Raise StudyError when a plugin the space uses breaks its contract, or (with `nodes`: the Ray
+    cluster's inventory) when a node lacks it or has another version."""
+    wanted = used(space)
+    if not wanted:
+        return
+    problems = check_contracts(wanted)
+    if problems:
+        raise StudyError(
+            "a plugin this study uses breaks its contract, so no trial runs: "
+            + "; ".join(problems)
+            + ". Fix the plugin (`memsweep plugins check` runs the same checks; docs/plugins.md) and submit again"
+        )
+    found = nodes() if nodes is not None else None
+    why = version_mismatch(wanted, found) if found else None
+    if why is not None:
+        raise StudyError(why)
+
+
+def check_contracts(wanted: Mapping[tuple[str, str], str], timeout: float = 600.0) -> list[str]:
+    """The contract problems of each plugin in `wanted` ("cell 'x' of dist 1.0: shapes: …"), checked in a
+    child process once per identity; [] when every one holds."""
+    with _LOCK:
+        todo = [key for key, ident in wanted.items() if _CHECKED.get(key, ("", []))[0] != ident]
+        if todo:
+            found = run_check([f"{kind}:{name}" for kind, name in todo], timeout)
+            for key in todo:
+                _CHECKED[key] = (wanted[key], found.get(f"{key[0]}:{key[1]}", ["it was not checked"]))
+        return [
+            f"{kind} {name!r} ({wanted[(kind, name)]}): {problem}"
+            for kind, name in sorted(wanted)
+            for problem in _CHECKED[(kind, name)][1]
+        ]
+
+
+def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
+    """`memsweep plugins check --json NAME…` in a child process: "kind:name" → its problems."""
+    cmd = [sys.executable, "-m", "service.cli", "plugins", "check", "--json", *names]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {n: [f"the contract check did not finish in {timeout:g} s"] for n in names}
+    try:
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {n: [f"the contract check crashed (exit {done.returncode}): {tail[0]}"] for n in names}
+    return {f"{r['kind']}:{r['name']}": list(r["problems"]) for r in report}
+
+
+def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
+    """Node (its IP and id's head) → {"kind:name": identity} of the plugins installed there, for every
+    alive node of the running Ray cluster that can run a trial (it has CPUs)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def inventory() -> dict[str, str]:
+        from trainers import plugins as installed_here
+
+        return {f"{p.kind}:{p.name}": p.identity for p in installed_here.installed() if p.problem is None}
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]  # type: ignore[no-untyped-call]
+    refs = {
+        f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": inventory.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote()
+        for n in nodes
+    }
+    return dict(zip(refs, ray.get(list(refs.values()), timeout=timeout), strict=True))
+
+
+def version_mismatch(
+    wanted: Mapping[tuple[str, str], str], nodes: Mapping[str, Mapping[str, str]]
+) -> str | None:
+    """Which node lacks a used plugin or has another version of it, naming both; None when all agree."""
+    problems = []
+    for (kind, name), ident in sorted(wanted.items()):
+        for node, there in sorted(nodes.items()):
+            theirs = there.get(f"{kind}:{name}")
+            if theirs != ident:
+                problems.append(
+                    f"node {node} has {theirs or 'no plugin'} for {kind} {name!r}, this server {ident}"
+                )
+    if not problems:
+        return None
+    return (
+        "every node that may run a trial needs the same version of each plugin the study uses: "
+        + "; ".join(problems)
+        + ". Install the same distribution on every node (docs/plugins.md, 'On a cluster') and submit again"
+    )

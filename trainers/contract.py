@@ -1,0 +1,308 @@
+"""The contracts of a cell and a task, checked on a running class (issue 38): what `memsweep plugins check`
+runs over a plugin, and what the door runs before a study trains one.
+
+A cell (`trainers.cells.base.Cell`) must
+- be a concrete subclass built as (config, input_size, hidden_size, gen), its `Config` a dataclass whose
+  every field has a default;
+- draw its initial weights from `gen` alone: the same generator seed gives the same weights, and torch's
+  global generator is not touched (a seed must fix the trial);
+- map x [T, B, d] to finite states [T, B, N], through which the gradient reaches the first step;
+- give a finite initial loss on the papers' tasks (addition, copy), and, when it declares a fused form,
+  train each member of a bundle exactly as alone (bit for bit, a few steps).
+
+A task (`trainers.tasks.base.Task`) must be built from its `Config` (at its `check_params`) and a seed;
+draw its data from its own generators (the global one untouched; the same seed the same data, another seed
+other data unless `seeded_data` is False); encode batches of the shapes it declares; and give a finite,
+positive baseline and a finite initial loss under an Elman cell.
+
+Each check returns `Problem`s naming the check and what is wrong; none means the contract holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainers import numerics
+from trainers.cells import Cell
+from trainers.numerics import use as use_numerics
+from trainers.tasks import Task
+
+#: the papers' tasks a cell is checked on, at small sizes: one read at the last step, one at every step
+CELL_TASKS: dict[str, dict[str, Any]] = {
+    "addition": {"seq_len": 20, "n_train": 32, "n_val": 16},
+    "copy": {"seq_len": 30, "n_train": 32, "n_val": 16},
+}
+HIDDEN = 12
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str  # which rule: "constructor", "generator", "shapes", "loss", "gradient", "fused", …
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.message}"
+
+
+@contextmanager
+def _global_rng_watch(problems: list[Problem], what: str) -> Iterator[None]:
+    """Record a problem when the block draws from torch's global generator."""
+    before = torch.get_rng_state()
+    yield
+    if not torch.equal(before, torch.get_rng_state()):
+        problems.append(
+            Problem(
+                "generator",
+                f"{what} drew from torch's global random generator: draw from the trial's generator "
+                "(`gen` for a cell's weights, `trainers.seeding.generator(seed, stream)` for a task's data) "
+                "so that a seed fixes the trial",
+            )
+        )
+
+
+def _dataclass_defaults(cls: type, what: str) -> list[Problem]:
+    config = getattr(cls, "Config", None)
+    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+        return [
+            Problem("config", f"{what}.Config must be a dataclass of its hyperparameters, got {config!r}")
+        ]
+    missing = [
+        f.name
+        for f in dataclasses.fields(config)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        return [
+            Problem("config", f"{what}.Config fields {missing} have no default: give each one its paper's")
+        ]
+    return []
+
+
+def check_cell(cls: type[Cell]) -> list[Problem]:
+    """Every rule of the cell contract on `cls`, registered under `cls.name` (in this process's numerics
+    mode: the first check fixes it, `trainers.numerics`)."""
+    use_numerics(numerics.current() or numerics.default_mode())
+    what = getattr(cls, "__qualname__", repr(cls))
+    if not (isinstance(cls, type) and issubclass(cls, Cell)):
+        return [Problem("class", f"{what} is not a subclass of trainers.cells.base.Cell")]
+    if inspect.isabstract(cls):
+        return [
+            Problem(
+                "class", f"{what} leaves abstract methods unimplemented: {sorted(cls.__abstractmethods__)}"
+            )
+        ]
+    params = list(inspect.signature(cls.__init__).parameters)[1:]
+    if params[:4] != ["config", "input_size", "hidden_size", "gen"]:
+        return [
+            Problem(
+                "constructor",
+                f"{what}.__init__ takes {params}; the contract is (config, input_size, hidden_size, gen)",
+            )
+        ]
+    problems = _dataclass_defaults(cls, what)
+    if problems:
+        return problems
+    problems += _cell_weights(cls)
+    if problems:
+        return problems
+    for task, task_params in CELL_TASKS.items():
+        problems += _cell_on_task(cls.name, task, task_params)
+    from trainers.fused.cells import FUSED_CELLS  # a built-in's fused form, or the plugin's `fused`
+
+    if cls.name in FUSED_CELLS and not problems:
+        problems += _fused_equals_solo(cls.name)
+    return problems
+
+
+def _cell_weights(cls: type[Cell]) -> list[Problem]:
+    problems: list[Problem] = []
+    try:
+        config = cls.resolve(cls.Config(), "tanh")
+
+        def build(seed: int) -> Cell:
+            return cls(config, 3, HIDDEN, torch.Generator().manual_seed(seed))
+
+        with _global_rng_watch(problems, f"building a {cls.name!r} cell"):
+            a, b = build(7), build(7)
+    except Exception as exc:  # the cell's own code: any error is a broken contract
+        return [Problem("constructor", f"building it at its defaults failed: {_describe(exc)}")]
+    pa, pb = (list(m.parameters()) for m in (a, b))
+    if not pa:
+        problems.append(Problem("parameters", "it has no parameters to train"))
+    elif not all(torch.equal(p, q) for p, q in zip(pa, pb, strict=True)):
+        problems.append(
+            Problem("generator", "the same generator seed gave other weights: draw them from `gen` alone")
+        )
+    return problems  # another seed may give the same weights: a deterministic initialiser (a chain) has none
+
+
+def _resolve(cell: str, task: str, task_params: dict[str, Any], seed: int = 1) -> Any:
+    from trainers.config import resolve
+
+    return resolve({"task": task, "cell": cell, "hidden": HIDDEN, "seed": seed, "task_params": task_params})
+
+
+def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Problem]:
+    """Shapes, a finite initial loss and the gradient through time of `cell` on `task`."""
+    from trainers.model import build_model
+
+    problems: list[Problem] = []
+    where = f"on task {task!r}"
+    try:
+        resolved = _resolve(cell, task, task_params)
+        t = resolved.make_task()
+        x, y = t.encode(t.val_split().take(slice(0, 4)), CPU)
+        model = build_model(resolved, t)
+        with _global_rng_watch(problems, f"a forward pass {where}"):
+            states = model.cell(x)
+    except Exception as exc:
+        return [Problem("forward", f"{where}: {_describe(exc)}")]
+    expected = (x.shape[0], x.shape[1], HIDDEN)
+    if tuple(states.shape) != expected:
+        return [
+            Problem(
+                "shapes",
+                f"{where}: states of shape {tuple(states.shape)} for inputs {tuple(x.shape)}; the contract is [T, B, N] = {expected}",
+            )
+        ]
+    loss = t.loss(model(x), y)
+    if not torch.isfinite(loss):
+        problems.append(Problem("loss", f"{where}: the initial loss is {loss.item()}, not finite"))
+        return problems
+    xs = x[: HIDDEN // 2].detach().clone().requires_grad_()  # within N steps: a chain forgets after N
+    model.cell(xs)[-1].pow(2).sum().backward()
+    if xs.grad is None or not xs.grad[0].abs().sum() > 0:
+        problems.append(
+            Problem("gradient", f"{where}: the state after N/2 steps does not depend on the first input")
+        )
+    elif not all(torch.isfinite(p.grad).all() for p in model.cell.parameters() if p.grad is not None):
+        problems.append(Problem("gradient", f"{where}: a parameter's gradient is not finite"))
+    return problems
+
+
+def _fused_equals_solo(cell: str, steps: int = 6) -> list[Problem]:
+    """Two members of a bundle (other seeds and learning rates) against their solo runs, a few steps."""
+    from trainers.config import resolve
+    from trainers.fused import train_fused
+    from trainers.loop import train
+
+    configs = [
+        resolve(
+            {
+                "task": "addition",
+                "cell": cell,
+                "hidden": HIDDEN,
+                "seed": seed,
+                "lr": lr,
+                "steps": steps,
+                "eval_every": steps // 2,
+                "batch_size": 4,
+                "task_params": CELL_TASKS["addition"],
+                "numerics": numerics.current(),
+            }
+        )
+        for seed, lr in ((1, 1e-3), (2, 3e-3))
+    ]
+    try:
+        bundle = train_fused(configs)
+    except Exception as exc:
+        return [Problem("fused", f"a bundle of two failed: {_describe(exc)}")]
+    problems = []
+    for k, (config, member) in enumerate(zip(configs, bundle, strict=True)):
+        alone = train(config)
+        ours, theirs = _curve(member), _curve(alone)
+        if member.status != alone.status or ours != theirs:
+            problems.append(
+                Problem(
+                    "fused",
+                    f"member {k} of a bundle is not its solo run bit for bit (losses {ours} in the bundle, "
+                    f"{theirs} alone; status {member.status} vs {alone.status}): "
+                    "fix the fused form or set `fused = None` to train solo",
+                )
+            )
+    return problems
+
+
+def _curve(result: Any) -> list[tuple[float, float]]:
+    return [(e.train_loss, e.val_loss) for e in result.history]
+
+
+def check_task(cls: type[Task]) -> list[Problem]:
+    """Every rule of the task contract on `cls`, registered under `cls.name`."""
+    use_numerics(numerics.current() or numerics.default_mode())
+    what = getattr(cls, "__qualname__", repr(cls))
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        return [Problem("class", f"{what} is not a subclass of trainers.tasks.base.Task")]
+    if inspect.isabstract(cls):
+        return [
+            Problem(
+                "class", f"{what} leaves abstract methods unimplemented: {sorted(cls.__abstractmethods__)}"
+            )
+        ]
+    problems = _dataclass_defaults(cls, what)
+    if problems:
+        return problems
+    params = dict(cls.check_params)
+
+    def data(seed: int) -> tuple[Task, tuple[torch.Tensor, torch.Tensor]]:
+        task = _resolve("rnn", cls.name, params, seed).make_task()
+        return task, task.encode(task.val_split().take(slice(0, 4)), CPU)
+
+    try:
+        with _global_rng_watch(problems, f"building task {cls.name!r} and its data"):
+            t, (x, y) = data(1)
+            _, (x_again, _) = data(1)
+            _, (x_other, _) = data(2)
+    except Exception as exc:
+        return [Problem("data", f"building it at check_params {params} failed: {_describe(exc)}")]
+    if not torch.equal(x, x_again):
+        problems.append(
+            Problem("generator", "the same seed gave other data: draw them from the trial seed's generators")
+        )
+    if cls.seeded_data and torch.equal(x, x_other):
+        problems.append(Problem("generator", "another seed gave the same data, but `seeded_data` is True"))
+    want = (t.seq_len, 4) if t.input_vocab is not None else (t.seq_len, 4, t.input_dim)
+    if tuple(x.shape) != want or (t.input_vocab is None and x.dtype != torch.float32):
+        problems.append(
+            Problem(
+                "shapes",
+                f"encode gave x {tuple(x.shape)} {x.dtype}; the contract is {want} float32 (time-major)",
+            )
+        )
+        return problems
+    baseline = t.baseline_loss
+    if not (isinstance(baseline, (int, float)) and math.isfinite(baseline) and baseline > 0):
+        problems.append(
+            Problem(
+                "baseline",
+                f"baseline_loss is {baseline!r}: give the memoryless predictor's loss, finite and positive",
+            )
+        )
+    from trainers.model import build_model
+
+    try:
+        out = build_model(_resolve("rnn", cls.name, params), t)(x)
+        loss = t.loss(out, y)
+    except Exception as exc:
+        return [*problems, Problem("loss", f"an Elman cell's output could not be scored: {_describe(exc)}")]
+    if loss.ndim != 0 or not torch.isfinite(loss):
+        problems.append(
+            Problem("loss", f"the initial loss under an Elman cell is {loss}, not one finite number")
+        )
+    return problems
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+CHECKS: dict[str, Callable[[Any], list[Problem]]] = {"cell": check_cell, "task": check_task}
