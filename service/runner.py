@@ -243,7 +243,7 @@ class StudyRunner:
 
     def node_plugins(self) -> dict[str, dict[str, str]] | None:
         """Each Ray node's plugins (`service.study.plugins.node_plugins`); None when Ray is not up yet."""
-        if not self.prepared.is_set() or self._ray_thread is None:
+        if self._ray_thread is None or not self._ray_up.is_set() or self._ray_error is not None:
             return None
         from service.study.plugins import node_plugins
 

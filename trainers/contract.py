@@ -174,12 +174,14 @@ def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Pro
                 f"{where}: states of shape {tuple(states.shape)} for inputs {tuple(x.shape)}; the contract is [T, B, N] = {expected}",
             )
         ]
-    loss = t.loss(model(x), y)
-    if not torch.isfinite(loss):
-        problems.append(Problem("loss", f"{where}: the initial loss is {loss.item()}, not finite"))
-        return problems
-    xs = x[: HIDDEN // 2].detach().clone().requires_grad_()  # within N steps: a chain forgets after N
-    model.cell(xs)[-1].pow(2).sum().backward()
+    try:
+        loss = t.loss(model(x), y)
+        if not torch.isfinite(loss):
+            return [Problem("loss", f"{where}: the initial loss is {loss.item()}, not finite")]
+        xs = x[: HIDDEN // 2].detach().clone().requires_grad_()  # within N steps: a chain forgets after N
+        model.cell(xs)[-1].pow(2).sum().backward()
+    except Exception as exc:
+        return [Problem("gradient", f"{where}: no gradient through the states: {_describe(exc)}")]
     if xs.grad is None or not xs.grad[0].abs().sum() > 0:
         problems.append(
             Problem("gradient", f"{where}: the state after N/2 steps does not depend on the first input")

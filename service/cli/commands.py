@@ -71,30 +71,44 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from service.core.settings import get_settings
-    from service.study.engine import Engine
-
-    engine = Engine(get_settings())
+def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
+    """`memsweep run`'s study: the one it resumes (extended when the command line changes its spec), or a new one."""
     if args.study:
         study = engine.ledger.get_study(args.study)
         if study is None:
             raise SystemExit(f"error: no study {args.study!r}")
         if changes_spec(args):  # extend: only points the study does not hold yet are added
-            added = engine.extend_study(study.id, build_spec(args, stored=study.spec))
+            added = engine.extend_study(study.id, build_spec(args, stored=study.spec), nodes=nodes)
             print(f"study {study.id}: extended by {added} trials", file=sys.stderr)
     else:
         if not args.target:
             raise SystemExit(
                 "error: give a preset name or a spec file (see `memsweep presets`), or --study ID to resume"
             )
-        study = engine.create_study(build_spec(args))
+        study = engine.create_study(build_spec(args), nodes=nodes)
+    return study
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from service.core.settings import get_settings
+    from service.runner import StudyRunner
+    from service.study.engine import Engine
+    from service.study.nodes import embedded
+
+    engine = Engine(get_settings())
+    runner = StudyRunner(engine, workers=1)  # the server's runner: planned, run, costed the same way
+    nodes = None
+    if not embedded(engine.settings):  # a cluster: its nodes' plugins are checked before anything is recorded
+        runner.start_ray()
+        nodes = runner.node_plugins
+    try:
+        study = _create_or_extend(args, engine, nodes)
+    except BaseException:
+        runner.shutdown()
+        raise
     print(
         f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
     )
-    from service.runner import StudyRunner
-
-    runner = StudyRunner(engine, workers=1)  # the server's runner: planned, run, costed the same way
     runner.submit(study.id)
     try:
         show_progress(runner, study.id, quiet=args.json)
@@ -256,8 +270,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     """`memsweep plugins`: what is installed (here, or on a server and its nodes); `check`: the contracts."""
     if args.action == "check":
         return check_plugins(args.names, args.json)
-    if args.names:
-        raise SystemExit("error: `memsweep plugins` lists them all; name plugins only with `check`")
     url = api_url(args)
     if url:
         with client_for(url) as client:

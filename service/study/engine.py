@@ -226,6 +226,7 @@ class Engine:
         why = self.executor.unplaceable(resources)
         if why is not None:
             raise StudyError(why)
+        admit_plugins(space, self.executor.node_plugins)  # the nodes may have changed since the door
         attempts = self.settings.trial_attempts
         book = TrialBook(
             self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts

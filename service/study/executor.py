@@ -35,7 +35,7 @@ class Executor(Protocol):
     tests, an in-process executor.
 
     Lifecycle: `start` before anything else (idempotent: it may be called again, e.g. by each run);
-    `unplaceable` and `node_memory` any time after; `run` once per round, the engine calling it again
+    `unplaceable`, `node_plugins` and `node_memory` any time after; `run` once per round, the engine calling it again
     for the members a fault sent back (with the same `TrialBook`, after `TrialBook.begin_round`). A run
     tells the book every executor trial's start, reports and end in the order `TrialBook` states, and
     closes what is left open (`TrialBook.close_unfinished`) before it returns."""
@@ -45,6 +45,10 @@ class Executor(Protocol):
 
     def unplaceable(self, resources: Mapping[str, float]) -> str | None:
         """Why no node can place a unit of these resources, or None."""
+
+    def node_plugins(self) -> Mapping[str, Mapping[str, str]] | None:
+        """Each node's plugins ("kind:name" → identity: `trainers.plugins`), or None when every node
+        shares this process's installation (one machine)."""
 
     def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None:
         """(device kind, bytes) a unit of these resources may use on a node that would run it,

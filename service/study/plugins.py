@@ -88,8 +88,8 @@ def check_contracts(wanted: Mapping[tuple[str, str], str], timeout: float = 600.
 
 
 def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
-    """`memsweep plugins check --json NAME…` in a child process: "kind:name" → its problems."""
-    cmd = [sys.executable, "-m", "service.cli", "plugins", "check", "--json", *names]
+    """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems."""
+    cmd = [sys.executable, "-m", "service.cli", "plugins", "check", *names, "--json"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:

@@ -23,7 +23,8 @@ from ray.tune.search import Searcher
 from service.core.settings import Settings
 from service.study.book import TrialBook
 from service.study.executor import RunRequest
-from service.study.nodes import NodeMemory, ensure_ray, node_name, unplaceable
+from service.study.nodes import NodeMemory, embedded, ensure_ray, node_name, unplaceable
+from service.study.plugins import node_plugins
 from service.study.search import Draws, Sampling
 from service.study.worker import train_unit
 
@@ -141,6 +142,9 @@ class RayTune:
 
     def unplaceable(self, resources: Mapping[str, float]) -> str | None:
         return unplaceable(resources)
+
+    def node_plugins(self) -> Mapping[str, Mapping[str, str]] | None:
+        return None if embedded(self.settings) else node_plugins()
 
     def run(self, request: RunRequest, book: TrialBook) -> None:
         """Run the request's units (a round's) or its sampler's draws as Ray trials, to the end or to

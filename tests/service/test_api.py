@@ -19,42 +19,18 @@ from typing import Any
 import httpx
 import pytest
 
-from service.cli.servers import LocalServer, free_port
+from service.cli.servers import free_port
 from service.client import MemsweepAPIError, MemsweepClient
 from service.store.ledger import Ledger
 from service.tracking.links import ui_link
 from tests.runs import child_runs
 from tests.service.conftest import TINY
+from tests.service.servers import Server
 from trainers import HALF_BASELINE
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "e2e-token-5c1f0b7d"
-
-
-class Server(LocalServer):
-    """`memsweep serve` in its own process group on a free loopback port, with its own home."""
-
-    def __init__(self, home: Path, mlflow_uri: str | None, token: str | None = None, **settings: str) -> None:
-        """`mlflow_uri` None: the server starts its own MLflow on a free port; `settings`: more
-        MEMSWEEP_* variables, by their lower-case names."""
-        env = {
-            **os.environ,
-            "MEMSWEEP_HOME": str(home),
-            "MEMSWEEP_RAY_NUM_CPUS": "2",
-            "MEMSWEEP_MAX_PARALLEL_STUDIES": "2",
-            **{f"MEMSWEEP_{k.upper()}": v for k, v in settings.items()},
-        }
-        env.pop("MEMSWEEP_API_TOKEN", None)
-        env.pop("MEMSWEEP_MLFLOW_TRACKING_URI", None)
-        if mlflow_uri:
-            env["MEMSWEEP_MLFLOW_TRACKING_URI"] = mlflow_uri
-        else:
-            env["MEMSWEEP_MLFLOW_PORT"] = str(free_port())
-        if token:
-            env["MEMSWEEP_API_TOKEN"] = token
-        super().__init__(free_port(), home / "serve.log", env)
-        self.home = home
 
 
 @pytest.fixture(scope="module")

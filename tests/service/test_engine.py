@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from service.cli.servers import free_port
 from service.core.spec import StudySpec
 from tests.runs import child_runs
+from tests.service.cluster import ray_head
 from tests.service.conftest import TINY
 from trainers.numerics import default_mode
 
@@ -309,37 +305,6 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str
         else:
             assert t.runs in (1, 2)  # at most the interrupted ones started twice
     assert sum(t.runs for t in trials) <= 12 + 4  # 2 fused bundles of 2 at once: at most four interrupted
-
-
-@contextlib.contextmanager
-def ray_head(tmp_path: Path, *flags: str) -> Iterator[tuple[dict[str, str], int]]:
-    """A Ray cluster's head started with `ray start` (and `flags`: --num-gpus=1 declares a GPU), token
-    authentication on as in compose; (the environment that reaches it, its port)."""
-    ray_bin = Path(sys.executable).with_name("ray")
-    port = free_port()
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path),
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": secrets.token_hex(32),
-    }
-    # --block keeps the head's processes in this process group, so the test can stop exactly this
-    # cluster (`ray stop` would stop every Ray on the machine, the test session's own included).
-    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", *flags,
-                             "--disable-usage-stats", "--include-dashboard=false"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert head.poll() is None, head.stdout.read()[-3000:] if head.stdout else "ray start exited"
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(1)
-        yield env, port
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        head.wait(timeout=60)
 
 
 def test_joins_a_ray_cluster_started_with_ray_start(tmp_path: Path, mlflow_uri: str):

@@ -42,6 +42,9 @@ class InProcess:
     def unplaceable(self, resources: Mapping[str, float]) -> str | None:
         return None if resources.get("gpu", 0) == 0 else "no node of this process has a GPU"
 
+    def node_plugins(self) -> Mapping[str, Mapping[str, str]] | None:
+        return None  # one process: its own plugins
+
     def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None:
         return None  # the packer's defaults
 

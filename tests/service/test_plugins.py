@@ -1,0 +1,210 @@
+"""Plugins in the service (issue 38): a plugin cell swept beside a preset's models over REST on the real
+Ray and MLflow, trained again when its version changes; `memsweep plugins` and its check; a study refused
+at the door when a plugin breaks its contract or a cluster's nodes disagree on its version. The plugins
+are distributions made on disk (`tests.plugin_dists`), seen by the processes that are given their folder."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from service.client import MemsweepAPIError, MemsweepClient
+from service.core.spec import StudySpec
+from service.store.ledger import Ledger
+from service.study.search import grid_trials, study_space
+from tests.plugin_dists import env_with, memsweep, toy_dist
+from tests.service.cluster import ray_head, ray_node
+from tests.service.servers import Server
+
+TOKEN = "plugins-e2e-1b2c"
+#: Orhan & Pitkow's addition preset cut to seconds a trial
+CUT = {"seq_len": 20, "n_train": 64, "n_val": 32, "hidden": 16, "steps": 40, "eval_every": 20}
+
+
+def cut_preset(models: list[str], **kw: object) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "name": "plugin-vs-papers",
+        "preset": "orhan2020-addition750",
+        "models": models,
+        "base": CUT,
+        "dims": {"lr": [1e-3], "scale": [1.0]},
+        "seeds": [1, 2],
+        "success_threshold": 1 / 3,  # loose (2 × the baseline 1/6): some trials succeed in 40 steps
+    }
+    spec.update(kw)
+    return spec
+
+
+def test_a_cell_beside_a_presets_models_runs_on_its_protocol_and_the_presets_trials_do_not_change():
+    """`models: [chain, orthogonal, lstm]`: the preset's two models exactly as alone (same trials, same
+    hashes: their runs are shared), and an lstm arm on the preset's learning rates, seeds and budget, its
+    cell's own settings only (the preset's `nonlinearity` is the rnn's)."""
+    alone = StudySpec.model_validate(cut_preset(["chain", "orthogonal"]))
+    two_lrs = {"lr": [1e-3, 3e-4], "scale": [1.0]}
+    mixed = StudySpec.model_validate(cut_preset(["chain", "orthogonal", "lstm"], dims=two_lrs))
+    space = study_space(mixed, 10_000)
+    lstm = space.model("lstm")
+    assert lstm.fixed == {"cell": "lstm"} and set(lstm.dims) == {"lr"}
+    assert lstm.dims["lr"].values == (1e-3, 3e-4)  # the study's override of the preset's shared axis
+    trials = grid_trials(space, {})
+    by_model = {m: [t for t in trials if t.model == m] for m in ("chain", "orthogonal", "lstm")}
+    assert len(by_model["lstm"]) == 4  # 2 learning rates × 2 seeds
+    for t in by_model["lstm"]:
+        assert t.config["cell"] == "lstm" and t.config["hidden"] == 16 and t.config["steps"] == 40
+        assert t.config["task_params"]["seq_len"] == 20 and t.config["batch_size"] == 16
+    alone_space = study_space(alone.model_copy(update={"dims": two_lrs}), 10_000)
+    assert sorted(t.config_hash for t in grid_trials(alone_space, {})) == sorted(
+        t.config_hash for m in ("chain", "orthogonal") for t in by_model[m]
+    )
+    with pytest.raises(
+        ValueError, match=r"'nope' is no model of preset 'orhan2020-addition750'.*valid cells: "
+    ):
+        StudySpec.model_validate(cut_preset(["chain", "nope"])).search_space()
+
+
+def test_memsweep_plugins_lists_them_and_its_check_names_what_is_broken(tmp_path: Path):
+    good = toy_dist(tmp_path / "good", "1.0")
+    bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
+    listed = memsweep("plugins", "--json", paths=(good, bad))
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    names = {p["name"]: p for p in json.loads(listed.stdout)["server"]}
+    assert set(names) == {"toy", "toy-nan"} and names["toy"]["version"] == "1.0"
+    assert memsweep("plugins", "check", "toy", paths=(good, bad)).returncode == 0
+    checked = memsweep("plugins", "check", paths=(good, bad))
+    assert checked.returncode == 1
+    assert "cell 'toy' (memsweep-toy==1.0+" in checked.stdout and "holds its contract" in checked.stdout
+    assert "cell 'toy-nan'" in checked.stdout and "loss: on task 'addition'" in checked.stdout
+    missing = memsweep("plugins", "check", "other", paths=(good,))
+    assert missing.returncode == 1 and "no plugin 'other'; installed: cell:toy" in missing.stderr
+
+
+@pytest.mark.slow
+def test_a_study_with_a_plugin_that_breaks_its_contract_is_refused_and_records_nothing(tmp_path: Path):
+    bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(cut_preset(["chain", "toy-nan"])))
+    home = tmp_path / "home"
+    done = memsweep("run", str(spec), paths=(bad,), environ={"MEMSWEEP_HOME": str(home)})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "a plugin this study uses breaks its contract, so no trial runs" in done.stderr
+    assert "cell 'toy-nan' (memsweep-toy-nan==0.9+" in done.stderr and "not finite" in done.stderr
+    assert Ledger(f"sqlite:///{home / 'ledger.db'}").list_studies() == []
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_nodes_differ_in_a_plugins_version_is_refused_naming_the_node(tmp_path: Path):
+    """A head with version 1.0 of the plugin and a second node with 2.0 (each node's Ray workers import
+    what that node has installed): a study that uses the plugin is refused before anything is recorded."""
+    v1, v2 = toy_dist(tmp_path / "v1", "1.0"), toy_dist(tmp_path / "v2", "2.0")
+    with ray_head(tmp_path, "--num-cpus=1", environ=env_with(v1)) as (env, port):  # noqa: SIM117
+        with ray_node({**env, "PYTHONPATH": env_with(v2)["PYTHONPATH"]}, port, "--num-cpus=1"):
+            spec = tmp_path / "spec.json"
+            spec.write_text(json.dumps(cut_preset(["chain", "toy"])))
+            home = tmp_path / "home"
+            ray_env = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+            done = memsweep("run", str(spec), paths=(v1,), timeout=600,
+                            environ={**ray_env, "MEMSWEEP_HOME": str(home), "MEMSWEEP_RAY_ADDRESS": f"127.0.0.1:{port}"})  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "every node that may run a trial needs the same version of each plugin" in done.stderr
+    assert (
+        "has memsweep-toy==2.0+" in done.stderr
+        and "for cell 'toy', this server memsweep-toy==1.0+" in done.stderr
+    )
+    assert Ledger(f"sqlite:///{home / 'ledger.db'}").list_studies() == []
+
+
+@pytest.mark.slow
+def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained_when_its_version_changes(
+    tmp_path: Path, mlflow_uri: str
+):
+    """The issue's user story: a plugin cell (with a fused form) beside chain and orthogonal on a cut
+    Orhan preset, over REST on the real Ray and MLflow: the plan says which arms train in bundles, the
+    success table, the comparison and the MLflow parent run show all three. The server restarted with
+    another version of the plugin trains the plugin's trials again and reuses the papers' cells' runs."""
+    v1 = toy_dist(tmp_path / "v1", "1.0", fused="")
+    v2 = toy_dist(tmp_path / "v2", "1.1", fused="")
+    bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
+    home = tmp_path / "home"
+    spec = cut_preset(["chain", "orthogonal", "toy"])
+    studies = []
+    for version, folder in (("1.0", v1), ("1.1", v2)):
+        server = Server(home, mlflow_uri, token=TOKEN, environ=env_with(folder, bad)).start()
+        try:
+            with MemsweepClient(server.url, token=TOKEN) as client:
+                listing = client.plugins()
+                deadline = time.monotonic() + 180
+                while (
+                    listing["nodes"] is None and time.monotonic() < deadline
+                ):  # Ray comes up after the server
+                    time.sleep(1)
+                    listing = client.plugins()
+                assert [(p["name"], p["version"]) for p in listing["server"]] == [
+                    ("toy", version),
+                    ("toy-nan", "0.9"),
+                ]
+                ready = {f"cell:{p['name']}": p["identity"] for p in listing["server"]}
+                assert listing["nodes"] and all(nodes == ready for nodes in listing["nodes"].values())
+                if (
+                    version == "1.0"
+                ):  # a plugin that breaks its contract: the 422 of every bad spec, nothing made
+                    with pytest.raises(MemsweepAPIError) as refused:
+                        client.submit(cut_preset(["chain", "toy-nan"]))
+                    assert refused.value.status == 422 and "cell 'toy-nan'" in str(refused.value.detail)
+                    assert client.studies() == []
+                plan = client.plan(spec)["by_model"]
+                assert plan["toy"]["trials"] == 4 and plan["chain"]["trials"] == 2
+                assert plan["toy"]["to_run"] == 4 and plan["toy"]["fused"]  # its fused form: in bundles
+                if version == "1.0":
+                    assert plan["chain"]["to_run"] == 2 and plan["chain"]["fused"]
+                else:  # the papers' cells' runs are reused; only the plugin's new version trains
+                    assert plan["chain"]["to_run"] == plan["orthogonal"]["to_run"] == 0
+                study = client.submit(spec)
+                final = client.wait(study["id"], poll=0.5, timeout=600, progress=False)
+                assert final["state"] == "done", final
+                studies.append((final, client.trials(study["id"]), client.success(study["id"])))
+                if version == "1.1":
+                    compared = client.comparison([studies[0][0]["id"], study["id"]])
+        finally:
+            server.stop()
+    (first, trials1, success1), (_, trials2, success2) = studies
+    for success in (success1, success2):
+        assert set(success["by_model"]) == {"chain", "orthogonal", "toy"}
+        for cell in success["by_model"].values():
+            assert cell["trials"] in (2, 4) and 0 <= cell["ci95"][0] <= cell["rate"] <= cell["ci95"][1] <= 1
+    toy1 = {t["config_hash"] for t in trials1 if t["model"] == "toy"}
+    toy2 = {t["config_hash"] for t in trials2 if t["model"] == "toy"}
+    assert len(toy1) == len(toy2) == 4 and not toy1 & toy2  # another version: other trials
+    assert all(t["runs"] == 1 and t["reused_from"] is None for t in trials2 if t["model"] == "toy")
+    papers = [t for t in trials2 if t["model"] != "toy"]
+    assert len(papers) == 4 and all(t["runs"] == 0 and t["reused_from"] is not None for t in papers)
+    for trials, version in ((trials1, "1.0"), (trials2, "1.1")):
+        assert all(
+            t["provenance"]["plugin.cell"].startswith(f"memsweep-toy=={version}+")
+            for t in trials
+            if t["model"] == "toy"
+        )
+    rows = [r for r in compared["rows"] if r["group"].get("model") is not None]  # not the totals
+    assert {r["group"]["model"] for r in rows} == {"chain", "orthogonal", "toy"}
+    toy = [r for r in rows if r["group"]["model"] == "toy" and r["study_id"] is not None]
+    assert len(toy) == 2 and all(r["trials"] == 4 and len(r["ci95"]) == 2 for r in toy)
+    parent = MlflowClient(mlflow_uri).get_run(first["mlflow"]["run_id"])
+    for model in ("chain", "orthogonal", "toy"):
+        assert (
+            f"success_rate.{model}" in parent.data.metrics
+            and f"success_ci95_high.{model}" in parent.data.metrics
+        )
+
+
+def test_a_refused_plugin_named_in_a_study_is_refused_with_its_reason(tmp_path: Path):
+    bad = toy_dist(tmp_path / "bad", "0.1", name="toy", extra_init="")
+    (bad / "memsweep_toy" / "__init__.py").write_text("raise ImportError('the toy needs a GPU library')\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(cut_preset(["chain", "toy"])))
+    done = memsweep("plan", str(spec), paths=(bad,), environ={"MEMSWEEP_HOME": str(tmp_path / "home")})
+    assert done.returncode != 0
+    assert "the cell plugin 'toy' (memsweep_toy:ToyCell) of memsweep-toy 0.1 cannot be used" in done.stderr
+    assert "the toy needs a GPU library" in done.stderr

@@ -1,0 +1,128 @@
+"""Plugin cells by entry point (issue 38): they join the registry with their identity, or are refused with
+their reason; their contract is checked (`trainers.contract`). Each case runs in a child process that sees
+its own made-up distributions (`tests.plugin_dists`): the registries load plugins once per process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.plugin_dists import FUSED_TOY, run_python, toy_cell, toy_dist, write_dist
+
+TRAIN_TOY = """
+import json
+import trainers
+from trainers.plugins import installed
+from trainers.cells import list_cells
+
+config = {"task": "addition", "cell": "toy", "hidden": 8, "seed": 1, "steps": 4, "eval_every": 2,
+          "task_params": {"seq_len": 10, "n_train": 32, "n_val": 16}}
+resolved = trainers.resolve(config)
+result = trainers.train(resolved)
+builtin = trainers.resolve({**config, "cell": "rnn"}).config_hash()
+print(json.dumps({"cells": list_cells(), "plugins": [p.to_dict() for p in installed()], "status": result.status,
+                  "provenance": result.provenance, "hash": resolved.config_hash(), "builtin": builtin}))
+"""
+
+
+def test_a_plugin_cell_joins_trains_and_its_version_and_code_enter_the_config_hash(tmp_path: Path):
+    import trainers
+
+    first = run_python(TRAIN_TOY, toy_dist(tmp_path / "v1", "1.0"))
+    assert "toy" in first["cells"] and first["status"] == "done"
+    (plugin,) = first["plugins"]
+    assert (
+        plugin["distribution"] == "memsweep-toy" and plugin["version"] == "1.0" and plugin["problem"] is None
+    )
+    assert len(plugin["digest"]) == 16 and plugin["identity"] == f"memsweep-toy==1.0+{plugin['digest']}"
+    assert first["provenance"]["plugin.cell"] == plugin["identity"]
+    # a built-in's hash is what it always was: the plugin's presence changes nothing else
+    rnn = {"task": "addition", "cell": "rnn", "hidden": 8, "seed": 1, "steps": 4, "eval_every": 2,
+           "task_params": {"seq_len": 10, "n_train": 32, "n_val": 16}}  # fmt: skip
+    assert first["builtin"] == trainers.resolve(rnn).config_hash()
+
+    other_version = run_python(TRAIN_TOY, toy_dist(tmp_path / "v2", "1.1"))
+    edited = run_python(TRAIN_TOY, toy_dist(tmp_path / "v1e", "1.0", extra_init="self.edited = True"))
+    hashes = {first["hash"], other_version["hash"], edited["hash"]}
+    assert len(hashes) == 3  # another version, or the same version with other code: never the same trial
+    assert first["builtin"] == other_version["builtin"] == edited["builtin"]
+    assert edited["plugins"][0]["digest"] != plugin["digest"]
+
+
+REFUSED = """
+import json
+import trainers
+from trainers.cells import list_cells
+from trainers.plugins import installed
+
+def refusal(cell):
+    try:
+        trainers.resolve({"cell": cell, "task": "addition"})
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+print(json.dumps({"problems": {p.name: p.problem for p in installed()}, "cells": list_cells(),
+                  "broken": refusal("broken"), "misnamed": refusal("misnamed"), "notacell": refusal("notacell"),
+                  "rnn": refusal("rnn"), "lstm": refusal("lstm")}))
+"""
+
+
+def test_plugins_that_cannot_join_are_refused_by_name_and_the_built_ins_keep_working(tmp_path: Path):
+    root = tmp_path / "site"
+    write_dist(root, "memsweep-broken", "0.1", {"memsweep.cells": {"broken": "memsweep_broken:Cell"}},
+               {"memsweep_broken/__init__.py": "import a_module_that_is_not_installed\n"})  # fmt: skip
+    write_dist(root, "memsweep-misnamed", "0.2", {"memsweep.cells": {"misnamed": "memsweep_misnamed:ToyCell"}},
+               {"memsweep_misnamed/__init__.py": toy_cell("toy")})  # fmt: skip
+    write_dist(root, "memsweep-notacell", "0.3", {"memsweep.cells": {"notacell": "memsweep_notacell:f"}},
+               {"memsweep_notacell/__init__.py": "def f():\n    pass\n"})  # fmt: skip
+    write_dist(root, "memsweep-shadow", "0.4", {"memsweep.cells": {"rnn": "memsweep_shadow:ToyCell"}},
+               {"memsweep_shadow/__init__.py": toy_cell("rnn")})  # fmt: skip
+    out = run_python(REFUSED, root)
+    assert not {"broken", "misnamed", "notacell"} & set(out["cells"])
+    assert "a_module_that_is_not_installed" in out["problems"]["broken"]
+    assert "ToyCell.name is 'toy'" in out["problems"]["misnamed"]
+    assert "not a subclass of trainers.cells.base.Cell" in out["problems"]["notacell"]
+    assert "built-in cell: a plugin may not shadow it" in out["problems"]["rnn"]
+    for name, dist in (("broken", "memsweep-broken 0.1"), ("misnamed", "memsweep-misnamed 0.2"),
+                       ("notacell", "memsweep-notacell 0.3")):  # fmt: skip
+        assert f"cell plugin {name!r}" in out[name] and f"of {dist} cannot be used" in out[name]
+    # the shadowed built-in is refused while the plugin is installed (which one would a study mean?)
+    assert out["rnn"].startswith("ConfigError: ") and "memsweep-shadow 0.4" in out["rnn"]
+    assert out["lstm"] is None
+
+
+CHECK = """
+import json
+from trainers.cells import CELLS
+from trainers.contract import check_cell
+print(json.dumps({name: [str(p) for p in check_cell(CELLS.get(name))] for name in {names}}))
+"""
+
+
+@pytest.mark.slow
+def test_the_contract_check_finds_each_way_a_cell_breaks_it(tmp_path: Path):
+    root = tmp_path / "site"
+    cases = {
+        "good": {},
+        "global-rng": {"extra_init": "torch.randn(1)"},
+        "shapes": {"extra_forward": "out = out[..., :-1]"},
+        "nan": {"extra_forward": "out = out * float('nan')"},
+        "cut": {"extra_forward": "out = out.detach()"},
+    }
+    fused = {"fused-good": "", "fused-drift": " + 1e-6"}
+    for name, breaks in {**cases, **{key: {} for key in fused}}.items():
+        module = "memsweep_" + name.replace("-", "_")
+        source = toy_cell(name, **breaks)
+        if name in fused:
+            source += FUSED_TOY.format(drift=fused[name])
+        write_dist(root, f"memsweep-{name}", "1.0", {"memsweep.cells": {name: f"{module}:ToyCell"}},
+                   {f"{module}/__init__.py": source})  # fmt: skip
+    found = run_python(CHECK.replace("{names}", repr(sorted({**cases, **fused}))), root)
+    assert found["good"] == [] and found["fused-good"] == []
+    assert any(p.startswith("generator: building") for p in found["global-rng"]), found["global-rng"]
+    assert any(p.startswith("shapes: on task") and "[T, B, N]" in p for p in found["shapes"]), found["shapes"]
+    assert any(p.startswith("loss: on task") and "not finite" in p for p in found["nan"]), found["nan"]
+    assert any(p.startswith("forward: on task") or p.startswith("gradient: on task") for p in found["cut"])
+    assert any(p.startswith("fused: member") and "bit for bit" in p for p in found["fused-drift"])
