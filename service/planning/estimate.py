@@ -88,7 +88,7 @@ def model_rows(
     for u in units:
         for model in {m.model for m in u.members}:
             out[model].units += 1
-            out[model].fused |= u.fused
+            out[model].fused |= u.fused and len(u.members) > 1  # a bundle of one trains alone
     return out
 
 

@@ -484,8 +484,16 @@ def test_with_a_token_every_route_but_health_and_the_api_pages_answers_401_witho
     hidden = [(m, r.path) for r in docs.router.routes if isinstance(r, APIRoute) for m in r.methods]
     routes = documented + hidden
     paths = {p for _, p in routes}
-    assert {"/openapi.json", "/docs", "/redoc", "/studies", "/studies/{study_id}/extend", "/ready"} <= paths
-    assert len(routes) == 19  # 16 documented + the 3 docs routes
+    assert {
+        "/openapi.json",
+        "/docs",
+        "/redoc",
+        "/studies",
+        "/studies/{study_id}/extend",
+        "/ready",
+        "/plugins",
+    } <= paths
+    assert len(routes) == 20  # 17 documented + the 3 docs routes
     with TestClient(app) as c:
         for method, path in routes:
             url = concrete(path)

@@ -50,7 +50,13 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
         finish_all(c, study)
         again = c.post("/studies?dry_run=true", json=grid(name="again", concurrency=2)).json()
         assert again["reused"] == 6 and again["to_run"] == 2 and again["units"] == 2 and again["bundles"] == 0
-        assert again["by_model"]["orth"] == {"trials": 4, "to_run": 2, "units": 2, "budget_steps": [20, 20]}
+        assert again["by_model"]["orth"] == {
+            "trials": 4,
+            "to_run": 2,
+            "units": 2,
+            "budget_steps": [20, 20],
+            "fused": False,
+        }
         bad = c.post("/studies?dry_run=true", json=grid(success_fraction=5))
         assert bad.status_code == 422 and "success_fraction" in bad.text
         assert len(ledger_of(c).list_studies()) == 1
