@@ -23,7 +23,11 @@ def test_services():
         assert SERVICES[name]["image"] == OUR_IMAGE
     # … built once: compose builds (and exports) an image once per service that has `build:`
     builds = {name: spec["build"] for name, spec in SERVICES.items() if "build" in spec}
-    assert builds == {"api": {"context": "..", "dockerfile": "docker/Dockerfile"}}
+    assert list(builds) == ["api"]
+    assert {k: builds["api"][k] for k in ("context", "dockerfile")} == {
+        "context": "..",
+        "dockerfile": "docker/Dockerfile",
+    }
 
 
 def test_ray_worker_reserves_gpus_and_scales():
@@ -208,7 +212,27 @@ def test_the_build_context_holds_only_what_the_image_needs():
     patterns = [p for p in patterns if p and not p.startswith("#")]
     assert patterns[0] == "*"  # everything out (a local .venv is several GB) …
     kept = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
-    assert kept == {"pyproject.toml", "README.md", "trainers", "search_spaces", "service"}  # … but these
+    # … but these, and the plugins the image may install (MEMSWEEP_PLUGINS)
+    assert kept == {
+        "pyproject.toml",
+        "README.md",
+        "trainers",
+        "search_spaces",
+        "service",
+        "examples",
+        "docker/plugins",
+    }
+
+
+def test_the_image_installs_the_plugins_it_is_built_with_and_checks_them():
+    """docs/plugins.md: `MEMSWEEP_PLUGINS` reaches the image's build (compose passes it from the
+    environment or docker/.env), which installs them after memsweep and runs their contract check."""
+    api = COMPOSE["services"]["api"]["build"]
+    assert api["args"]["MEMSWEEP_PLUGINS"] == "${MEMSWEEP_PLUGINS:-}"
+    assert 'ARG MEMSWEEP_PLUGINS=""' in DOCKERFILE
+    install = DOCKERFILE[DOCKERFILE.index("ARG MEMSWEEP_PLUGINS") : DOCKERFILE.index("useradd")]
+    assert "pip install $MEMSWEEP_PLUGINS" in install and "memsweep plugins check" in install
+    assert "MEMSWEEP_PLUGINS=" in (DOCKER / ".env.example").read_text()
 
 
 def test_the_secrets_file_is_ignored_by_git():
