@@ -74,7 +74,10 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dim", action="append", default=[], metavar="KEY=V1,V2", help="replace a dimension's values"
     )
-    p.add_argument("--models", help="only these models, comma-separated")
+    p.add_argument(
+        "--models",
+        help="only these models, comma-separated; a cell's name adds an arm of it (docs/plugins.md)",
+    )
     p.add_argument("--seeds", help="seeds, comma-separated")
     p.add_argument("--sampler", choices=["grid", "random", "tpe", "cmaes", "qmc"])
     p.add_argument("--max-trials", dest="max_trials", type=int)

@@ -126,3 +126,15 @@ def test_the_contract_check_finds_each_way_a_cell_breaks_it(tmp_path: Path):
     assert any(p.startswith("loss: on task") and "not finite" in p for p in found["nan"]), found["nan"]
     assert any(p.startswith("forward: on task") or p.startswith("gradient: on task") for p in found["cut"])
     assert any(p.startswith("fused: member") and "bit for bit" in p for p in found["fused-drift"])
+
+
+def test_the_cell_in_40_lines_of_docs_plugins_holds_its_contract(tmp_path: Path):
+    """The example docs/plugins.md gives, installed as a plugin, passes `trainers.contract` as it is."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
+    code = re.search(r"## A cell in 40 lines\n\n```python\n(.*?)```", doc, re.S)
+    assert code is not None and len(code.group(1).splitlines()) <= 45
+    root = write_dist(tmp_path, "memsweep-leaky", "0.1", {"memsweep.cells": {"leaky": "memsweep_leaky:LeakyCell"}},
+                      {"memsweep_leaky/__init__.py": code.group(1)})  # fmt: skip
+    assert run_python(CHECK.replace("{names}", "['leaky']"), root) == {"leaky": []}
