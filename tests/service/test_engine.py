@@ -162,30 +162,30 @@ def test_a_study_under_another_criterion_recounts_without_training_anything(engi
 def test_the_issues_addition_run_recovers_and_succeeds_solo_fused_and_in_a_study(engine):
     """Issue 14's example: addition T = 100, identity λ = 1, N = 100, lr 1e-3, seed 1. Its first 50
     steps average a training loss far above 1,000 × the baseline (the old divergence stop failed it
-    there); Keras trains on, and so does memsweep: it ends below half the baseline."""
+    there); Keras trains on, and so does memsweep: it ends below half the baseline, alone and as a member
+    of a fused bundle in a study (one bundle of both learning rates: the same numbers as alone)."""
     from service.study.search import materialize
     from trainers import HALF_BASELINE, train
-    from trainers.fused import train_fused
 
     point = {"task": "addition", "seq_len": 100, "init": "identity", "scale": 1.0, "hidden": 100, "steps": 1000,
              "eval_every": 50, "seed": 1}  # fmt: skip
-    example, other = materialize({**point, "lr": 1e-3}), materialize({**point, "lr": 3e-4})
-    solo = train(example)
+    solo = train(materialize({**point, "lr": 1e-3}))
     assert solo.history[0].train_loss > 1e3 * solo.baseline_loss, solo.history[0]
     assert solo.status == "done" and HALF_BASELINE.judge_result(solo), [e.val_loss for e in solo.history]
-    fused = train_fused([example, other])[0]
-    assert [e.val_loss for e in fused.history] == [e.val_loss for e in solo.history]
     spec = StudySpec.model_validate(
         {
             "space": {"dims": {"lr": [1e-3, 3e-4]}},
             "base": {k: v for k, v in point.items() if k != "seed"},
             "seeds": [1],
+            "bundle_size": 2,  # the two points in one fused bundle
         }
     )
     study = engine.create_study(spec)
     engine.run_study(study.id)
     (row,) = [t for t in engine.ledger.trials(study.id) if t.params["lr"] == 1e-3]
     assert row.final_val_loss == solo.final_val_loss and row.succeeded(HALF_BASELINE)
+    assert [e["val_loss"] for e in row.history] == [e.val_loss for e in solo.history]
+    assert (row.provenance or {}).get("bundle_members") == "2"  # a member of a bundle of two
 
 
 def test_mlflow_is_a_projection_a_sync_rebuilds_from_the_ledger(engine, mlflow_uri):
