@@ -31,16 +31,21 @@ Defaults: the paper's adding-problem experiments (§5.1) as the authors ran them
 - `input_std` = 0.001: W ~ N(0, 0.001²), `adding.py --in2hidW 0.001` (`lasagne.init.Normal(std)`).
 - `bias`: one bias b, zero at the start (Lasagne's DenseLayer default `b=Constant(0.)`, the layer the
   authors' IndRNNLayer uses for W x + b).
-- `nonlinearity` = relu: the paper's IndRNN on every task of §5; the only one offered (the authors'
-  tanh variant needs another bound, `MAG / 0.9^{T/10}`, and is not part of the paper).
+- `nonlinearity` = relu: the paper's ("The proposed IndRNN was evaluated with relu activation
+  function", §5.1); the only one offered (`adding.py`'s tanh variant needs another bound,
+  (MAG / 0.9^{T/10})^{1/T}, and the paper does not report it).
 The readout is memsweep's (Glorot-uniform weights, zero bias): Lasagne's DenseLayer default, as in
 `adding.py`. The initial weights come from the trial's `gen` only: W first, then u (Lasagne's order).
 
 Departures:
 - one recurrent layer (memsweep's model is one cell and a linear readout); the paper stacks two on
-  the adding problem (and 6 or more elsewhere). Within one layer the units are independent and ReLU
-  follows the sum, so a single layer cannot form the product "value × marker" before storing it: it
-  learns the adding problem only in part (the paper's first layer does that, §5.1.1);
+  the adding problem (and deeper stacks elsewhere, up to 21 layers). Within one layer the units are
+  independent and ReLU follows the sum, so a single layer cannot form the product "value × marker"
+  before storing it: it learns the adding problem only in part (the paper's first layer does that,
+  §5.1.1). For the same reason a unit whose state reaches 0 forgets everything before: with
+  zero-mean inputs and the zero bias, a small layer may carry no gradient from the first step to the
+  fortieth (memsweep's contract test "gradient reaches the first step" fails so on har2 and
+  bigpsmnist at 12 units);
 - no gradient clipping inside the recurrence (`adding.py` passes Lasagne `grad_clipping=10`, which
   clips ∂L/∂z_t elementwise at every step); memsweep clips the global gradient norm (`clip_norm`);
 - the optimiser and learning rate are the study's (the paper: Adam, 2e-4, ÷10 every 20k steps).
