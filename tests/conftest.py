@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainers import numerics
+from trainers import numerics, plugins
 from trainers.tasks.har2 import CHANNELS, DATASET_DIR
 from trainers.tasks.mnist_files import RAW_FILES, raw_dir, write_idx
 from trainers.tasks.ptb import FILES as PTB_FILES
 from trainers.tasks.ptb import FOLDER as PTB_FOLDER
+
+# The suite tests memsweep's own cells and tasks, whatever plugins are installed beside it (a developer's
+# `pip install -e examples/indrnn`); the plugin tests give their child processes the plugins they make.
+os.environ[plugins.LOAD_ENV] = "0"
 
 # The test process computes with one numerics mode from its start ($MEMSWEEP_NUMERICS, else portable):
 # MKL and ATen fix their kernels at their first use. CI runs the numerics tests under each mode.

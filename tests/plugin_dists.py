@@ -120,7 +120,7 @@ def toy_dist(
 
 def env_with(*paths: Path) -> dict[str, str]:
     """The environment of a child process that sees these folders' distributions (and the repository)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MEMSWEEP_LOAD_PLUGINS")}
     env["PYTHONPATH"] = os.pathsep.join([*(str(p) for p in paths), str(REPO)])
     return env
 

@@ -7,8 +7,9 @@ An installed distribution declares
     [project.entry-points."memsweep.tasks"]
     temporal-order = "memsweep_temporal_order:TemporalOrderTask"
 
-and its classes join the registries of `trainers.cells` and `trainers.tasks` as those modules are
-imported, behind the same contracts (`trainers.cells.base`, `trainers.tasks.base`; checked by
+and its classes join the registries of `trainers.cells` and `trainers.tasks` when a name is first looked
+up there (not at import: a plugin's module may import memsweep before its own classes exist), behind the
+same contracts (`trainers.cells.base`, `trainers.tasks.base`; checked by
 `trainers.contract`). A plugin that cannot join — it fails to import, its entry point's name is not its
 class's `name`, it is not a `Cell` (`Task`), or it shadows a built-in name — is kept as `broken` with
 the reason, and any use of its name is refused with it; the built-ins keep working.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
 
 #: registry kind → entry-point group
 GROUPS = {"cell": "memsweep.cells", "task": "memsweep.tasks"}
+#: set to 0 to load no plugin: the built-ins alone (the repository's own test suite runs so, whatever is
+#: installed beside it; a plugin's tests and `memsweep plugins check` run with plugins)
+LOAD_ENV = "MEMSWEEP_LOAD_PLUGINS"
 
 
 class PluginError(UnknownNameError):
@@ -67,9 +72,11 @@ _PLUGINS: dict[tuple[str, str], Plugin] = {}
 
 
 def load(registry: Registry[Any], kind: str, base: type) -> None:
-    """Register every installed plugin of `kind` in `registry` (called once, by `trainers.cells` and
-    `trainers.tasks` as they are imported, after their built-ins). Never raises: a plugin that cannot
+    """Register every installed plugin of `kind` in `registry` (called once, by the registries of
+    `trainers.cells` and `trainers.tasks` at their first look-up, after their built-ins). Never raises: a plugin that cannot
     join is recorded with its reason (`broken`) and refused where its name is used."""
+    if os.environ.get(LOAD_ENV, "1") == "0":
+        return
     for ep in sorted(importlib.metadata.entry_points(group=GROUPS[kind]), key=lambda e: (e.name, e.value)):
         dist = ep.dist
         name = dist.metadata["Name"] if dist is not None else "?"
@@ -160,14 +167,22 @@ def _digest(module: str) -> str:
 
 def installed() -> list[Plugin]:
     """Every plugin seen on this machine, joined or broken, by kind then name (imports both registries)."""
-    import trainers.cells  # their import loads the plugins
-    import trainers.tasks  # noqa: F401
-
+    _load_all()
     return sorted(_PLUGINS.values(), key=lambda p: (p.kind, p.name))
+
+
+def _load_all() -> None:
+    """Both registries' plugins loaded (their first look-up loads them)."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
+    CELLS.names()
+    TASKS.names()
 
 
 def identity(kind: str, name: str) -> str | None:
     """The identity of the plugin that provides `kind` `name`, or None for a built-in."""
+    _load_all()
     plugin = _PLUGINS.get((kind, name))
     return plugin.identity if plugin is not None and plugin.problem is None else None
 
@@ -180,6 +195,7 @@ def identities(cell: str, task: str) -> dict[str, str]:
 
 def refusals(kind: str, name: str) -> list[str]:
     """Why a plugin installed here makes `kind` `name` unsafe to use: a plugin that shadows it."""
+    _load_all()
     return [
         plugin_message(p)
         for p in _PLUGINS.values()

@@ -18,10 +18,18 @@ class UnknownNameError(KeyError):
 class Registry(Generic[T]):
     """Maps names to components of one kind (tasks, cells, initialisers)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, plugins: Callable[[Registry[T]], None] | None = None) -> None:
+        """`plugins`: adds the installed plugins (`trainers.plugins`), once, when a name is first looked
+        up — not at import, so that a plugin's own module may import memsweep before it is complete."""
         self.kind = kind
         self._items: dict[str, T] = {}
         self._refused: dict[str, str] = {}  # name → why (a plugin that could not join: trainers.plugins)
+        self._plugins = plugins
+
+    def _load_plugins(self) -> None:
+        if self._plugins is not None:
+            load, self._plugins = self._plugins, None
+            load(self)
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(item: T) -> T:
@@ -37,6 +45,7 @@ class Registry(Generic[T]):
         self._refused[name] = why
 
     def get(self, name: str) -> T:
+        self._load_plugins()
         try:
             return self._items[name]
         except KeyError:
@@ -49,9 +58,11 @@ class Registry(Generic[T]):
             ) from None
 
     def names(self) -> list[str]:
+        self._load_plugins()
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
+        self._load_plugins()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:

@@ -18,7 +18,7 @@ from trainers.cells.vprnn import VPRNNCell
 from trainers.plugins import load as load_plugins
 from trainers.registry import Registry
 
-CELLS: Registry[type[Cell]] = Registry("cell")
+CELLS: Registry[type[Cell]] = Registry("cell", lambda r: load_plugins(r, "cell", Cell))
 for _cell in (
     RNNCell,
     LSTMCell,
@@ -33,7 +33,6 @@ for _cell in (
     NRUCell,
 ):
     CELLS.register(_cell.name)(_cell)
-load_plugins(CELLS, "cell", Cell)
 
 
 def get_cell(name: str) -> type[Cell]:

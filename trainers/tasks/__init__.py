@@ -17,7 +17,7 @@ from trainers.tasks.smnist import SMNISTTask
 from trainers.tasks.teacher import TeacherTask
 from trainers.tasks.varcopy import VarCopyTask
 
-TASKS: Registry[type[Task]] = Registry("task")
+TASKS: Registry[type[Task]] = Registry("task", lambda r: load_plugins(r, "task", Task))
 for _task in (
     CopyTask,
     AdditionTask,
@@ -31,7 +31,6 @@ for _task in (
     PTBTask,
 ):
     TASKS.register(_task.name)(_task)
-load_plugins(TASKS, "task", Task)
 
 
 def get_task(name: str) -> type[Task]:
