@@ -118,6 +118,32 @@ def toy_dist(
     )
 
 
+EXAMPLES = REPO / "examples"
+
+
+def install(target: Path, *packages: Path, version: str | None = None) -> Path:
+    """`packages` (source trees: the examples) installed into `target` as pip installs them for a user,
+    built from copies (the repository's trees stay clean); `version`: with this version instead."""
+    import shutil
+
+    copies = []
+    for package in packages:
+        copy = target.parent / f"{target.name}-src" / package.name
+        shutil.copytree(package, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        if version is not None:
+            pyproject = copy / "pyproject.toml"
+            text = pyproject.read_text()
+            start = text.index('\nversion = "') + len('\nversion = "')
+            pyproject.write_text(text[:start] + version + text[text.index('"', start) :])
+        copies.append(str(copy))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target",
+         str(target), *copies],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    return target
+
+
 def env_with(*paths: Path) -> dict[str, str]:
     """The environment of a child process that sees these folders' distributions (and the repository)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MEMSWEEP_LOAD_PLUGINS")}
