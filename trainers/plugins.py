@@ -109,7 +109,7 @@ def load(registry: Registry[Any], kind: str, base: type) -> None:
             if kind == "cell" and fused is not None:
                 from trainers.fused.cells import FUSED_CELLS
 
-                FUSED_CELLS[ep.name] = fused
+                dict.__setitem__(FUSED_CELLS, ep.name, fused)
         else:
             registry.refuse(ep.name, plugin_message(plugin))
 

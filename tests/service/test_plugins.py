@@ -16,7 +16,7 @@ from service.client import MemsweepAPIError, MemsweepClient
 from service.core.spec import StudySpec
 from service.store.ledger import Ledger
 from service.study.search import grid_trials, study_space
-from tests.plugin_dists import env_with, memsweep, toy_dist
+from tests.plugin_dists import EXAMPLES, env_with, install, memsweep, toy_dist
 from tests.service.cluster import ray_head, ray_node
 from tests.service.servers import Server
 
@@ -121,17 +121,18 @@ def test_a_cluster_whose_nodes_differ_in_a_plugins_version_is_refused_naming_the
 def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained_when_its_version_changes(
     tmp_path: Path, mlflow_uri: str
 ):
-    """The issue's user story: a plugin cell (with a fused form) beside chain and orthogonal on a cut
-    Orhan preset, over REST on the real Ray and MLflow: the plan says which arms train in bundles, the
-    success table, the comparison and the MLflow parent run show all three. The server restarted with
-    another version of the plugin trains the plugin's trials again and reuses the papers' cells' runs."""
-    v1 = toy_dist(tmp_path / "v1", "1.0", fused="")
-    v2 = toy_dist(tmp_path / "v2", "1.1", fused="")
+    """The issue's user story: the example IndRNN cell (examples/indrnn, with its fused form) installed
+    beside chain and orthogonal on a cut Orhan preset, over REST on the real Ray and MLflow: the plan says
+    which arms train in bundles, the success table, the comparison and the MLflow parent run show all
+    three. The server restarted with another version of the plugin trains the plugin's trials again and
+    reuses the papers' cells' runs."""
+    v1 = install(tmp_path / "v1", EXAMPLES / "indrnn")
+    v2 = install(tmp_path / "v2", EXAMPLES / "indrnn", version="0.1.1")
     bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
     home = tmp_path / "home"
-    spec = cut_preset(["chain", "orthogonal", "toy"])
+    spec = cut_preset(["chain", "orthogonal", "indrnn"], bundle_size=2)  # bundles of 2, not 2 slots of 1
     studies = []
-    for version, folder in (("1.0", v1), ("1.1", v2)):
+    for version, folder in (("0.1.0", v1), ("0.1.1", v2)):
         server = Server(home, mlflow_uri, token=TOKEN, environ=env_with(folder, bad)).start()
         try:
             with MemsweepClient(server.url, token=TOKEN) as client:
@@ -143,7 +144,7 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
                     time.sleep(1)
                     listing = client.plugins()
                 assert [(p["name"], p["version"]) for p in listing["server"]] == [
-                    ("toy", version),
+                    ("indrnn", version),
                     ("toy-nan", "0.9"),
                 ]
                 ready = {f"cell:{p['name']}": p["identity"] for p in listing["server"]}
@@ -156,9 +157,9 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
                     assert refused.value.status == 422 and "cell 'toy-nan'" in str(refused.value.detail)
                     assert client.studies() == []
                 plan = client.plan(spec)["by_model"]
-                assert plan["toy"]["trials"] == 4 and plan["chain"]["trials"] == 2
-                assert plan["toy"]["to_run"] == 4 and plan["toy"]["fused"]  # its fused form: in bundles
-                if version == "1.0":
+                assert plan["indrnn"]["trials"] == plan["chain"]["trials"] == 2  # the preset's lr × 2 seeds
+                assert plan["indrnn"]["to_run"] == 2 and plan["indrnn"]["fused"]  # its fused form: in bundles
+                if version == "0.1.0":
                     assert plan["chain"]["to_run"] == 2 and plan["chain"]["fused"]
                 else:  # the papers' cells' runs are reused; only the plugin's new version trains
                     assert plan["chain"]["to_run"] == plan["orthogonal"]["to_run"] == 0
@@ -166,33 +167,33 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
                 final = client.wait(study["id"], poll=0.5, timeout=600, progress=False)
                 assert final["state"] == "done", final
                 studies.append((final, client.trials(study["id"]), client.success(study["id"])))
-                if version == "1.1":
+                if version == "0.1.1":
                     compared = client.comparison([studies[0][0]["id"], study["id"]])
         finally:
             server.stop()
     (first, trials1, success1), (_, trials2, success2) = studies
     for success in (success1, success2):
-        assert set(success["by_model"]) == {"chain", "orthogonal", "toy"}
+        assert set(success["by_model"]) == {"chain", "orthogonal", "indrnn"}
         for cell in success["by_model"].values():
-            assert cell["trials"] in (2, 4) and 0 <= cell["ci95"][0] <= cell["rate"] <= cell["ci95"][1] <= 1
-    toy1 = {t["config_hash"] for t in trials1 if t["model"] == "toy"}
-    toy2 = {t["config_hash"] for t in trials2 if t["model"] == "toy"}
-    assert len(toy1) == len(toy2) == 4 and not toy1 & toy2  # another version: other trials
-    assert all(t["runs"] == 1 and t["reused_from"] is None for t in trials2 if t["model"] == "toy")
-    papers = [t for t in trials2 if t["model"] != "toy"]
+            assert cell["trials"] == 2 and 0 <= cell["ci95"][0] <= cell["rate"] <= cell["ci95"][1] <= 1, success
+    ours1 = {t["config_hash"] for t in trials1 if t["model"] == "indrnn"}
+    ours2 = {t["config_hash"] for t in trials2 if t["model"] == "indrnn"}
+    assert len(ours1) == len(ours2) == 2 and not ours1 & ours2  # another version: other trials
+    assert all(t["runs"] == 1 and t["reused_from"] is None for t in trials2 if t["model"] == "indrnn")
+    papers = [t for t in trials2 if t["model"] != "indrnn"]
     assert len(papers) == 4 and all(t["runs"] == 0 and t["reused_from"] is not None for t in papers)
-    for trials, version in ((trials1, "1.0"), (trials2, "1.1")):
+    for trials, version in ((trials1, "0.1.0"), (trials2, "0.1.1")):
         assert all(
-            t["provenance"]["plugin.cell"].startswith(f"memsweep-toy=={version}+")
+            t["provenance"]["plugin.cell"].startswith(f"memsweep-indrnn=={version}+")
             for t in trials
-            if t["model"] == "toy"
+            if t["model"] == "indrnn"
         )
     rows = [r for r in compared["rows"] if r["group"].get("model") is not None]  # not the totals
-    assert {r["group"]["model"] for r in rows} == {"chain", "orthogonal", "toy"}
-    toy = [r for r in rows if r["group"]["model"] == "toy" and r["study_id"] is not None]
-    assert len(toy) == 2 and all(r["trials"] == 4 and len(r["ci95"]) == 2 for r in toy)
+    assert {r["group"]["model"] for r in rows} == {"chain", "orthogonal", "indrnn"}
+    ours = [r for r in rows if r["group"]["model"] == "indrnn" and r["study_id"] is not None]
+    assert len(ours) == 2 and all(r["trials"] == 2 and len(r["ci95"]) == 2 for r in ours)
     parent = MlflowClient(mlflow_uri).get_run(first["mlflow"]["run_id"])
-    for model in ("chain", "orthogonal", "toy"):
+    for model in ("chain", "orthogonal", "indrnn"):
         assert (
             f"success_rate.{model}" in parent.data.metrics
             and f"success_ci95_high.{model}" in parent.data.metrics

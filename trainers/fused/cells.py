@@ -20,7 +20,7 @@ where their `backend` is "persistent"), `FusedFastRNNScan` (fastrnn, sgornn) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -125,13 +125,51 @@ def _project(cells: Sequence[Cell], p: Params) -> None:
 ELMAN_FIELDS = ("nonlinearity", "bias", "backend")
 FASTRNN_FIELDS = ("nonlinearity", "bias", "clip_scalar")
 
+
+class FusedCells(dict[str, FusedCell]):
+    """The built-ins' fused forms, and the plugin cells' (their `fused`, added as `trainers.plugins` loads
+    them): any look-up first loads the plugins, so that a process that got its configs resolved elsewhere
+    (a Ray worker unpickling them) still finds a plugin's form."""
+
+    def _load(self) -> None:
+        from trainers.cells import CELLS
+
+        CELLS.names()  # the registry's first look-up loads the plugins, once
+
+    def __getitem__(self, name: str) -> FusedCell:
+        self._load()
+        return super().__getitem__(name)
+
+    def get(self, name: str, default: FusedCell | None = None) -> FusedCell | None:  # type: ignore[override]
+        self._load()
+        return super().get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return super().__iter__()
+
+    def keys(self) -> KeysView[str]:  # type: ignore[override]
+        self._load()
+        return super().keys()
+
+    def items(self) -> ItemsView[str, FusedCell]:  # type: ignore[override]
+        self._load()
+        return super().items()
+
+
 #: cell name → how its bundles run; a cell not listed here trains one trial per process
-FUSED_CELLS: dict[str, FusedCell] = {
-    "rnn": FusedCell(ELMAN_FIELDS, _elman),
-    "urnn": FusedCell(ELMAN_FIELDS, _elman, _project),
-    "crnn": FusedCell(ELMAN_FIELDS, _elman, _project),
-    "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
-    "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4, graphable=False),
-    "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4, graphable=False),
-    "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn, stores=2),
-}
+FUSED_CELLS: FusedCells = FusedCells(
+    {
+        "rnn": FusedCell(ELMAN_FIELDS, _elman),
+        "urnn": FusedCell(ELMAN_FIELDS, _elman, _project),
+        "crnn": FusedCell(ELMAN_FIELDS, _elman, _project),
+        "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
+        "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4, graphable=False),
+        "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4, graphable=False),
+        "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn, stores=2),
+    }
+)
