@@ -31,6 +31,8 @@ IMAGE = "memsweep:compose-tier"
 BASE_IMAGES = ("python:3.11-slim", "postgres:16")
 SECRETS = ("POSTGRES_PASSWORD", "RAY_AUTH_TOKEN", "MEMSWEEP_API_TOKEN")
 PORTS = ("API_PORT", "MLFLOW_PORT", "RAY_PORT")
+#: the plugins built into the tier's image (docs/plugins.md): the example cell, swept beside the papers'
+PLUGINS = "./examples/indrnn"
 
 
 class DockerMissing(RuntimeError):
@@ -158,6 +160,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
     variables = {name: secrets.token_hex(16) for name in SECRETS}
     variables |= {name: str(free_port("127.0.0.1")) for name in PORTS}
     variables["MEMSWEEP_IMAGE"] = IMAGE
+    variables["MEMSWEEP_PLUGINS"] = PLUGINS
     env_file = root / "compose.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in variables.items()))
     stack = Stack(env_file, variables)

@@ -77,15 +77,25 @@ def assert_exactly_once(stack: Stack, client: MemsweepClient, study_id: str, n: 
 
 
 def test_a_preset_study_runs_on_the_worker_container(stack: Stack, client: MemsweepClient):
-    spec = {**GRID, "name": "preset", "seeds": [1], "fused": True, "base": {**GRID["base"], "steps": 300}}
+    """The preset's two models and the example plugin cell built into the image (MEMSWEEP_PLUGINS:
+    examples/indrnn), swept beside them on the worker: the api and every Ray node have the same version."""
+    listing = client.plugins()
+    (indrnn,) = [p for p in listing["server"] if p["name"] == "indrnn"]
+    assert indrnn["problem"] is None and indrnn["distribution"] == "memsweep-indrnn"
+    assert listing["nodes"] and all(
+        n.get("cell:indrnn") == indrnn["identity"] for n in listing["nodes"].values()
+    )
+    spec = {**GRID, "name": "preset", "seeds": [1], "fused": True, "models": ["chain", "orthogonal", "indrnn"],
+            "base": {**GRID["base"], "steps": 300, "T": 30}}  # fmt: skip
     study = client.submit(spec)
-    checked = assert_exactly_once(stack, client, study["id"], 4)
+    checked = assert_exactly_once(stack, client, study["id"], 6)
     workers = stack.hostnames("ray-worker")
     assert len(workers) == 1 and node_names(checked["rows"]) == workers  # never the head or the api
     assert not workers & (stack.hostnames("api") | stack.hostnames("ray-head"))
 
     table = client.success(study["id"])
-    assert set(table["by_model"]) == {"chain", "orthogonal"}
+    assert set(table["by_model"]) == {"chain", "orthogonal", "indrnn"}
+    assert all(cell["trials"] == 2 for cell in table["by_model"].values())
     best = client.best(study["id"], k=2)
     assert len(best) == 2 and best[0]["mean_final_val_loss"] <= best[1]["mean_final_val_loss"]
     assert {h for b in best for h in b["config_hashes"]} <= set(checked["rows"])

@@ -175,7 +175,9 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
     for success in (success1, success2):
         assert set(success["by_model"]) == {"chain", "orthogonal", "indrnn"}
         for cell in success["by_model"].values():
-            assert cell["trials"] == 2 and 0 <= cell["ci95"][0] <= cell["rate"] <= cell["ci95"][1] <= 1, success
+            assert cell["trials"] == 2 and 0 <= cell["ci95"][0] <= cell["rate"] <= cell["ci95"][1] <= 1, (
+                success
+            )
     ours1 = {t["config_hash"] for t in trials1 if t["model"] == "indrnn"}
     ours2 = {t["config_hash"] for t in trials2 if t["model"] == "indrnn"}
     assert len(ours1) == len(ours2) == 2 and not ours1 & ours2  # another version: other trials
