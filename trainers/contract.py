@@ -87,19 +87,25 @@ def _dataclass_defaults(cls: type, what: str) -> list[Problem]:
     return []
 
 
+def _class(cls: Any, base: type, what: str) -> list[Problem]:
+    """A concrete subclass of `base` (a cell's or task's contract starts there), checked in this process's
+    numerics mode (the first check fixes it: `trainers.numerics`)."""
+    use_numerics(numerics.current() or numerics.default_mode())
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        return [Problem("class", f"{what} is not a subclass of {base.__module__}.{base.__qualname__}")]
+    if inspect.isabstract(cls):
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        return [Problem("class", f"{what} leaves abstract methods unimplemented: {missing}")]
+    return []
+
+
 def check_cell(cls: type[Cell]) -> list[Problem]:
     """Every rule of the cell contract on `cls`, registered under `cls.name` (in this process's numerics
     mode: the first check fixes it, `trainers.numerics`)."""
-    use_numerics(numerics.current() or numerics.default_mode())
     what = getattr(cls, "__qualname__", repr(cls))
-    if not (isinstance(cls, type) and issubclass(cls, Cell)):
-        return [Problem("class", f"{what} is not a subclass of trainers.cells.base.Cell")]
-    if inspect.isabstract(cls):
-        return [
-            Problem(
-                "class", f"{what} leaves abstract methods unimplemented: {sorted(cls.__abstractmethods__)}"
-            )
-        ]
+    problems = _class(cls, Cell, what)
+    if problems:
+        return problems
     params = list(inspect.signature(cls.__init__).parameters)[1:]
     if params[:4] != ["config", "input_size", "hidden_size", "gen"]:
         return [
@@ -240,16 +246,10 @@ def _curve(result: Any) -> list[tuple[float, float]]:
 
 def check_task(cls: type[Task]) -> list[Problem]:
     """Every rule of the task contract on `cls`, registered under `cls.name`."""
-    use_numerics(numerics.current() or numerics.default_mode())
     what = getattr(cls, "__qualname__", repr(cls))
-    if not (isinstance(cls, type) and issubclass(cls, Task)):
-        return [Problem("class", f"{what} is not a subclass of trainers.tasks.base.Task")]
-    if inspect.isabstract(cls):
-        return [
-            Problem(
-                "class", f"{what} leaves abstract methods unimplemented: {sorted(cls.__abstractmethods__)}"
-            )
-        ]
+    problems = _class(cls, Task, what)
+    if problems:
+        return problems
     problems = _dataclass_defaults(cls, what)
     if problems:
         return problems
