@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainers.registry import UnknownNameError
+from trainers.registry import load_all_plugins
 
 if TYPE_CHECKING:
     from trainers.registry import Registry
@@ -40,10 +40,6 @@ GROUPS = {"cell": "memsweep.cells", "task": "memsweep.tasks"}
 #: set to 0 to load no plugin: the built-ins alone (the repository's own test suite runs so, whatever is
 #: installed beside it; a plugin's tests and `memsweep plugins check` run with plugins)
 LOAD_ENV = "MEMSWEEP_LOAD_PLUGINS"
-
-
-class PluginError(UnknownNameError):
-    """A name that belongs to a plugin that could not join its registry; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -104,12 +100,9 @@ def load(registry: Registry[Any], kind: str, base: type) -> None:
             plugin = _check_class(plugin, cls, base)
         _PLUGINS[key] = plugin
         if plugin.problem is None:
-            registry.register(ep.name)(cls)
-            fused = getattr(cls, "fused", None)
-            if kind == "cell" and fused is not None:
-                from trainers.fused.cells import FUSED_CELLS
-
-                dict.__setitem__(FUSED_CELLS, ep.name, fused)
+            registry.register(ep.name)(
+                cls
+            )  # a cell's `fused` form: `trainers.fused.cells.FUSED_CELLS` reads it
         else:
             registry.refuse(ep.name, plugin_message(plugin))
 
@@ -172,12 +165,8 @@ def installed() -> list[Plugin]:
 
 
 def _load_all() -> None:
-    """Both registries' plugins loaded (their first look-up loads them)."""
-    from trainers.cells import CELLS
-    from trainers.tasks import TASKS
-
-    CELLS.names()
-    TASKS.names()
+    """Every pluggable registry's plugins loaded (the cells' and the tasks': their first look-up would)."""
+    load_all_plugins()
 
 
 def identity(kind: str, name: str) -> str | None:

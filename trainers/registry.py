@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -13,6 +13,21 @@ class UnknownNameError(KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class PluginError(UnknownNameError):
+    """A name that belongs to a plugin that could not join its registry (`trainers.plugins`); the message
+    says why."""
+
+
+#: the registries that load plugins at their first look-up (`load_all_plugins` loads them all)
+_PLUGGABLE: list[Registry[Any]] = []
+
+
+def load_all_plugins() -> None:
+    """Every pluggable registry's plugins loaded (each once)."""
+    for registry in _PLUGGABLE:
+        registry._load_plugins()
 
 
 class Registry(Generic[T]):
@@ -25,6 +40,8 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._refused: dict[str, str] = {}  # name → why (a plugin that could not join: trainers.plugins)
         self._plugins = plugins
+        if plugins is not None:
+            _PLUGGABLE.append(self)
 
     def _load_plugins(self) -> None:
         if self._plugins is not None:
@@ -50,8 +67,6 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             if name in self._refused:
-                from trainers.plugins import PluginError
-
                 raise PluginError(self._refused[name]) from None
             raise UnknownNameError(
                 f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}"

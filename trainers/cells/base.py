@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from trainers.fused.cells import FusedCell
 
 
 class Cell(nn.Module, metaclass=ABCMeta):
@@ -29,9 +26,10 @@ class Cell(nn.Module, metaclass=ABCMeta):
     #: preset's models (`models: [chain, orthogonal, <cell>]`), besides the preset's shared dimensions
     #: (its learning rates): field → values, as its paper swept them; {} spans only the shared ones
     grid: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
-    #: how a fused bundle runs this cell's recurrence for all its members (`trainers.fused.cells`); the
-    #: built-ins are listed in `FUSED_CELLS`, a plugin cell declares its own here; None: trials train solo
-    fused: ClassVar[FusedCell | None] = None
+    #: how a fused bundle runs this cell's recurrence for all its members: a `trainers.fused.cells.FusedCell`
+    #: (not imported here: the fused trainer sits above the cells); the built-ins are listed in
+    #: `FUSED_CELLS`, a plugin cell declares its own here; None: its trials train solo
+    fused: ClassVar[Any] = None
 
     def __init__(self, config: Any, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
         """`config`: an instance of `Config`, resolved (`resolve`); `input_size` d and `hidden_size` N

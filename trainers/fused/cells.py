@@ -20,7 +20,7 @@ where their `backend` is "persistent"), `FusedFastRNNScan` (fastrnn, sgornn) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -126,39 +126,30 @@ ELMAN_FIELDS = ("nonlinearity", "bias", "backend")
 FASTRNN_FIELDS = ("nonlinearity", "bias", "clip_scalar")
 
 
-class FusedCells(dict[str, FusedCell]):
-    """The built-ins' fused forms, and the plugin cells' (their `fused`, added as `trainers.plugins` loads
-    them): any look-up first loads the plugins, so that a process that got its configs resolved elsewhere
-    (a Ray worker unpickling them) still finds a plugin's form."""
+class FusedCells(Mapping[str, FusedCell]):
+    """Cell name → its fused form: the built-ins' (below), and each plugin cell's own `fused` (read from the
+    registry, whose first look-up loads the plugins: a process that got its configs resolved elsewhere, a
+    Ray worker unpickling them, finds a plugin's form all the same)."""
 
-    def _load(self) -> None:
+    def __init__(self, builtins: Mapping[str, FusedCell]) -> None:
+        self._builtins = dict(builtins)
+
+    def _plugins(self) -> dict[str, FusedCell]:
         from trainers.cells import CELLS
 
-        CELLS.names()  # the registry's first look-up loads the plugins, once
+        forms = {name: getattr(CELLS.get(name), "fused", None) for name in CELLS.names()}
+        return {n: f for n, f in forms.items() if f is not None and n not in self._builtins}
 
     def __getitem__(self, name: str) -> FusedCell:
-        self._load()
-        return super().__getitem__(name)
-
-    def get(self, name: str, default: FusedCell | None = None) -> FusedCell | None:  # type: ignore[override]
-        self._load()
-        return super().get(name, default)
-
-    def __contains__(self, name: object) -> bool:
-        self._load()
-        return super().__contains__(name)
+        if name in self._builtins:
+            return self._builtins[name]
+        return self._plugins()[name]
 
     def __iter__(self) -> Iterator[str]:
-        self._load()
-        return super().__iter__()
+        return iter({**self._builtins, **self._plugins()})
 
-    def keys(self) -> KeysView[str]:  # type: ignore[override]
-        self._load()
-        return super().keys()
-
-    def items(self) -> ItemsView[str, FusedCell]:  # type: ignore[override]
-        self._load()
-        return super().items()
+    def __len__(self) -> int:
+        return len(self._builtins) + len(self._plugins())
 
 
 #: cell name → how its bundles run; a cell not listed here trains one trial per process
