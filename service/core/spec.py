@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -279,11 +280,13 @@ class StudySpec(BaseModel):
         base: dict[str, Any] = {}
         seeds: tuple[int, ...] = (1,)
         name, citation, description = self.name or "custom", "", ""
+        arms: list[Model] = []
         if self.preset is not None:
             preset = get_preset(self.preset)
             models, base, seeds = list(preset.models), dict(preset.base), preset.seeds
             name, citation, description = preset.name, preset.citation, preset.description
-            models += cell_arms(preset, self.models or [])
+            arms = cell_arms(preset, self.models or [])
+            models += arms
         if self.space is not None:
             if self.space.dims:
                 models.append(
@@ -309,7 +312,10 @@ class StudySpec(BaseModel):
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
         base = {**self.base, "numerics": self.numerics}
         space = space.with_overrides(base=base, seeds=self.seeds, dims=dims or None, models=self.models)
-        return cell_settings_per_model(space)
+        # the preset's settings of its own cell (Orhan's nonlinearity) are its models'; an added cell's arm
+        # takes only those the study itself sets
+        preset_own = set(space.base) - set(self.base) if arms else set()
+        return cell_settings_per_model(space, {m.name for m in arms}, preset_own)
 
 
 def cell_arms(preset: SearchSpace, names: list[str]) -> list[Model]:
@@ -341,10 +347,13 @@ def cell_arms(preset: SearchSpace, names: list[str]) -> list[Model]:
 CELL_CHOICE_FIELDS = ("cell", "init", "scale")
 
 
-def cell_settings_per_model(space: SearchSpace) -> SearchSpace:
-    """A space whose models train different cells, with `base` settings of one cell's own fields (a preset's
-    `nonlinearity`, …) moved into the models whose cell takes them: an added cell's arm gets those it has
-    and leaves the others. A space of one cell is returned as it is."""
+def cell_settings_per_model(
+    space: SearchSpace, arms: Collection[str] = (), preset_own: Collection[str] = ()
+) -> SearchSpace:
+    """A space whose models train different cells, with `base` settings of one cell's own fields moved into
+    the models whose cell takes them; the `arms` (cells added beside a preset's models) take none of the
+    `preset_own` settings (the preset's, for its own cell: Orhan's `nonlinearity`), so an arm's cell runs at
+    its own defaults but for what the study sets. A space of one cell is returned as it is."""
     default = str(space.base.get("cell", TrainConfig.cell))
     cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
     if len(set(cells.values())) < 2 or any("cell" in m.dims for m in space.models):
@@ -360,7 +369,14 @@ def cell_settings_per_model(space: SearchSpace) -> SearchSpace:
     models = tuple(
         Model(
             m.name,
-            {**{k: space.base[k] for k in cell_only if k in fields[cells[m.name]]}, **m.fixed},
+            {
+                **{
+                    k: space.base[k]
+                    for k in cell_only
+                    if k in fields[cells[m.name]] and not (m.name in arms and k in preset_own)
+                },
+                **m.fixed,
+            },
             m.dims,
         )
         for m in space.models
