@@ -149,6 +149,10 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
                 ]
                 ready = {f"cell:{p['name']}": p["identity"] for p in listing["server"]}
                 assert listing["nodes"] and all(nodes == ready for nodes in listing["nodes"].values())
+                shown = memsweep("plugins", "--url", server.url, environ={"MEMSWEEP_API_TOKEN": TOKEN})
+                assert shown.returncode == 0 and "the same plugins" in shown.stdout, (
+                    shown.stdout + shown.stderr
+                )
                 if (
                     version == "1.0"
                 ):  # a plugin that breaks its contract: the 422 of every bad spec, nothing made
