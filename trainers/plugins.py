@@ -69,8 +69,8 @@ _PLUGINS: dict[tuple[str, str], Plugin] = {}
 
 def load(registry: Registry[Any], kind: str, base: type) -> None:
     """Register every installed plugin of `kind` in `registry` (called once, by the registries of
-    `trainers.cells` and `trainers.tasks` at their first look-up, after their built-ins). Never raises: a plugin that cannot
-    join is recorded with its reason (`broken`) and refused where its name is used."""
+    `trainers.cells` and `trainers.tasks` at their first look-up, after their built-ins). Never raises: a
+    plugin that cannot join is recorded with its reason (`broken`) and refused where its name is used."""
     if os.environ.get(LOAD_ENV, "1") == "0":
         return
     for ep in sorted(importlib.metadata.entry_points(group=GROUPS[kind]), key=lambda e: (e.name, e.value)):
@@ -99,10 +99,8 @@ def load(registry: Registry[Any], kind: str, base: type) -> None:
         else:
             plugin = _check_class(plugin, cls, base)
         _PLUGINS[key] = plugin
-        if plugin.problem is None:
-            registry.register(ep.name)(
-                cls
-            )  # a cell's `fused` form: `trainers.fused.cells.FUSED_CELLS` reads it
+        if plugin.problem is None:  # (a cell's `fused` form: `trainers.fused.cells.FUSED_CELLS` reads it)
+            registry.register(ep.name)(cls)
         else:
             registry.refuse(ep.name, plugin_message(plugin))
 
@@ -159,7 +157,7 @@ def _digest(module: str) -> str:
 
 
 def installed() -> list[Plugin]:
-    """Every plugin seen on this machine, joined or broken, by kind then name (imports both registries)."""
+    """Every plugin seen on this machine, joined or broken, by kind then name."""
     _load_all()
     return sorted(_PLUGINS.values(), key=lambda p: (p.kind, p.name))
 
