@@ -152,7 +152,8 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
     """Check every name and value against the registries and fill every default."""
     cfg = config if isinstance(config, TrainConfig) else from_dict(config)
     for kind, name in (("task", cfg.task), ("cell", cfg.cell)):
-        for why in plugins.refusals(kind, name):  # a plugin that tried to shadow a built-in
+        # a plugin of this name that could not join, or one that shadows a built-in
+        for why in plugins.refusals(kind, name):
             raise ConfigError(why)
     task_cls = TASKS.get(cfg.task)
     cell_cls = CELLS.get(cfg.cell)
