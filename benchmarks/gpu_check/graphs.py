@@ -1,6 +1,7 @@
 """Checks 1e and 1f: each fused cell's step as a CUDA graph (`trainers.fused.GraphedStep`) against its
 eager step, and whole `train_fused` runs with `cuda_graphs` against without. A cell whose step
-synchronises with the host (FastRNN's backward reads its gates) is reported as refused, not failed."""
+synchronises with the host (FastRNN's backward read its gates there until issue 37; a plugin's cell may)
+is reported as refused, not failed."""
 
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainers import fused
 from trainers.cells import list_cells
@@ -318,3 +320,111 @@ def test_batches_whose_shape_keeps_changing_make_the_steps_eager(stand_in_graphs
     assert step.eager and stand_in_graphs.captures == [] and step.graph is None
     for p, q in zip(bundle.model.params, eager.model.params, strict=True):
         assert torch.equal(p, q)
+
+
+# ----- host reads: what a CUDA graph cannot hold, found on the CPU --------------------------------------
+
+#: ATen ops that read a device tensor's values on the host (on CUDA each waits for the device, and a
+#: graph capture refuses it): a tensor to a Python number (`float`, `bool`, `item`), and ops whose
+#: output's shape depends on the values
+HOST_READING_OPS = {
+    "_local_scalar_dense", "is_nonzero", "nonzero", "masked_select", "equal",
+    "_unique2", "unique_dim", "unique_consecutive", "repeat_interleave",
+}  # fmt: skip
+#: Tensor methods that hand the values to Python (on a CPU tensor they copy nothing, so no ATen op shows)
+HOST_READING_METHODS = {"tolist", "numpy", "cpu"}
+
+
+class HostReads(TorchDispatchMode):
+    """Records every ATen op of `HOST_READING_OPS` that runs inside it (with `Methods`, the methods)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in HOST_READING_OPS or (name in ("index", "index_put", "index_put_") and _masks(args)):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _masks(args) -> bool:
+    """Whether an indexing op's indices hold a boolean mask (its result's shape is the mask's count)."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+class Methods(TorchFunctionMode):
+    def __init__(self, seen: list[str]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in HOST_READING_METHODS:
+            self.seen.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def host_reads():
+    with HostReads() as ops, Methods(ops.seen):
+        yield ops.seen
+
+
+def test_the_host_read_probe_sees_what_a_graph_would_refuse():
+    """The probe below bites: each way a step can read a value on the host is seen (on the CPU,
+    where torch's sync debug mode sees nothing)."""
+    t = torch.randn(5)
+    for read in (
+        lambda: float(t[0]),
+        lambda: bool(t.any()),
+        lambda: t.sum().item(),
+        lambda: t.tolist(),
+        lambda: t[t > 0],
+        lambda: t.clone().index_put_((t > 0,), torch.tensor(1.0)),
+        lambda: t.nonzero(),
+    ):
+        with host_reads() as seen:
+            read()
+        assert seen, read
+    with host_reads() as seen:
+        torch.where(t > 0, t, t * 2).mul_(t[0]).sum()  # all on the device
+    assert seen == []
+
+
+#: a bundle of two members, on a task whose loss reads the last state (addition) and on one whose loss
+#: reads a sequence (copy)
+GRAPH_MEMBERS = [{"lr": 1e-3, "seed": 1}, {"lr": 3e-3, "seed": 2}]
+
+
+@pytest.mark.parametrize("task", ["addition", "copy"])
+@pytest.mark.parametrize("cell", sorted(FUSED_CELLS))
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_a_graphable_cells_step_reads_nothing_on_the_host(cell, task, optimizer):
+    """What a CUDA graph captures (`forward_backward`: forward, losses, backward, clip, optimiser)
+    must not read a value on the host: a graph cannot hold it, and on a GPU the probe at the last
+    warm-up would train the bundle eagerly. Checked on the CPU for every fused cell, as a
+    `GraphedStep` runs it (Adam's factors in buffers); a cell that must read one is marked not
+    `graphable`, and then this test shows why."""
+    common = {
+        "cell": cell, "task": task, "hidden": 8, "task_params": {"seq_len": 24, "n_train": 32, "n_val": 16},
+        "optimizer": optimizer, "steps": 4, "eval_every": 4, "early_stop_loss": None, "device": "cpu",
+    }  # fmt: skip
+    bundle = Bundle.of([{**m, **common} for m in GRAPH_MEMBERS])
+    if optimizer == "adam":  # as GraphedStep sets them: Adam's per-step factors in device buffers
+        bundle.optimizer.static_factors = (torch.empty(bundle.size), torch.empty(bundle.size))
+    for _ in range(2):  # the first step allocates (the workspace, the optimiser's state)
+        if bundle.optimizer.static_factors is not None:
+            factors = bundle.optimizer.adam_factors(bundle.optimizer.step_count + 1, torch.device("cpu"))
+            for buffer, f in zip(bundle.optimizer.static_factors, factors, strict=True):
+                buffer.copy_(f)
+        batch = bundle.next_batch()
+        with host_reads() as seen:
+            losses = bundle.forward_backward(batch)
+        bundle.model.after_step()
+    assert torch.isfinite(losses).all()
+    if FUSED_CELLS[cell].graphable:
+        assert seen == [], f"{cell}: its step reads {sorted(set(seen))} on the host"
+    else:
+        assert seen, f"{cell} is marked not graphable, but its step reads nothing on the host: mark it so"

@@ -167,10 +167,11 @@ class FusedFastRNNScan(torch.autograd.Function):
       shapes where a batched GEMM runs addmm's kernel;
     - `add(z, u, alpha=β)` rounds as `addcmul(z, u, β)` with β a per-row scalar, and f splits each
       member's elements between torch's vectorised and scalar paths as a solo call does.
-    Per step: baddbmm, f, a copy and addcmul forward; mul, mul, baddbmm and a copy (and an add for a
-    per-step loss) backward; ∂W, ∂a, ∂β, ∂W_in, ∂b per member after the loop with the solo code.
+    Per step: baddbmm, f, a copy and addcmul forward; mul, mul, baddbmm and a copy (and an add where
+    the loss reads a sequence) backward; ∂W, ∂a, ∂β, ∂W_in, ∂b per member after the loop with the solo code.
     Stores are member-major [K, T, B, N] and live in `workspace` (the outputs too: valid until its
-    next use), so no step maps fresh pages for them.
+    next use), so no step maps fresh pages for them. Nothing is read on the host (a and β stay on the
+    device), so a CUDA graph can hold the step (`trainers.fused.graphs`).
     """
 
     @staticmethod
@@ -225,11 +226,11 @@ class FusedFastRNNScan(torch.autograd.Function):
         if ctx.last:  # the loss reads h_T only: FastRNNScan's only_last
             gh = None
             torch.stack(gk, out=e[:, T - 1])
-        else:
+        else:  # the loss reads a sequence: g_{t−1} added at every step, read on the device, not asked
+            # first (`reads_before_last`, a host read a CUDA graph cannot hold); where it is zero, adding
+            # it moves no bit but a zero's sign
             gh = torch.stack(gk, out=ws.get("grad_hs", (K, T, B, N), w))
             e[:, T - 1].copy_(gh[:, T - 1])
-            if not reads_before_last(gh, 1):
-                gh = None
         fprime_a = _act_grad(zs, ctx.nonlinearity, out=ws.get("fprime", (K, T, B, N), w)).mul_(acol4)
         es, gs, fs = e.unbind(1), grad_pre.unbind(1), fprime_a.unbind(1)
         g_prev = gh.unbind(1) if gh is not None else None
@@ -245,7 +246,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         mul(es[0], fs[0], out=gs[0])
         grad_w, grad_a, grad_b, grad_in, grad_bias = [], [], [], [], []
         for k, x in enumerate(xs):  # FastRNNScan's reductions, per member, on its contiguous slices
-            av = float(a[k])
+            av = a[k]  # [1], on the device: the product rounds as by FastRNNScan's float (one float32 mul)
             g_pre, u_prev, e_next = (
                 grad_pre[k, 1:].reshape(-1, N),
                 us[k, :-1].reshape(-1, N),

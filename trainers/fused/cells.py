@@ -45,9 +45,11 @@ class FusedCell:
     states: States
     after_step: Callable[[Sequence[Cell], Params], None] | None = None
     stores: int = 2
-    #: whether a CUDA graph can hold the bundle's step (`trainers.fused.graphs`): measured on an H100 (every
-    #: member bit-equal to its eager run); FastRNN's scan (fastrnn, sgornn) reads its gates on the
-    #: host, which a graph cannot hold
+    #: whether a CUDA graph can hold the bundle's step (`trainers.fused.graphs`): its step reads no value on
+    #: the host (tested on the CPU for every cell); every member bit-equal to its eager run measured on an
+    #: H100 for the Elman cells and srnn (fastrnn and sgornn since they stopped reading their gates on
+    #: the host: `benchmarks/gpu_check` measures them on the next lent card). A plugin's cell that must
+    #: read a value on the host says False.
     graphable: bool = True
 
 
@@ -159,8 +161,8 @@ FUSED_CELLS: FusedCells = FusedCells(
         "urnn": FusedCell(ELMAN_FIELDS, _elman, _project),
         "crnn": FusedCell(ELMAN_FIELDS, _elman, _project),
         "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
-        "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4, graphable=False),
-        "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4, graphable=False),
+        "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4),
+        "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4),
         "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn, stores=2),
     }
 )
