@@ -1,7 +1,8 @@
 """SRNN's persistent shift kernel (`trainers.kernels_persistent.persistent_shift_scan`, issue 37) on the
 CPU under Triton's interpreter: its states and drive gradients against `FusedShiftScan` (and each
 member's `ShiftScan`) bit for bit in float32 and against an unrolled autograd recurrence in float64; a
-member against its run alone. At tiny shapes: seconds in all."""
+member against its run alone; SRNN's `backend="persistent"` through `train` and `train_fused`, equal to
+`auto` bit for bit. At tiny shapes: seconds in all."""
 
 import pytest
 import torch
@@ -10,7 +11,11 @@ from tests.trainers.interpreted import persistent_kernel
 
 persistent = persistent_kernel()  # before anything imports the kernel without the interpreter
 
+from tests.trainers.test_fused import assert_same_run  # noqa: E402
+from trainers import train  # noqa: E402
 from trainers.cells.srnn import FusedShiftScan, ShiftScan  # noqa: E402
+from trainers.config import resolve  # noqa: E402
+from trainers.fused import check_fusable, train_fused  # noqa: E402
 from trainers.kernels import Workspace  # noqa: E402
 
 pytestmark = pytest.mark.numerics
@@ -125,3 +130,43 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
     monkeypatch.setattr(persistent, "INTERPRETED", False)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         persistent.persistent_shift_scan(drives(5, 1, 2, 2, 4, torch.float32))
+
+
+# ----- SRNN's backend="persistent" -------------------------------------------------------------------
+
+# tiny: the interpreter runs each program's T steps as numpy operations, one program after another
+TASKS = {
+    "addition": {"task": "addition", "task_params": {"seq_len": 8, "n_train": 32, "n_val": 16}},  # last
+    "copy": {"task": "copy", "task_params": {"seq_len": 21, "n_train": 32, "n_val": 16}},  # every step
+}
+SCHEDULE = {"hidden": 12, "steps": 4, "eval_every": 2, "early_stop_loss": None}
+MEMBERS = [{"lr": 3e-3, "seed": 1}, {"lr": 1e-3, "seed": 2}]
+
+
+def configs(task: str, backend: str) -> list[dict]:
+    params = {"hyper_size": 4, "backend": backend}
+    return [{**TASKS[task], **SCHEDULE, **m, "cell": "srnn", "cell_params": params} for m in MEMBERS]
+
+
+@pytest.mark.parametrize("task", ["addition", "copy"])
+def test_persistent_srnn_trains_as_auto_bit_for_bit_solo_and_bundled(task):
+    """`train` and `train_fused` with backend="persistent" against backend="auto" (`ShiftScan` /
+    `FusedShiftScan`): the whole loop (every evaluation's train and validation loss) bit for bit —
+    the kernel's numbers are the scans', and a solo run is a bundle of one through the kernel."""
+    persistent_runs = train_fused(configs(task, "persistent"))
+    auto_runs = train_fused(configs(task, "auto"))
+    for p, a, c_p, c_a in zip(
+        persistent_runs, auto_runs, configs(task, "persistent"), configs(task, "auto"), strict=True
+    ):
+        solo_p, solo_a = train(c_p), train(c_a)
+        assert p.status == solo_p.status == "done", (p.reason, solo_p.reason)
+        assert len(solo_p.history) == 2
+        for run in (a, solo_p, solo_a):
+            assert_same_run(p, run)
+
+
+def test_members_with_another_backend_do_not_fuse():
+    """`backend` is one of the fields an SRNN bundle's members share."""
+    mixed = [resolve(configs("addition", "persistent")[0]), resolve(configs("addition", "auto")[1])]
+    with pytest.raises(ValueError, match=r"differ in 'cell_params.backend' \('persistent' vs 'auto'\)"):
+        check_fusable(mixed)
