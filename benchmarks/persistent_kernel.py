@@ -1,5 +1,6 @@
-"""The persistent Elman kernel (`trainers/kernels_persistent.py`, issue 37) against today's scan
-(`trainers.kernels.FusedElmanScan`), both captured as CUDA graphs, at Orhan & Pitkow's three shapes.
+"""The persistent kernels (`trainers/kernels_persistent.py`, issue 37) against today's scans, both
+captured as CUDA graphs: the Elman kernel against `trainers.kernels.FusedElmanScan` at Orhan & Pitkow's
+three shapes, SRNN's shift kernel against `FusedShiftScan` at psMNIST's length.
 
 THE DEVICE CALL (one command, a few minutes on an H100 or H200, Triton's compilation included; no
 carry: the working tree is enough, and the lent image's torch 2.11 / Triton 3.6 run it):
@@ -29,22 +30,30 @@ random ∂L/∂h to ∂h0, ∂V, ∂W, ∂b, what the bundle's training step ask
   max|Δ| / max|ref| of W, V, b and the last step's states (the current tolerance is 1e-3);
 - `peak MiB`: peak allocated memory of each graphed step's replay.
 
+Then SRNN's shift recurrence (`persistent_shift_scan` against `FusedShiftScan`), with SHIFT_SHARE
+(10 %) of the budget, at srnn-psMNIST (T 784, N 128 as every SRNN preset's hidden, B 16, read at the
+last step; the repository has no SRNN psMNIST preset), K as above, on random drives: each path's step
+(forward, and backward from a fixed random ∂L/∂h_T to ∂b) graphed, median ms; `equal to scan`: the
+kernel's states and ∂b against the scan's (torch.equal: every operation is elementwise, so they should
+be the same numbers); `bit-equal`: members 0, K/2, K−1 against their K = 1 runs; peak memory.
+
 Then the bundle's whole training step, as `train_fused` steps it (`trainers.fused.Bundle`: each member's
 forward, readout and loss, the backward, clip and RMSprop, after_step), one CUDA graph per bundle, with
 backend=scan (today's graphed step) and backend=persistent, at the three shapes (rnn, chain W, one seed,
 members differing in learning rate; psMNIST on synthetic images: a step's cost does not depend on the
-pixels) and K = 1, 64, 594 (--step-ks): median ms of --reps steps after the warm-ups and the capture,
-peak memory, the largest relative difference of the two backends' losses over those steps, and member
-0's losses against its K = 1 run (persistent, torch.equal). A step the graph cannot hold is a row
-saying why (`GraphUnsupported`).
+pixels), and at srnn-psMNIST (SRNN, hidden 128, f_r 3 × 32 as the paper's pMNIST), K = 1, 64, 594
+(--step-ks): median ms of --reps steps after the warm-ups and the capture, peak memory, the largest
+relative difference of the two backends' losses over those steps (SRNN's: 0, the same numbers), and
+member 0's losses against its K = 1 run (persistent, torch.equal). A step the graph cannot hold is a
+row saying why (`GraphUnsupported`).
 
 TF32 is off (torch's matmul and cuDNN flags), as training runs. The script keeps itself under
 --budget-s (default 330 s on CUDA) and skips a bundle whose predicted cost (from the last one timed,
-in proportion to K) does not fit, saying so in the table. The whole-step section has
-STEP_SHARE (45 %) of the budget. What it does not do: the whole `train_fused` loop with its evaluations
-and bookkeeping (its step is timed; the loop's overhead around it is the same for both backends:
-`benchmarks/gpu_check` measures it), registers / spills (read them from the compile
-report: see docs/gpu.md), a sweep of num_warps or batch slices.
+in proportion to K) does not fit, saying so in the table. The whole-step section has STEP_SHARE (45 %)
+of the budget and what the sections before it leave, shared by its four shapes. What it does not do:
+the whole `train_fused` loop with its evaluations and bookkeeping (its step is timed; the loop's
+overhead around it is the same for both backends: `benchmarks/gpu_check` measures it), registers /
+spills (read them from the compile report: see docs/gpu.md), a sweep of num_warps or batch slices.
 """
 
 from __future__ import annotations
@@ -83,6 +92,12 @@ SHAPES = (
 QUICK_SHAPES = (
     Shape("tiny-relu-last", 6, 12, 2, "relu", True),
     Shape("tiny-elu-all", 5, 10, 3, "elu", False),
+)
+#: SRNN's shift recurrence (d and nonlinearity unused: the drives are random, the activation is ReLU)
+SHIFT_SHAPES = (Shape("srnn-psMNIST", 784, 128, 0, "relu", True),)
+QUICK_SHIFT_SHAPES = (
+    Shape("tiny-shift-last", 6, 12, 0, "relu", True),
+    Shape("tiny-shift-all", 5, 10, 0, "relu", False),
 )
 B = 16
 DEV_LR, DEV_MAX_K = 1e-3, 64
@@ -228,29 +243,116 @@ def deviation(shape: Shape, K: int, device: torch.device, pk: Any, kernels: Any,
     )
 
 
+def shift_step(scan: Callable[..., Sequence[torch.Tensor]], shape: Shape, bs: list[torch.Tensor],
+               gs: list[torch.Tensor], ws: Any) -> Callable[[], list[torch.Tensor]]:  # fmt: skip
+    """SRNN's shift recurrence forward and backward: [states…, ∂b_0 … ∂b_{K−1}]."""
+
+    def step() -> list[torch.Tensor]:
+        outs = scan(bs, shape.last, ws)
+        return [*outs, *torch.autograd.grad(outs, bs, gs)]
+
+    return step
+
+
+def time_shift(shapes: Sequence[Shape], ks: list[int], reps: int, device: torch.device, pk: Any,
+               deadline: float) -> list[dict[str, Any]]:  # fmt: skip
+    """Per shape and K: the shift kernel's step against `FusedShiftScan`'s, both graphed; the kernel's
+    numbers against the scan's and members 0, K/2, K−1 against their K = 1 runs (torch.equal)."""
+    from trainers.cells.srnn import FusedShiftScan
+
+    def fused(bs: list[torch.Tensor], last: bool, ws: Any) -> Sequence[torch.Tensor]:
+        return FusedShiftScan.apply(last, ws, *bs)  # type: ignore[no-any-return]
+
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    share = (deadline - start) / len(shapes)
+    for i, shape in enumerate(shapes):
+        shape_deadline = start + share * (i + 1)
+        last_cost: tuple[int, float] | None = None
+        for K in ks:
+            row: dict[str, Any] = {"shape": shape.name, "K": K}
+            rows.append(row)
+            skip = over_budget(last_cost, K, shape_deadline)
+            if skip:
+                row["skipped"] = skip
+                print(f"{shape.name} K={K}: skipped ({skip})")
+                continue
+            t0 = time.perf_counter()
+            try:
+                g = torch.Generator().manual_seed(K)
+                bs = [
+                    torch.randn(shape.T, B, shape.N, generator=g).to(device).requires_grad_()
+                    for _ in range(K)
+                ]
+                size = (B, shape.N) if shape.last else (shape.T, B, shape.N)
+                gs = [torch.randn(size, generator=g).to(device) for _ in range(K)]
+                results = {}
+                for name, scan in (("scan", fused), ("kernel", pk.persistent_shift_scan)):
+                    run, outs = graphed(shift_step(scan, shape, bs, gs, pk.Workspace()), device)
+                    row[f"{name}_ms"] = timed(run, reps, device)
+                    row[f"{name}_peak_mib"] = peak_mib(run, device)
+                    results[name] = [o.clone() for o in outs]
+                    del run, outs
+                    free(device)
+                row["equal_scan"] = all(
+                    torch.equal(a, b) for a, b in zip(results["kernel"], results["scan"], strict=True)
+                )
+                ours, ok = results["kernel"], True
+                for k in sorted({0, K // 2, K - 1}):
+                    b = bs[k].detach().requires_grad_()
+                    solo = shift_step(pk.persistent_shift_scan, shape, [b], [gs[k]], pk.Workspace())()
+                    ok = ok and torch.equal(solo[0], ours[k]) and torch.equal(solo[1], ours[K + k])
+                row["bit_equal"] = ok
+                del results, ours, bs, gs
+            except Exception as e:  # one bundle's failure (out of memory, a compile error) is a row
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            row["wall_s"] = round(time.perf_counter() - t0, 2)
+            last_cost = (K, row["wall_s"])
+            print(json.dumps(row), flush=True)
+            free(device)
+    return rows
+
+
 #: the bundle's whole training step at each Orhan shape (`trainers.fused.Bundle`, what `train_fused` steps):
 #: rnn with the task's nonlinearity, N = 100 (psMNIST 25), chain W; members differ in learning rate
 STEP_TASKS = {
     "addition-750": {"task": "addition", "task_params": {"seq_len": 750}},
     "copy-500": {"task": "copy", "task_params": {"seq_len": 500}},
     "psMNIST": {"task": "psmnist", "hidden": 25, "task_params": {}},
+    # SRNN at psMNIST's length: hidden 128 as every SRNN preset, f_r 3 × 32 as the paper's pMNIST (§4)
+    "srnn-psMNIST": {
+        "task": "psmnist",
+        "hidden": 128,
+        "task_params": {},
+        "cell": "srnn",
+        "cell_params": {"hyper_size": 32, "n_layers": 3},
+    },
 }
 QUICK_STEP_TASKS = {
     "tiny-addition": {"task": "addition", "hidden": 12, "task_params": {"seq_len": 8}},
     "tiny-copy": {"task": "copy", "hidden": 10, "task_params": {"seq_len": 21}},
+    "tiny-srnn-copy": {
+        "task": "copy",
+        "hidden": 10,
+        "task_params": {"seq_len": 21},
+        "cell": "srnn",
+        "cell_params": {"hyper_size": 4},
+    },
 }
-#: the step section's part of the budget (the recurrence's section has the rest)
-STEP_SHARE = 0.45
+#: the step section's part of the budget, and the shift section's (the Elman recurrence's has the rest)
+STEP_SHARE, SHIFT_SHARE = 0.45, 0.10
 
 
 def step_configs(task: dict[str, Any], K: int, backend: str, device: torch.device, mnist: Path | None
                  ) -> list[dict[str, Any]]:  # fmt: skip
-    """K members of one shape and seed (one batch stream), lr 1e-4 · 0.99^k: member 0 is the same in every K."""
+    """K members of one shape and seed (one batch stream), lr 1e-4 · 0.99^k: member 0 is the same in every K.
+    The cell is rnn with a chain W unless the shape names another (and its fields)."""
     params = {**task["task_params"], "n_train": 256, "n_val": 16}
     if task["task"] == "psmnist":
         params["root"] = str(mnist)
-    base = {**task, "cell": "rnn", "seed": 1, "device": str(device), "steps": 10**6, "eval_every": 10**6,
-            "early_stop_loss": None, "task_params": params, "cell_params": {"init": "chain", "backend": backend}}  # fmt: skip
+    cell_params = {**task.get("cell_params", {"init": "chain"}), "backend": backend}
+    base = {**task, "cell": task.get("cell", "rnn"), "seed": 1, "device": str(device), "steps": 10**6,
+            "eval_every": 10**6, "early_stop_loss": None, "task_params": params, "cell_params": cell_params}  # fmt: skip
     return [{**base, "lr": 1e-4 * 0.99**k} for k in range(K)]
 
 
@@ -367,7 +469,7 @@ def main() -> None:
     budget = args.budget_s or (330.0 if device.type == "cuda" else 120.0)
     started = time.perf_counter()
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    share = budget * (1 - STEP_SHARE) / len(shapes)
+    share = budget * (1 - STEP_SHARE - SHIFT_SHARE) / len(shapes)
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(
         f"device {card}; torch {torch.__version__}, triton {triton.__version__}, interpreted {pk.INTERPRETED}"
@@ -406,6 +508,8 @@ def main() -> None:
             last_cost = (K, row["wall_s"])
             print(json.dumps(row), flush=True)
             free(device)
+    shift_rows = time_shift(QUICK_SHIFT_SHAPES if args.quick else SHIFT_SHAPES, ks, reps, device, pk,
+                            started + budget * (1 - STEP_SHARE))  # fmt: skip
     mnist = None
     if not args.quick:  # psMNIST's shape with synthetic images: a step's cost does not depend on the pixels
         from benchmarks.gpu_check.mnist import mnist_root
@@ -421,9 +525,11 @@ def main() -> None:
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "persistent_kernel.json").write_text(
-        json.dumps({"meta": meta, "rows": rows, "steps": step_rows}, indent=1)
+        json.dumps({"meta": meta, "rows": rows, "shift": shift_rows, "steps": step_rows}, indent=1)
     )
-    table = markdown(meta, rows) + "\n" + step_markdown(meta, step_rows)
+    table = (
+        markdown(meta, rows) + "\n" + shift_markdown(meta, shift_rows) + "\n" + step_markdown(meta, step_rows)
+    )
     (args.out / "persistent_kernel.md").write_text(table)
     print(table)
 
@@ -452,6 +558,28 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"| {'' if 'bit_equal' not in r else ('yes' if r['bit_equal'] else '**NO**')} "
             f"| {f(r.get('dev_steps'), '{:.1e}')} | {f(r.get('scan_peak_mib'), '{:.0f}')} "
             f"| {f(r.get('kernel_peak_mib'), '{:.0f}')} | {r.get('skipped') or r.get('error') or ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def shift_markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "## SRNN's shift recurrence: the persistent kernel against `FusedShiftScan`, both graphed",
+        "",
+        f"Forward, and backward to ∂b; median of {meta['reps']} replays.",
+        "",
+        "| shape | K | scan graphed ms | kernel graphed ms | speed-up | kernel µs / member-step "
+        "| equal to scan | bit-equal to K=1 | scan peak MiB | kernel peak MiB | note |",
+        "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|",
+    ]
+    yes = {None: "", True: "yes", False: "**NO**"}
+    for r in rows:
+        s, k = r.get("scan_ms"), r.get("kernel_ms")
+        lines.append(
+            f"| {r['shape']} | {r['K']} | {fmt(s)} | {fmt(k)} | {fmt(s / k if s and k else None, '{:.1f}×')} "
+            f"| {fmt(1e3 * k / r['K'] if k else None, '{:.1f}')} | {yes[r.get('equal_scan')]} "
+            f"| {yes[r.get('bit_equal')]} | {fmt(r.get('scan_peak_mib'), '{:.0f}')} "
+            f"| {fmt(r.get('kernel_peak_mib'), '{:.0f}')} | {r.get('skipped') or r.get('error') or ''} |"
         )
     return "\n".join(lines) + "\n"
 

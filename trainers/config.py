@@ -22,7 +22,7 @@ from typing import Any, Literal
 from trainers import plugins
 from trainers.cells import CELLS, Cell
 from trainers.numerics import ENV, MODES, default_mode
-from trainers.params import ConfigError, build, field_names
+from trainers.params import ConfigError, build, field_names, unhashed_defaults
 from trainers.tasks import TASKS, Task
 
 #: Bumped whenever a change alters what a given config computes (results keyed by hash + version).
@@ -127,8 +127,14 @@ class Resolved:
 def config_hash(resolved: Mapping[str, Any]) -> str:
     """Identity of a trial: sha256 of its resolved config (execution-only fields dropped), and of the
     plugins it uses (their distribution, version and code: `trainers.plugins`), so a run of another
-    plugin version is never taken for this one. A trial of built-ins hashes as it always did."""
+    plugin version is never taken for this one. A trial of built-ins hashes as it always did: a task's or
+    cell's field added since (`trainers.params.UNHASHED_DEFAULT`) is left out while it holds its default."""
     ident = {k: v for k, v in resolved.items() if k not in EXECUTION_FIELDS}
+    for kind, registry in (("task", TASKS), ("cell", CELLS)):
+        name, params = resolved.get(kind), resolved.get(f"{kind}_params")
+        if isinstance(name, str) and isinstance(params, Mapping) and name in registry:
+            added = unhashed_defaults(registry.get(name).Config)
+            ident[f"{kind}_params"] = {k: v for k, v in params.items() if not (k in added and v == added[k])}
     ident["trainer_version"] = TRAINER_VERSION
     used = plugins.identities(str(resolved.get("cell", "")), str(resolved.get("task", "")))
     if used:

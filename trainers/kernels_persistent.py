@@ -1,5 +1,7 @@
-"""A persistent Elman kernel (issue 37): one Triton program per bundle member (and batch slice) keeps
-its W on chip for all T steps, forward and backward, instead of one batched GEMM launch per time step.
+"""Persistent recurrent kernels (issue 37): one Triton program per bundle member (and batch slice) runs
+all T steps, forward and backward, instead of one batched launch per time step. The Elman kernel keeps
+its W on chip; SRNN's shift kernel (at the end of this module, `persistent_shift_scan`) keeps its state
+in registers.
 
     forward   a_t = xp_t + h_{t−1} Wᵀ,  h_t = f(a_t)                      t = 1 … T, every h_t stored
     backward  ∂a_t = (g_t + ∂a_{t+1} W) ⊙ f'(a_t),  ∂W = Σ_t ∂a_tᵀ h_{t−1}   t = T … 1, in one program
@@ -21,7 +23,10 @@ Its reference is `trainers.kernels.FusedElmanScan` (tests/trainers/test_persiste
 CPU under Triton's interpreter); its benchmark `benchmarks/persistent_kernel.py`. It is used only when
 asked for: the Elman family's `backend="persistent"` (`trainers.kernels.elman_rnn` runs a solo trial as
 a bundle of one, `trainers.fused.cells` a bundle), or `persistent_elman_rnn` called directly; importing
-`trainers` does not import this module or Triton.
+`trainers` does not import this module or Triton. SRNN's shift kernel likewise: its reference is
+`trainers.cells.srnn.FusedShiftScan`, whose numbers it gives bit for bit
+(tests/trainers/test_persistent_shift.py), and it runs only for SRNN's `backend="persistent"`
+(`SRNNCell.forward` runs a solo trial as a bundle of one, `trainers.fused.cells` a bundle).
 
 Triton decides at decoration time whether a kernel is compiled or interpreted: on the CPU set
 `TRITON_INTERPRET=1` before this module is first imported. The kernels call only `triton.language`
@@ -52,6 +57,10 @@ BLOCK_B = 16
 #: warps per program: compiled for sm_90 here (Triton 3.8, no GPU), 8 spilled less than 4 at N = 128
 #: (docs/gpu.md); to be swept on a lent card
 NUM_WARPS = 8
+#: warps per program of SRNN's shift kernels (elementwise on a [BLOCK_B, BLOCK_N] tile, 16 × 128 at the SRNN
+#: presets): compiled for sm_90 here, 4 warps keep it in 120 (forward) and 152 (backward) registers without
+#: spills; not yet measured on a card
+SHIFT_WARPS = 4
 
 
 @triton.jit
@@ -299,3 +308,159 @@ def persistent_elman_rnn(
     if nonlinearity not in ACTIVATIONS:
         raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
     return PersistentElmanScan.apply(h0, w_in, w_rec, bias, nonlinearity, last, workspace, *xs)  # type: ignore[no-any-return]
+
+
+# SRNN's shift recurrence (Rotman & Wolf 2020, `trainers.cells.srnn`): no weights, so a program (one per
+# member and batch slice) is elementwise on its [BLOCK_B, BLOCK_N] tile, which stays in registers for all
+# T steps.
+#
+#     forward   h_1 = ReLU(b_1),  h_t = ReLU(b_t + roll(h_{t−1}, +1))           t = 2 … T, every h_t stored
+#     backward  ∂z_T = G_T ⊙ m_T,  ∂z_t = G_t ⊙ m_t + m_t ⊙ roll(∂z_{t+1}, −1)   t = T−1 … 1,  m_t = [h_t > 0]
+#
+# The shift never moves a register: the tile holds the state in a frame that turns with time,
+# u_t[j] = h_t[(j + t) mod N] (t 0-based), in which roll(h_{t−1}, +1) is u_{t−1} itself:
+# u_t[j] = ReLU(b_t[(j + t) mod N] + u_{t−1}[j]). So step t reads b_t and writes h_t at unit (j + t) mod N,
+# and lane j keeps its value; the backward carries ∂z in the same frame. (Rolling the registers instead
+# moves values across lanes every step: a tl.gather, which Triton 3.8 compiles for sm_90 to shuffles and
+# two shared-memory layout changes a step, or h_{t−1} stored and read back shifted behind a
+# tl.debug_barrier, which the interpreter runs as a no-op, so a missing barrier would not show on the
+# CPU.) Every operation is
+# elementwise (an add, a max, a 0/1 product) in `FusedShiftScan`'s order, so the states and ∂b are its
+# numbers bit for bit on any device (an FMA of m ⊙ roll + G ⊙ m rounds once, as the add after an exact
+# product does).
+
+
+@triton.jit
+def _shift_forward(
+    b_ptr,  # [K, T, B, N] contiguous: the drives b_t
+    hs_ptr,  # [K, T, B, N] contiguous, out: h_1 … h_T
+    T,
+    B,
+    N,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    k = tl.program_id(0).to(tl.int64)  # the member
+    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)  # this program's batch slice
+    cols = tl.arange(0, BLOCK_N)  # lanes j, padded to a power of two: masked
+    m = (rows < B)[:, None] & (cols < N)[None, :]
+    slab = B * N
+    b = b_ptr + k * T * slab + rows[:, None] * N
+    hs = hs_ptr + k * T * slab + rows[:, None] * N
+    unit = cols % N  # (j + t) mod N, the unit lane j holds at step t (padded lanes kept in range too)
+    # h_1 = ReLU(b_1 + roll(h_0 = 0)), torch.clamp's; NaN propagates, as torch's clamp and relu
+    h = tl.maximum(tl.load(b + unit[None, :], mask=m, other=0.0), 0.0, propagate_nan=tl.PropagateNan.ALL)
+    tl.store(hs + unit[None, :], h, mask=m)
+    for t in range(1, T):
+        unit = tl.where(unit == N - 1, 0, unit + 1)
+        # ReLU(b_t + roll(h_{t−1}, +1)), torch.add's order
+        h = tl.maximum(
+            tl.load(b + t * slab + unit[None, :], mask=m, other=0.0) + h,
+            0.0,
+            propagate_nan=tl.PropagateNan.ALL,
+        )
+        tl.store(hs + t * slab + unit[None, :], h, mask=m)
+
+
+@triton.jit
+def _shift_backward(
+    hs_ptr,  # [K, T, B, N]: the forward's states
+    g_ptr,  # [K, T, B, N] ∂L/∂h_t, or with LAST [K, B, N] ∂L/∂h_T alone
+    gz_ptr,  # [K, T, B, N] out: ∂L/∂z_t (= ∂L/∂b_t)
+    T,
+    B,
+    N,
+    LAST: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    k = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    cols = tl.arange(0, BLOCK_N)
+    m = (rows < B)[:, None] & (cols < N)[None, :]
+    slab = B * N
+    hs = hs_ptr + k * T * slab + rows[:, None] * N
+    gz = gz_ptr + k * T * slab + rows[:, None] * N
+    g = g_ptr + k * (1 if LAST else T) * slab + rows[:, None] * N
+    zero = tl.full([BLOCK_B, BLOCK_N], 0.0, dtype=hs_ptr.dtype.element_ty)
+    unit = (cols + T - 1) % N  # the forward's frame at the last step, turned back one unit a step
+    # t = T: ∂z_T = G_T ⊙ m_T (with LAST, G_T is all of g)
+    mask = tl.where(tl.load(hs + (T - 1) * slab + unit[None, :], mask=m, other=0.0) > 0, 1.0, 0.0).to(
+        zero.dtype
+    )
+    g_t = tl.load(g + (0 if LAST else (T - 1) * slab) + unit[None, :], mask=m, other=0.0)
+    carry = g_t * mask
+    tl.store(gz + (T - 1) * slab + unit[None, :], carry, mask=m)
+    for i in range(T - 1):
+        t = T - 2 - i  # 0-based, the reference's loop from T − 2 down to 0
+        unit = tl.where(unit == 0, N - 1, unit - 1)  # lane j's carry is ∂z_{t+1} at unit j + t + 1
+        mask = tl.where(tl.load(hs + t * slab + unit[None, :], mask=m, other=0.0) > 0, 1.0, 0.0).to(
+            zero.dtype
+        )
+        # G_t ⊙ m_t first (with LAST, G_t = +0, the reference's zeroed buffer), then addcmul's m_t ⊙ roll
+        g_t = zero if LAST else tl.load(g + t * slab + unit[None, :], mask=m, other=0.0)
+        carry = g_t * mask + mask * carry
+        tl.store(gz + t * slab + unit[None, :], carry, mask=m)
+
+
+def shift_forward(b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """hs [K, T, B, N] (h_1 … h_T) from the drives b [K, T, B, N] (contiguous)."""
+    _check_device(b)
+    K, T, B, N = b.shape
+    hs = out if out is not None else torch.empty_like(b)
+    _shift_forward[(K, triton.cdiv(B, BLOCK_B))](
+        b, hs, T, B, N, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=SHIFT_WARPS
+    )
+    return hs
+
+
+def shift_backward(
+    hs: torch.Tensor, g: torch.Tensor, last: bool, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """∂L/∂b [K, T, B, N] from the forward's hs and g: ∂L/∂h_t [K, T, B, N], or with `last` ∂L/∂h_T
+    [K, B, N] (both contiguous)."""
+    _check_device(hs)
+    K, T, B, N = hs.shape
+    gz = out if out is not None else torch.empty_like(hs)
+    _shift_backward[(K, triton.cdiv(B, BLOCK_B))](
+        hs, g, gz, T, B, N, LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=SHIFT_WARPS
+    )
+    return gz
+
+
+class PersistentShiftScan(torch.autograd.Function):
+    """`FusedShiftScan` through the persistent kernel: the same inputs and outputs (`last`, a workspace,
+    member k's drive b_k [T, B, N]; its states [T, B, N], or h_T [B, N] with `last`), the same numbers."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, last: bool, workspace: Workspace | None, *drives: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        ws = workspace if workspace is not None else Workspace()
+        (T, B, N), K = drives[0].shape, len(drives)
+        b = torch.stack(drives, out=ws.get("drive", (K, T, B, N), drives[0]))
+        hs = shift_forward(b, out=ws.get("hs", (K, T, B, N), drives[0]))
+        ctx.last, ctx.workspace = last, ws
+        ctx.save_for_backward(hs)
+        return tuple(hs[:, T - 1].unbind(0) if last else hs.unbind(0))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        (hs,) = ctx.saved_tensors
+        K, T, B, N = hs.shape
+        ws: Workspace = ctx.workspace
+        shape = (K, B, N) if ctx.last else (K, T, B, N)
+        g = torch.stack(
+            [g if g is not None else hs.new_zeros(shape[1:]) for g in grads], out=ws.get("grad", shape, hs)
+        )
+        gz = shift_backward(hs, g, ctx.last, out=ws.get("drive", (K, T, B, N), hs))  # the drives are dead
+        return (None, None, *gz.unbind(0))
+
+
+def persistent_shift_scan(
+    drives: Sequence[torch.Tensor], last: bool = False, workspace: Workspace | None = None
+) -> tuple[torch.Tensor, ...]:
+    """`FusedShiftScan.apply(last, workspace, *drives)` through the persistent kernel: K networks
+    h_t = ReLU(b_t + roll(h_{t−1}, +1)) on their drives [T, B, N], member k's states [T, B, N] (or [B, N]
+    with `last`). A solo run is a bundle of one. Outputs live in `workspace` until its next use."""
+    return PersistentShiftScan.apply(last, workspace, *drives)  # type: ignore[no-any-return]

@@ -26,6 +26,19 @@ def field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+#: the metadata of a config field added after trials were recorded, whose default computes what those
+#: trials computed (`backend: ... = field(default="auto", metadata=UNHASHED_DEFAULT)`): a trial's identity
+#: (`trainers.config.config_hash`) leaves such a field out while it holds its default, so adding it moves
+#: no recorded hash; any other value is part of the identity
+UNHASHED_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"unhashed_default": True})
+
+
+@functools.cache
+def unhashed_defaults(cls: type) -> dict[str, Any]:
+    """name → default of the fields of config class `cls` marked `UNHASHED_DEFAULT`."""
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.metadata.get("unhashed_default")}
+
+
 @functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     """A config class's field types, resolved once (get_type_hints evaluates every annotation)."""

@@ -138,8 +138,8 @@ def check_execution(spec: StudySpec, space: SearchSpace) -> None:
     """The settings of where a trial runs that its study's `resources` decide, refused when the spec
     sets them otherwise (issue 35): a trial's `threads` are its unit's CPUs (`execution`), and a GPU
     `device` needs GPUs the unit asks for (Ray hides every GPU from a unit that asks none, and shows
-    a unit ceil(gpus) of them, as cuda:0, cuda:1, …); the Elman family's `backend: persistent` (a GPU
-    kernel, issue 37) likewise."""
+    a unit ceil(gpus) of them, as cuda:0, cuda:1, …); a cell's `backend: persistent` (a GPU kernel, issue
+    37: the Elman family's and SRNN's) likewise."""
     places: list[tuple[str, Mapping[str, Any]]] = [("base", space.base)]
     for model in space.models:
         places += [(f"model {model.name!r}", model.fixed), (f"model {model.name!r} dims", model.dims)]

@@ -15,7 +15,7 @@ from service.reports.summary import (
     wilson_interval,
 )
 from service.store.ledger import Ledger
-from service.study.search import check_space, grid_trials, materialize
+from service.study.search import check_space, grid_trials, materialize, study_space
 from trainers import HALF_BASELINE
 
 
@@ -309,3 +309,19 @@ def test_a_study_keeps_the_numerics_mode_it_was_made_with(monkeypatch):
     monkeypatch.setenv("MEMSWEEP_NUMERICS", "portable")
     trials = grid_trials(StudySpec.model_validate(stored).search_space(), {})
     assert {t.resolved.config.numerics for t in trials} == {"native"}
+
+
+def test_srnn_backend_persistent_without_a_gpu_is_refused_at_the_door():
+    """Issue 37: SRNN's `backend: persistent` (a GPU kernel) is refused with no GPU asked, as the Elman
+    family's is (`check_execution` reads any model's `backend`), and reaches every SRNN trial with one."""
+    for spec in (
+        StudySpec(preset="srnn2020-copy", models=["srnn"], base={"backend": "persistent"}),
+        StudySpec(preset="srnn2020-copy", models=["srnn"], base={"cell.backend": "persistent"}),
+    ):
+        with pytest.raises(StudyError, match=r"backend = 'persistent' is a GPU kernel.*resources"):
+            study_space(spec, 10_000)
+    asked = StudySpec(
+        preset="srnn2020-copy", models=["srnn"], base={"backend": "persistent"}, resources={"gpus": 1}
+    )
+    trials = grid_trials(study_space(asked, 10_000), {})
+    assert len(trials) == 6 and {t.config["cell_params"]["backend"] for t in trials} == {"persistent"}

@@ -86,3 +86,33 @@ def test_a_new_backend_moves_no_existing_configs_hash(cell, task):
         {"cell": cell, "task": task, "numerics": "portable", "cell_params": {"backend": "persistent"}}
     )
     assert asked.config_hash() != r.config_hash()
+
+
+#: SRNN configs' hashes computed on the tree before SRNN had a `backend` field (TRAINER_VERSION 9, the
+#: portable mode); a TRAINER_VERSION bump moves them all: pin them anew then
+SRNN_HASHES = {
+    ("addition", ()): "b0fe9c8670cd4269",
+    ("copy", ()): "8ff1eea2b3b50ba0",
+    ("psmnist", ()): "c747f92e0db8603e",
+    ("copy", (("hyper_size", 8), ("no_gate", True))): "9c10fb410a8610e8",
+}
+
+
+@pytest.mark.parametrize(("task", "params"), sorted(SRNN_HASHES))
+def test_a_field_added_at_its_default_moves_no_existing_configs_hash(task, params):
+    """SRNN's `backend` joined its config after trials were recorded (issue 37): at its default it is left
+    out of the identity (`UNHASHED_DEFAULT`), so a config that does not set it, or sets it to "auto",
+    hashes as before, while the resolved dict shows it; another value is another trial (and a dict
+    recorded before the field existed hashes as it did)."""
+    config = {"cell": "srnn", "task": task, "numerics": "portable", "cell_params": dict(params)}
+    r = resolve(config)
+    assert r.config_hash() == SRNN_HASHES[task, params]
+    assert r.config.cell_params["backend"] == "auto"
+    said = resolve({**config, "cell_params": {**dict(params), "backend": "auto"}})
+    assert said.to_dict() == r.to_dict() and said.config_hash() == r.config_hash()
+    recorded = r.to_dict()
+    recorded["cell_params"] = {k: v for k, v in recorded["cell_params"].items() if k != "backend"}
+    assert config_hash(recorded) == r.config_hash()
+    for other in ("persistent", "scan"):
+        asked = resolve({**config, "cell_params": {**dict(params), "backend": other}})
+        assert asked.config_hash() != r.config_hash()

@@ -147,8 +147,8 @@ def test_importing_the_trainers_imports_no_triton():
 
 def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
     """`benchmarks/persistent_kernel.py --device cpu --quick`: every bundle timed, its members equal to
-    their K = 1 runs, its deviation from the scan small, the bundle's whole step timed with each backend,
-    and the tables written (the lent GPU's command)."""
+    their K = 1 runs, its deviation from the scan small, SRNN's shift kernel equal to its scan, the
+    bundle's whole step timed with each backend, and the tables written (the lent GPU's command)."""
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "persistent_kernel.py"), "--device", "cpu", "--quick", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -160,11 +160,19 @@ def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
     devs = [r["dev_steps"] for r in rows if "dev_steps" in r]
     assert devs and max(devs) < 1e-5
     assert "| tiny-elu-all | 3 |" in (tmp_path / "persistent_kernel.md").read_text()
+    # SRNN's shift recurrence: the kernel's numbers are the scan's, a member's its K = 1 run's
+    shift = json.loads((tmp_path / "persistent_kernel.json").read_text())["shift"]
+    assert [(r["shape"], r["K"]) for r in shift] == [
+        (s, k) for s in ("tiny-shift-last", "tiny-shift-all") for k in (1, 3)
+    ]
+    assert all(r["equal_scan"] and r["bit_equal"] and r["kernel_ms"] > 0 for r in shift), shift
+    assert "| tiny-shift-all | 3 |" in (tmp_path / "persistent_kernel.md").read_text()
     # the bundle's whole training step (`Bundle`, what train_fused steps), backend=persistent against scan
     steps = json.loads((tmp_path / "persistent_kernel.json").read_text())["steps"]
     assert [(r["shape"], r["K"]) for r in steps] == [
-        (s, k) for s in ("tiny-addition", "tiny-copy") for k in (1, 3)
+        (s, k) for s in ("tiny-addition", "tiny-copy", "tiny-srnn-copy") for k in (1, 3)
     ]
     assert all("error" not in r and "skipped" not in r and r["persistent_step_ms"] > 0 for r in steps), steps
     assert all(r["loss_dev"] < 1e-5 for r in steps)
+    assert all(r["loss_dev"] == 0 for r in steps if r["shape"] == "tiny-srnn-copy")
     assert all(r["member0_equal_k1"] for r in steps if r["K"] == 3)

@@ -14,16 +14,17 @@ per step, in `ShiftScan` below (one autograd node for the whole sequence).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from trainers.cells.base import Cell
+from trainers.cells.rnn import persistent_kernel
 from trainers.initializers import torch_default_linear
 from trainers.kernels import Workspace
-from trainers.params import ConfigError
+from trainers.params import UNHASHED_DEFAULT, ConfigError
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class SRNNConfig:
     hyper_size: int = 64  # H, width of f_r's hidden layers (the code's default; paper: 8 copy/add, 32 pMNIST)
     n_layers: int = 1  # number of hidden layers of f_r (paper pMNIST: 3)
     no_gate: bool = False  # True: b(x) = f_r(x), without the sigmoid gate (the paper's ablation)
+    # the shift recurrence: auto and scan are `ShiftScan` (a bundle's `FusedShiftScan`), "persistent" the
+    # Triton kernel of trainers.kernels_persistent (issue 37, the same numbers), only when asked for. Added
+    # after trials were recorded: at its default it is no part of a trial's hash (UNHASHED_DEFAULT)
+    backend: Literal["auto", "scan", "persistent"] = field(default="auto", metadata=UNHASHED_DEFAULT)
 
     def __post_init__(self) -> None:
         for name in ("hyper_size", "n_layers"):
@@ -136,6 +141,8 @@ class SRNNCell(Cell):
         b = self.f_r(x)  # [T, B, N], one batched MLP over all T·B rows
         if self.gate is not None:
             b = b * torch.sigmoid(self.gate(x))  # eq. 5: f_r(x) ⊙ σ(W_s x + b_s)
+        if self.config.backend == "persistent":  # a bundle of one through the kernel a member runs
+            return persistent_kernel().persistent_shift_scan([b])[0]  # type: ignore[no-any-return]
         return ShiftScan.apply(b)  # type: ignore[no-any-return]
 
     def recurrent_matrix(self) -> torch.Tensor:

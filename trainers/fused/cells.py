@@ -15,7 +15,8 @@ slice of the stacked parameters, once per sequence. Each entry says:
 
 The scans: `FusedElmanScan` (rnn, urnn, crnn, vprnn; the persistent kernel of `trainers.kernels_persistent`
 where their `backend` is "persistent"), `FusedFastRNNScan` (fastrnn, sgornn) and
-`FusedShiftScan` (srnn: SRNN's shift is elementwise, so each step runs once over every member's rows).
+`FusedShiftScan` (srnn: SRNN's shift is elementwise, so each step runs once over every member's rows;
+the persistent shift kernel where its `backend` is "persistent").
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _fastrnn(
 def _srnn(
     cells: Sequence[Cell], p: Params, xs: Sequence[torch.Tensor], last: bool, ws: Workspace
 ) -> Sequence[torch.Tensor]:
-    """srnn: member k's drive b_k(x) by its own MLP, then one `FusedShiftScan` over all members."""
+    """srnn: member k's drive b_k(x) by its own MLP, then one `FusedShiftScan` over all members, or the
+    persistent shift kernel (`trainers.kernels_persistent`) for members whose `backend` asks it."""
     members = {n: _members(t) for n, t in p.items()}
     f_r: nn.Sequential = cells[0].f_r  # type: ignore[assignment]
     drives = []
@@ -114,6 +116,8 @@ def _srnn(
         if "gate.weight" in members:  # eq. 5: f_r(x) ⊙ σ(W_s x + b_s)
             b = b * torch.sigmoid(F.linear(x, members["gate.weight"][k], members["gate.bias"][k]))
         drives.append(b)  # [T, B, N], as SRNNCell.forward
+    if cells[0].config.backend == "persistent":
+        return persistent_kernel().persistent_shift_scan(drives, last, ws)  # type: ignore[no-any-return]
     return FusedShiftScan.apply(last, ws, *drives)  # type: ignore[no-any-return]
 
 
@@ -163,6 +167,6 @@ FUSED_CELLS: FusedCells = FusedCells(
         "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
         "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4),
         "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4),
-        "srnn": FusedCell(("hyper_size", "n_layers", "no_gate"), _srnn, stores=2),
+        "srnn": FusedCell(("hyper_size", "n_layers", "no_gate", "backend"), _srnn, stores=2),
     }
 )
