@@ -325,3 +325,13 @@ def test_srnn_backend_persistent_without_a_gpu_is_refused_at_the_door():
     )
     trials = grid_trials(study_space(asked, 10_000), {})
     assert len(trials) == 6 and {t.config["cell_params"]["backend"] for t in trials} == {"persistent"}
+
+
+def test_a_presets_backend_native_reaches_srnn_as_its_scan():
+    """`backend: native` set in a preset study's base reaches every model whose cell has a `backend`:
+    the Elman cells run torch's kernel, SRNN (no torch kernel) its scan; none is refused."""
+    trials = grid_trials(
+        study_space(StudySpec(preset="srnn2020-copy", base={"backend": "native"}), 10_000), {}
+    )
+    backends = {(t.model, t.config["cell_params"].get("backend")) for t in trials}
+    assert {("srnn", "native"), ("rnn", "native"), ("urnn", "native")} <= backends

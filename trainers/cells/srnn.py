@@ -33,9 +33,13 @@ class SRNNConfig:
     n_layers: int = 1  # number of hidden layers of f_r (paper pMNIST: 3)
     no_gate: bool = False  # True: b(x) = f_r(x), without the sigmoid gate (the paper's ablation)
     # the shift recurrence: auto and scan are `ShiftScan` (a bundle's `FusedShiftScan`), "persistent" the
-    # Triton kernel of trainers.kernels_persistent (issue 37, the same numbers), only when asked for. Added
-    # after trials were recorded: at its default it is no part of a trial's hash (UNHASHED_DEFAULT)
-    backend: Literal["auto", "scan", "persistent"] = field(default="auto", metadata=UNHASHED_DEFAULT)
+    # Triton kernel of trainers.kernels_persistent (issue 37, the same numbers), only when asked for;
+    # "native" (torch's own kernel, where the Elman family has one) is the scan too, since torch has no
+    # SRNN: a study's `backend: native` set for every model of a preset reaches SRNN as well. Added after
+    # trials were recorded: at its default it is no part of a trial's hash (UNHASHED_DEFAULT)
+    backend: Literal["auto", "scan", "native", "persistent"] = field(
+        default="auto", metadata=UNHASHED_DEFAULT
+    )
 
     def __post_init__(self) -> None:
         for name in ("hyper_size", "n_layers"):
