@@ -194,6 +194,17 @@ def _check_device(t: torch.Tensor) -> None:
         )
 
 
+def _forward_launch(
+    xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, hs: torch.Tensor, nonlinearity: str
+) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """`_elman_forward`'s grid, arguments and constexprs, as `elman_forward` launches it (and
+    tools/kernel_report.py compiles it, from tensors on the meta device)."""
+    K, T, B, N = xp.shape
+    grid = (K, triton.cdiv(B, BLOCK_B))
+    meta = dict(ACT=_ACT_CODE[nonlinearity], BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), LIBDEVICE=not INTERPRETED)
+    return grid, (xp, h0, w, hs, T, B, N, *w.stride()), meta
+
+
 def elman_forward(
     xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -201,13 +212,27 @@ def elman_forward(
     _check_device(xp)
     K, T, B, N = xp.shape
     hs = out if out is not None else xp.new_empty(K, T + 1, B, N)
-    grid = (K, triton.cdiv(B, BLOCK_B))
-    _elman_forward[grid](
-        xp, h0.contiguous(), w, hs, T, B, N, *w.stride(),
-        ACT=_ACT_CODE[nonlinearity], BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), LIBDEVICE=not INTERPRETED,
-        num_warps=NUM_WARPS,
-    )  # fmt: skip
+    grid, args, meta = _forward_launch(xp, h0.contiguous(), w, hs, nonlinearity)
+    _elman_forward[grid](*args, **meta, num_warps=NUM_WARPS)
     return hs
+
+
+def _backward_launch(
+    hs: torch.Tensor,
+    w: torch.Tensor,
+    g: torch.Tensor,
+    grad_a: torch.Tensor,
+    dw: torch.Tensor,
+    dh0: torch.Tensor,
+    nonlinearity: str,
+    last: bool,
+) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """`_elman_backward`'s grid, arguments and constexprs, as `elman_backward` launches it (and
+    tools/kernel_report.py compiles it)."""
+    K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+    grid = (K, triton.cdiv(B, BLOCK_B))
+    meta = dict(ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N))
+    return grid, (hs, w, g, grad_a, dw, dh0, T, B, N, *w.stride()), meta
 
 
 def elman_backward(
@@ -216,14 +241,12 @@ def elman_backward(
     """(∂W [K, N, N], ∂h0 [K, B, N]), with ∂a written into grad_a [K, T, B, N], from the forward's hs
     and g: ∂L/∂h_t [K, T, B, N], or with `last` ∂L/∂h_T [K, B, N] (both contiguous)."""
     _check_device(hs)
-    K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+    K, B, N = hs.shape[0], hs.shape[2], hs.shape[3]
     slices = triton.cdiv(B, BLOCK_B)
     dw = hs.new_empty(K, slices, N, N)
     dh0 = hs.new_empty(K, B, N)
-    _elman_backward[(K, slices)](
-        hs, w, g, grad_a, dw, dh0, T, B, N, *w.stride(),
-        ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=NUM_WARPS,
-    )  # fmt: skip
+    grid, args, meta = _backward_launch(hs, w, g, grad_a, dw, dh0, nonlinearity, last)
+    _elman_backward[grid](*args, **meta, num_warps=NUM_WARPS)
     grad_w = dw[:, 0]
     for s in range(1, slices):  # slice order, elementwise: the same sums whatever K is
         grad_w = grad_w + dw[:, s]
