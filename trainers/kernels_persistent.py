@@ -148,7 +148,10 @@ def _elman_forward(
             m = (rows < B)[:, None] & (cols < N)[None, :]
             off = rows[:, None] * N + cols[None, :]
             # a_t's block c = Σ_b h_{t−1}'s block b · Wᵀ's tile (b, c) + xp_t's block c: the product
-            # first (summed over b in order) and then the sum, as addmm rounds
+            # first (summed over b in order) and then the sum, as addmm rounds. With one block (N ≤ 16)
+            # Triton's compiler folds xp into the product's accumulator (CombineDotAddFPattern: a
+            # product whose accumulator is 0, then an add), so there xp comes first, as it did at
+            # every N in the kernel before the blocks
             acc = tl.dot(h[0], wt[c * NB], input_precision="ieee")  # type: ignore[misc]
             for b in tl.static_range(1, NB):
                 acc = tl.dot(h[b], wt[c * NB + b], acc, input_precision="ieee")
