@@ -17,12 +17,12 @@ frame and spill stores / loads in bytes (ptxas `-v`), the local-memory load and 
 in the SASS (LDL / STL, what the spills cost in instructions), FFMA instructions (the products: one
 step's unrolled loop body), tensor-core instructions (HMMA / HGMMA: there must be none, the products
 are IEEE float32, never TF32) and shared memory in bytes (Triton's allocation, W's tiles mostly).
-B = 16 (one batch slice), T = 750; neither changes the code. The launch's specialisation is
+B = 16 (one batch slice), T = 750, K = 1 (K changes only the grid). The launch's specialisation is
 mirrored: pointers 16-byte aligned, an int divisible by 16 marked so, an int equal to 1 (a stride)
 made a constant, as Triton's JIT does.
 
 It refuses to run under TRITON_INTERPRET (the interpreter compiles nothing). About a minute for the
-default 24 configurations on two cores (--jobs).
+default 24 configurations on two idle cores (--jobs; longer when they are shared).
 """
 
 from __future__ import annotations
