@@ -9,6 +9,9 @@ in registers.
 f is elu (TensorFlow's: a if a ≥ 0 else exp(a) − 1, as `trainers.kernels._elu_`), relu or tanh, and
 f' is written through h_t as `trainers.kernels._act_grad` writes it. Every product is
 `tl.dot(..., input_precision="ieee")`: IEEE float32 (or float64), never TF32 (docs/gpu.md, fidelity).
+The forward holds h and Wᵀ in column blocks of 16 hidden units (`_column_blocks`; wider past N = 128),
+tiles small enough that nothing spills at Orhan's N = 100 (one [128 × 128] product spilled heavily);
+`tools/kernel_report.py` compiles both kernels for sm_90 without a GPU and prints registers and spills.
 The input projection xp = x Vᵀ + b and ∂V, ∂b, ∂x stay outside the kernel, per member, with the very
 code `FusedElmanScan` runs (`project_members`, `_input_grads`): d is 1–10 at Orhan's shapes, so they
 are a small part of the step.
@@ -54,13 +57,15 @@ _ACT_CODE = {name: i for i, name in enumerate(ACTIVATIONS)}  # elu 0, relu 1, ta
 #: batch rows per program; 16 is Orhan's batch (one program a member). A tl.dot's inner dimension must
 #: be at least 8 for float32 on NVIDIA GPUs, which ∂W's product (over batch rows) is
 BLOCK_B = 16
-#: warps per program: compiled for sm_90 here (Triton 3.8, no GPU), 8 spilled less than 4 at N = 128
-#: (docs/gpu.md); to be swept on a lent card
+#: warps per program: compiled for sm_90 here (tools/kernel_report.py: Triton 3.8 and 3.6, no GPU), at
+#: N = 100 and 128 neither kernel spills at 8 warps and both do at 4 (docs/gpu.md); to be swept on a card
 NUM_WARPS = 8
 #: warps per program of SRNN's shift kernels (elementwise on a [BLOCK_B, BLOCK_N] tile, 16 × 128 at the SRNN
 #: presets): compiled for sm_90 here, 4 warps keep it in 120 (forward) and 152 (backward) registers without
 #: spills; not yet measured on a card
 SHIFT_WARPS = 4
+#: the forward's column blocks at most (`_column_blocks`): its loop body holds NB² tile products, unrolled
+MAX_BLOCKS = 8
 
 
 @triton.jit
@@ -75,7 +80,7 @@ def _exp(a, LIBDEVICE: tl.constexpr):
 
 @triton.jit
 def _act(a, ACT: tl.constexpr, LIBDEVICE: tl.constexpr):
-    """h = f(a) for a [BLOCK_B, BLOCK_N] tile."""
+    """h = f(a), elementwise on a tile."""
     if ACT == 0:  # elu as TensorFlow: max(a, 0) + (exp(min(a, 0)) − 1), kernels._elu_'s order
         return tl.maximum(a, 0.0) + (_exp(tl.minimum(a, 0.0), LIBDEVICE) - 1.0)
     elif ACT == 1:
@@ -114,27 +119,56 @@ def _elman_forward(
     s_wc,
     ACT: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    NB: tl.constexpr,
     LIBDEVICE: tl.constexpr,
 ):
+    # The hidden units in NB column blocks of BLOCK_C (`_column_blocks`; the last one partial, masked
+    # and kept at 0): h is a tuple of NB tiles [BLOCK_B, BLOCK_C], Wᵀ one of NB × NB tiles
+    # [BLOCK_C, BLOCK_C] (block row b, column c at b + c·NB), so that each product is a small tile's
+    # and what a thread holds fits its registers (one [BLOCK_N, BLOCK_N] product spilled: docs/gpu.md)
     k = tl.program_id(0).to(tl.int64)  # the member
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)  # this program's batch slice
-    cols = tl.arange(0, BLOCK_N)  # hidden units, padded to a power of two: masked, kept at 0
-    m = (rows < B)[:, None] & (cols < N)[None, :]
-    mw = (cols < N)[:, None] & (cols < N)[None, :]
-    # Wᵀ [BLOCK_N, BLOCK_N], Wᵀ[j, i] = W[i, j]: loaded once, on chip for all T steps
-    wt = tl.load(w_ptr + k * s_wk + cols[None, :] * s_wr + cols[:, None] * s_wc, mask=mw, other=0.0)
+    inner = tl.arange(0, BLOCK_C)
     slab = B * N  # one [B, N] state
-    off = rows[:, None] * N + cols[None, :]
-    h = tl.load(h0_ptr + k * slab + off, mask=m, other=0.0)  # [BLOCK_B, BLOCK_N]
     hs = hs_ptr + k * (T + 1) * slab
     xp = xp_ptr + k * T * slab
-    tl.store(hs + off, h, mask=m)
+    # tuples grow by concatenation (Triton's compiler has no starred expressions: ruff's RUF005 off), in
+    # unrolled loops whose element count mypy cannot follow (its ignores)
+    h = ()
+    wt = ()
+    for c in tl.static_range(NB):
+        cols = c * BLOCK_C + inner
+        m = (rows < B)[:, None] & (cols < N)[None, :]
+        off = rows[:, None] * N + cols[None, :]
+        h_c = tl.load(h0_ptr + k * slab + off, mask=m, other=0.0)
+        tl.store(hs + off, h_c, mask=m)
+        h = h + (h_c,)  # type: ignore[assignment]  # noqa: RUF005
+        for b in tl.static_range(NB):
+            # Wᵀ[j, i] = W[i, j], j in block b, i in block c: loaded once, on chip for all T steps
+            j = b * BLOCK_C + inner
+            mw = (j < N)[:, None] & (cols < N)[None, :]
+            w_bc = tl.load(w_ptr + k * s_wk + cols[None, :] * s_wr + j[:, None] * s_wc, mask=mw, other=0.0)
+            wt = wt + (w_bc,)  # type: ignore[assignment]  # noqa: RUF005
     for t in range(T):
-        # a_t = h_{t−1} Wᵀ + xp_t, the product first and then the sum, as addmm rounds
-        a = tl.dot(h, wt, input_precision="ieee") + tl.load(xp + t * slab + off, mask=m, other=0.0)
-        h = _act(a, ACT, LIBDEVICE)  # padded columns: f(0) = 0 for elu, relu and tanh
-        tl.store(hs + (t + 1) * slab + off, h, mask=m)
+        h_new = ()
+        for c in tl.static_range(NB):
+            cols = c * BLOCK_C + inner
+            m = (rows < B)[:, None] & (cols < N)[None, :]
+            off = rows[:, None] * N + cols[None, :]
+            # a_t's block c = Σ_b h_{t−1}'s block b · Wᵀ's tile (b, c) + xp_t's block c: the product
+            # first (summed over b in order) and then the sum, as addmm rounds. With one block (N ≤ 16)
+            # Triton's compiler folds xp into the product's accumulator (CombineDotAddFPattern: a
+            # product whose accumulator is 0, then an add), so there xp comes first, as it did at
+            # every N in the kernel before the blocks
+            acc = tl.dot(h[0], wt[c * NB], input_precision="ieee")  # type: ignore[misc]
+            for b in tl.static_range(1, NB):
+                acc = tl.dot(h[b], wt[c * NB + b], acc, input_precision="ieee")
+            a = acc + tl.load(xp + t * slab + off, mask=m, other=0.0)
+            h_c = _act(a, ACT, LIBDEVICE)  # padded columns: f(0) = 0 for elu, relu and tanh
+            tl.store(hs + (t + 1) * slab + off, h_c, mask=m)
+            h_new = h_new + (h_c,)  # type: ignore[assignment]  # noqa: RUF005
+        h = h_new
 
 
 @triton.jit
@@ -193,6 +227,16 @@ def _block_n(n: int) -> int:
     return max(16, int(triton.next_power_of_2(n)))
 
 
+def _column_blocks(n: int) -> tuple[int, int]:
+    """The forward's column blocks (BLOCK_C, NB): the narrowest power-of-two width from 16 (a tl.dot's
+    least) that covers n hidden units in at most MAX_BLOCKS blocks. N = 100: 7 blocks of 16 (112
+    columns computed, where one power-of-two block computed 128); N = 25: 2 of 16."""
+    block_c = 16
+    while triton.cdiv(n, block_c) > MAX_BLOCKS:
+        block_c *= 2
+    return block_c, triton.cdiv(n, block_c)
+
+
 def _check_device(t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not INTERPRETED:
         raise RuntimeError(
@@ -203,6 +247,20 @@ def _check_device(t: torch.Tensor) -> None:
         )
 
 
+def _forward_launch(
+    xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, hs: torch.Tensor, nonlinearity: str
+) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """`_elman_forward`'s grid, arguments and constexprs, as `elman_forward` launches it (and
+    tools/kernel_report.py compiles it, from tensors on the meta device)."""
+    K, T, B, N = xp.shape
+    grid = (K, triton.cdiv(B, BLOCK_B))
+    block_c, nb = _column_blocks(N)
+    meta = dict(
+        ACT=_ACT_CODE[nonlinearity], BLOCK_B=BLOCK_B, BLOCK_C=block_c, NB=nb, LIBDEVICE=not INTERPRETED
+    )
+    return grid, (xp, h0, w, hs, T, B, N, *w.stride()), meta
+
+
 def elman_forward(
     xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -210,13 +268,27 @@ def elman_forward(
     _check_device(xp)
     K, T, B, N = xp.shape
     hs = out if out is not None else xp.new_empty(K, T + 1, B, N)
-    grid = (K, triton.cdiv(B, BLOCK_B))
-    _elman_forward[grid](
-        xp, h0.contiguous(), w, hs, T, B, N, *w.stride(),
-        ACT=_ACT_CODE[nonlinearity], BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), LIBDEVICE=not INTERPRETED,
-        num_warps=NUM_WARPS,
-    )  # fmt: skip
+    grid, args, meta = _forward_launch(xp, h0.contiguous(), w, hs, nonlinearity)
+    _elman_forward[grid](*args, **meta, num_warps=NUM_WARPS)
     return hs
+
+
+def _backward_launch(
+    hs: torch.Tensor,
+    w: torch.Tensor,
+    g: torch.Tensor,
+    grad_a: torch.Tensor,
+    dw: torch.Tensor,
+    dh0: torch.Tensor,
+    nonlinearity: str,
+    last: bool,
+) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """`_elman_backward`'s grid, arguments and constexprs, as `elman_backward` launches it (and
+    tools/kernel_report.py compiles it)."""
+    K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+    grid = (K, triton.cdiv(B, BLOCK_B))
+    meta = dict(ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N))
+    return grid, (hs, w, g, grad_a, dw, dh0, T, B, N, *w.stride()), meta
 
 
 def elman_backward(
@@ -225,14 +297,12 @@ def elman_backward(
     """(∂W [K, N, N], ∂h0 [K, B, N]), with ∂a written into grad_a [K, T, B, N], from the forward's hs
     and g: ∂L/∂h_t [K, T, B, N], or with `last` ∂L/∂h_T [K, B, N] (both contiguous)."""
     _check_device(hs)
-    K, T, B, N = hs.shape[0], hs.shape[1] - 1, hs.shape[2], hs.shape[3]
+    K, B, N = hs.shape[0], hs.shape[2], hs.shape[3]
     slices = triton.cdiv(B, BLOCK_B)
     dw = hs.new_empty(K, slices, N, N)
     dh0 = hs.new_empty(K, B, N)
-    _elman_backward[(K, slices)](
-        hs, w, g, grad_a, dw, dh0, T, B, N, *w.stride(),
-        ACT=_ACT_CODE[nonlinearity], LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=NUM_WARPS,
-    )  # fmt: skip
+    grid, args, meta = _backward_launch(hs, w, g, grad_a, dw, dh0, nonlinearity, last)
+    _elman_backward[grid](*args, **meta, num_warps=NUM_WARPS)
     grad_w = dw[:, 0]
     for s in range(1, slices):  # slice order, elementwise: the same sums whatever K is
         grad_w = grad_w + dw[:, s]

@@ -57,10 +57,11 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("last", [False, True])
 @pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
-@pytest.mark.parametrize("N", [4, 10, 16])
+@pytest.mark.parametrize("N", [4, 10, 16, 40])
 def test_float32_states_and_gradients_match_the_scans(N, nonlinearity, last):
     """Against `FusedElmanScan` (states, ∂h0, ∂V, ∂W, ∂b) and each member's `ElmanScan` (∂x), float32.
-    N = 10 is no power of two: the kernel pads to 16 and masks."""
+    N = 10 is no power of two: the kernel pads to 16 and masks. N = 40: the forward's three column
+    blocks of 16, the last one half masked."""
     K, T, B, d = 3, 5, 2, 3
     args = bundle(N, K, T, B, N, d, torch.float32)
     xs, h0, w_in, w, b = args
@@ -82,12 +83,20 @@ def test_float32_states_and_gradients_match_the_scans(N, nonlinearity, last):
 
 @pytest.mark.parametrize(
     ("nonlinearity", "last", "B", "N", "transposed"),
-    [("elu", False, 2, 16, False), ("tanh", True, 3, 10, True), ("relu", False, 20, 12, False)],
+    [
+        ("elu", False, 2, 16, False),
+        ("tanh", True, 3, 10, True),
+        ("relu", False, 20, 12, False),
+        ("elu", True, 3, 48, True),
+        ("relu", False, 2, 130, False),
+    ],
 )
 def test_float64_matches_an_unrolled_recurrence(nonlinearity, last, B, N, transposed):
     """Against plain autograd through h_t = f(x_t Vᵀ + b + h_{t−1} Wᵀ), float64: a reference that shares
     no code with either scan. B = 20 is two batch slices of 16 (∂W summed over slices); a transposed W
-    is read through its strides."""
+    is read through its strides. N = 48: three full column blocks of 16 (Wᵀ's tiles read through a
+    transposed W's strides); N = 130: more than MAX_BLOCKS blocks of 16, so five of 32, the last with
+    2 columns."""
     K, T, d = 3, 5, 2
     args = bundle(7, K, T, B, N, d, torch.float64, transposed)
     xs, h0, w_in, w, b = args
@@ -105,10 +114,12 @@ def test_float64_matches_an_unrolled_recurrence(nonlinearity, last, B, N, transp
         assert rel(o, r) < 1e-12
 
 
-def test_a_member_equals_its_run_alone_bit_for_bit():
+@pytest.mark.parametrize("N", [12, 40])
+def test_a_member_equals_its_run_alone_bit_for_bit(N):
     """A member's program runs the same operations whatever K is: its states and gradients through a
-    bundle of 3 are those of a bundle of 1 (here in the interpreter's numpy; on a GPU, the benchmark)."""
-    xs, h0, w_in, w, b = bundle(3, 3, 6, 16, 12, 2, torch.float32)
+    bundle of 3 are those of a bundle of 1 (here in the interpreter's numpy; on a GPU, the benchmark).
+    N = 40: three column blocks."""
+    xs, h0, w_in, w, b = bundle(3, 3, 6, 16, N, 2, torch.float32)
     outs = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, "elu")
     g = grads(outs, xs, h0, w_in, w, b, seed=4)
     for k in range(3):
@@ -121,6 +132,15 @@ def test_a_member_equals_its_run_alone_bit_for_bit():
         for full, part in zip(g[:4], g_alone, strict=False):
             assert torch.equal(full[k : k + 1], part)
         assert torch.equal(g[4 + k], g_alone[4])
+
+
+def test_column_blocks_cover_the_hidden_units():
+    """The forward's blocks: width 16 (a tl.dot's least) while at most MAX_BLOCKS blocks cover N, then
+    doubled; Orhan's N = 100 is 7 blocks (112 columns, where a power of two computed 128)."""
+    assert persistent.MAX_BLOCKS == 8
+    cases = {1: (16, 1), 16: (16, 1), 25: (16, 2), 40: (16, 3), 100: (16, 7), 128: (16, 8), 130: (32, 5)}
+    for n, blocks in {**cases, 256: (32, 8), 1000: (128, 8)}.items():
+        assert persistent._column_blocks(n) == blocks, n
 
 
 def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
