@@ -82,9 +82,12 @@ def _exp(a, LIBDEVICE: tl.constexpr):
 def _act(a, ACT: tl.constexpr, LIBDEVICE: tl.constexpr):
     """h = f(a), elementwise on a tile."""
     if ACT == 0:  # elu as TensorFlow: max(a, 0) + (exp(min(a, 0)) − 1), kernels._elu_'s order
-        return tl.maximum(a, 0.0) + (_exp(tl.minimum(a, 0.0), LIBDEVICE) - 1.0)
+        # NaN kept, as torch's maximum and minimum keep it (a GPU's max.f32 returns the other operand;
+        # the flag must be written in the call: the compiler takes no PropagateNan held in a variable)
+        pos = tl.maximum(a, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        return pos + (_exp(tl.minimum(a, 0.0, propagate_nan=tl.PropagateNan.ALL), LIBDEVICE) - 1.0)
     elif ACT == 1:
-        return tl.maximum(a, 0.0)
+        return tl.maximum(a, 0.0, propagate_nan=tl.PropagateNan.ALL)  # relu(NaN) = NaN, as torch's
     else:
         if LIBDEVICE:
             return libdevice.tanh(a)
@@ -98,7 +101,7 @@ def _act(a, ACT: tl.constexpr, LIBDEVICE: tl.constexpr):
 def _act_grad(h, ACT: tl.constexpr):
     """f'(a) through h = f(a), as kernels._act_grad: elu' = min(h + 1, 1); relu' = [h > 0]; tanh' = 1 − h²."""
     if ACT == 0:
-        return tl.minimum(h + 1.0, 1.0)
+        return tl.minimum(h + 1.0, 1.0, propagate_nan=tl.PropagateNan.ALL)
     elif ACT == 1:
         return tl.where(h > 0, 1.0, 0.0).to(h.dtype)
     else:

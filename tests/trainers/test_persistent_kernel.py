@@ -114,6 +114,26 @@ def test_float64_matches_an_unrolled_recurrence(nonlinearity, last, B, N, transp
         assert rel(o, r) < 1e-12
 
 
+@pytest.mark.parametrize("nonlinearity", ["elu", "relu", "tanh"])
+def test_a_nan_stays_a_nan_as_in_the_scan(nonlinearity):
+    """A diverged member's NaN must show in its states and gradients as the scan shows it, not turn
+    into 0 in f (a GPU's max and min return the number beside a NaN unless told otherwise): the loop
+    sees a NaN loss and stops the member as it would without the kernel."""
+    K, T, B, N, d = 2, 4, 2, 10, 3
+    xs, h0, w_in, w, b = bundle(3, K, T, B, N, d, torch.float32)
+    with torch.no_grad():
+        w[1, 2, 3] = float("nan")  # member 1 only
+    ours = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, nonlinearity, False)
+    ref = fused_elman_rnn(xs, h0, w_in, w, b, nonlinearity, False, Workspace())
+    for o, r in zip(ours, ref, strict=True):
+        assert torch.equal(o.isnan(), r.isnan())
+    assert ours[1].isnan().any() and not ours[0].isnan().any()
+    for o, r in zip(
+        grads(ours, xs, h0, w_in, w, b, seed=4)[:4], grads(ref, xs, h0, w_in, w, b, seed=4)[:4], strict=True
+    ):
+        assert torch.equal(o.isnan(), r.isnan())
+
+
 @pytest.mark.parametrize("N", [12, 40])
 def test_a_member_equals_its_run_alone_bit_for_bit(N):
     """A member's program runs the same operations whatever K is: its states and gradients through a
