@@ -4,6 +4,7 @@ keeps its estimate beside what it really took."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -173,5 +174,8 @@ def test_a_calibration_times_the_steps_after_the_warm_ups(monkeypatch: pytest.Mo
     monkeypatch.setattr(fused.steps, "graphs_available", lambda device: None)  # as on a GPU
     monkeypatch.setattr(fused.steps, "resolve_device", lambda name: trainers.runtime.torch.device(name))
     assert fused.steps_to_pace(config()) == fused.GRAPH_WARMUP + 1 == 4
-    assert fused.steps_to_pace(config(cell="fastrnn")) == 1  # its step syncs with the host: eager
+    assert fused.steps_to_pace(config(cell="lstm")) == 1  # no fused form: trains alone, eagerly
+    eager_form = dataclasses.replace(fused.FUSED_CELLS["fastrnn"], graphable=False)  # as a plugin's may be
+    monkeypatch.setattr(fused.steps, "FUSED_CELLS", {**fused.FUSED_CELLS, "fastrnn": eager_form})
+    assert fused.steps_to_pace(config(cell="fastrnn")) == 1  # a form whose step reads the host: eager
     assert fused.steps_to_pace(config(cuda_graphs=False)) == 1
