@@ -34,10 +34,14 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
 
-root() {  # a minimal bookworm with these packages, in $WORK/$1
-  debootstrap --variant=minbase --include=ca-certificates bookworm "$WORK/$1" "$MIRROR" >/dev/null
-  cp /etc/resolv.conf "$WORK/$1/etc/resolv.conf"
-  chroot "$WORK/$1" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $2 >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*"
+root() {  # a minimal bookworm with these packages, in $WORK/$1: a copy of one debootstrapped base
+  if [[ ! -d $WORK/base ]]; then  # once for both stand-ins, with its package lists
+    debootstrap --variant=minbase --include=ca-certificates bookworm "$WORK/base" "$MIRROR" >/dev/null
+    cp /etc/resolv.conf "$WORK/base/etc/resolv.conf"
+    chroot "$WORK/base" apt-get update -qq
+  fi
+  cp -a "$WORK/base" "$WORK/$1"
+  chroot "$WORK/$1" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $2 >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*"
   rm -f "$WORK/$1/etc/resolv.conf"
 }
 

@@ -20,14 +20,15 @@ from tests.compose.stack import PROJECT, Stack, run, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.compose]
 
 #: Orhan's copy grid cut down (T = 30), one Ray trial per grid point (so that a fault hits some trials
-#: and not others), a few seconds a trial. Each test runs seeds of its own: no trial is reused from
-#: another test's study (reuse would run nothing)
+#: and not others), a few seconds a trial: 8 trials, two at a time on the worker, so that a fault after
+#: the first is done finds trials running and trials waiting. Each test runs seeds of its own: no trial
+#: is reused from another test's study (reuse would run nothing)
 GRID = {
     "preset": "orhan2020-copy500",
     "models": ["chain", "orthogonal"],
     "dims": {"lr": [1e-3, 3e-4], "scale": [1.0]},
     "seeds": [1, 2],
-    "base": {"seq_len": 30, "steps": 1200, "eval_every": 400},
+    "base": {"seq_len": 30, "steps": 400, "eval_every": 200},
     "fused": False,
 }
 
@@ -179,7 +180,10 @@ def test_a_postgres_restart_mid_study_loses_no_result(stack: Stack, client: Mems
 def test_mlflow_stopped_mid_study_training_goes_on_and_its_runs_appear_after(
     stack: Stack, client: MemsweepClient
 ):
-    study = client.submit({**GRID, "name": "mlflow-stopped", "seeds": [41, 42]})
+    # trials three times the others' length: some must still train once MLflow is back, which records
+    # the runs of those that finished while it was down as well (the path this test is for)
+    study = client.submit({**GRID, "name": "mlflow-stopped", "seeds": [41, 42],
+                           "base": {**GRID["base"], "steps": 1200, "eval_every": 400}})  # fmt: skip
     wait_until(lambda: done(client, study["id"]) >= 1, "a trial is done")
     stack.compose("stop", "mlflow")
     try:
@@ -187,6 +191,7 @@ def test_mlflow_stopped_mid_study_training_goes_on_and_its_runs_appear_after(
         wait_until(lambda: done(client, study["id"]) >= at_stop + 2, "training goes on without MLflow")
     finally:
         stack.up("mlflow")
+    assert 0 <= done(client, study["id"]) < 8, "the study ended before MLflow was back: lengthen its trials"
     assert_exactly_once(stack, client, study["id"], 8)
 
 
