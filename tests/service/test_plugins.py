@@ -138,9 +138,8 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
             with MemsweepClient(server.url, token=TOKEN) as client:
                 listing = client.plugins()
                 deadline = time.monotonic() + 180
-                while (
-                    listing["nodes"] is None and time.monotonic() < deadline
-                ):  # Ray comes up after the server
+                # Ray comes up after the server
+                while listing["nodes"] is None and time.monotonic() < deadline:
                     time.sleep(1)
                     listing = client.plugins()
                 assert [(p["name"], p["version"]) for p in listing["server"]] == [
@@ -153,9 +152,7 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
                 assert shown.returncode == 0 and "the same plugins" in shown.stdout, (
                     shown.stdout + shown.stderr
                 )
-                if (
-                    version == "1.0"
-                ):  # a plugin that breaks its contract: the 422 of every bad spec, nothing made
+                if version == "0.1.0":  # a plugin that breaks its contract: a 422, nothing made
                     with pytest.raises(MemsweepAPIError) as refused:
                         client.submit(cut_preset(["chain", "toy-nan"]))
                     assert refused.value.status == 422 and "cell 'toy-nan'" in str(refused.value.detail)
