@@ -46,6 +46,8 @@ case ${1:-} in
     fi
     # the GPU check as a package (issue 36) on CUDA once: its graphs and the loop's timing at copy-500
     step gpu_check 200 python3 -m benchmarks.gpu_check --graphs-only --ks 64 --budget-s 140 --out "$out"
+    # the persistent kernels' compile report with the card's own Triton (issue 37; registers and spills)
+    step kernel_report 60 python3 tools/kernel_report.py --n 25 100 128
     ;;
 *)
     echo "usage: bash tools/device_session.sh 1|2   (see the top of this file)" >&2
