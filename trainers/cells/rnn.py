@@ -11,30 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import INITIALIZERS
-from trainers.kernels import elman_rnn
-
-if TYPE_CHECKING:
-    from types import ModuleType
-
-
-def persistent_kernel() -> ModuleType:
-    """`trainers.kernels_persistent`, imported on first use: it imports Triton, which nothing else in the
-    trainers needs (a run under `auto` never loads it)."""
-    try:
-        from trainers import kernels_persistent
-    except ImportError as exc:
-        raise ImportError(
-            f"backend 'persistent' needs Triton ({exc}): install torch's CUDA wheel, which brings it, "
-            "or use backend 'auto'"
-        ) from exc
-    return kernels_persistent
+from trainers.kernels import elman_rnn, persistent_kernel
 
 
 def recurrence(

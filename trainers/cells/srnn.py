@@ -21,9 +21,8 @@ import torch
 from torch import nn
 
 from trainers.cells.base import Cell
-from trainers.cells.rnn import persistent_kernel
 from trainers.initializers import torch_default_linear
-from trainers.kernels import Workspace
+from trainers.kernels import Workspace, persistent_kernel
 from trainers.params import UNHASHED_DEFAULT, ConfigError
 
 
