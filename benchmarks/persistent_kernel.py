@@ -263,54 +263,32 @@ def time_shift(shapes: Sequence[Shape], ks: list[int], reps: int, device: torch.
     def fused(bs: list[torch.Tensor], last: bool, ws: Any) -> Sequence[torch.Tensor]:
         return FusedShiftScan.apply(last, ws, *bs)  # type: ignore[no-any-return]
 
-    rows: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    share = (deadline - start) / len(shapes)
-    for i, shape in enumerate(shapes):
-        shape_deadline = start + share * (i + 1)
-        last_cost: tuple[int, float] | None = None
-        for K in ks:
-            row: dict[str, Any] = {"shape": shape.name, "K": K}
-            rows.append(row)
-            skip = over_budget(last_cost, K, shape_deadline)
-            if skip:
-                row["skipped"] = skip
-                print(f"{shape.name} K={K}: skipped ({skip})")
-                continue
-            t0 = time.perf_counter()
-            try:
-                g = torch.Generator().manual_seed(K)
-                bs = [
-                    torch.randn(shape.T, B, shape.N, generator=g).to(device).requires_grad_()
-                    for _ in range(K)
-                ]
-                size = (B, shape.N) if shape.last else (shape.T, B, shape.N)
-                gs = [torch.randn(size, generator=g).to(device) for _ in range(K)]
-                results = {}
-                for name, scan in (("scan", fused), ("kernel", pk.persistent_shift_scan)):
-                    run, outs = graphed(shift_step(scan, shape, bs, gs, pk.Workspace()), device)
-                    row[f"{name}_ms"] = timed(run, reps, device)
-                    row[f"{name}_peak_mib"] = peak_mib(run, device)
-                    results[name] = [o.clone() for o in outs]
-                    del run, outs
-                    free(device)
-                row["equal_scan"] = all(
-                    torch.equal(a, b) for a, b in zip(results["kernel"], results["scan"], strict=True)
-                )
-                ours, ok = results["kernel"], True
-                for k in sorted({0, K // 2, K - 1}):
-                    b = bs[k].detach().requires_grad_()
-                    solo = shift_step(pk.persistent_shift_scan, shape, [b], [gs[k]], pk.Workspace())()
-                    ok = ok and torch.equal(solo[0], ours[k]) and torch.equal(solo[1], ours[K + k])
-                row["bit_equal"] = ok
-                del results, ours, bs, gs
-            except Exception as e:  # one bundle's failure (out of memory, a compile error) is a row
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-            row["wall_s"] = round(time.perf_counter() - t0, 2)
-            last_cost = (K, row["wall_s"])
-            print(json.dumps(row), flush=True)
+    def measure(shape: Shape, K: int, row: dict[str, Any]) -> None:
+        g = torch.Generator().manual_seed(K)
+        bs = [torch.randn(shape.T, B, shape.N, generator=g).to(device).requires_grad_() for _ in range(K)]
+        size = (B, shape.N) if shape.last else (shape.T, B, shape.N)
+        gs = [torch.randn(size, generator=g).to(device) for _ in range(K)]
+        results = {}
+        for name, scan in (("scan", fused), ("kernel", pk.persistent_shift_scan)):
+            run, outs = graphed(shift_step(scan, shape, bs, gs, pk.Workspace()), device)
+            row[f"{name}_ms"] = timed(run, reps, device)
+            row[f"{name}_peak_mib"] = peak_mib(run, device)
+            results[name] = [o.clone() for o in outs]
+            del run, outs
             free(device)
-    return rows
+        row["equal_scan"] = all(
+            torch.equal(a, b) for a, b in zip(results["kernel"], results["scan"], strict=True)
+        )
+        ours, ok = results["kernel"], True
+        for k in sorted({0, K // 2, K - 1}):
+            b = bs[k].detach().requires_grad_()
+            solo = shift_step(pk.persistent_shift_scan, shape, [b], [gs[k]], pk.Workspace())()
+            ok = ok and torch.equal(solo[0], ours[k]) and torch.equal(solo[1], ours[K + k])
+        row["bit_equal"] = ok
+        del results, ours, bs, gs
+
+    start = time.perf_counter()
+    return budgeted_rows(shapes, ks, start, (deadline - start) / len(shapes), device, measure)
 
 
 #: the bundle's whole training step at each Orhan shape (`trainers.fused.Bundle`, what `train_fused` steps):
@@ -431,6 +409,41 @@ def over_budget(last_cost: tuple[int, float] | None, K: int, deadline: float) ->
     return f"predicted {predicted:.0f} s, {left:.0f} s left" if predicted > left else None
 
 
+def budgeted_rows(
+    shapes: Sequence[Shape],
+    ks: list[int],
+    start: float,
+    share: float,
+    device: torch.device,
+    measure: Callable[[Shape, int, dict[str, Any]], None],
+) -> list[dict[str, Any]]:
+    """One row per shape and K, each shape within its `share` of seconds from `start`: `measure` fills a
+    row; a K whose cost (predicted from the last one) would not fit is skipped and says why, and a
+    bundle's failure (out of memory, a compile error) is its row's error."""
+    rows: list[dict[str, Any]] = []
+    for i, shape in enumerate(shapes):
+        deadline = start + share * (i + 1)
+        last_cost: tuple[int, float] | None = None
+        for K in ks:
+            row: dict[str, Any] = {"shape": shape.name, "K": K}
+            rows.append(row)
+            skip = over_budget(last_cost, K, deadline)
+            if skip:
+                row["skipped"] = skip
+                print(f"{shape.name} K={K}: skipped ({skip})")
+                continue
+            t0 = time.perf_counter()
+            try:
+                measure(shape, K, row)
+            except Exception as e:  # one bundle's failure is a row
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            row["wall_s"] = round(time.perf_counter() - t0, 2)
+            last_cost = (K, row["wall_s"])
+            print(json.dumps(row), flush=True)
+            free(device)
+    return rows
+
+
 def free(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -474,40 +487,24 @@ def main() -> None:
     print(
         f"device {card}; torch {torch.__version__}, triton {triton.__version__}, interpreted {pk.INTERPRETED}"
     )
-    rows: list[dict[str, Any]] = []
-    for i, shape in enumerate(shapes):
-        deadline = started + share * (i + 1)
-        last_cost: tuple[int, float] | None = None
-        for K in ks:
-            row: dict[str, Any] = {"shape": shape.name, "K": K}
-            rows.append(row)
-            skip = over_budget(last_cost, K, deadline)
-            if skip:
-                row["skipped"] = skip
-                print(f"{shape.name} K={K}: skipped ({skip})")
-                continue
-            t0 = time.perf_counter()
-            try:
-                xs, params = members(shape, K, device)
-                gs = out_grads(shape, K, device)
-                for name, rnn in (("scan", kernels.fused_elman_rnn), ("kernel", pk.persistent_elman_rnn)):
-                    run, outs = graphed(step_fn(rnn, shape, xs, params, gs, kernels.Workspace()), device)
-                    row[f"{name}_ms"] = timed(run, reps, device)
-                    row[f"{name}_peak_mib"] = peak_mib(run, device)
-                    if name == "kernel":
-                        row["bit_equal"] = bit_equal(shape, K, outs, xs, params, gs, pk)
-                    del run, outs
-                run, _ = graphed(kernels_alone(shape, xs, params, gs, pk, device), device)
-                row["kernels_ms"] = timed(run, reps, device)
-                del run
-                if dev_k == K:  # the largest K ≤ DEV_MAX_K
-                    row["dev_steps"] = deviation(shape, K, device, pk, kernels, dev_steps)
-            except Exception as e:  # one bundle's failure (out of memory, a compile error) is a row
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-            row["wall_s"] = round(time.perf_counter() - t0, 2)
-            last_cost = (K, row["wall_s"])
-            print(json.dumps(row), flush=True)
-            free(device)
+
+    def measure(shape: Shape, K: int, row: dict[str, Any]) -> None:
+        xs, params = members(shape, K, device)
+        gs = out_grads(shape, K, device)
+        for name, rnn in (("scan", kernels.fused_elman_rnn), ("kernel", pk.persistent_elman_rnn)):
+            run, outs = graphed(step_fn(rnn, shape, xs, params, gs, kernels.Workspace()), device)
+            row[f"{name}_ms"] = timed(run, reps, device)
+            row[f"{name}_peak_mib"] = peak_mib(run, device)
+            if name == "kernel":
+                row["bit_equal"] = bit_equal(shape, K, outs, xs, params, gs, pk)
+            del run, outs
+        run, _ = graphed(kernels_alone(shape, xs, params, gs, pk, device), device)
+        row["kernels_ms"] = timed(run, reps, device)
+        del run
+        if dev_k == K:  # the largest K ≤ DEV_MAX_K
+            row["dev_steps"] = deviation(shape, K, device, pk, kernels, dev_steps)
+
+    rows = budgeted_rows(shapes, ks, started, share, device, measure)
     shift_rows = time_shift(QUICK_SHIFT_SHAPES if args.quick else SHIFT_SHAPES, ks, reps, device, pk,
                             started + budget * (1 - STEP_SHARE))  # fmt: skip
     mnist = None
