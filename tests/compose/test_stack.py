@@ -180,18 +180,24 @@ def test_a_postgres_restart_mid_study_loses_no_result(stack: Stack, client: Mems
 def test_mlflow_stopped_mid_study_training_goes_on_and_its_runs_appear_after(
     stack: Stack, client: MemsweepClient
 ):
-    # trials three times the others' length: some must still train once MLflow is back, which records
-    # the runs of those that finished while it was down as well (the path this test is for)
+    # trials three times the others' length, MLflow back once one more trial is done: usually some
+    # still train then, and the study's end makes the runs of those that finished while MLflow was
+    # down. On a slow machine the study can end first (MLflow's restart waits on its health check;
+    # CI's did once). Either way the study notes the failed writes, the server's repair loop rebuilds
+    # its runs from the ledger once MLflow answers, and every trial's run appears once
     study = client.submit({**GRID, "name": "mlflow-stopped", "seeds": [41, 42],
                            "base": {**GRID["base"], "steps": 1200, "eval_every": 400}})  # fmt: skip
     wait_until(lambda: done(client, study["id"]) >= 1, "a trial is done")
     stack.compose("stop", "mlflow")
     try:
         at_stop = done(client, study["id"])
-        wait_until(lambda: done(client, study["id"]) >= at_stop + 2, "training goes on without MLflow")
+        wait_until(lambda: done(client, study["id"]) > at_stop, "training goes on without MLflow")
     finally:
         stack.up("mlflow")
-    assert 0 <= done(client, study["id"]) < 8, "the study ended before MLflow was back: lengthen its trials"
+    final = client.wait(study["id"], poll=1.0, timeout=900, progress=False)
+    if final["error"]:  # writes failed during the outage (or the study ended in it)
+        assert final["error"].startswith("MLflow:") and "rebuilds the runs" in final["error"], final
+        wait_until(lambda: client.get(study["id"])["error"] is None, "the repair loop rebuilds its runs")
     assert_exactly_once(stack, client, study["id"], 8)
 
 
