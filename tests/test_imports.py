@@ -34,6 +34,27 @@ def test_the_cli_imports_no_http_server_until_it_serves():
     assert loaded_by("service.cli.commands, service.cli.local", heavy) == []
 
 
+
+def test_the_cli_in_front_of_a_server_imports_no_torch():
+    """`memsweep status|trials|success|best|studies|compare --url …` ask the server and print: no torch,
+    no Ray, no ledger (a refusal is `service.core.errors`'s, not the spec's, which reads the trainers)."""
+    commands = [["status", "s1"], ["trials", "s1"], ["success", "s1"], ["best", "s1"], ["studies"],
+                ["compare", "s1", "s2"]]  # fmt: skip
+    code = (
+        "import sys; from service.cli import commands\n"
+        f"for argv in {commands!r}:\n"
+        "    try:\n"
+        "        commands.main([*argv, '--url', 'http://127.0.0.1:9'])\n"
+        "    except SystemExit as e:\n"
+        "        assert 'the server does not answer' in str(e.code), (argv, e.code)\n"
+        "    else:\n"
+        "        raise AssertionError(f'{argv}: answered without a server')\n"
+        "print(sorted(m for m in ('torch', 'ray', 'sqlalchemy', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ast.literal_eval(out.stdout) == []
+
 # ----- service/'s rooms: every import points down (or within its room) ----------------------------------
 
 from pathlib import Path  # noqa: E402

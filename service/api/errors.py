@@ -22,7 +22,7 @@ from service.application.errors import (
     SpecInvalidError,
     UnavailableError,
 )
-from service.core.spec import StudyError
+from service.core.errors import StudyError
 
 log = logging.getLogger(__name__)
 

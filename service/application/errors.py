@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.core.spec import StudyError
+from service.core.errors import StudyError
 
 
 class NotFoundError(LookupError):

@@ -30,7 +30,8 @@ from service.application.records import (
     TrialPage,
     TrialPublic,
 )
-from service.core.spec import StudyError, StudySpec
+from service.core.errors import StudyError
+from service.core.spec import StudySpec
 from service.core.states import FINISHED, StudyState
 from service.planning.plan import plan_spec
 from service.planning.record import record_plan

@@ -225,7 +225,7 @@ def answer(call: Callable[[], T]) -> T:
 
     from service.application.errors import ConflictError, NotFoundError, UnavailableError
     from service.client import MemsweepAPIError
-    from service.core.spec import StudyError
+    from service.core.errors import StudyError
 
     try:
         return call()

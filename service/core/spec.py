@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
+from service.core.errors import StudyError
 from trainers.cells import CELLS
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
@@ -29,10 +30,6 @@ Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
 #: the name of a `space: {dims: …}` shorthand's one model
 DEFAULT_MODEL = "default"
-
-
-class StudyError(ValueError):
-    """A study cannot be created or changed as asked; the message says why and what to do."""
 
 
 class ModelSpec(BaseModel):

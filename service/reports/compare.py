@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from service.core.spec import StudyError
+from service.core.errors import StudyError
 from service.core.states import StudyState
 from service.core.values import repr_value, value_sort_key
 from service.reports.summary import CriterionPublic, newcombe_interval, success_cell

@@ -28,8 +28,9 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from search_spaces import SearchSpace
+from service.core.errors import StudyError
 from service.core.settings import Settings
-from service.core.spec import StudyError, StudySpec
+from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED
 from service.core.trial import StaleTrialError
 from service.reports.study_summary import summarise

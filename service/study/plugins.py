@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from search_spaces import SearchSpace, Values
-from service.core.spec import StudyError
+from service.core.errors import StudyError
 from trainers import plugins
 
 #: each Ray node's plugins ("kind:name" → identity), or None when no cluster answers (`node_plugins`)

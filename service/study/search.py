@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
-from service.core.spec import DEFAULT_MODEL, StudyError, StudySpec
+from service.core.errors import StudyError
+from service.core.spec import DEFAULT_MODEL, StudySpec
 from service.core.trial import TrialSpec, Unit, objective
 from service.study.packing import bundle
 

@@ -16,7 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api import create_app
+from service.cli import commands
 from service.client import MemsweepClient
+from service.core.settings import get_settings
 from service.reports.summary import newcombe_interval, wilson_interval
 from service.reports.tables import read_csv
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
@@ -152,21 +154,55 @@ def test_the_client_returns_a_comparison_frame(client: TestClient) -> None:
     assert text.startswith("# table: success")
 
 
-def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -> None:
+def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+) -> None:
+    """`memsweep` on the local ledger: its entry point in a process of its own (the first call, and an
+    argparse refusal), the other commands through the same `main` in this process (each fresh process
+    spends seconds importing what this one holds)."""
     with TestClient(create_app(settings(tmp_path))) as c:
         a, b = two_studies(c)
     env = {"MEMSWEEP_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    for name in ("MEMSWEEP_API_URL", "MEMSWEEP_MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # what `main` sets, undone after
+    monkeypatch.setattr(commands, "lock_embedded_ray", lambda: None)  # these commands start no Ray
+    get_settings.cache_clear()  # the settings read again, from this home (and again after the test)
+    request.addfinalizer(get_settings.cache_clear)
+
+    def process(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli.commands", *args], env=env, capture_output=True, text=True,
+            timeout=120, cwd=Path(__file__).parents[2],
+        )  # fmt: skip
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = commands.main(list(args))
+        except SystemExit as exit_:  # argparse's refusals (2), and the commands' `SystemExit("error: …")`
+            if isinstance(exit_.code, int):
+                code = exit_.code
+            else:  # what Python does with a message: print it, exit 1
+                code = 1
+                print(exit_.code, file=sys.stderr)
+        out, err = capsys.readouterr()
+        return code, out, err
 
     def cli(*args: str) -> str:
-        out = subprocess.run(
-            [sys.executable, "-m", "service.cli.commands", *args], env=env, capture_output=True, text=True, timeout=120,
-            cwd=Path(__file__).parents[2],
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
+        code, out, err = run(*args)
+        assert code == 0, err[-2000:]
+        return out
 
-    found = json.loads(cli("compare", a, b, "--by", "model", "--json"))
+    first = process("compare", a, b, "--by", "model", "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    found = json.loads(first.stdout)
     assert [r["shared"] for r in found["rows"] if r["study_id"] == b] == [2, 2, 4]
+    assert json.loads(cli("compare", a, b, "--by", "model", "--json")) == found  # in-process: the same
     csv_text = cli("compare", a, b, "--csv")
     assert csv_text.startswith("# table: comparison") and f"# trainer_version: {TRAINER_VERSION}" in csv_text
     success = cli("success", a, "--csv")
@@ -182,10 +218,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
     assert [s["id"] for s in json.loads(cli("studies", "--offset", "1", "--json"))] == [a]
     assert a in cli("studies") and b in cli("studies", "--state", "done")
     assert "no study is running" in cli("studies", "--state", "running")
-    bad = subprocess.run(
-        [sys.executable, "-m", "service.cli.commands", "studies", "--limit", "0"], env=env, capture_output=True,
-        text=True, timeout=120, cwd=Path(__file__).parents[2],
-    )  # fmt: skip
+    bad = process("studies", "--limit", "0")
     assert bad.returncode == 2 and "--limit: 0 is out of range; give 1 to 500" in bad.stderr
     # names that name nothing are refused by name, not answered with nothing (issue 35)
     for argv, said in (
@@ -193,17 +226,11 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(tmp_path: Path) -
         (("best", a, "--k", "0"), "--k: 0 is out of range; give 1 to 1000"),
         (("best", a, "--model", "orthh"), "model='orthh': no such model in this study; valid:"),
     ):
-        typo = subprocess.run(
-            [sys.executable, "-m", "service.cli.commands", *argv], env=env, capture_output=True, text=True,
-            timeout=120, cwd=Path(__file__).parents[2],
-        )  # fmt: skip
-        assert typo.returncode != 0 and said in typo.stderr, (argv, typo.stderr[-1000:])
+        code, _, err = run(*argv)
+        assert code != 0 and said in err, (argv, err[-1000:])
     assert f"study {a}" in cli("status", a) and json.loads(cli("status", b, "--json"))["id"] == b
-    unknown = subprocess.run(
-        [sys.executable, "-m", "service.cli.commands", "best", "nope"], env=env, capture_output=True, text=True,
-        timeout=120, cwd=Path(__file__).parents[2],
-    )  # fmt: skip
-    assert unknown.returncode == 1 and "no study 'nope'; `memsweep studies`" in unknown.stderr
+    code, _, err = run("best", "nope")
+    assert code == 1 and "no study 'nope'; `memsweep studies`" in err
     assert "shared" in cli("compare", a, b)  # the rich table's header
 
 

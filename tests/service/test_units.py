@@ -5,7 +5,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from service.core.spec import StudyError, StudySpec
+from service.core.errors import StudyError
+from service.core.spec import StudySpec
 from service.reports.summary import (
     best_configs,
     henrici_table,
