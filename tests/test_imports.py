@@ -34,7 +34,6 @@ def test_the_cli_imports_no_http_server_until_it_serves():
     assert loaded_by("service.cli.commands, service.cli.local", heavy) == []
 
 
-
 def test_the_cli_in_front_of_a_server_imports_no_torch():
     """`memsweep status|trials|success|best|studies|compare --url …` ask the server and print: no torch,
     no Ray, no ledger (a refusal is `service.core.errors`'s, not the spec's, which reads the trainers)."""
@@ -54,6 +53,7 @@ def test_the_cli_in_front_of_a_server_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert ast.literal_eval(out.stdout) == []
+
 
 # ----- service/'s rooms: every import points down (or within its room) ----------------------------------
 
