@@ -96,15 +96,16 @@ class Check:
 
 
 def ray_workers() -> list[int]:
-    """The pids of the Ray worker processes training a unit (`ray::ImplicitFunc…`: Tune's function
-    trainable's actor)."""
+    """The pids of the Ray worker processes training a unit: Tune's function trainable's actor while
+    it runs (`ray::ImplicitFunc.train`), not one still in `ray::ImplicitFunc.__init__` (placed and
+    importing; killed there, its unit dies before it starts and no trial runs twice)."""
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        if title.startswith("ray::ImplicitFunc"):
+        if title.startswith("ray::ImplicitFunc.train"):
             pids.append(int(proc.name))
     return sorted(pids)
 

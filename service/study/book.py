@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 import trainers
+from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
 
@@ -36,9 +37,11 @@ class TrialBook:
     2. `reported(run, events)` any number of times: evaluations and finished members, in order;
     3. then exactly one of `ended(run)` (the executor trial returned or was stopped: the members it
        did not finish are cancelled with the study, else pruned by the scheduler) or
-       `failed(run, reason)` (its worker, process or node died: an infrastructure fault, not a result;
-       its unfinished members go back to `pending` — `requeued` — up to `attempts` starts in this
-       run, and only then end as `error`).
+       `failed(run, reason, unit)` (its worker, process or node died: an infrastructure fault, not a
+       result; its unfinished members go back to `pending` — `requeued` — up to `attempts` tries in
+       this run, and only then end as `error`). An executor trial whose worker died before it
+       started (1. never came: Ray's actor died while it was placed or importing) fails the same way:
+       its unit's members are each one try further, and requeued or ended as error.
 
     After the executor's run, `close_unfinished` closes what no `ended`/`failed` reached. The engine
     then runs another round of what was requeued: `begin_round` clears `requeued`, and `spent` says
@@ -59,7 +62,9 @@ class TrialBook:
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
         self.open: dict[str, set[str]] = {}  # executor trial → members not yet finished
         self.history: dict[str, list[trainers.Evaluation]] = {}
-        self.starts: dict[str, int] = {}  # config hash → starts in this run
+        self.starts: dict[
+            str, int
+        ] = {}  # config hash → tries in this run (a start, or a unit that died first)
         self.requeued = 0  # members sent back to pending since the round began
 
     def begin_round(self) -> None:
@@ -102,8 +107,28 @@ class TrialBook:
         else:
             self._close(run, "pruned", "stopped early by the scheduler")
 
-    def failed(self, run: str, reason: str) -> None:
+    def failed(self, run: str, reason: str, unit: Unit | None = None) -> None:
+        if run not in self.open and unit is not None:  # its worker died before the unit started
+            self._tried(run, unit)
+            reason = f"{reason}, before its unit started"
         self._close(run, "interrupted", reason)
+
+    def _tried(self, run: str, unit: Unit) -> None:
+        """A unit that never started, counted as one try of each member not finished yet (its ledger
+        row stays as it was, pending or interrupted: nothing ran). Without this its members were left
+        pending, uncounted, and a study could end `done` with trials that never ran."""
+        if self.sampled:
+            self.ledger.add_trials(self.study_id, unit.members)
+        rows = {t.config_hash: t.id for t in self.ledger.trials(self.study_id, UNFINISHED)}
+        todo = set()
+        for m in unit.members:
+            if m.config_hash not in rows:  # finished already
+                continue
+            self.ids[m.config_hash] = rows[m.config_hash]
+            self.history[m.config_hash] = []
+            self.starts[m.config_hash] = self.starts.get(m.config_hash, 0) + 1
+            todo.add(m.config_hash)
+        self.open[run] = todo
 
     def close_unfinished(self, reason: str) -> None:
         """Every executor trial still open (cancelled with the study, else interrupted)."""

@@ -85,7 +85,10 @@ class BookCallback(Callback):
         self.book.ended(trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self.book.failed(trial.trial_id, f"its Ray worker failed: {error_summary(trial)}")
+        # the unit too: a trial whose actor died before it started was never `started`
+        self.book.failed(
+            trial.trial_id, f"its Ray worker failed: {error_summary(trial)}", trial.config["unit"]
+        )
 
 
 def error_summary(trial: Any) -> str:

@@ -28,11 +28,17 @@ from tests.service.conftest import TINY
 class InProcess:
     """An executor that runs each unit here, one after another, telling the driver's book what
     happens as an executor must (`TrialBook`'s lifecycle): started, reported, then ended — or failed,
-    when `dies(unit, start)` says the unit's worker dies before it reports (an infrastructure fault).
+    when `dies(unit, start)` says the unit's worker dies before it reports (an infrastructure fault),
+    or without having started, when `dies_before_start(unit, attempt)` says it dies while Ray places it.
     A sampler's draws are taken one unit at a time (`Draws`), as Ray Tune's searcher takes them."""
 
-    def __init__(self, dies: Callable[[Unit, int], bool] = lambda unit, start: False) -> None:
+    def __init__(
+        self,
+        dies: Callable[[Unit, int], bool] = lambda unit, start: False,
+        dies_before_start: Callable[[Unit, int], bool] = lambda unit, attempt: False,
+    ) -> None:
         self.dies = dies
+        self.dies_before_start = dies_before_start  # Ray's actor died while placed or importing
         self.rounds: list[list[list[str]]] = []  # each run's units, as their members' hashes
         self.after_unit: Callable[[], None] = lambda: None
 
@@ -69,6 +75,10 @@ class InProcess:
 
     def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
         """Run one unit; its last reported objective (None when its worker died)."""
+        attempt = 1 + max(book.starts.get(m.config_hash, 0) for m in unit.members)
+        if self.dies_before_start(unit, attempt):  # Tune errs the trial without having started it
+            book.failed(run, "its worker failed: the worker process died", unit)
+            return None
         book.started(run, unit)
         start = max(book.starts.get(m.config_hash, 0) for m in unit.members)
         if self.dies(unit, start):
@@ -225,6 +235,38 @@ def test_a_worker_that_dies_sends_its_members_back_once_then_they_end_as_error(m
     assert ex.rounds[-1] == [[again[("chain", 1e-3, 2)].config_hash]]
 
 
+def test_a_unit_whose_worker_dies_before_it_starts_runs_again_and_never_ends_the_study_pending(
+    make_engine: Any,
+) -> None:
+    """Ray errs a trial whose actor died while it was placed or importing (seen under load: the
+    device script's SIGKILL hit a worker still in `ImplicitFunc.__init__`) without ever starting it.
+    Its members were left pending, uncounted, and the study ended `done` with 4 of 8 trials never
+    run. Now each such death is one attempt: the unit runs again, and a unit that never starts ends
+    its members as `error` after `trial_attempts`, not pending."""
+
+    def chain_1e3(unit: Unit) -> bool:
+        return any(m.model == "chain" and m.params["lr"] == 1e-3 for m in unit.members)
+
+    engine, ex, _ = make_engine(dies_before_start=lambda unit, attempt: chain_1e3(unit) and attempt == 1)
+    study = engine.create_study(grid(bundle_size=1))
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert len(ex.rounds) == 2 and sorted(h for u in ex.rounds[1] for h in u) == sorted(
+        t.config_hash for t in trials if t.model == "chain" and t.params["lr"] == 1e-3
+    )
+    assert summary["state"] == "done" and all(t.status in ("done", "failed") for t in trials)
+    assert all(t.runs == 1 for t in trials)  # started once each: the death came before a start
+
+    never, _, _ = make_engine(dies_before_start=lambda unit, attempt: chain_1e3(unit))
+    study = never.create_study(grid(bundle_size=1, name="never", seeds=[3, 4]))  # none reused
+    summary = never.run_study(study.id)
+    by = {(t.model, t.params["lr"], t.params["seed"]): t for t in never.ledger.trials(study.id)}
+    lost = [by[("chain", 1e-3, seed)] for seed in (3, 4)]
+    assert all(t.status == "error" and t.runs == 0 for t in lost), [(t.status, t.runs) for t in lost]
+    assert all("before its unit started" in t.reason and "after 2 attempts" in t.reason for t in lost)
+    assert summary["counts"]["error"] == 2 and summary["counts"]["pending"] == 0
+
+
 def test_a_cancel_stops_the_run_and_a_resume_runs_only_what_is_left(make_engine: Any) -> None:
     engine, ex, _ = make_engine()
     study = engine.create_study(grid(bundle_size=1, concurrency=1))
@@ -342,3 +384,22 @@ def test_a_sampled_point_whose_worker_dies_runs_again_in_the_next_round(make_eng
     # the round after the draws: the members of the unit that died, and only they
     assert sorted(h for u in ex.rounds[1] for h in u) == sorted(ex.rounds[0][0])
     assert sorted(t.runs for t in trials) == [1, 1, 2, 2]
+
+
+def test_a_sampled_point_whose_worker_dies_before_it_starts_runs_in_the_next_round(make_engine: Any) -> None:
+    """A drawn unit has no ledger row until it starts: one that dies first is added, then run again."""
+    deaths: list[int] = []
+
+    def dies_before_start(unit: Unit, attempt: int) -> bool:
+        if not deaths:
+            deaths.append(attempt)
+            return True
+        return False
+
+    engine, ex, _ = make_engine(dies_before_start=dies_before_start)
+    study = engine.create_study(sampled(4))
+    summary = engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    assert summary["state"] == "done" and len(trials) == 4 and all(t.status == "done" for t in trials)
+    assert sorted(h for u in ex.rounds[1] for h in u) == sorted(ex.rounds[0][0])
+    assert [t.runs for t in trials] == [1, 1, 1, 1]
