@@ -366,16 +366,19 @@ def test_a_sampled_study_trains_each_drawn_point_for_every_seed_and_an_extension
     assert len(again) == 8 and len(ex.rounds[-1]) == 1 and all(t.runs == 1 for t in again)
 
 
-def test_a_sampled_point_whose_worker_dies_runs_again_in_the_next_round(make_engine: Any) -> None:
+@pytest.mark.parametrize("when", ["mid-unit", "before it starts"])
+def test_a_sampled_point_whose_worker_dies_runs_again_in_the_next_round(make_engine: Any, when: str) -> None:
+    """The first drawn unit's worker dies on its first attempt, mid-unit or before it starts (a drawn
+    unit has no ledger row until it starts: one that dies first gets its rows, then runs again)."""
     deaths: list[int] = []
 
-    def dies(unit: Unit, start: int) -> bool:  # the first drawn unit dies on its first start
+    def first(unit: Unit, attempt: int) -> bool:
         if not deaths:
-            deaths.append(start)
+            deaths.append(attempt)
             return True
         return False
 
-    engine, ex, _ = make_engine(dies=dies)
+    engine, ex, _ = make_engine(**{"dies" if when == "mid-unit" else "dies_before_start": first})
     study = engine.create_study(sampled(4))
     summary = engine.run_study(study.id)
     trials = engine.ledger.trials(study.id)
@@ -383,23 +386,4 @@ def test_a_sampled_point_whose_worker_dies_runs_again_in_the_next_round(make_eng
     assert all(t.status == "done" for t in trials)
     # the round after the draws: the members of the unit that died, and only they
     assert sorted(h for u in ex.rounds[1] for h in u) == sorted(ex.rounds[0][0])
-    assert sorted(t.runs for t in trials) == [1, 1, 2, 2]
-
-
-def test_a_sampled_point_whose_worker_dies_before_it_starts_runs_in_the_next_round(make_engine: Any) -> None:
-    """A drawn unit has no ledger row until it starts: one that dies first is added, then run again."""
-    deaths: list[int] = []
-
-    def dies_before_start(unit: Unit, attempt: int) -> bool:
-        if not deaths:
-            deaths.append(attempt)
-            return True
-        return False
-
-    engine, ex, _ = make_engine(dies_before_start=dies_before_start)
-    study = engine.create_study(sampled(4))
-    summary = engine.run_study(study.id)
-    trials = engine.ledger.trials(study.id)
-    assert summary["state"] == "done" and len(trials) == 4 and all(t.status == "done" for t in trials)
-    assert sorted(h for u in ex.rounds[1] for h in u) == sorted(ex.rounds[0][0])
-    assert [t.runs for t in trials] == [1, 1, 1, 1]
+    assert sorted(t.runs for t in trials) == ([1, 1, 2, 2] if when == "mid-unit" else [1, 1, 1, 1])
