@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -404,17 +403,3 @@ def fused_elman_rnn(
     if nonlinearity not in ACTIVATIONS:
         raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
     return FusedElmanScan.apply(h0, w_in, w_rec, bias, nonlinearity, last, workspace, *xs)  # type: ignore[no-any-return]
-
-
-def persistent_kernel() -> ModuleType:
-    """`trainers.kernels_persistent`, imported on first use: it imports Triton, which nothing else in the
-    trainers needs (a run under `auto` never loads it). The persistent backends of the Elman
-    family and SRNN reach their kernels through it."""
-    try:
-        from trainers import kernels_persistent
-    except ImportError as exc:
-        raise ImportError(
-            f"backend 'persistent' needs Triton ({exc}): install torch's CUDA wheel, which brings it, "
-            "or use backend 'auto'"
-        ) from exc
-    return kernels_persistent

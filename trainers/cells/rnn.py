@@ -18,7 +18,8 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import INITIALIZERS
-from trainers.kernels import elman_rnn, persistent_kernel
+from trainers.kernels import elman_rnn
+from trainers.persistent import persistent_kernel
 
 
 def recurrence(

@@ -22,8 +22,9 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.initializers import torch_default_linear
-from trainers.kernels import Workspace, persistent_kernel
+from trainers.kernels import Workspace
 from trainers.params import UNHASHED_DEFAULT, ConfigError
+from trainers.persistent import persistent_kernel
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from trainers.cells.fastrnn import fused_fast_rnn, scalar_gates
 from trainers.cells.srnn import FusedShiftScan
 from trainers.cells.urnn import URNNCell, project_
 from trainers.cells.vprnn import rotation_matrix
-from trainers.kernels import Workspace, fused_elman_rnn, persistent_kernel
+from trainers.kernels import Workspace, fused_elman_rnn
+from trainers.persistent import persistent_kernel
 
 Params = Mapping[str, torch.Tensor]  # the cell's parameters, stacked [K, …], by their name in the cell
 States = Callable[[Sequence[Cell], Params, Sequence[torch.Tensor], bool, Workspace], Sequence[torch.Tensor]]
