@@ -69,7 +69,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -357,47 +357,38 @@ def time_steps(shapes: dict[str, dict[str, Any]], ks: list[int], reps: int, devi
     """Per shape and K: the bundle's whole step with backend=scan (today's, graphed) and =persistent; the
     largest relative difference of their losses over the steps; member 0's losses against its K = 1 run
     (persistent, torch.equal: a member's numbers should not depend on its bundle)."""
-    rows: list[dict[str, Any]] = []
+    alone: dict[str, torch.Tensor] = {}  # per shape, member 0's losses at K = 1, persistent
+
+    def measure(shape: StepShape, K: int, row: dict[str, Any]) -> None:
+        losses = {}
+        for backend in ("scan", "persistent"):
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            ms, losses[backend], row["graphed"] = bundle_steps(
+                step_configs(shape.task, K, backend, device, mnist), reps, device
+            )
+            row[f"{backend}_step_ms"] = ms
+            if device.type == "cuda":
+                row[f"{backend}_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+            free(device)
+        p, s = losses["persistent"], losses["scan"]
+        row["loss_dev"] = ((p - s).abs() / s.abs()).max().item()
+        if K == 1:
+            alone.setdefault(shape.name, p[:, 0].clone())
+        elif shape.name in alone:
+            row["member0_equal_k1"] = torch.equal(p[:, 0], alone[shape.name])
+
     start = time.perf_counter()
-    share = (started + budget - start) / len(shapes)
-    for i, (name, task) in enumerate(shapes.items()):
-        deadline = start + share * (i + 1)
-        last_cost: tuple[int, float] | None = None
-        alone: torch.Tensor | None = None  # member 0's losses at K = 1, persistent
-        for K in ks:
-            row: dict[str, Any] = {"shape": name, "K": K}
-            rows.append(row)
-            skip = over_budget(last_cost, K, deadline)
-            if skip:
-                row["skipped"] = skip
-                print(f"{name} K={K} step: skipped ({skip})")
-                continue
-            t0 = time.perf_counter()
-            try:
-                losses = {}
-                for backend in ("scan", "persistent"):
-                    if device.type == "cuda":
-                        torch.cuda.reset_peak_memory_stats(device)
-                    ms, losses[backend], row["graphed"] = bundle_steps(
-                        step_configs(task, K, backend, device, mnist), reps, device
-                    )
-                    row[f"{backend}_step_ms"] = ms
-                    if device.type == "cuda":
-                        row[f"{backend}_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-                    free(device)
-                p, s = losses["persistent"], losses["scan"]
-                row["loss_dev"] = ((p - s).abs() / s.abs()).max().item()
-                if alone is None and K == 1:
-                    alone = p[:, 0].clone()
-                if alone is not None and K > 1:
-                    row["member0_equal_k1"] = torch.equal(p[:, 0], alone)
-            except Exception as e:  # e.g. a step the graph cannot hold, out of memory: a row
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-                free(device)
-            row["wall_s"] = round(time.perf_counter() - t0, 2)
-            last_cost = (K, row["wall_s"])
-            print(json.dumps(row), flush=True)
-    return rows
+    steps = [StepShape(name, task) for name, task in shapes.items()]
+    return budgeted_rows(steps, ks, start, (started + budget - start) / len(steps), device, measure)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """A whole-step measurement's task (`step_configs`'s spec), by its shape's name."""
+
+    name: str
+    task: dict[str, Any]
 
 
 def over_budget(last_cost: tuple[int, float] | None, K: int, deadline: float) -> str | None:
@@ -409,13 +400,21 @@ def over_budget(last_cost: tuple[int, float] | None, K: int, deadline: float) ->
     return f"predicted {predicted:.0f} s, {left:.0f} s left" if predicted > left else None
 
 
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=Named)
+
+
 def budgeted_rows(
-    shapes: Sequence[Shape],
+    shapes: Sequence[S],
     ks: list[int],
     start: float,
     share: float,
     device: torch.device,
-    measure: Callable[[Shape, int, dict[str, Any]], None],
+    measure: Callable[[S, int, dict[str, Any]], None],
 ) -> list[dict[str, Any]]:
     """One row per shape and K, each shape within its `share` of seconds from `start`: `measure` fills a
     row; a K whose cost (predicted from the last one) would not fit is skipped and says why, and a
