@@ -177,6 +177,10 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
             raise ConfigError(f"{name} = {value} must be a positive integer, or none")
     if cfg.lr <= 0:
         raise ConfigError(f"lr = {cfg.lr} must be positive")
+    try:
+        cell_cls.check_hidden(cell_cfg, cfg.hidden)
+    except ConfigError as exc:
+        raise ConfigError(f"cell {cfg.cell!r}: {exc}") from None
     check_representable(dataclasses.asdict(cfg), "")
     check_representable(dataclasses.asdict(task_cfg), f"task {cfg.task!r}: ")
     check_representable(dataclasses.asdict(cell_cfg), f"cell {cfg.cell!r}: ")

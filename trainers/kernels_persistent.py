@@ -39,13 +39,15 @@ imported before the variable was set.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
+from triton.runtime.errors import OutOfResources
 
 from trainers.kernels import ACTIVATIONS, Workspace, _input_grads, project_members
 
@@ -250,6 +252,23 @@ def _check_device(t: torch.Tensor) -> None:
         )
 
 
+@contextlib.contextmanager
+def _on_chip(kernel: str, n: int) -> Iterator[None]:
+    """A launch whose program needs more of the GPU's shared memory (or registers) than it has: the
+    error names the backend, the card's limit and the fix. `trainers.persistent.ELMAN_MAX_HIDDEN` refuses
+    what no H100 or H200 holds at config time; smaller cards hold less (docs/gpu.md: N = 128's backward
+    needs 112 KB, which an A100 has, and an RTX 30xx / 40xx or L4, 99 KB a block, has not)."""
+    try:
+        yield
+    except OutOfResources as exc:
+        unit = " bytes" if "memory" in str(exc.name) else ""
+        raise RuntimeError(
+            f"backend 'persistent': the {kernel} kernel at hidden {n} needs {exc.required}{unit} of "
+            f"{exc.name} a program, and this GPU has {exc.limit}{unit}: use backend 'auto' (the same "
+            "recurrence, cuBLAS), or a smaller hidden size"
+        ) from exc
+
+
 def _forward_launch(
     xp: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, hs: torch.Tensor, nonlinearity: str
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
@@ -272,7 +291,8 @@ def elman_forward(
     K, T, B, N = xp.shape
     hs = out if out is not None else xp.new_empty(K, T + 1, B, N)
     grid, args, meta = _forward_launch(xp, h0.contiguous(), w, hs, nonlinearity)
-    _elman_forward[grid](*args, **meta, num_warps=NUM_WARPS)
+    with _on_chip("Elman forward", N):
+        _elman_forward[grid](*args, **meta, num_warps=NUM_WARPS)
     return hs
 
 
@@ -305,7 +325,8 @@ def elman_backward(
     dw = hs.new_empty(K, slices, N, N)
     dh0 = hs.new_empty(K, B, N)
     grid, args, meta = _backward_launch(hs, w, g, grad_a, dw, dh0, nonlinearity, last)
-    _elman_backward[grid](*args, **meta, num_warps=NUM_WARPS)
+    with _on_chip("Elman backward", N):
+        _elman_backward[grid](*args, **meta, num_warps=NUM_WARPS)
     grad_w = dw[:, 0]
     for s in range(1, slices):  # slice order, elementwise: the same sums whatever K is
         grad_w = grad_w + dw[:, s]
@@ -481,9 +502,10 @@ def shift_forward(b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Ten
     _check_device(b)
     K, T, B, N = b.shape
     hs = out if out is not None else torch.empty_like(b)
-    _shift_forward[(K, triton.cdiv(B, BLOCK_B))](
-        b, hs, T, B, N, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=SHIFT_WARPS
-    )
+    with _on_chip("SRNN shift forward", N):
+        _shift_forward[(K, triton.cdiv(B, BLOCK_B))](
+            b, hs, T, B, N, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=SHIFT_WARPS
+        )
     return hs
 
 
@@ -495,9 +517,10 @@ def shift_backward(
     _check_device(hs)
     K, T, B, N = hs.shape
     gz = out if out is not None else torch.empty_like(hs)
-    _shift_backward[(K, triton.cdiv(B, BLOCK_B))](
-        hs, g, gz, T, B, N, LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=SHIFT_WARPS
-    )
+    with _on_chip("SRNN shift backward", N):
+        _shift_backward[(K, triton.cdiv(B, BLOCK_B))](
+            hs, g, gz, T, B, N, LAST=last, BLOCK_B=BLOCK_B, BLOCK_N=_block_n(N), num_warps=SHIFT_WARPS
+        )
     return gz
 
 

@@ -51,6 +51,25 @@ def test_bad_values_name_the_field_and_the_choices():
         resolve({"cell": "gru2"})
 
 
+@pytest.mark.parametrize("cell", ["rnn", "urnn", "crnn", "vprnn"])
+def test_the_persistent_elman_kernel_is_refused_past_the_hidden_size_it_holds_on_chip(cell):
+    """Its backward keeps W and ∂W on chip in tiles of the next power of two: from N = 129 they need more
+    shared memory than an H100 block has (tools/kernel_report.py), so the config is refused, not the
+    trial's first launch; N = 128 and the other backends at any N resolve. SRNN's kernel holds no W."""
+    from trainers.persistent import ELMAN_MAX_HIDDEN
+
+    assert ELMAN_MAX_HIDDEN == 128
+    persistent = {"backend": "persistent"}
+    resolve({"cell": cell, "hidden": 128, "cell_params": persistent})
+    resolve({"cell": cell, "hidden": 130, "cell_params": {"backend": "auto"}})
+    resolve({"cell": "srnn", "hidden": 256, "cell_params": persistent})
+    with pytest.raises(ConfigError) as refused:
+        resolve({"cell": cell, "hidden": 130, "cell_params": persistent})
+    message = str(refused.value)
+    assert message.startswith(f"cell {cell!r}: backend = 'persistent' trains hidden sizes up to 128")
+    assert "hidden = 130" in message and "use backend 'auto'" in message
+
+
 def test_hash_is_identity_of_the_result_not_of_the_device():
     a = resolve({"lr": 1e-3}).to_dict()
     b = resolve({"lr": 1e-3, "device": "cpu", "threads": 2}).to_dict()

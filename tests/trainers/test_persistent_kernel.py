@@ -170,6 +170,31 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
         persistent.persistent_elman_rnn(xs, h0, w_in, w, b, "relu")
 
 
+def test_a_launch_past_the_cards_shared_memory_names_the_limit_and_the_fix(monkeypatch):
+    """The interpreter has no shared memory to run out of, so the backward's launch raises what Triton
+    raises on a card that cannot hold its program (an RTX 40xx at N = 128: 112 KB of 99 KB): the
+    trial's reason names the backend, the kernel, both sizes and the fix."""
+    from triton.runtime.errors import OutOfResources
+
+    class TooBig:
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                raise OutOfResources(114688, 101376, "shared memory")
+
+            return launch
+
+    monkeypatch.setattr(persistent, "_elman_backward", TooBig())
+    xs, h0, w_in, w, b = bundle(5, 1, 2, 2, 4, 1, torch.float32)
+    states = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, "relu")  # the forward fits
+    with pytest.raises(RuntimeError) as refused:
+        states[0].sum().backward()
+    assert str(refused.value) == (
+        "backend 'persistent': the Elman backward kernel at hidden 4 needs 114688 bytes of shared memory "
+        "a program, and this GPU has 101376 bytes: use backend 'auto' (the same recurrence, cuBLAS), or a "
+        "smaller hidden size"
+    )
+
+
 def test_an_unknown_nonlinearity_names_the_valid_ones():
     xs, h0, w_in, w, b = bundle(5, 1, 2, 2, 4, 1, torch.float32)
     with pytest.raises(ValueError, match="elu, relu, tanh"):

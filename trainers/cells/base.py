@@ -58,3 +58,8 @@ class Cell(nn.Module, metaclass=ABCMeta):
     def resolve(cls, config: Any, default_nonlinearity: str) -> Any:
         """Fill task-dependent defaults (e.g. the nonlinearity) into the config; identity by default."""
         return config
+
+    @classmethod
+    def check_hidden(cls, config: Any, hidden: int) -> None:
+        """Refuse (`trainers.params.ConfigError`) a hidden size N that the resolved `config` cannot train,
+        at config time rather than in the trial (e.g. a kernel that holds W on chip); any N by default."""

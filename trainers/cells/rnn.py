@@ -19,7 +19,7 @@ from torch import nn
 from trainers.cells.base import Cell
 from trainers.initializers import INITIALIZERS
 from trainers.kernels import elman_rnn
-from trainers.persistent import persistent_kernel
+from trainers.persistent import check_elman_hidden, persistent_kernel
 
 
 def recurrence(
@@ -72,6 +72,10 @@ class RNNCell(Cell):
         if config.nonlinearity is None:
             return dataclasses.replace(config, nonlinearity=default_nonlinearity)  # type: ignore[arg-type]
         return config
+
+    @classmethod
+    def check_hidden(cls, config: RNNConfig, hidden: int) -> None:
+        check_elman_hidden(config.backend, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]

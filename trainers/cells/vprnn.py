@@ -28,6 +28,7 @@ from torch import nn
 from trainers.cells.base import Cell
 from trainers.cells.rnn import recurrence
 from trainers.initializers import glorot_uniform
+from trainers.persistent import check_elman_hidden
 
 
 class Rotations(nn.Module):
@@ -101,6 +102,10 @@ class VPRNNCell(Cell):
         self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # W_in [N, d]
         self.rotations = Rotations(hidden_size, config.rotations, config.theta_bound, gen)  # U via θ [k, N/2]
         self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None
+
+    @classmethod
+    def check_hidden(cls, config: VPRNNConfig, hidden: int) -> None:
+        check_elman_hidden(config.backend, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h0 = x.new_zeros(x.shape[1], self.hidden_size)  # [B, N]
