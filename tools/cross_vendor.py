@@ -139,9 +139,10 @@ def collect() -> dict[str, Any]:
 def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
     """Side by side; 1 when a portable figure differs (or the torch versions do)."""
     bad = 0
-    print(f"{'':<44}{'A':<26}{'B':<26}")
+    w = max(map(len, (*a, *b))) + 2  # the label column: the longest key and a gap
+    print(f"{'':<{w}}{'A':<26}{'B':<26}")
     for key in ("torch", "cpu flags"):
-        print(f"{key:<44}{a.get(key)!s:<26}{b.get(key)!s:<26}")
+        print(f"{key:<{w}}{a.get(key)!s:<26}{b.get(key)!s:<26}")
     if a.get("torch") != b.get("torch"):
         print("the torch versions differ: the comparison needs the same torch on both machines")
         bad = 1
@@ -149,14 +150,14 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
         x, y = a.get(key), b.get(key)
         if not isinstance(x, dict) or "final_val_loss" not in x:
             if isinstance(x, bool) or isinstance(y, bool):
-                print(f"{key:<44}{x!s:<26}{y!s:<26}")
+                print(f"{key:<{w}}{x!s:<26}{y!s:<26}")
                 bad |= not (x and y)
             continue
         same = x == y or (x["final_val_loss"] == y["final_val_loss"] and x.get("digest") == y.get("digest"))
         portable = "native" not in key
         mark = "same" if same else ("DIFFERENT" if portable else "differ (native: allowed)")
         print(
-            f"{key:<44}{float.fromhex(x['final_val_loss'])!r:<26}{float.fromhex(y['final_val_loss'])!r:<26}{mark}"
+            f"{key:<{w}}{float.fromhex(x['final_val_loss'])!r:<26}{float.fromhex(y['final_val_loss'])!r:<26}{mark}"
         )
         bad |= portable and not same
     return bad
