@@ -69,7 +69,9 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
         torch.backends.cudnn.allow_tf32 = False
         fraction = gpu_memory_fraction()
         if fraction is not None:
-            torch.cuda.set_per_process_memory_fraction(fraction, device)
+            # by index: torch refuses a device without one ("cuda", what device "auto" gives), and None
+            # is the current device, which is the one a bare "cuda" computes on
+            torch.cuda.set_per_process_memory_fraction(fraction, device.index)
     if device.type == "cpu":
         torch.set_flush_denormal(True)
         keep_freed_memory()

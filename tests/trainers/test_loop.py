@@ -168,6 +168,31 @@ def test_a_gpu_process_computes_float32_as_ieee_float32():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
+@pytest.mark.parametrize(("device", "index"), [("cuda", None), ("cuda:1", 1)])
+def test_a_gpus_memory_fraction_reaches_torch_for_a_device_with_or_without_an_index(monkeypatch, device, index):
+    """Device `auto` gives `cuda`, without an index, and torch's `set_per_process_memory_fraction` refuses
+    a device without one (ValueError, before it touches the card): every trainer process on a GPU with
+    $MEMSWEEP_GPU_MEMORY_FRACTION set failed so (the device script's first study, read before a card
+    ran it). torch's own argument check runs here; only the call into the driver is left out."""
+    from torch.cuda._utils import _get_device_index
+
+    from trainers.runtime import GPU_MEMORY_FRACTION
+
+    got = []
+
+    def set_fraction(fraction, device=None):
+        got.append((fraction, None if device is None else _get_device_index(device)))
+
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", set_fraction)
+    monkeypatch.setenv(GPU_MEMORY_FRACTION, "0.25")
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        configure_process(torch.device(device), torch.get_num_threads(), default_mode())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    assert got == [(0.25, index)]
+
+
 def test_a_gpus_memory_fraction_is_a_fraction_or_refused_naming_the_variable(monkeypatch):
     from trainers.runtime import GPU_MEMORY_FRACTION, gpu_memory_fraction
 
