@@ -29,8 +29,8 @@ def test_the_device_script_runs_its_study_on_the_cpu_and_every_check_holds(tmp_p
     for name in (
         "the probe measured a unit's memory on the device",
         "the grid packs into two bundles that share the device",
-        "main: every trial done",
-        "main: one FINISHED MLflow child run per trial",
+        "main: every trial finished with a result",
+        "main: one MLflow child run per trial, in its trial's status",
         "a Ray worker SIGKILLed mid-bundle: its trials ran again, recorded once",
         "the success table and the best configurations over REST",
     ):
