@@ -36,6 +36,7 @@ Exit status 0 when every check holds. The whole run is sized for one device call
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -198,6 +199,14 @@ def trial_checks(label: str, trials: list[dict[str, Any]], runs: list[Any], devi
     return checks
 
 
+def stop_local_mlflow(home: Path) -> None:
+    """The run's MLflow server outlives `memsweep serve` by design (its UI stays up to browse); the run
+    stops its own (a session of its own, `service.tracking.server`), so that nothing of the run holds
+    the machine's cores through the next step."""
+    with contextlib.suppress(OSError, ValueError):
+        os.killpg(int((home / "mlflow" / "mlflow-server.pid").read_text()), signal.SIGTERM)
+
+
 def run(args: argparse.Namespace, checks: list[Check]) -> None:
     """The run, its checks appended to `checks` as they are made (what was made stays when it stops)."""
     from service.cli.servers import LocalServer, free_port
@@ -343,6 +352,7 @@ def run(args: argparse.Namespace, checks: list[Check]) -> None:
         checks.append(Check("the run went to its end", False, f"{type(exc).__name__}: {exc}"[:400]))
     finally:
         server.stop()
+        stop_local_mlflow(home)
     checks.append(Check("the whole run", True, f"{time.monotonic() - began:,.0f} s"))
 
 
