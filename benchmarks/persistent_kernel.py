@@ -48,8 +48,9 @@ member 0's losses against its K = 1 run (persistent, torch.equal). A step the gr
 row saying why (`GraphUnsupported`).
 
 TF32 is off (torch's matmul and cuDNN flags), as training runs. The script keeps itself under
---budget-s (default 330 s on CUDA) and skips a bundle whose predicted cost (from the last one timed,
-in proportion to K) does not fit, saying so in the table. The whole-step section has STEP_SHARE (45 %)
+--budget-s (default 330 s on CUDA) and skips a bundle whose predicted cost (from the last one timed:
+on a GPU flat up to FLAT_UP_TO members and in proportion beyond, on the CPU in proportion; a check only
+one K runs left out) does not fit, saying so in the table. The whole-step section has STEP_SHARE (45 %)
 of the budget and what the sections before it leave, shared by its four shapes. What it does not do:
 the whole `train_fused` loop with its evaluations and bookkeeping (its step is timed; the loop's
 overhead around it is the same for both backends: `benchmarks/gpu_check` measures it), registers /
@@ -391,11 +392,26 @@ class StepShape:
     task: dict[str, Any]
 
 
-def over_budget(last_cost: tuple[int, float] | None, K: int, deadline: float) -> str | None:
-    """Why a bundle of K is skipped (its cost predicted from the last one timed, in proportion to K), or None."""
+#: on a GPU a bundle's step costs about the same from one member to about this many and grows in
+#: proportion beyond (docs/gpu.md's graphed steps, K = 64 → 594: ×3.9 addition-750, ×5.1 copy-500, ×3.2
+#: psMNIST, where K would say ×9.3); on the CPU a bundle's cost is in proportion to K from one member
+FLAT_UP_TO = {"cuda": 128, "cpu": 1}
+
+
+def predicted_cost(last_cost: tuple[int, float], K: int, flat_up_to: int) -> float:
+    """Seconds a bundle of K should take, from the last one timed (K, seconds): flat up to `flat_up_to`
+    members, in proportion beyond, never less than the last."""
+    last_k, seconds = last_cost
+    return seconds * max(1.0, max(K, flat_up_to) / max(last_k, flat_up_to))
+
+
+def over_budget(
+    last_cost: tuple[int, float] | None, K: int, deadline: float, flat_up_to: int = 1
+) -> str | None:
+    """Why a bundle of K is skipped (its cost predicted from the last one timed), or None."""
     if last_cost is None:
         return None
-    predicted = last_cost[1] * max(1.0, K / last_cost[0])
+    predicted = predicted_cost(last_cost, K, flat_up_to)
     left = deadline - time.perf_counter()
     return f"predicted {predicted:.0f} s, {left:.0f} s left" if predicted > left else None
 
@@ -426,7 +442,7 @@ def budgeted_rows(
         for K in ks:
             row: dict[str, Any] = {"shape": shape.name, "K": K}
             rows.append(row)
-            skip = over_budget(last_cost, K, deadline)
+            skip = over_budget(last_cost, K, deadline, FLAT_UP_TO.get(device.type, 1))
             if skip:
                 row["skipped"] = skip
                 print(f"{shape.name} K={K}: skipped ({skip})")
@@ -437,7 +453,8 @@ def budgeted_rows(
             except Exception as e:  # one bundle's failure is a row
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
             row["wall_s"] = round(time.perf_counter() - t0, 2)
-            last_cost = (K, row["wall_s"])
+            # a check that only some K run (the deviation's SGD steps) is not a cost a larger K repeats
+            last_cost = (K, row["wall_s"] - row.get("check_wall_s", 0.0))
             print(json.dumps(row), flush=True)
             free(device)
     return rows
@@ -501,7 +518,9 @@ def main() -> None:
         row["kernels_ms"] = timed(run, reps, device)
         del run
         if dev_k == K:  # the largest K ≤ DEV_MAX_K
+            t0 = time.perf_counter()
             row["dev_steps"] = deviation(shape, K, device, pk, kernels, dev_steps)
+            row["check_wall_s"] = round(time.perf_counter() - t0, 2)
 
     rows = budgeted_rows(shapes, ks, started, share, device, measure)
     shift_rows = time_shift(QUICK_SHIFT_SHAPES if args.quick else SHIFT_SHAPES, ks, reps, device, pk,

@@ -169,7 +169,9 @@ def test_a_gpu_process_computes_float32_as_ieee_float32():
 
 
 @pytest.mark.parametrize(("device", "index"), [("cuda", None), ("cuda:1", 1)])
-def test_a_gpus_memory_fraction_reaches_torch_for_a_device_with_or_without_an_index(monkeypatch, device, index):
+def test_a_gpus_memory_fraction_reaches_torch_for_a_device_with_or_without_an_index(
+    monkeypatch, device, index
+):
     """Device `auto` gives `cuda`, without an index, and torch's `set_per_process_memory_fraction` refuses
     a device without one (ValueError, before it touches the card): every trainer process on a GPU with
     $MEMSWEEP_GPU_MEMORY_FRACTION set failed so (the device script's first study, read before a card

@@ -210,6 +210,22 @@ def test_importing_the_trainers_imports_no_triton():
     assert out.strip() == "False"
 
 
+def test_the_device_benchmarks_budget_predicts_a_gpu_bundle_flat_then_in_proportion():
+    """A row is skipped when its predicted cost does not fit what is left. In proportion to K, K = 1's
+    row (Triton's compiles included) predicted K = 64 at 64 times it, so a card would have skipped
+    every large bundle of the whole-step section, the issue's target; on a GPU the prediction is flat
+    up to FLAT_UP_TO members and in proportion beyond (docs/gpu.md: K = 64 → 594 costs 3.2-5.1 times)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.persistent_kernel import FLAT_UP_TO, predicted_cost
+
+    gpu, cpu = FLAT_UP_TO["cuda"], FLAT_UP_TO["cpu"]
+    assert predicted_cost((1, 10.0), 64, gpu) == 10.0  # launch-bound: 64 members cost what one does
+    assert predicted_cost((64, 4.0), 594, gpu) == pytest.approx(4.0 * 594 / 128)
+    assert predicted_cost((462, 9.0), 594, gpu) == pytest.approx(9.0 * 594 / 462)
+    assert predicted_cost((594, 9.0), 64, gpu) == 9.0  # never less than the last
+    assert predicted_cost((1, 2.0), 3, cpu) == 6.0  # on the CPU in proportion from one member
+
+
 def test_the_device_benchmark_runs_on_the_cpu(tmp_path):
     """`benchmarks/persistent_kernel.py --device cpu --quick`: every bundle timed, its members equal to
     their K = 1 runs, its deviation from the scan small, SRNN's shift kernel equal to its scan, the
