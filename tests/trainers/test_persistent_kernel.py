@@ -215,7 +215,6 @@ def test_the_device_benchmarks_budget_predicts_a_gpu_bundle_flat_then_in_proport
     row (Triton's compiles included) predicted K = 64 at 64 times it, so a card would have skipped
     every large bundle of the whole-step section, the issue's target; on a GPU the prediction is flat
     up to FLAT_UP_TO members and in proportion beyond (docs/gpu.md: K = 64 → 594 costs 3.2-5.1 times)."""
-    sys.path.insert(0, str(ROOT))
     from benchmarks.persistent_kernel import FLAT_UP_TO, predicted_cost
 
     gpu, cpu = FLAT_UP_TO["cuda"], FLAT_UP_TO["cpu"]
