@@ -63,7 +63,13 @@ def check_docker() -> None:
 
 
 def image_exists(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+    return image_id(name) is not None
+
+
+def image_id(name: str) -> str | None:
+    """The image's id, None where there is no such image."""
+    done = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def is_standin(name: str) -> bool:
@@ -156,7 +162,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
     check_docker()
     keep = os.environ.get("MEMSWEEP_COMPOSE_KEEP") == "1"
     bases_before = {name for name in BASE_IMAGES if image_exists(name)}
-    image_before = image_exists(IMAGE)
+    image_before = image_id(IMAGE)
     variables = {name: secrets.token_hex(16) for name in SECRETS}
     variables |= {name: str(free_port("127.0.0.1")) for name in PORTS}
     variables["MEMSWEEP_IMAGE"] = IMAGE
@@ -178,6 +184,10 @@ def running_stack(root: Path) -> Iterator[Stack]:
     finally:
         stack.compose("down", "--volumes", "--remove-orphans", "--timeout", "20", check=False)
         made = [] if keep else [IMAGE] if not image_before else []
+        if image_before and image_id(IMAGE) != image_before:
+            # the build moved the tag: the image it was on is now untagged (7 GB), and nothing else
+            # removes it (three such filled this machine's disk and failed CI's set-up)
+            made.append(image_before)
         made += [
             b for b in BASE_IMAGES if not keep and b not in bases_before and image_exists(b) and is_standin(b)
         ]
