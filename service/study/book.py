@@ -79,7 +79,10 @@ class TrialBook:
         if self.sampled:
             self.ledger.add_trials(self.study_id, unit.members)
         todo = set()
+        training = set().union(*self.open.values())  # members other executor trials have open
         for m in unit.members:
+            if m.config_hash in training:  # another unit trains it: this one's reports of it are ignored
+                continue
             row_id = self.ledger.start_trial(self.study_id, m.config_hash)
             if row_id is None:  # finished already (resume, reuse)
                 continue
@@ -91,9 +94,10 @@ class TrialBook:
         self.open[run] = todo
 
     def reported(self, run: str, events: Iterable[Event]) -> None:
+        mine = self.open.get(run, set())
         for event in events:
             key = event.config_hash
-            if key not in self.ids:
+            if key not in mine:  # finished before this unit started, or trained by another unit
                 continue
             if isinstance(event, Evaluated):
                 self.history[key].append(event.evaluation)

@@ -241,7 +241,7 @@ class Engine:
             if remaining > 0:
                 known = partial(self.ledger.finished_objectives, study.id)
                 draws = sampling(spec, space, finished, math.ceil(remaining / len(space.seeds)), known)
-                self.executor.run(replace(request, sampling=draws), book)
+                self._execute(replace(request, sampling=draws), book)
         ran: list[list[str]] = []
         measured = None
         for _ in range(attempts):
@@ -268,12 +268,24 @@ class Engine:
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.expect(todo)
             book.begin_round()
-            self.executor.run(replace(request, units=units), book)
+            self._execute(replace(request, units=units), book)
             ran += [[m.config_hash for m in u.members] for u in units]
             if not book.requeued:
                 return ran
             log.warning("study %s: %d trials were interrupted; they run again", study.id, book.requeued)
         return ran
+
+    def _execute(self, request: RunRequest, book: TrialBook) -> None:
+        """The executor's run of a round; when it raises (a ledger outage past its patience inside a
+        callback, Ray's own failure), the members it left running are closed as interrupted with the
+        reason, pending again for the study's resume, before the study fails: not left `running`
+        without one."""
+        try:
+            self.executor.run(request, book)
+        except BaseException as exc:
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            book.close_unfinished(f"the study's run stopped ({type(exc).__name__}: {first})")
+            raise
 
     def sync_tracking(self, study_id: str) -> dict[str, Any]:
         """Rebuild the study's MLflow runs from the ledger, the source of truth: the parent run (made

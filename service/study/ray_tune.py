@@ -116,7 +116,8 @@ class UnitSearcher(Searcher):
         self.draws = Draws(sampling)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        return {"unit": self.draws.ask(trial_id)}
+        unit = self.draws.ask(trial_id)
+        return None if unit is None else {"unit": unit}  # None: Tune asks again later
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False

@@ -286,7 +286,14 @@ class Draws:
     """A sampling's points, one unit at a time, with Optuna's ask and tell: `ask(key)` draws the point
     of an executor trial `key`, `tell(key, objective)` gives back its objective once the unit ended
     (None: it failed, and the sampler learns nothing from it). The finished points are the sampler's
-    history before its first draw."""
+    history before its first draw.
+
+    A sampler may draw a point again (a discrete space: Optuna's samplers do not avoid repeats). Met
+    again finished, its members are counted, not trained (`Sampling.unit`). Met again while a unit
+    still trains it, it is *parked*: `ask` answers None (Ray Tune asks again later) and draws nothing
+    more until that unit has ended, then hands the parked point out, counted from the ledger where
+    it finished. So no member ever trains in two units at once, and the sampler gets every point it
+    asked for; the price is fewer units at once while a repeat waits (a nearly exhausted space)."""
 
     def __init__(self, sampling: Sampling) -> None:
         import optuna
@@ -303,15 +310,33 @@ class Draws:
                 continue
             self.study.add_trial(past)
         self.asked: dict[str, Any] = {}
+        self.training: dict[str, frozenset[str]] = {}  # executor trial → the members its unit trains
+        #: a repeat of a point in training: its Optuna trial, its point, the executor trials it waits for
+        self.parked: tuple[Any, tuple[str, dict[str, Any]], set[str]] | None = None
 
-    def ask(self, key: str) -> Unit:
-        trial = self.study.ask()
-        self.asked[key] = trial
-        return self.sampling.unit(*suggest(trial, self.models))
+    def ask(self, key: str) -> Unit | None:
+        """The unit of executor trial `key`, or None while the point drawn is being trained by another."""
+        if self.parked is not None:
+            trial, point, waits_for = self.parked
+            if waits_for & self.training.keys():
+                return None
+        else:
+            trial = self.study.ask()
+            point = suggest(trial, self.models)
+        unit = self.sampling.unit(*point)  # its members finished by now are counted, not trained
+        members = frozenset(m.config_hash for m in unit.members if m.config_hash not in unit.known)
+        waits_for = {other for other, trains in self.training.items() if members & trains}
+        if waits_for:
+            self.parked = (trial, point, waits_for)
+            return None
+        self.parked = None
+        self.asked[key], self.training[key] = trial, members
+        return unit
 
     def tell(self, key: str, objective: float | None) -> None:
         from optuna.trial import TrialState
 
+        self.training.pop(key, None)
         trial = self.asked.pop(key, None)
         if trial is None:
             return

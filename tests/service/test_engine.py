@@ -255,6 +255,29 @@ def test_tpe_study_runs_through_optuna_search(engine):
     assert len(again) == 8 and all(t.status == "done" and t.runs == 1 for t in again)
 
 
+def test_a_point_drawn_again_while_it_trains_runs_once_under_ray(engine):
+    """Ray Tune asks for two units at once, and this seeded sampler draws the same point for both (a
+    discrete space: Optuna's samplers repeat): the second waits for the first and is then counted from
+    the ledger. Before, both trained it at once: its row started twice, and the later unit's reports
+    crashed the driver's book or overwrote the result."""
+    spec = StudySpec.model_validate(
+        {
+            "space": {"dims": {"init": ["chain", "orthogonal"]}},
+            "base": {**TINY, "steps": 400, "eval_every": 100},  # long enough to overlap
+            "seeds": [1],
+            "sampler": "random",
+            "sampler_seed": 1,  # draws orthogonal, orthogonal, chain, …
+            "max_trials": 5,
+            "concurrency": 2,
+        }
+    )
+    study = engine.create_study(spec)
+    assert engine.run_study(study.id)["state"] == "done"
+    trials = engine.ledger.trials(study.id)
+    assert sorted(t.params["init"] for t in trials) == ["chain", "orthogonal"]
+    assert all(t.status == "done" and t.runs == 1 for t in trials)
+
+
 def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "service.cli.commands", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)  # fmt: skip

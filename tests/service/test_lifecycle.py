@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
+import trainers
 from service.core.settings import Settings
 from service.core.spec import StudySpec
-from service.core.trial import Unit
+from service.core.trial import Finished, Unit
 from service.study.book import TrialBook
 from service.study.engine import Engine
 from service.study.executor import RunRequest
@@ -387,3 +388,101 @@ def test_a_sampled_point_whose_worker_dies_runs_again_in_the_next_round(make_eng
     # the round after the draws: the members of the unit that died, and only they
     assert sorted(h for u in ex.rounds[1] for h in u) == sorted(ex.rounds[0][0])
     assert sorted(t.runs for t in trials) == ([1, 1, 2, 2] if when == "mid-unit" else [1, 1, 1, 1])
+
+
+def test_a_point_drawn_again_while_it_trains_waits_for_it_then_is_counted_not_trained(
+    make_engine: Any,
+) -> None:
+    """A sampler may draw a point again (here the only one there is) while a unit still trains it, as
+    Ray Tune asks for several units at once: that draw waits (`ask` answers None, Tune asks again
+    later, nothing more is drawn meanwhile), and once the unit ended it is handed out with its members
+    counted from the ledger. Before, both units trained the point at once."""
+    engine, _, _ = make_engine()
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"init": ["chain"]}}, "base": TINY, "seeds": [1, 2], "sampler": "random",
+         "sampler_seed": 1, "max_trials": 4}
+    )  # fmt: skip
+    finished: dict[str, float] = {}
+    draws = Draws(
+        sampling(
+            spec, engine.space(spec), [], 2, lambda hashes: {h: finished[h] for h in hashes if h in finished}
+        )
+    )
+    first = draws.ask("a")
+    assert first is not None and len(first.members) == 2 and not first.known
+    assert draws.ask("b") is None and draws.ask("b") is None  # the same point, still training under "a"
+    assert len(draws.study.trials) == 2  # one draw waits: no more are taken while it does
+    finished.update({m.config_hash: 0.25 for m in first.members})
+    draws.tell("a", 0.25)
+    again = draws.ask("b")
+    assert again is not None and [m.config_hash for m in again.members] == [
+        m.config_hash for m in first.members
+    ]
+    assert dict(again.known) == finished  # counted, not trained
+    assert len(draws.study.trials) == 2
+
+
+class Recorded:
+    """The recorder's part that matters here: results into the ledger."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def started(self, trial_id: int, spec: Any) -> None:
+        pass
+
+    def evaluated(self, trial_id: int, config_hash: str, evaluation: trainers.Evaluation) -> None:
+        pass
+
+    def finished(self, trial_id: int, result: trainers.TrialResult) -> None:
+        self.engine.ledger.finish_trial(trial_id, result)
+
+
+def test_a_member_open_in_one_unit_is_neither_started_nor_recorded_by_another(make_engine: Any) -> None:
+    """Two executor trials holding the same member (a repeat drawn in a race): the second neither starts
+    it again nor records what it reports of it, and its end closes nothing of the first's. Before, the
+    member's row was started twice and the later unit's report (or its cancel) overwrote the result."""
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    row = engine.ledger.trials(study.id)[0]
+    member = row.spec()
+    book = TrialBook(engine.ledger, study.id, Recorded(engine), threading.Event(), sampled=False)
+    book.started("a", Unit((member,)))
+    book.started("b", Unit((member,)))
+    assert book.open == {"a": {member.config_hash}, "b": set()}
+    ours = trainers.TrialResult(final_val_loss=0.125, baseline_loss=1.0, steps=10)
+    theirs = trainers.TrialResult(final_val_loss=0.5, baseline_loss=1.0, steps=10)
+    book.reported("b", [Finished(member.config_hash, theirs)])
+    book.reported("a", [Finished(member.config_hash, ours)])
+    book.ended("b")
+    book.ended("a")
+    after = engine.ledger.trial(row.id)
+    assert (after.status, after.runs, after.final_val_loss) == ("done", 1, 0.125)
+
+
+class RaisesMidUnit(InProcess):
+    """An executor whose run raises while a unit's members are open (a ledger outage past its patience in
+    a Ray callback, Ray's own failure)."""
+
+    def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
+        book.started(run, unit)
+        raise RuntimeError("the ledger did not answer")
+
+
+def test_a_run_that_raises_leaves_its_open_members_pending_with_the_reason(tmp_path: Path) -> None:
+    """The study fails, and the members its run left open are interrupted with the reason (pending again,
+    for its resume), not left `running` without one."""
+    settings = Settings(home=tmp_path, mlflow_tracking_uri="memory://lifecycle", trial_attempts=2)
+    engine = Engine(settings, executor=RaisesMidUnit(), tracker=MemoryTracker)  # type: ignore[arg-type]
+    study = engine.create_study(grid())
+    with pytest.raises(RuntimeError, match="the ledger did not answer"):
+        engine.run_study(study.id)
+    trials = engine.ledger.trials(study.id)
+    opened = [t for t in trials if t.runs == 1]
+    assert engine.ledger.get_study(study.id).state == "failed" and opened
+    assert {t.status for t in opened} == {"pending"}
+    assert all(
+        "the study's run stopped (RuntimeError: the ledger did not answer)" in (t.reason or "")
+        for t in opened
+    )
+    assert {t.status for t in trials if t.runs == 0} == {"pending"}
