@@ -3,9 +3,11 @@ planned, run and costed here (`run_planned`: its plan of what is left, kept in t
 engine's run; what the run took, beside the plan), on a small pool of threads, one study each.
 
 The ledger stays the source of truth; the runner only knows which studies this process has queued or
-is running, and how fast each one goes (for the ETA). On start it resumes every study the ledger holds
-as pending or running (a crash leaves them so); on shutdown it stops the Tune runs and leaves those
-studies pending, so the next start resumes them. Ray and MLflow are brought up once, before the first
+is running, and how fast each one goes (for the ETA). A run claims its study first (one process runs a
+study at a time: `service.study.claim`). On start it resumes every study the ledger holds as pending or
+running (a crash leaves them so) that no other live process runs, and those later, once their process
+is gone; on shutdown it stops the Tune runs and leaves those studies pending, so the next start
+resumes them. Ray and MLflow are brought up once, before the first
 study, by `prepare` (two studies must not race to start them).
 
 The embedded Ray is started, and later shut down, by one thread that lives as long as the runner: Ray
@@ -26,6 +28,7 @@ from typing import Any
 
 from service.core.states import FINISHED, RESUMABLE
 from service.planning.record import plan_run, record_actual
+from service.study.claim import StudyBusyError, StudyClaim, gone
 from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -93,6 +96,8 @@ class StudyRunner:
         self._ray_stop = threading.Event()
         self._ray_error: str | None = None
         self._repair_stop = threading.Event()
+        #: studies this process did not run because another runs them (`StudyClaim`): why
+        self.refused: dict[str, str] = {}
         self._mlflow_retry_at = 0.0  # monotonic time before which a dead local MLflow is not started again
         self._mlflow_backoff = 0.0
 
@@ -111,8 +116,9 @@ class StudyRunner:
         return resumed
 
     def _repair_tracking(self) -> None:
-        """Every `mlflow_repair_interval` seconds: the local MLflow server this home runs on, when no
-        tracking URI is configured, is started again if it died (`_keep_local_mlflow`); and studies
+        """Every `mlflow_repair_interval` seconds: studies another process ran when this one started are
+        resumed once that process is gone (`_resume_orphans`); the local MLflow server this home runs
+        on, when no tracking URI is configured, is started again if it died (`_keep_local_mlflow`); and studies
         whose MLflow writes failed (MLflow was down) get their runs rebuilt from the ledger once MLflow
         answers again (`Engine.sync_tracking`)."""
         from service.tracking.server import server_healthy
@@ -120,6 +126,7 @@ class StudyRunner:
         interval = self.engine.settings.mlflow_repair_interval
         while not self._repair_stop.wait(interval):
             try:
+                self._resume_orphans()
                 self._keep_local_mlflow()
                 stale = [
                     s.id
@@ -134,6 +141,19 @@ class StudyRunner:
                         self.engine.sync_tracking(study_id)
             except Exception:  # a repair that fails is tried again later
                 log.exception("MLflow repair failed; trying again in %d s", interval)
+
+    def _resume_orphans(self) -> None:
+        """Studies this process found run by another (`refused`), resumed here once that process is gone
+        without letting them go (it crashed: a host it ran on lost); a study its process let go (a
+        Ctrl-C) or ended is not this process's to run."""
+        for study_id in list(self.refused):
+            study = self.engine.ledger.get_study(study_id)
+            if study is None or study.state not in RESUMABLE or study.owner is None:
+                self.refused.pop(study_id, None)
+            elif gone(study.owner, study.owner_beat):
+                log.info("study %s: the process that ran it (%s) is gone; resuming it", study_id, study.owner)
+                self.refused.pop(study_id, None)
+                self.submit(study_id)
 
     def _keep_local_mlflow(self) -> None:
         """Start the local MLflow server again when it no longer answers (issue 35: a dead one stayed
@@ -313,17 +333,21 @@ class StudyRunner:
     def _run(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger
         try:
-            self.prepare()
-            if a.cancel.is_set():
-                ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
-                return
+            with StudyClaim(ledger, study_id):  # one process runs a study at a time
+                self.prepare()
+                if a.cancel.is_set():
+                    ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
+                    return
 
-            def started() -> None:
-                c = ledger.counts(study_id)
-                with self._lock:
-                    a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
+                def started() -> None:
+                    c = ledger.counts(study_id)
+                    with self._lock:
+                        a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
 
-            a.summary = run_planned(self.engine, study_id, a.cancel, started)
+                a.summary = run_planned(self.engine, study_id, a.cancel, started)
+        except StudyBusyError as exc:  # another process runs it: nothing here touches it
+            log.warning("%s", exc)
+            self.refused[study_id] = str(exc)
         except Exception as exc:
             log.exception("study %s failed", study_id)
             study = ledger.get_study(study_id)

@@ -114,6 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         show_progress(runner, study.id, quiet=args.json)
     finally:  # Ctrl-C included: the study stops and stays resumable (`--study ID`)
         runner.shutdown()
+    if study.id in runner.refused:
+        raise SystemExit(f"error: {runner.refused[study.id]}")
     row = engine.ledger.get_study(study.id)
     if row is None or row.state == "failed" or runner.prepare_error:
         why = (row.error if row is not None else None) or runner.prepare_error

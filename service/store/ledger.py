@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from sqlalchemy import (
     delete,
     func,
     select,
+    update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
@@ -113,10 +115,14 @@ class Ledger:
 
     # ----- studies ---------------------------------------------------------------------------------
     @outlasting
-    def create_study(self, name: str, spec: dict[str, Any]) -> Study:
+    def create_study(self, name: str, spec: dict[str, Any], trials: Sequence[TrialSpec] = ()) -> Study:
+        """A new study with its trials, in one transaction: never a study without the trials it holds
+        (which a resume would have ended `done` with nothing run)."""
         study = Study(id=uuid.uuid4().hex[:12], name=name, spec=spec, state="pending")
         with self.session() as s:
             s.add(study)
+            s.flush()  # the row before its trials' foreign keys
+            self._add_trials(s, study.id, trials)
         return study
 
     @outlasting
@@ -179,37 +185,83 @@ class Ledger:
     def update_study(self, study_id: str, **fields: Any) -> None:
         self._update(Study, study_id, fields)
 
+    @outlasting
+    def claim_study(
+        self, study_id: str, owner: str, gone: Callable[[str, float | None], bool]
+    ) -> tuple[str, float | None] | None:
+        """Make `owner` the process that runs the study when it has none, has `owner` already, or
+        `gone(owner, beat)` says the one it has no longer runs (`service.study.claim`). None when
+        claimed, else (the owner that holds it, its last beat). Compare-and-set: of two processes
+        claiming at once, one wins; a retry after a lost commit finds itself the owner."""
+        with self.session() as s:
+            current, beat = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
+            if current not in (None, owner) and not gone(current, beat):
+                return current, beat
+            held = Study.owner.is_(None) if current is None else Study.owner == current
+            claimed = s.connection().execute(  # Core: its rowcount
+                update(Study).where(Study.id == study_id, held).values(owner=owner, owner_beat=time.time())
+            )
+            if claimed.rowcount == 1:
+                return None
+            row = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
+            return row.owner, row.owner_beat
+
+    @outlasting
+    def beat_study(self, study_id: str, owner: str) -> bool:
+        """`owner` still runs the study; False when it no longer holds it (another process took it)."""
+        with self.session() as s:
+            beat = (
+                update(Study)
+                .where(Study.id == study_id, Study.owner == owner)
+                .values(owner_beat=time.time(), updated_at=Study.updated_at)  # a beat is no change
+            )
+            return s.connection().execute(beat).rowcount == 1
+
+    @outlasting
+    def release_study(self, study_id: str, owner: str) -> None:
+        """`owner` no longer runs the study (when it still holds it)."""
+        with self.session() as s:
+            s.connection().execute(
+                update(Study)
+                .where(Study.id == study_id, Study.owner == owner)
+                .values(owner=None, owner_beat=None, updated_at=Study.updated_at)
+            )
+
     # ----- trials ----------------------------------------------------------------------------------
     @outlasting
     def add_trials(self, study_id: str, trials: Sequence[TrialSpec]) -> int:
         """Insert trials whose hash the study doesn't hold yet; reuse finished results of other
         studies. Returns how many were added."""
-        added = 0
         with self.session() as s:
-            have = set(s.scalars(select(Trial.config_hash).where(Trial.study_id == study_id)))
-            hashes = [t.config_hash for t in trials if t.config_hash not in have]
-            reusable: dict[str, Trial] = {}
-            for chunk in _chunks(hashes, 500):
-                for t in s.scalars(_reusable(select(Trial), chunk)):
-                    reusable.setdefault(t.config_hash, t)
-            for spec in trials:
-                if spec.config_hash in have:
-                    continue
-                have.add(spec.config_hash)
-                trial = Trial(
-                    study_id=study_id,
-                    config_hash=spec.config_hash,
-                    model=spec.model,
-                    params=dict(spec.params),
-                    config=spec.config,
-                )
-                prior = reusable.get(spec.config_hash)
-                if prior is not None:
-                    for f in (*RECORDED_FIELDS, "matrices"):
-                        setattr(trial, f, getattr(prior, f))
-                    trial.reused_from = prior.id
-                s.add(trial)
-                added += 1
+            return self._add_trials(s, study_id, trials)
+
+    @staticmethod
+    def _add_trials(s: Session, study_id: str, trials: Sequence[TrialSpec]) -> int:
+        added = 0
+        have = set(s.scalars(select(Trial.config_hash).where(Trial.study_id == study_id)))
+        hashes = [t.config_hash for t in trials if t.config_hash not in have]
+        reusable: dict[str, Trial] = {}
+        for chunk in _chunks(hashes, 500):
+            for t in s.scalars(_reusable(select(Trial), chunk)):
+                reusable.setdefault(t.config_hash, t)
+        for spec in trials:
+            if spec.config_hash in have:
+                continue
+            have.add(spec.config_hash)
+            trial = Trial(
+                study_id=study_id,
+                config_hash=spec.config_hash,
+                model=spec.model,
+                params=dict(spec.params),
+                config=spec.config,
+            )
+            prior = reusable.get(spec.config_hash)
+            if prior is not None:
+                for f in (*RECORDED_FIELDS, "matrices"):
+                    setattr(trial, f, getattr(prior, f))
+                trial.reused_from = prior.id
+            s.add(trial)
+            added += 1
         return added
 
     @outlasting

@@ -56,6 +56,9 @@ class Study(Base):
     )  # estimated cost, and what it took
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, onupdate=now)
+    # the process that runs it (`service.study.claim`): who, and when it last said it still does
+    owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    owner_beat: Mapped[float | None] = mapped_column(Float, default=None)  # Unix time
 
     def validated_spec(self) -> StudySpec:
         """The study's spec (the `spec` column holds its JSON), validated once for this row."""

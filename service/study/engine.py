@@ -101,9 +101,7 @@ class Engine:
         space = self.space(spec)
         admit_plugins(space, nodes)
         trials = study_trials(spec, space)
-        study = self.ledger.create_study(spec.name or space.name, spec.model_dump(mode="json"))
-        self.ledger.add_trials(study.id, trials)
-        return study
+        return self.ledger.create_study(spec.name or space.name, spec.model_dump(mode="json"), trials)
 
     def extend_study(self, study_id: str, spec: StudySpec, nodes: NodePlugins | None = None) -> int:
         """Replace the study's spec with a larger one; only points not yet in the ledger are added.

@@ -68,7 +68,9 @@ def image_exists(name: str) -> bool:
 
 def image_id(name: str) -> str | None:
     """The image's id, None where there is no such image."""
-    done = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name], capture_output=True, text=True)
+    done = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Id}}", name], capture_output=True, text=True
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 

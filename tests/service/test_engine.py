@@ -300,6 +300,7 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str
     ledger = None
     deadline = time.monotonic() + 240
     done_before: dict[str, float] = {}
+    refused = ""
     while time.monotonic() < deadline:
         time.sleep(0.5)
         db = tmp_path / "home" / "ledger.db"
@@ -308,12 +309,21 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path, mlflow_uri: str
         if ledger is None or not ledger.list_studies():
             continue
         study_id = ledger.list_studies()[0].id
+        if not refused and ledger.study(study_id).owner is not None:
+            # a second run of the running study is refused, naming the process that runs it, before it
+            # starts anything (before, it ran the study's trials again beside the first)
+            second = memsweep("run", "--study", study_id, "--json", env=env)
+            out, err = second.communicate(timeout=120)
+            refused = err
+            assert second.returncode == 1 and "is being run by another process" in err, err[-3000:]
+            assert f"/{proc.pid}/" in err  # the first run's process, by host, pid and start time
         if ledger.counts(study_id)["done"] >= 3:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and its embedded Ray, mid-study
             proc.wait()
             done_before = {t.config_hash: t.final_val_loss for t in ledger.trials(study_id, ["done"])}
             break
     assert done_before, "the study never got three trials done"
+    assert refused, "the study was never seen claimed by its run"
     assert ledger.counts(study_id)["total"] == 12 > len(done_before)
     resumed = memsweep("run", "--study", study_id, "--json", env=env)
     out, err = resumed.communicate(timeout=600)

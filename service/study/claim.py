@@ -1,0 +1,110 @@
+"""Which process runs a study: one at a time.
+
+A server resumes every study its ledger holds as pending or running (a crash leaves them so), and
+`memsweep run` runs one in its own process, on the same ledger as a server may be: without a claim, a
+server started beside a running `memsweep run` would have run the same study again, each process
+training the same trials and overwriting the other's results. So a process *claims* a study before
+it plans or runs it (`StudyClaim`), says every `BEAT_SECONDS` that it still runs it, and lets it go
+when the run ends. A claim is taken from its owner only when that owner is gone:
+
+- on this host, when the owner's process no longer exists (its pid gone, or taken by a process that
+  started at another time: `/proc/PID/stat`), at once: a killed `memsweep run` or a restarted server
+  (a container restarted keeps its host name) resumes without waiting;
+- elsewhere (another host or container), when it has not beaten for `LEASE_SECONDS`.
+
+Refused, a run starts nothing and says which process holds the study and since when it last beat.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from types import TracebackType
+
+from service.store.ledger import Ledger
+
+log = logging.getLogger(__name__)
+
+#: seconds without a beat after which a claim held from another host is taken over
+LEASE_SECONDS = 60.0
+#: seconds between two beats of a running study's owner
+BEAT_SECONDS = 15.0
+
+
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, from /proc), or None: no such process, or
+    no /proc (then only the lease tells)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the command name may hold spaces and ")"
+
+
+@functools.cache
+def this_process() -> str:
+    """This process as a study's owner: host/pid/start time."""
+    return f"{socket.gethostname()}/{os.getpid()}/{_started(os.getpid()) or ''}"
+
+
+def gone(owner: str, beat: float | None, now: float | None = None) -> bool:
+    """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`)."""
+    host, _, rest = owner.partition("/")
+    pid, _, started = rest.partition("/")
+    if host == socket.gethostname() and pid.isdigit() and started and os.path.isdir("/proc"):
+        return _started(int(pid)) != started
+    return beat is None or (now if now is not None else time.time()) - beat > LEASE_SECONDS
+
+
+class StudyBusyError(RuntimeError):
+    """The study is claimed by another process that still runs it."""
+
+
+class StudyClaim:
+    """This process's claim on a study, for one run: `with StudyClaim(ledger, id):` claims it (or raises
+    `StudyBusyError`), beats while the run lasts, and lets it go after."""
+
+    def __init__(self, ledger: Ledger, study_id: str, owner: str | None = None) -> None:
+        self.ledger, self.study_id, self.owner = ledger, study_id, owner or this_process()
+        self._stop = threading.Event()
+        self._beats: threading.Thread | None = None
+
+    def __enter__(self) -> StudyClaim:
+        held = self.ledger.claim_study(self.study_id, self.owner, gone)
+        if held is not None:
+            holder, beat = held
+            since = f", {time.time() - beat:.0f} s ago" if beat is not None else ""
+            raise StudyBusyError(
+                f"study {self.study_id} is being run by another process ({holder}, its last beat{since}); "
+                f"nothing was started here. Wait for it to end, or stop it (its claim lapses when its process "
+                f"is gone, or {LEASE_SECONDS:.0f} s after its last beat on another host), then resume the study"
+            )
+        self._beats = threading.Thread(target=self._beat, name=f"claim-{self.study_id}", daemon=True)
+        self._beats.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        if self._beats is not None:
+            self._beats.join()
+        self.ledger.release_study(self.study_id, self.owner)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(BEAT_SECONDS):
+            try:
+                if not self.ledger.beat_study(self.study_id, self.owner):
+                    log.error(
+                        "study %s: another process took it over (this one's beats had stopped for over %.0f s)",
+                        self.study_id,
+                        LEASE_SECONDS,
+                    )
+                    return
+            except Exception:  # the ledger is down past its patience: beat again later
+                log.exception("study %s: its claim's beat failed; trying again", self.study_id)
