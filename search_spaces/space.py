@@ -226,32 +226,57 @@ def dim_to_dict(d: Dimension) -> dict[str, Any]:
     return {kind: [d.low, d.high], "log": d.log}
 
 
+#: how a dimension is written, by its key, and the keys each form takes beside it
+DIMENSION_FORMS = {"values": (), "uniform": ("log",), "loguniform": (), "int": ("log",)}
+DIMENSION_HELP = (
+    'write a list of values, {"values": [...]}, {"uniform": [low, high]} (with "log": true to draw in log '
+    'space), {"loguniform": [low, high]} or {"int": [low, high]} (with "log": true)'
+)
+
+
 def dim_from_dict(raw: Any, where: str) -> Dimension:
     """A dimension from JSON/YAML: a list → Values; {"values": [...]}; {"uniform": [lo, hi], "log": b};
-    {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}."""
-    if isinstance(raw, (list, tuple)) or (isinstance(raw, Mapping) and "values" in raw):
-        values = raw["values"] if isinstance(raw, Mapping) else raw
+    {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}. Anything else — an unknown key, a `log` that is
+    no boolean, a range that is not two numbers, an `int` range with a fraction — is refused, naming it."""
+    if isinstance(raw, (list, tuple)):
+        raw = {"values": raw}
+    if not isinstance(raw, Mapping):
+        return Values((raw,))
+    kinds = [k for k in raw if k in DIMENSION_FORMS]
+    if len(kinds) != 1:
+        raise SpaceError(f"{where}: cannot read {raw!r} as a dimension; {DIMENSION_HELP}")
+    kind = kinds[0]
+    extra = [k for k in raw if k != kind and k not in DIMENSION_FORMS[kind]]
+    if extra:
+        allowed = ", ".join(repr(k) for k in DIMENSION_FORMS[kind]) or "nothing"
+        raise SpaceError(
+            f"{where}: {extra[0]!r} is not a key of a {kind!r} dimension (it takes {allowed}); {DIMENSION_HELP}"
+        )
+    log = raw.get("log", False)
+    if not isinstance(log, bool):
+        raise SpaceError(f"{where}.log = {log!r} must be true or false")
+    if kind == "values":
+        values = raw["values"]
         if isinstance(values, (list, tuple)) and not values:
             raise SpaceError(
                 f"{where} is empty: give at least one value to try (a list, e.g. "
                 f"{where.rsplit('.', 1)[-1]}: [value1, value2]), or leave {where} out"
             )
         return Values(tuple(values) if isinstance(values, (list, tuple)) else (values,))
-    if not isinstance(raw, Mapping):
-        return Values((raw,))
+    bounds = raw[kind]
+    try:  # numbers, or text that reads as one (YAML 1.1 reads 1e-5, without a dot, as text)
+        if isinstance(bounds, (str, bytes)) or any(isinstance(b, bool) for b in bounds) or len(bounds) != 2:
+            raise TypeError
+        lo, hi = float(bounds[0]), float(bounds[1])
+    except (TypeError, ValueError):
+        raise SpaceError(f"{where}.{kind} = {bounds!r} must be two numbers, [low, high]") from None
     try:
-        if "uniform" in raw:
-            lo, hi = raw["uniform"]
-            return Uniform(float(lo), float(hi), bool(raw.get("log", False)))
-        if "loguniform" in raw:
-            lo, hi = raw["loguniform"]
-            return Uniform(float(lo), float(hi), True)
-        if "int" in raw:
-            lo, hi = raw["int"]
-            return IntRange(int(lo), int(hi), bool(raw.get("log", False)))
-    except (TypeError, ValueError) as exc:
-        raise SpaceError(f"{where}: {exc}") from None
-    raise SpaceError(
-        f"{where}: cannot read {raw!r} as a dimension; write a list of values, "
-        '{"values": [...]}, {"uniform": [low, high]}, {"loguniform": [low, high]} or {"int": [low, high]}'
-    )
+        if kind == "int":
+            if not (lo.is_integer() and hi.is_integer()):
+                raise SpaceError(
+                    f"{where}.int = {list(bounds)} must be two whole numbers (a continuous range: uniform)"
+                )
+            return IntRange(int(lo), int(hi), log)
+        return Uniform(lo, hi, log or kind == "loguniform")
+    except SpaceError as exc:
+        raise SpaceError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None

@@ -148,10 +148,75 @@ def from_dict(values: Mapping[str, Any]) -> TrainConfig:
     task_params = dict(values.pop("task_params", None) or {})
     cell_params = dict(values.pop("cell_params", None) or {})
     values.pop("trainer_version", None)
-    if "betas" in values and isinstance(values["betas"], (list, tuple)):
-        values["betas"] = tuple(float(b) for b in values["betas"])
+    if "betas" in values:
+        values["betas"] = _betas(values["betas"])
     cfg = build(TrainConfig, values, where="trial config")
     return dataclasses.replace(cfg, task_params=task_params, cell_params=cell_params)
+
+
+def _betas(value: Any) -> tuple[float, float]:
+    """Adam's (β₁, β₂): two numbers, each in [0, 1)."""
+    fix = "give two numbers in [0, 1), e.g. [0.9, 0.999] (Adam's β₁, β₂)"
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"betas = {value!r} is not a pair: {fix}")
+    try:
+        betas = (float(value[0]), float(value[1]))
+    except (TypeError, ValueError):
+        raise ConfigError(f"betas = {value!r} is not a pair of numbers: {fix}") from None
+    if not all(0.0 <= b < 1.0 for b in betas):
+        raise ConfigError(f"betas = {list(betas)} out of range: {fix}")
+    return betas
+
+
+#: what `device` may name
+DEVICE_FORMS = "auto, cpu, cuda or cuda:N"
+
+
+def check_training(cfg: TrainConfig) -> None:
+    """The optimiser's, the budget's and the execution's values: in range, or refused naming the field."""
+    for name, minimum in (
+        ("hidden", 1), ("batch_size", 1), ("epochs", 1), ("threads", 1), ("eval_batch_size", 1),
+    ):  # fmt: skip
+        if getattr(cfg, name) < minimum:
+            raise ConfigError(f"{name} = {getattr(cfg, name)} must be at least {minimum}")
+    for name in ("steps", "eval_every"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} = {value} must be a positive integer, or none")
+    if cfg.lr <= 0:
+        raise ConfigError(f"lr = {cfg.lr} must be positive")
+    if not 0.0 <= cfg.rho < 1.0:
+        raise ConfigError(f"rho = {cfg.rho} must be in [0, 1): RMSprop's moving-average decay (Keras: 0.9)")
+    if cfg.eps <= 0:
+        raise ConfigError(f"eps = {cfg.eps} must be positive: the optimiser's denominator term (Keras: 1e-7)")
+    _betas(cfg.betas)
+    for name, what in (
+        ("clip_norm", "the global gradient-norm clip (Keras 2.2.4 clipnorm: 10); none: no clip"),
+        ("divergence_guard", "a multiple of the baseline loss above which a trial fails; none: off"),
+    ):
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} = {value} must be positive, or none: {what}")
+    if cfg.early_stop_loss is not None and cfg.early_stop_loss < 0:
+        raise ConfigError(f"early_stop_loss = {cfg.early_stop_loss} must be at least 0, or none (never stop)")
+    kind, _, index = cfg.device.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"device = {cfg.device!r} is not a device: use {DEVICE_FORMS}")
+
+
+def check_task_config(task_cfg: Any, where: str) -> None:
+    """The fields tasks share by name: example counts at least 1 (none: all, where a task allows it) and
+    Keras' probability clip in (0, 0.5)."""
+    for name in ("n_train", "n_val"):
+        value = getattr(task_cfg, name, None)
+        if value is not None and value < 1:
+            raise ConfigError(f"{where}: {name} = {value} must be at least 1")
+    clip = getattr(task_cfg, "prob_clip", None)
+    if clip is not None and not 0.0 < clip < 0.5:
+        raise ConfigError(
+            f"{where}: prob_clip = {clip} must be in (0, 0.5): probabilities are clipped to "
+            "[prob_clip, 1 − prob_clip] (Keras 2: 1e-7); none: log-softmax"
+        )
 
 
 def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
@@ -168,15 +233,8 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
     cell_cfg = cell_cls.resolve(cell_cfg, task_cls.default_nonlinearity)
     if getattr(task_cfg, "data", "fixed") == "fresh" and not task_cls.supports_fresh:
         raise ConfigError(f"task {cfg.task!r} has no fresh-batch regime; use data=fixed")
-    for name, minimum in (("hidden", 1), ("batch_size", 1), ("epochs", 1), ("threads", 1)):
-        if getattr(cfg, name) < minimum:
-            raise ConfigError(f"{name} = {getattr(cfg, name)} must be at least {minimum}")
-    for name in ("steps", "eval_every"):
-        value = getattr(cfg, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} = {value} must be a positive integer, or none")
-    if cfg.lr <= 0:
-        raise ConfigError(f"lr = {cfg.lr} must be positive")
+    check_training(cfg)
+    check_task_config(task_cfg, f"task {cfg.task!r}")
     try:
         cell_cls.check_hidden(cell_cfg, cfg.hidden)
     except ConfigError as exc:

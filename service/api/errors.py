@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -22,7 +20,7 @@ from service.application.errors import (
     SpecInvalidError,
     UnavailableError,
 )
-from service.core.errors import StudyError
+from service.core.errors import StudyError, invalid_fields
 
 log = logging.getLogger(__name__)
 
@@ -105,26 +103,9 @@ def validation_content(request: Request, exc: RequestValidationError) -> dict[st
 
 
 def errors_content(found: Sequence[Mapping[str, Any]], body_model: type[BaseModel] | None) -> dict[str, Any]:
-    """Pydantic's errors (their `loc` from the request: `body`, `query`, …) as memsweep answers them:
-    each with the field's valid names where it has them, and one message naming every field and its fix
-    (a validator's own message, which names its path, without pydantic's "Value error, " in front)."""
-    errors, lines = [], []
-    for e in found:
-        loc = tuple(e.get("loc", ()))
-        where = ".".join(str(p) for p in loc) or "request"
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        item: dict[str, Any] = {"loc": list(loc), "msg": msg, "type": e.get("type")}
-        if e.get("type") == "extra_forbidden" and loc and loc[0] == "body" and body_model is not None:
-            fields = _fields_at(body_model, loc[1:-1])
-            if fields:
-                item["allowed"] = fields
-                msg = f"unknown field; valid fields here: {', '.join(fields)}"
-        elif e.get("type") == "missing":
-            msg = "required: give a value"
-        elif e.get("type") == "finite_number":
-            msg = "not a finite number; give a finite value (NaN and infinities are refused)"
-        errors.append(item)
-        lines.append(msg if loc == ("body",) else f"{where}: {msg}")  # the spec's own checks name the path
+    """Pydantic's errors (their `loc` from the request: `body`, `query`, …) as memsweep answers them
+    (`invalid_fields`), with one message naming every field and its fix."""
+    errors, lines = invalid_fields(found, body_model, root=("body",))
     message = "; ".join(lines) + ". Fix these and send the request again (schemas and examples: GET /docs)."
     return {"detail": errors, "message": message}
 
@@ -134,29 +115,3 @@ def _body_model(request: Request) -> type[BaseModel] | None:
     field = getattr(route, "body_field", None)
     annotation = getattr(getattr(field, "field_info", None), "annotation", None)
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-
-
-def _fields_at(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
-    """The field names of the model found by following `path` (field names and dict keys) from `model`."""
-    current: Any = model
-    for part in path:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            info = current.model_fields.get(str(part))
-            if info is None:
-                return []
-            current = _unwrap(info.annotation)
-        elif typing.get_origin(current) is dict:
-            current = _unwrap(typing.get_args(current)[1])
-        else:
-            return []
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-def _unwrap(annotation: Any) -> Any:
-    """`X | None` → X."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return args[0] if len(args) == 1 else annotation
-    return annotation

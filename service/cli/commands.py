@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from service.cli.console import (
     answer,
     api_url,
@@ -29,6 +31,7 @@ from service.cli.console import (
     print_trials,
 )
 from service.cli.parser import build_parser
+from service.core.errors import invalid_fields
 
 TRAINER_COMMANDS = ("train", "describe", "list")
 
@@ -455,7 +458,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     fn = COMMANDS[args.command]
     try:
         return int(fn(args))
-    except ValueError as exc:  # pydantic ValidationError, StudyError, ConfigError
+    except ValidationError as exc:  # a spec's fields, named as the REST answer names them
+        model = None
+        if exc.title == "StudySpec":
+            from service.core.spec import StudySpec
+
+            model = StudySpec
+        _, lines = invalid_fields(exc.errors(include_url=False), model)
+        print(f"error: {'; '.join(lines)}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # StudyError, ConfigError
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

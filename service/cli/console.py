@@ -56,9 +56,15 @@ def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -
     if args.models:
         data["models"] = args.models.split(",")
     if args.seeds:
-        data["seeds"] = [int(s) for s in args.seeds.split(",")]
+        try:
+            data["seeds"] = [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"--seeds {args.seeds}: give whole numbers separated by commas, e.g. --seeds 1,2,3"
+            ) from None
     if args.cpus is not None or args.gpus is not None:
-        data["resources"] = {"cpus": args.cpus or 1.0, "gpus": args.gpus or 0.0}
+        cpus, gpus = args.cpus if args.cpus is not None else 1.0, args.gpus if args.gpus is not None else 0.0
+        data["resources"] = {"cpus": cpus, "gpus": gpus}
     return StudySpec.model_validate(data)
 
 

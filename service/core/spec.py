@@ -109,7 +109,12 @@ class StudySpec(BaseModel):
     )
     seeds: list[int] | None = Field(default=None, description="seeds every point repeats over")
     sampler: Sampler = "grid"
-    sampler_seed: int = 0
+    sampler_seed: int = Field(
+        default=0,
+        ge=0,
+        le=2**31 - 1,  # a resumed sampler draws from sampler_seed + its finished points, below numpy's 2**32
+        description="the sampler's seed (a resumed study's draws on from it plus its finished points)",
+    )
     max_trials: int | None = Field(default=None, ge=1, description="trials (points × seeds) at most")
     concurrency: int = Field(default=2, ge=1, description="Ray trials at once")
     resources: Resources = Field(default_factory=Resources)
@@ -182,6 +187,23 @@ class StudySpec(BaseModel):
                 f"numerics is one mode per study, not a dimension or a model's setting ({', '.join(found)}): "
                 "set `numerics: portable` or `numerics: native` on the study, and run one study per mode "
                 "to compare them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _seeds_are_their_own_dimension(self) -> StudySpec:
+        """Seeds are the study's `seeds`; a `seed` setting was overwritten by them without a word (base),
+        or made trials of one hash (a dimension)."""
+        places = {"base": self.base, "dims": self.dims}
+        if self.space is not None:
+            places["space.dims"] = self.space.dims
+            for name, m in self.space.models.items():
+                places[f"space.models.{name}.dims"], places[f"space.models.{name}.fixed"] = m.dims, m.fixed
+        found = [where for where, d in places.items() if "seed" in d]
+        if found:
+            raise ValueError(
+                f"seed is not a setting ({', '.join(f'{w}.seed' for w in found)}): every point runs once per "
+                "seed of the study's `seeds`; write `seeds: [1, 2, 3]` (on the command line: --seeds 1,2,3)"
             )
         return self
 
@@ -356,13 +378,22 @@ def cell_settings_per_model(
     if len(set(cells.values())) < 2 or any("cell" in m.dims for m in space.models):
         return space
     general = set(TOP_FIELDS)
-    task = space.base.get("task")
-    if isinstance(task, str) and task in TASKS:
-        general |= set(field_names(TASKS.get(task).Config))
+    tasks = {space.base.get("task", TrainConfig.task), *(m.fixed.get("task") for m in space.models)}
+    tasks |= {v for m in space.models if isinstance(d := m.dims.get("task"), Values) for v in d.values}
+    for task in tasks:
+        if isinstance(task, str) and task in TASKS:
+            general |= set(field_names(TASKS.get(task).Config))
     cell_only = [k for k in space.base if k not in general]
     if not cell_only:
         return space
     fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
+    taken = set().union(*fields.values())
+    unknown = [k for k in cell_only if k not in taken]
+    if unknown:  # a typo: before, it was dropped without a word (no model's cell takes it)
+        raise SpaceError(
+            f"base.{unknown[0]} is a setting of none of this study's cells ({', '.join(sorted(fields))}), "
+            f"nor of a trial or its task; the cells' settings: {', '.join(sorted(taken))}"
+        )
     models = tuple(
         Model(
             m.name,
@@ -422,9 +453,17 @@ def judged_under(
 
 
 def load_spec(path: str | Path) -> StudySpec:
-    """A spec from a YAML or JSON file."""
-    text = Path(path).read_text()
-    data = yaml.safe_load(text)
+    """A spec from a YAML or JSON file; a file that cannot be read, or is no YAML, is refused naming it."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the spec file ({exc.strerror or exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{path}: not YAML or JSON: {getattr(exc, 'problem', None) or exc}{at}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of spec fields, got {type(data).__name__}")
     return StudySpec.model_validate(data)

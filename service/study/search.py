@@ -87,6 +87,15 @@ def first_point(model: Model) -> dict[str, Any]:
     return {k: d.values[0] if isinstance(d, Values) else d.low for k, d in model.dims.items()}
 
 
+def interior(dim: Uniform) -> float:
+    """A value a sampler may draw inside a continuous range, with a fraction (so that a range over a
+    whole-number field is refused before a study runs, not at its first draw)."""
+    low, high = (math.log(dim.low), math.log(dim.high)) if dim.log else (dim.low, dim.high)
+    value = low + 0.3819660112501051 * (high - low)  # the golden section: rarely a whole number
+    value = math.exp(value) if dim.log else value
+    return value if not value.is_integer() else math.nextafter(value, dim.high)
+
+
 def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
@@ -99,14 +108,22 @@ def check_space(space: SearchSpace) -> None:
         points = [first]
         for key, dim in model.dims.items():
             ends = dim.values[1:] if isinstance(dim, Values) else (dim.high,)
+            if isinstance(dim, Uniform):  # and a draw between: a fraction, which a whole-number field refuses
+                ends = (*ends, interior(dim))
             points += [{**first, key: value} for value in ends]
         for point in points:
             try:
                 check_trials(point_trials(space, model, point, {}))
             except (ValueError, KeyError) as exc:
                 where = ", ".join(f"{k}={v!r}" for k, v in point.items() if k in model.dims)
+                ranges = [
+                    k
+                    for k, d in model.dims.items()
+                    if isinstance(d, Uniform) and "not an integer" in str(exc)
+                ]
+                hint = f" (for whole numbers, write {ranges[0]} as {{int: [low, high]}})" if ranges else ""
                 raise StudyError(
-                    f"model {model.name!r}" + (f" at {where}" if where else "") + f": {exc}"
+                    f"model {model.name!r}" + (f" at {where}" if where else "") + f": {exc}{hint}"
                 ) from None
 
 

@@ -216,11 +216,28 @@ def test_dim_from_dict_unknown_form_says_what_to_write() -> None:
         {"int": ["a", 3]},
         {"loguniform": [0.0, 1.0]},
         {"values": []},
+        {"uniform": [1e-4, 1e-2], "lgo": True},  # a typo: was linear, without a word
+        {"uniform": [1e-4, 1e-2], "log": "false"},  # was log space: bool("false")
+        {"int": [8.7, 64.9]},  # was 8 to 64
+        {"values": [1, 2], "log": True},  # was ignored
+        {"loguniform": [1e-4, 1e-2], "log": False},
+        {"uniform": [1e-4, 1e-2], "int": [1, 2]},
+        {"uniform": [True, 2]},
+        {"uniform": "1,2"},
     ],
 )
 def test_dim_from_dict_bad_bounds_name_the_place(raw: object) -> None:
     with pytest.raises(SpaceError, match=r"dims\.x"):
         dim_from_dict(raw, "dims.x")
+
+
+def test_dim_from_dict_reads_every_form() -> None:
+    assert dim_from_dict([1, 2], "x") == dim_from_dict({"values": [1, 2]}, "x") == Values((1, 2))
+    assert dim_from_dict({"uniform": [1, 2]}, "x") == Uniform(1.0, 2.0, False)
+    assert dim_from_dict({"uniform": [1e-4, 1e-2], "log": True}, "x") == Uniform(1e-4, 1e-2, True)
+    assert dim_from_dict({"loguniform": [1e-4, 1e-2]}, "x") == Uniform(1e-4, 1e-2, True)
+    assert dim_from_dict({"int": [8.0, 64], "log": True}, "x") == IntRange(8, 64, True)
+    assert dim_from_dict(3, "x") == Values((3,))
 
 
 @pytest.mark.parametrize("raw", [[], (), {"values": []}])

@@ -645,6 +645,58 @@ def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["--set", "success_fraction=2"],
+            "error: success_fraction: Input should be less than or equal to 1\n",
+        ),
+        (["--concurrency", "0"], "error: concurrency: Input should be greater than or equal to 1\n"),
+        (["--cpus", "0"], "error: resources.cpus: Input should be greater than 0\n"),  # was taken as 1
+        (
+            ["--seeds", "1,x"],
+            "error: --seeds 1,x: give whole numbers separated by commas, e.g. --seeds 1,2,3\n",
+        ),
+    ],
+)
+def test_the_cli_names_a_bad_flag_in_memsweeps_words(
+    args: list[str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not pydantic's dump (its error count, input_value and URL), nor Python's int() message."""
+    from service.cli.commands import main
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    assert main(["plan", "orhan2020-copy500", *args]) == 2
+    assert capsys.readouterr().err == said
+
+
+def test_the_cli_names_a_bad_spec_file_and_its_unknown_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.cli.commands import main
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    typo, broken = tmp_path / "typo.yaml", tmp_path / "broken.yaml"
+    typo.write_text("preset: orhan2020-copy500\nsede: 3\n")
+    broken.write_text("preset: [a\n")
+    assert main(["plan", str(typo)]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: sede: unknown field; valid fields here: name, preset, space"
+    )
+    assert main(["plan", str(tmp_path / "missing.yaml")]) == 2  # was a traceback
+    assert (
+        capsys.readouterr().err
+        == f"error: {tmp_path / 'missing.yaml'}: cannot read the spec file (No such file or directory)\n"
+    )
+    assert main(["plan", str(broken)]) == 2  # was a traceback
+    assert capsys.readouterr().err.startswith(f"error: {broken}: not YAML or JSON: expected ',' or ']'")
+
+
+@pytest.mark.parametrize(
     ("change", "names"),
     [
         ({"dims": {"lr": [float("nan")]}}, "dims.lr[0]"),

@@ -56,6 +56,63 @@ def test_bad_fields_are_named_before_anything_runs():
         grid_trials(rows_spec, {})
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"preset": "sgornn2022-addition", "base": {"rotatons": 3}},
+         r"base.rotatons is a setting of none of this study's cells \(fastrnn, lstm, sgornn, vprnn\).*rotations"),
+        ({"preset": "orhan2020-copy500", "models": ["chain", "lstm"], "base": {"fb_froward": 0.5}},
+         r"base.fb_froward is a setting of none of this study's cells \(lstm, rnn\).*fb_forward"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_cell_setting_of_a_study_of_several_cells_is_refused(spec, message):
+    """With several cells, a base setting goes to the models whose cell takes it; one that no cell takes
+    was dropped without a word (with one cell it was refused as an unknown field)."""
+    with pytest.raises(StudyError, match=message):
+        study_space(StudySpec.model_validate(spec), 50_000)
+
+
+def test_a_cell_setting_of_a_study_of_several_cells_goes_to_the_cells_that_take_it():
+    spec = {"preset": "orhan2020-copy500", "models": ["chain", "lstm"], "base": {"fb_forward": 0.5}}
+    models = {m.name: m for m in study_space(StudySpec.model_validate(spec), 50_000).models}
+    assert models["chain"].fixed["fb_forward"] == 0.5 and "fb_forward" not in models["lstm"].fixed
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"preset": "orhan2020-copy500", "base": {"seed": 3}},  # was overwritten by the preset's seeds
+        {"space": {"dims": {"seed": [1, 2]}}},  # was two trials of one hash, both seed 1
+        {"space": {"models": {"a": {"fixed": {"seed": 2}}}}},
+    ],
+)
+def test_seed_as_a_setting_is_refused_pointing_to_seeds(spec):
+    with pytest.raises(ValidationError, match=r"seed is not a setting .*write `seeds: \[1, 2, 3\]`"):
+        StudySpec.model_validate(spec)
+
+
+def test_a_continuous_range_over_a_whole_number_field_is_refused_before_a_draw():
+    """Only the range's ends were tried (8.0 and 64.0 pass as whole numbers); the sampler's first draw
+    then failed the study in its driver."""
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"hidden": {"uniform": [8, 64]}}}, "sampler": "random", "max_trials": 3}
+    )
+    with pytest.raises(
+        StudyError, match=r"hidden = .* is not an integer \(for whole numbers, write hidden as \{int"
+    ):
+        study_space(spec, 50_000)
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"hidden": {"int": [8, 64], "log": True}}}, "sampler": "random", "max_trials": 3}
+    )
+    assert study_space(spec, 50_000) is not None
+
+
+@pytest.mark.parametrize("seed", [-1, 2**31])
+def test_a_sampler_seed_out_of_range_is_refused_at_the_door(seed):
+    with pytest.raises(ValidationError, match="sampler_seed"):
+        StudySpec.model_validate({"preset": "orhan2020-copy500", "sampler_seed": seed})
+
+
 def grid(seeds=(1, 2)):
     spec = StudySpec(
         space={"dims": {"lr": [1e-3, 1e-4]}},

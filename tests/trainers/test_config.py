@@ -51,6 +51,47 @@ def test_bad_values_name_the_field_and_the_choices():
         resolve({"cell": "gru2"})
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"clip_norm": -1}, r"clip_norm = -1.0 must be positive, or none"),  # was gradient ascent
+        ({"clip_norm": 0}, r"clip_norm = 0.0 must be positive, or none"),  # was "off" under its own hash
+        ({"rho": 5}, r"rho = 5.0 must be in \[0, 1\)"),
+        ({"eps": -1}, r"eps = -1.0 must be positive"),
+        ({"betas": "0.9,0.999"}, r"betas = '0.9,0.999' is not a pair"),
+        ({"betas": [0.9, 0.99, 0.999]}, r"is not a pair: give two numbers in \[0, 1\)"),
+        ({"betas": [1.5, 2.0]}, r"betas = \[1.5, 2.0\] out of range"),
+        ({"betas": ["a", 0.9]}, r"betas = \['a', 0.9\] is not a pair of numbers"),
+        ({"eval_batch_size": 0}, r"eval_batch_size = 0 must be at least 1"),
+        ({"divergence_guard": -2}, r"divergence_guard = -2.0 must be positive, or none"),
+        ({"early_stop_loss": -1}, r"early_stop_loss = -1.0 must be at least 0"),
+        ({"device": "cdua"}, r"device = 'cdua' is not a device: use auto, cpu, cuda or cuda:N"),
+        ({"device": "gpu"}, r"device = 'gpu' is not a device"),
+        ({"device": "cpu:1"}, r"device = 'cpu:1' is not a device"),
+        (
+            {"task_params": {"n_train": 0}},
+            r"task 'copy': n_train = 0 must be at least 1",
+        ),  # was an endless loop
+        ({"task_params": {"n_val": -3}}, r"task 'copy': n_val = -3 must be at least 1"),
+        ({"task": "psmnist", "task_params": {"n_train": 0}}, r"task 'psmnist': n_train = 0"),
+        ({"task_params": {"prob_clip": 0.6}}, r"prob_clip = 0.6 must be in \(0, 0.5\)"),
+    ],
+)
+def test_values_out_of_range_are_refused_naming_the_field_and_the_fix(bad, message):
+    """Each was accepted, then trained wrongly without a word, hung, or failed deep in training."""
+    with pytest.raises(ConfigError, match=message):
+        resolve(bad)
+
+
+def test_values_in_range_still_resolve():
+    cfg = resolve({"clip_norm": None, "betas": [0.8, 0.99], "device": "cuda:1", "divergence_guard": 3}).config
+    assert (cfg.clip_norm, cfg.betas, cfg.device, cfg.divergence_guard) == (None, (0.8, 0.99), "cuda:1", 3.0)
+    assert (
+        resolve({"task": "psmnist", "task_params": {"n_train": None, "prob_clip": None}}).task_config.n_train
+        is None
+    )
+
+
 @pytest.mark.parametrize("cell", ["rnn", "urnn", "crnn", "vprnn"])
 def test_the_persistent_elman_kernel_is_refused_past_the_hidden_size_it_holds_on_chip(cell):
     """Its backward keeps W and ∂W on chip in tiles of the next power of two: from N = 129 they need more
