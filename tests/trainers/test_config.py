@@ -75,6 +75,18 @@ def test_bad_values_name_the_field_and_the_choices():
         ({"task_params": {"n_val": -3}}, r"task 'copy': n_val = -3 must be at least 1"),
         ({"task": "psmnist", "task_params": {"n_train": 0}}, r"task 'psmnist': n_train = 0"),
         ({"task_params": {"prob_clip": 0.6}}, r"prob_clip = 0.6 must be in \(0, 0.5\)"),
+        (
+            {"cell": "vprnn", "hidden": 127},
+            r"cell 'vprnn': .*hidden size 127 must be even",
+        ),  # was refused at build
+        (
+            {"cell": "sgornn", "cell_params": {"rotations": 0}},
+            r"cell 'sgornn': rotations = 0 must be at least 1",
+        ),
+        (
+            {"cell": "sgornn", "cell_params": {"theta_bound": -1}},
+            r"cell 'sgornn': theta_bound = -1.0 must be at least 0",
+        ),
     ],
 )
 def test_values_out_of_range_are_refused_naming_the_field_and_the_fix(bad, message):

@@ -20,7 +20,7 @@ from torch import nn
 
 from trainers.cells.base import Cell
 from trainers.cells.fastrnn import ScalarGates, fast_rnn
-from trainers.cells.vprnn import Rotations
+from trainers.cells.vprnn import Rotations, check_rotations
 from trainers.initializers import glorot_uniform
 
 
@@ -46,6 +46,10 @@ class SGORNNCell(Cell):
         self.rotations = Rotations(hidden_size, config.rotations, config.theta_bound, gen)  # φ(Θ), Θ [k, N/2]
         self.bias = nn.Parameter(torch.zeros(hidden_size)) if config.bias else None
         self.gates = ScalarGates(config.alpha_init, config.beta_init, config.clip_scalar)
+
+    @classmethod
+    def check_hidden(cls, config: SGORNNConfig, hidden: int) -> None:
+        check_rotations(hidden, config.rotations, config.theta_bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.rotations.matrix()  # [N, N] orthogonal, materialised once per pass

@@ -28,7 +28,22 @@ from torch import nn
 from trainers.cells.base import Cell
 from trainers.cells.rnn import recurrence
 from trainers.initializers import glorot_uniform
+from trainers.params import ConfigError
 from trainers.persistent import check_elman_hidden
+
+
+def check_rotations(hidden: int, rotations: int, theta_bound: float) -> None:
+    """What rotation sublayers need (`Rotations`; vprnn's and sgornn's), refused at config time."""
+    if hidden % 2 or hidden < 2:
+        raise ConfigError(
+            f"rotation sublayers pair units: hidden size {hidden} must be even (e.g. {hidden + 1})"
+        )
+    if rotations < 1:
+        raise ConfigError(
+            f"rotations = {rotations} must be at least 1 (the SGORNN paper uses 14 for N = 128)"
+        )
+    if not theta_bound >= 0:
+        raise ConfigError(f"theta_bound = {theta_bound} must be at least 0: θ ~ U(−theta_bound, theta_bound)")
 
 
 class Rotations(nn.Module):
@@ -38,10 +53,7 @@ class Rotations(nn.Module):
 
     def __init__(self, n: int, k: int, theta_bound: float, gen: torch.Generator) -> None:
         super().__init__()
-        if n % 2 or n < 2:
-            raise ValueError(f"rotation sublayers pair units: hidden size {n} must be even (e.g. {n + 1})")
-        if k < 1:
-            raise ValueError(f"rotations = {k} must be at least 1 (the SGORNN paper uses 14 for N = 128)")
+        check_rotations(n, k, theta_bound)
         perms = torch.stack([torch.randperm(n, generator=gen) for _ in range(k)])  # [k, N], fixed
         self.register_buffer("perms", perms)
         self.theta = nn.Parameter(torch.empty(k, n // 2).uniform_(-theta_bound, theta_bound, generator=gen))
@@ -105,6 +117,7 @@ class VPRNNCell(Cell):
 
     @classmethod
     def check_hidden(cls, config: VPRNNConfig, hidden: int) -> None:
+        check_rotations(hidden, config.rotations, config.theta_bound)
         check_elman_hidden(config.backend, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
