@@ -67,9 +67,11 @@ def test_float32_states_and_gradients_match_the_scans(N, nonlinearity, last):
     xs, h0, w_in, w, b = args
     ours = persistent.persistent_elman_rnn(xs, h0, w_in, w, b, nonlinearity, last, poisoned())
     ref = fused_elman_rnn(xs, h0, w_in, w, b, nonlinearity, last, Workspace())
+    # two float32 recurrences summed in other orders (the interpreter's matmul is numpy's, whose kernels
+    # differ between CPUs): a few units in the last place a step, 2.7e-7 at worst on the EPYC
     for o, r in zip(ours, ref, strict=True):
         assert torch.isfinite(o).all()
-        assert rel(o, r) < 1e-6
+        assert rel(o, r) < 8 * T * torch.finfo(torch.float32).eps  # 4.8e-6
     g_ours = grads(ours, *args, seed=1)
     g_ref = grads(ref, *args, seed=1)[:4]  # FusedElmanScan gives its inputs x no gradient
     solo = [ElmanScan.apply(x, w_in[k], b[k], h0[k], w[k], nonlinearity) for k, x in enumerate(xs)]
