@@ -27,6 +27,7 @@ from trainers.result import Evaluation, TrialResult
 from trainers.runtime import (
     ValidationSums,
     configure_process,
+    device_fault,
     fail,
     keep_network,
     record_device,
@@ -56,7 +57,8 @@ def evaluate(
 
 
 def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | None = None) -> TrialResult:
-    """Train one trial. Raises only for an invalid config; training problems return status `failed`."""
+    """Train one trial. Raises for an invalid config, and for a device fault (`runtime.device_fault`: no
+    result of the trial); training problems return status `failed`."""
     resolved = config if isinstance(config, Resolved) else resolve(config)
     started = time.perf_counter()
     result = TrialResult()
@@ -65,7 +67,9 @@ def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | N
         task = resolved.make_task()  # may read data files: a missing file is a failed trial, with its fix
         record_task(result, task)
         _run(resolved, task, result, report, started)
-    except Exception as exc:  # a trial never takes its caller down
+    except Exception as exc:  # a trial never takes its caller down; a broken device does
+        if device_fault(exc):
+            raise
         fail(result, exc)
     result.seconds = time.perf_counter() - started
     return result

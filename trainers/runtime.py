@@ -196,6 +196,34 @@ def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | 
     result.profile = network_profile(w, pulse, nonlinearity=nonlinearity or "linear").mean
 
 
+#: CUDA's "sticky" errors, as their messages say them: after one, the process's CUDA context is broken
+#: and every later call in it fails (CUDA's runtime API documents these as needing a new process)
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "unspecified launch failure",
+    "device-side assert",
+    "misaligned address",
+    "illegal instruction",
+    "hardware stack error",
+    "uncorrectable ecc",
+    "launch timed out",
+    "device has fallen off the bus",
+    "no cuda-capable device",
+)
+
+
+def device_fault(exc: BaseException) -> bool:
+    """Whether `exc` is a device fault, no result of the trial: a sticky CUDA error
+    (`STICKY_CUDA_ERRORS`, raised as `torch.AcceleratorError`) leaves its process's CUDA context broken,
+    so every later member or trial in that process would fail the same way. The loops raise it
+    instead of failing the trial; the service then runs the trial again in a new process (Ray does not
+    reuse a worker whose trial raised; `service.study.book`: an infrastructure fault, tried up to three
+    times). A CUDA error that leaves the context working (a capture refused, an invalid argument) stays
+    the trial's failure, as does running out of memory (a bundle trains again in halves)."""
+    text = str(exc).lower()
+    return isinstance(exc, torch.AcceleratorError) and any(marker in text for marker in STICKY_CUDA_ERRORS)
+
+
 def fail(result: TrialResult, exc: BaseException) -> None:
     """A trial ended by an exception: `failed`, with a reason that is one line a person can read (the
     exception's type and first line of its message) and the whole traceback kept beside it (and logged)."""

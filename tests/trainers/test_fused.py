@@ -424,6 +424,23 @@ def test_a_member_that_runs_out_of_memory_alone_fails_with_the_reason(monkeypatc
     assert all(r.reason.startswith("OutOfMemoryError: CUDA out of memory (fake: 1 members)") for r in fused)
 
 
+@pytest.mark.parametrize("where", ["building a member", "training the bundle"])
+def test_a_sticky_device_error_ends_the_bundle_by_raising(monkeypatch, where):
+    """No member's result: the service runs the bundle again in a new process (tests/trainers/test_loop.py)."""
+
+    def boom(*args, **kwargs):
+        raise torch.AcceleratorError("CUDA error: unspecified launch failure")
+
+    target = (
+        (fused_module.members, "build_model")
+        if where == "building a member"
+        else (fused_module.steps, "forward_backward")
+    )
+    monkeypatch.setattr(*target, boom)
+    with pytest.raises(torch.AcceleratorError, match="unspecified launch failure"):
+        train_fused(bundle(COPY, CHAINS[:3]))
+
+
 def test_out_of_memory_is_the_allocators_on_either_device():
     assert fused_module.out_of_memory(
         torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

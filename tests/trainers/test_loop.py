@@ -107,6 +107,33 @@ def test_an_exception_while_training_is_a_failed_trial(monkeypatch):
     assert r.status == "failed" and "out of memory (simulated)" in r.reason
 
 
+STICKY = "CUDA error: an illegal memory access was encountered"
+
+
+def test_a_sticky_device_error_is_raised_not_a_failed_trial(monkeypatch):
+    """A sticky CUDA error breaks its process's CUDA context: it is no result of the trial (recorded as
+    failed, it would have failed every later trial of a reused Ray worker too), so it is raised for the
+    service to run the trial again in a new process. A CUDA error that leaves the context working
+    stays the trial's failure."""
+
+    def boom(message):
+        def encode(self, batch, device):
+            raise torch.AcceleratorError(message)
+
+        return encode
+
+    monkeypatch.setattr(AdditionTask, "encode", boom(STICKY))
+    with pytest.raises(torch.AcceleratorError, match="illegal memory access"):
+        train(cfg(steps=5))
+    monkeypatch.setattr(
+        AdditionTask, "encode", boom("CUDA error: operation not permitted when stream is capturing")
+    )
+    r = train(cfg(steps=5))
+    assert r.status == "failed" and r.reason.startswith(
+        "AcceleratorError: CUDA error: operation not permitted"
+    )
+
+
 def test_returns_the_trained_recurrent_matrix():
     r = train(cfg(steps=3, lr=1e-2, cell_params={"init": "identity"}))
     assert r.recurrent_matrix.shape == (8, 8)

@@ -26,7 +26,7 @@ from trainers.fused.optim import FusedOptimizer
 from trainers.fused.steps import BundleSteps, trains_graphed
 from trainers.fused.validation import validate
 from trainers.result import Evaluation, TrialResult
-from trainers.runtime import fail, keep_network, training_batches
+from trainers.runtime import device_fault, fail, keep_network, training_batches
 from trainers.schedule import Schedule
 from trainers.tasks.base import Tensors
 
@@ -120,6 +120,10 @@ def release_memory() -> None:
 def _fail_unfinished(
     results: list[TrialResult], done: list[bool], exc: BaseException, started: float
 ) -> None:
+    """The members `exc` ended fail with it, but for a device fault (`runtime.device_fault`), which is
+    no result of theirs: it is raised, for the service to run them again in a new process."""
+    if device_fault(exc):
+        raise exc
     for i, r in enumerate(results):
         if r.status == "done" and not (i < len(done) and done[i]):
             fail(r, exc)

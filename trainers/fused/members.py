@@ -13,7 +13,7 @@ from typing import Any
 from trainers.config import Resolved, TrainConfig
 from trainers.model import SequenceModel, build_model, count_params
 from trainers.result import Evaluation, TrialResult
-from trainers.runtime import configure_process, fail, record_device, record_task, resolve_device
+from trainers.runtime import configure_process, device_fault, fail, record_device, record_task, resolve_device
 from trainers.schedule import Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split
@@ -77,6 +77,8 @@ def make_members(
             model = build_model(r, task).to(device)
             result.param_count = count_params(model)
         except Exception as exc:
+            if device_fault(exc):
+                raise
             fail(result, exc)
             result.seconds = time.perf_counter() - started
             continue
