@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +54,8 @@ from service.study.engine import Engine
 from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
 
+log = logging.getLogger(__name__)
+
 #: what `studies.plan` keeps for `service.planning.record.record_actual` only (trial ids), not served
 PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
 
@@ -83,29 +86,39 @@ class StudyService:
                     "a request with this Idempotency-Key is still being processed; retry in a moment"
                 )
             return self.public(self._get(row.study_id)), False
-        try:
-            study = self._create(spec)
-        except BaseException:
-            self.ledger.release_key(idempotency_key)
-            raise
-        self.ledger.bind_key(idempotency_key, study.id)
-        return self.public(study), True
+        return self.public(self._create(spec, idempotency_key)), True
 
-    def _create(self, spec: StudySpec) -> Study:
+    def _create(self, spec: StudySpec, idempotency_key: str | None = None) -> Study:
+        """Make the study, bound to its request's key in the same transaction, and queue it. Until the
+        study exists a failure releases the key (the request may be sent again); after, the key gives
+        this study back: a retry of a request whose answer was lost never makes a second study."""
+        try:
+            study_id = self._make(spec, idempotency_key)
+        except BaseException:
+            if idempotency_key is not None:
+                self.ledger.release_key(idempotency_key)
+            raise
+        try:
+            record_plan(self.engine, study_id, calibrate=False)  # from the cache; the run calibrates the rest
+        except Exception:  # an estimate: the run plans again before it trains
+            log.warning("study %s: its plan was not recorded; the run plans it", study_id, exc_info=True)
+        self.runner.submit(study_id)
+        return self._get(study_id)
+
+    def _make(self, spec: StudySpec, idempotency_key: str | None) -> str:
         why = self.runner.unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
         if why is not None:  # a request the cluster can never satisfy would wait forever: refused now
             raise StudyError(f"resources: {why}")
         try:
-            study = self.engine.create_study(spec, nodes=self.runner.node_plugins)
+            return self.engine.create_study(
+                spec, nodes=self.runner.node_plugins, idempotency_key=idempotency_key
+            ).id
         except StudyError:
             raise
         except (ValueError, KeyError, TypeError) as exc:  # a value the trainers refuse, met in a later point
             raise StudyError(
                 f"{exc}; fix the spec's values (GET /presets/{{name}} shows valid ones)"
             ) from None
-        record_plan(self.engine, study.id, calibrate=False)  # from the cache; the run calibrates the rest
-        self.runner.submit(study.id)
-        return self._get(study.id)
 
     def plugins(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]] | None]:
         """The plugins installed here (`trainers.plugins.installed`), and each Ray node's when Ray is up."""

@@ -115,14 +115,24 @@ class Ledger:
 
     # ----- studies ---------------------------------------------------------------------------------
     @outlasting
-    def create_study(self, name: str, spec: dict[str, Any], trials: Sequence[TrialSpec] = ()) -> Study:
-        """A new study with its trials, in one transaction: never a study without the trials it holds
-        (which a resume would have ended `done` with nothing run)."""
+    def create_study(
+        self, name: str, spec: dict[str, Any], trials: Sequence[TrialSpec] = (), key: str | None = None
+    ) -> Study:
+        """A new study with its trials, and bound to its request's claimed idempotency `key`, in one
+        transaction: never a study without the trials it holds (which a resume would have ended `done`
+        with nothing run), nor one its request's retry cannot find."""
         study = Study(id=uuid.uuid4().hex[:12], name=name, spec=spec, state="pending")
         with self.session() as s:
+            claimed = s.get(IdempotencyKey, key) if key is not None else None
+            if claimed is not None and claimed.study_id is not None:  # this call's commit, retried
+                made = s.get(Study, claimed.study_id)
+                if made is not None:
+                    return made
             s.add(study)
             s.flush()  # the row before its trials' foreign keys
             self._add_trials(s, study.id, trials)
+            if claimed is not None:
+                claimed.study_id = study.id
         return study
 
     @outlasting
@@ -488,13 +498,6 @@ class Ledger:
             if existing is None:  # released between the two statements: claim again
                 return self.claim_key(key, request_hash)
             return False, existing
-
-    @outlasting
-    def bind_key(self, key: str, study_id: str) -> None:
-        with self.session() as s:
-            row = s.get(IdempotencyKey, key)
-            if row is not None:
-                row.study_id = study_id
 
     @outlasting
     def release_key(self, key: str) -> None:

@@ -95,13 +95,17 @@ class Engine:
         return self.executor.node_memory(resources)
 
     # ----- creation --------------------------------------------------------------------------------
-    def create_study(self, spec: StudySpec, nodes: NodePlugins | None = None) -> Study:
+    def create_study(
+        self, spec: StudySpec, nodes: NodePlugins | None = None, idempotency_key: str | None = None
+    ) -> Study:
         """Check the spec (its space, the plugins it uses: their contracts, and with `nodes` each Ray node's
-        versions) and put the study and its trials in the ledger."""
+        versions) and put the study and its trials in the ledger, bound to the request's claimed
+        `idempotency_key` when it has one (one transaction)."""
         space = self.space(spec)
         admit_plugins(space, nodes)
         trials = study_trials(spec, space)
-        return self.ledger.create_study(spec.name or space.name, spec.model_dump(mode="json"), trials)
+        name, stored = spec.name or space.name, spec.model_dump(mode="json")
+        return self.ledger.create_study(name, stored, trials, key=idempotency_key)
 
     def extend_study(self, study_id: str, spec: StudySpec, nodes: NodePlugins | None = None) -> int:
         """Replace the study's spec with a larger one; only points not yet in the ledger are added.

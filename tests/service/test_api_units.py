@@ -364,6 +364,31 @@ def test_idempotency_key_gives_the_same_study_back(client: TestClient) -> None:
     assert client.get("/studies").json()["total"] == 3
 
 
+def test_a_request_whose_answer_failed_after_its_study_was_made_gives_that_study_on_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The study was made and queued, then the answer failed (here the study's read back; a database
+    that timed out): the key was released and the client's retry made and ran a second copy of the
+    grid. The key is now bound in the study's own transaction."""
+    from service.application.study_service import StudyService
+
+    real, failures = StudyService._get, [1]
+
+    def get_once_failing(self: StudyService, study_id: str) -> Any:
+        if failures:
+            failures.pop()
+            raise ConnectionError("the ledger timed out (simulated)")
+        return real(self, study_id)
+
+    monkeypatch.setattr(StudyService, "_get", get_once_failing)
+    with TestClient(create_app(settings(tmp_path)), raise_server_exceptions=False) as client:
+        lost = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-lost"})
+        assert lost.status_code == 500
+        retry = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-lost"})
+        assert retry.status_code == 200  # the first request's study, not a new one
+        assert client.get("/studies").json()["total"] == 1 == len(ledger_of(client).list_studies())
+
+
 def test_bad_input_is_422_naming_the_field_the_allowed_values_and_the_fix(client: TestClient) -> None:
     r = client.post("/studies", json=grid(sampler="bayes", colour="red"))
     assert r.status_code == 422

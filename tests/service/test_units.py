@@ -129,6 +129,17 @@ def test_grid_trials_have_distinct_hashes_and_seeds_in_params():
     assert all(r.config_hash == r.resolved.config_hash() for r in rows)
 
 
+def test_a_keyed_study_and_its_trials_are_made_once_even_when_the_creation_is_sent_again(tmp_path):
+    """`Ledger.create_study` is retried when its commit's answer is lost (`service.store.patience`):
+    the retry finds the study its key is bound to, and makes no second one."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    assert ledger.claim_key("k", "digest")[0]
+    first = ledger.create_study("a", {}, grid(), key="k")
+    again = ledger.create_study("a", {}, grid(), key="k")
+    assert again.id == first.id and [s.id for s in ledger.list_studies()] == [first.id]
+    assert len(ledger.trials(first.id)) == 4
+
+
 def test_ledger_adds_only_new_hashes_and_reuses_finished_results(tmp_path):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     a = ledger.create_study("a", {})
