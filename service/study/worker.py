@@ -63,12 +63,24 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
             if len(buffer) >= len(todo):
                 flush_buffer()
 
-        results = train_fused([m.resolved for m in todo], report_member)
-        for r in results:
-            r.node = node
-        objectives += [objective(r.final_val_loss, r.baseline_loss, r.status) for r in results]
-        finals = [Finished(m.config_hash, r) for m, r in zip(todo, results, strict=True)]
-        flush([*(e for e, _ in buffer), *finals], statistics.fmean(objectives))
+        sent: set[int] = set()  # members whose result went out
+
+        def members_finished(final: list[tuple[int, trainers.TrialResult]]) -> None:
+            # as soon as members' results are final (they stopped early or failed, or the bundle ended),
+            # after their evaluations, in one report: a worker lost later in a long bundle loses none
+            for k, result in final:
+                result.node = node
+                sent.add(k)
+                objectives.append(objective(result.final_val_loss, result.baseline_loss, result.status))
+            events: list[Event] = [e for e, _ in buffer]
+            events += [Finished(todo[k].config_hash, r) for k, r in final]
+            buffer.clear()
+            flush(events, statistics.fmean(objectives))
+
+        results = train_fused([m.resolved for m in todo], report_member, members_finished)
+        unsent = [(k, r) for k, r in enumerate(results) if k not in sent]
+        if unsent or buffer:  # every member is settled by then: a safeguard; the unit's objective last
+            members_finished(unsent)
         return
 
     for member, baseline in zip(todo, baselines, strict=True):

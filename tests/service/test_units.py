@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from service.core.errors import StudyError
 from service.core.spec import StudySpec
+from service.core.trial import Evaluated, Finished, objective
 from service.reports.summary import (
     best_configs,
     henrici_table,
@@ -404,3 +405,33 @@ def test_a_presets_backend_native_reaches_srnn_as_its_scan():
     )
     backends = {(t.model, t.config["cell_params"].get("backend")) for t in trials}
     assert {("srnn", "native"), ("rnn", "native"), ("urnn", "native")} <= backends
+
+
+def test_a_bundle_reports_each_members_result_as_it_leaves():
+    """A member that stops early is reported (its `Finished` event) as it leaves its bundle, not when the
+    whole bundle ends: a worker lost later loses none of it. The unit's last report carries its objective,
+    the mean over its members."""
+    from service.study.packing import bundle
+    from service.study.worker import train_unit
+
+    spec = StudySpec(
+        space={"dims": {"early_stop_loss": [10.0, None], "lr": [1e-3]}},
+        base={"task": "addition", "seq_len": 10, "n_train": 64, "n_val": 32, "hidden": 8, "steps": 40,
+              "eval_every": 10},
+    )  # fmt: skip
+    trials = grid_trials(spec.search_space(), {})
+    stops, runs = (t.config_hash for t in trials)
+    reports: list[dict] = []
+    train_unit(bundle(trials, fused=True), reports.append, "here")
+    finished = [
+        (i, e.config_hash) for i, r in enumerate(reports) for e in r["events"] if isinstance(e, Finished)
+    ]
+    assert sorted(h for _, h in finished) == sorted([stops, runs])  # each once
+    (left,) = [i for i, h in finished if h == stops]
+    later = [e.evaluation.step for r in reports[left + 1 :] for e in r["events"] if isinstance(e, Evaluated)]
+    assert later == [20, 30, 40]  # the other member trained on after it was reported
+    results = {e.config_hash: e.result for r in reports for e in r["events"] if isinstance(e, Finished)}
+    assert results[stops].early_stopped and results[stops].node == "here"
+    assert reports[-1]["objective"] == pytest.approx(
+        math.fsum(objective(r.final_val_loss, r.baseline_loss, r.status) for r in results.values()) / 2
+    )

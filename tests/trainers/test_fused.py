@@ -361,6 +361,34 @@ def test_a_member_that_stops_early_leaves_the_bundle_as_it_would_alone():
     assert sorted(k for k, step in seen if step == 150) == [0, 2]
 
 
+def test_a_members_result_is_handed_out_as_it_leaves_the_bundle():
+    """`finished`: a member that stops early is handed out as it leaves (after its evaluations, before
+    the rest train on), the rest together at the bundle's end, each once: a bundle's process lost
+    later loses none of them. (Before, every result waited for the whole bundle.)"""
+    members = [MEMBERS[0], {**MEMBERS[0], "lr": 3e-3, "seed": 2, "early_stop_loss": 10.0}, MEMBERS[2]]
+    seen: list[tuple] = []
+    final: dict[int, object] = {}
+
+    def finished(results):
+        seen.append(("finished", *sorted(k for k, _ in results)))
+        final.update(results)
+
+    fused = train_fused(
+        bundle(ADDITION, members),
+        report=lambda k, e: seen.append(("evaluated", k, e.step)),
+        finished=finished,
+    )
+    assert fused[1].early_stopped and fused[1].steps == 25
+    leaves = seen.index(("finished", 1))
+    assert seen[:leaves] == [("evaluated", k, 25) for k in (0, 1, 2)]
+    assert seen[leaves + 1 :] == [
+        *(("evaluated", k, s) for s in range(50, 151, 25) for k in (0, 2)),
+        ("finished", 0, 2),
+    ]
+    assert final == dict(enumerate(fused))  # each member's returned result, once
+    assert {r.provenance["bundle_members"] for r in fused} == {"3"}
+
+
 def test_report_sees_each_members_evaluations_with_its_index():
     seen = []
     fused = train_fused(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ import torch
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.fused.cells import FUSED_CELLS
 from trainers.fused.keys import check_fusable
-from trainers.fused.members import FusedReport, Member, layout_groups, make_members
+from trainers.fused.members import FusedFinished, FusedReport, Member, layout_groups, make_members
 from trainers.fused.model import FusedModel
 from trainers.fused.optim import FusedOptimizer
 from trainers.fused.steps import BundleSteps, trains_graphed
@@ -32,16 +32,24 @@ from trainers.tasks.base import Tensors
 
 log = logging.getLogger(__name__)
 
+#: hands members whose results are final to `train_fused`'s caller (`finished`), each once
+Settle = Callable[[Iterable[int]], None]
+
 
 def train_fused(
     configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved],
     report: FusedReport | None = None,
+    finished: FusedFinished | None = None,
 ) -> list[TrialResult]:
     """Train K fusable configs as one model; result k is what `train(configs[k])` returns.
 
-    `report(k, evaluation)` is called for member k's every evaluation, once. Raises ValueError when the
-    configs can't share a bundle (see `fusable_key`) and ConfigError for an invalid config; training
-    problems of one member make that member's result `failed` and leave the others running.
+    `report(k, evaluation)` is called for member k's every evaluation, once, and `finished([(k, result),
+    …])` with each member's result once, as soon as it is final: when the member leaves the bundle (it
+    stopped early or failed), else when its bundle ends (those final together in one call), so that a
+    caller keeps it even if the bundle's process dies later.
+    Raises ValueError when the configs can't share a bundle (see `fusable_key`) and ConfigError for an
+    invalid config; training problems of one member make that member's result `failed` and leave the
+    others running.
 
     A bundle that runs out of memory (its device's: CUDA's allocator, or the CPU's) is not a result of
     its members: its unfinished members train again from their start as two bundles of half the size,
@@ -62,6 +70,14 @@ def train_fused(
             reported.add((k, evaluation.step))
             report(k, evaluation)
 
+    settled: set[int] = set()  # members handed to `finished`
+
+    def settle(members: Iterable[int]) -> None:
+        final = [k for k in dict.fromkeys(members) if k not in settled]
+        settled.update(final)
+        if final and finished is not None:
+            finished([(k, results[k]) for k in final])
+
     bundles = [list(range(len(resolved)))]  # members to train together, by index
     while bundles:
         index = bundles.pop(0)
@@ -70,20 +86,24 @@ def train_fused(
             groups = layout_groups(make_members(resolved, results, report_once, index))
         except Exception as exc:  # a bundle never takes its caller down
             _fail_unfinished([results[i] for i in index], [], exc, started)
+        built = {m.index for group in groups for m in group}
+        settle(i for i in index if i not in built)  # failed as they were made (their data, their model)
         for group in groups:
-            again = _run_or_split(group, started)
+            members = [m.index for m in group]
+            again = _run_or_split(group, started, settle)
             if again:  # ran out of memory: its unfinished members train again from their start, in halves
                 for i in again:
                     results[i] = TrialResult()
                 bundles[:0] = [again[: len(again) // 2], again[len(again) // 2 :]]
+            settle(i for i in members if i not in again)
     return results
 
 
-def _run_or_split(group: list[Member], started: float) -> list[int]:
+def _run_or_split(group: list[Member], started: float, settle: Settle) -> list[int]:
     """Train `group`; the indices of its unfinished members when it ran out of memory with more than
     one of them left (to train again in two halves), else none."""
     try:
-        _run(group, started)
+        _run(group, started, settle)
         return []
     except Exception as exc:  # this group's unfinished members fail; the next group still runs
         unfinished = [m.index for m in group if not m.done]
@@ -141,9 +161,10 @@ def _steps(
     return BundleSteps(model, optimizer, members, streams, active[0].config.cell, graphed)
 
 
-def _run(members: list[Member], started: float) -> None:
+def _run(members: list[Member], started: float, settle: Settle) -> None:
     """Train one bundle to the end of its schedule; its members' results record how it ran
-    (`_record_execution`)."""
+    (`_record_execution`), and those that leave it early are settled (`train_fused`'s `finished`) as
+    they leave."""
     if not members:
         return
     cfg = members[0].config  # shared fields only
@@ -163,6 +184,7 @@ def _run(members: list[Member], started: float) -> None:
     graphed = trains_graphed(cfg)
     stepper = _steps(model, optimizer, active, streams, graphed)
     captured = 0  # CUDA graphs captured by the steppers closed so far
+    recorded: set[int] = set()  # members whose results say how the bundle ran (those that left early)
     try:
         # [K] training loss summed since the last evaluation
         running = torch.zeros(len(active), device=device)
@@ -184,9 +206,12 @@ def _run(members: list[Member], started: float) -> None:
                 n_running = 0
             if any(m.done for m in active):  # members that failed or stopped early leave the bundle
                 now = time.perf_counter() - started
-                for m in active:
-                    if m.done:
-                        m.result.seconds = now
+                leaving = [m for m in active if m.done]
+                for m in leaving:
+                    m.result.seconds = now
+                _record_execution(leaving, len(members), device, captured + stepper.captured)
+                recorded.update(m.index for m in leaving)
+                settle(m.index for m in leaving)
                 keep = torch.tensor([k for k, m in enumerate(active) if not m.done], device=device)
                 active = [m for m in active if not m.done]
                 if not active:
@@ -203,7 +228,8 @@ def _run(members: list[Member], started: float) -> None:
             m.result.seconds = now
     finally:  # the last graph's memory goes now, not at a garbage collection
         stepper.close()
-        _record_execution(members, device, captured + stepper.captured)
+        rest = [m for m in members if m.index not in recorded]
+        _record_execution(rest, len(members), device, captured + stepper.captured)
 
 
 def _watch(
@@ -231,11 +257,12 @@ def _watch(
             _leave(m, k, model)
 
 
-def _record_execution(members: list[Member], device: torch.device, captured: int) -> None:
-    """How a bundle ran, in each member's `provenance` (the same numbers either way; what a GPU run
-    is checked by, docs/gpu.md): its members at the start, and on CUDA the graphs it captured and
-    the peak memory the bundle's process allocated while it trained."""
-    facts = {"bundle_members": str(len(members))}
+def _record_execution(members: list[Member], size: int, device: torch.device, captured: int) -> None:
+    """How a bundle of `size` members ran, in these members' `provenance` (the same numbers either way;
+    what a GPU run is checked by, docs/gpu.md): its members at the start, and on CUDA the graphs it
+    captured and the peak memory the bundle's process allocated while it trained, up to when each
+    member left it."""
+    facts = {"bundle_members": str(size)}
     if device.type == "cuda":
         facts["cuda_graph_captures"] = str(captured)
         facts["cuda_peak_bytes"] = str(torch.cuda.max_memory_allocated(device))

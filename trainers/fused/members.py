@@ -20,6 +20,9 @@ from trainers.tasks.base import Split
 
 #: `report(k, evaluation)`: member k's every evaluation, once
 FusedReport = Callable[[int, Evaluation], Any]
+#: `finished([(k, result), …])`: members' final results, each once, as soon as they are final (those
+#: that became final together in one call)
+FusedFinished = Callable[[list[tuple[int, TrialResult]]], Any]
 
 
 @dataclass
