@@ -25,6 +25,8 @@ class Recorder(Protocol):
 
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None: ...
 
+    def stopped(self, trial_id: int, config_hash: str, reason: str) -> None: ...
+
 
 class TrialBook:
     """A study run's trials as an executor runs them, recorded by the driver (the one writer of the
@@ -153,6 +155,7 @@ class TrialBook:
             last = history[-1] if history else None
             if how == "cancelled" or (how == "pruned" and last is None):  # pruned before its first evaluation
                 self.ledger.cancel_trial(self.ids[key], reason, history)
+                self.record.stopped(self.ids[key], key, reason)
             elif how == "pruned":
                 result = trainers.TrialResult(
                     status="pruned", reason=reason, history=history, final_val_loss=last.val_loss if last else None,
@@ -162,8 +165,10 @@ class TrialBook:
             elif self.starts.get(key, 0) < self.attempts:
                 note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"
                 self.ledger.interrupt_trial(self.ids[key], "pending", note, [])
+                self.record.stopped(self.ids[key], key, note)
                 self.requeued += 1
             else:
                 note = f"{reason} (after {self.attempts} attempts: an infrastructure fault, not a result)"
                 self.ledger.interrupt_trial(self.ids[key], "error", note, history)
+                self.record.stopped(self.ids[key], key, note)
         self.open.pop(run, None)

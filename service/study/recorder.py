@@ -61,6 +61,13 @@ class StudyRecorder:
             self._running.pop(row.config_hash, None)
         self.progress()
 
+    def stopped(self, trial_id: int, config_hash: str, reason: str) -> None:
+        """A trial stopped before its end (cancelled, or interrupted to run again): its live child run
+        ends KILLED with the reason; it no longer counts in the ETA."""
+        self.tracker.trial_stopped(config_hash, reason)
+        with self._lock:
+            self._running.pop(config_hash, None)
+
     def progress(self, force: bool = False) -> None:
         """The parent run's live counts, at most every PROGRESS_INTERVAL seconds (or now: `force`)."""
         now = time.monotonic()

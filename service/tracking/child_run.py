@@ -144,6 +144,18 @@ class ChildRuns:
             self.write_artifact(artifact_uri, matrix, "recurrent_matrix.json")
         self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.status, "FINISHED"))
 
+    def stop(self, live: LiveRun, reason: str) -> None:
+        """A trial stopped before its end (see `Tracker.trial_stopped`): its live run, if made, gets what
+        its curve has not had, the reason and ends KILLED."""
+        from mlflow.entities import RunTag
+
+        if live.run is None:
+            return
+        run_id = live.run[0]
+        tags = [RunTag("memsweep.status", "stopped"), RunTag("memsweep.reason", reason[:4000])]
+        log_batches(self.client, run_id, [], curve_metrics(live.curve), tags)
+        self.client.set_terminated(run_id, status="KILLED")
+
     def write_artifact(self, artifact_uri: str, text: str, name: str) -> None:
         """`text` as the artifact `name` of the run at `artifact_uri`."""
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository

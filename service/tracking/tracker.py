@@ -157,6 +157,15 @@ class Tracker:
         finish = partial(self.children.finish, study, trial, matrices, on_run_id, live)
         self._pool.submit(finish, key=trial.config_hash)
 
+    def trial_stopped(self, config_hash: str, reason: str) -> None:
+        """A trial stopped before its end (cancelled, or interrupted to run again): its live child run,
+        if one was made, ends KILLED with the reason (tags `memsweep.status` stopped, `memsweep.reason`), after its queued writes;
+        before, it stayed RUNNING for ever, and the UI counted it running. A later run of the trial
+        makes a new child run; a sync deletes the stopped one, which no trial owns then."""
+        live = self._live.ended(config_hash)
+        if live is not None:
+            self._pool.submit(partial(self.children.stop, live, reason), key=config_hash)
+
     # ----- queued: the parent run ----------------------------------------------------------------
     def study_progress(self, parent_run_id: str, table: dict[str, Any]) -> None:
         """The parent run's counts as the study goes (a success table): trials, finished, succeeded,

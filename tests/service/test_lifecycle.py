@@ -122,6 +122,11 @@ class MemoryTracker:
     def trial_evaluated(self, config_hash: str, evaluations: Any) -> None:
         pass
 
+    def trial_stopped(self, config_hash: str, reason: str) -> None:
+        for run in self.runs.values():
+            if run.get("trial") == config_hash and run["status"] == "RUNNING":
+                run.update(status="KILLED", reason=reason)
+
     def log_trial(self, study: Any, row: Any, matrices: Any, set_run_id: Callable[[str], None]) -> None:
         run_id = (
             row.mlflow_run_id if row.mlflow_run_id in self.runs else self._new(parent=study.parent_run_id)
@@ -218,11 +223,17 @@ def test_a_worker_that_dies_sends_its_members_back_once_then_they_end_as_error(m
         chain = [m for m in unit.members if m.model == "chain" and m.params["lr"] == 1e-3]
         return bool(chain) and (start == 1 or any(m.params["seed"] == 2 for m in chain))
 
-    engine, ex, _ = make_engine(dies=dies)
+    engine, ex, trackers = make_engine(dies=dies)
     study = engine.create_study(grid(bundle_size=1))
     summary = engine.run_study(study.id)
     by = {(t.model, t.params["lr"], t.params["seed"]): t for t in engine.ledger.trials(study.id)}
     assert len(ex.rounds) == 2  # a second round for what the fault sent back
+    # an interrupted start's child run ends KILLED with its reason (it stayed RUNNING for ever: here the
+    # error's; the earlier starts' runs, owned by no trial, the study's end deletes)
+    children = [r for r in trackers[-1].runs.values() if "trial" in r]
+    assert not [r for r in children if r["status"] == "RUNNING"]
+    (killed,) = [r for r in children if r["status"] == "KILLED"]
+    assert killed["trial"] == by[("chain", 1e-3, 2)].config_hash and "after 2 attempts" in killed["reason"]
     assert by[("chain", 1e-3, 1)].status == "done" and by[("chain", 1e-3, 1)].runs == 2
     assert by[("chain", 1e-3, 2)].status == "error" and "after 2 attempts" in by[("chain", 1e-3, 2)].reason
     others = [t for k, t in by.items() if k[:2] != ("chain", 1e-3)]
@@ -436,6 +447,9 @@ class Recorded:
 
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None:
         self.engine.ledger.finish_trial(trial_id, result)
+
+    def stopped(self, trial_id: int, config_hash: str, reason: str) -> None:
+        pass
 
 
 def test_a_member_open_in_one_unit_is_neither_started_nor_recorded_by_another(make_engine: Any) -> None:

@@ -142,6 +142,36 @@ def test_a_long_trial_is_live_and_a_short_one_is_written_whole_in_four_requests(
     assert tracker.calls["artifact"] == 1
 
 
+def test_a_trial_stopped_before_its_end_ends_its_live_run_killed_with_the_reason(tmp_path, mlflow_uri):
+    """Cancelled, or interrupted to run again: its live child run stayed RUNNING for ever, and MLflow's
+    UI counted it running. It now gets its unsent curve, the reason, and ends KILLED."""
+    _ledger, (trial, never) = two_trials(tmp_path)
+    tracker = Tracker(mlflow_uri, "tracking-tests", live_interval=INTERVAL)
+    exp_id, parent = tracker.start_study(trial.study_id, "s", {}, None)
+    study = StudyContext(exp_id, parent, Criterion())
+    try:
+        tracker.trial_started(study, trial, lambda run_id: None)
+        deadline = time.monotonic() + 30
+        while (
+            trial.config_hash not in children(tracker.client, exp_id, parent) and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        tracker.trial_started(study, never, lambda run_id: None)  # its run is due an interval from now
+        tracker.trial_evaluated(trial.config_hash, [evaluation(1), evaluation(2)])
+        tracker.trial_stopped(trial.config_hash, "the study was cancelled")
+        tracker.trial_stopped(never.config_hash, "the study was cancelled")  # stopped before its run was made
+        tracker.flush()
+    finally:
+        tracker.close()
+    runs = children(tracker.client, exp_id, parent)
+    assert set(runs) == {trial.config_hash}
+    run = runs[trial.config_hash]
+    assert run.info.status == "KILLED"
+    assert run.data.tags["memsweep.status"] == "stopped"
+    assert run.data.tags["memsweep.reason"] == "the study was cancelled"
+    assert sorted(m.step for m in tracker.client.get_metric_history(run.info.run_id, "val_loss")) == [1, 2]
+
+
 def test_a_deleted_run_is_never_left_running(tmp_path, mlflow_uri):
     """The engine deletes a child run an outage left incomplete (and makes it again whole): deleted, it
     is ended KILLED first, so a restored one is not counted as running; a finished one keeps its status."""
