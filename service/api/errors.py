@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def install_error_handlers(app: FastAPI) -> None:
     def detail(code: int, message: str) -> JSONResponse:
-        return JSONResponse(status_code=code, content={"detail": message})
+        return JSONResponse(status_code=code, content=answer(message))
 
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return detail(status.HTTP_404_NOT_FOUND, str(exc))
@@ -60,7 +60,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 )
             else:
                 message = "the body is not JSON (UTF-8 text); send a JSON object (examples: GET /docs)"
-        return JSONResponse(status_code=exc.status_code, content={"detail": message}, headers=exc.headers)
+        return JSONResponse(status_code=exc.status_code, content=answer(str(message)), headers=exc.headers)
 
     async def ledger_unavailable(request: Request, exc: Exception) -> JSONResponse:
         cause = cast(DBAPIError, exc).orig
@@ -95,6 +95,12 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(OperationalError, ledger_unavailable)  # answered, not re-raised: the
     app.add_exception_handler(InterfaceError, ledger_unavailable)  # connection stays up for the next
     app.add_exception_handler(Exception, unexpected)
+
+
+def answer(message: str) -> dict[str, Any]:
+    """An error answer: every one has `message`, one line naming what went wrong and the fix; `detail`
+    is the same line here, and the field-by-field list for a refused body (`errors_content`)."""
+    return {"detail": message, "message": message}
 
 
 def validation_content(request: Request, exc: RequestValidationError) -> dict[str, Any]:
