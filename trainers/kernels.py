@@ -279,11 +279,14 @@ def member_gemms(
 ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
     """(baddbmm, bmm) for a fused scan's per-step products over K members, each [rows, n] × [n, n]:
     torch's batched GEMMs where they round each member as its solo addmm / mm does — MKL's batched GEMM
-    under the AUTO branch (`trainers.numerics.batched_gemm_rounds_as_single`), for products large
+    where this process's MKL does at these shapes (`trainers.numerics.batched_gemm_rounds_as_single`:
+    under the AUTO branch, asked once per shape), for products large
     enough that ATen hands them to MKL at all (rows·n·n ≥ ATEN_SMALL_BATCHED_GEMM) — and always on a
     GPU, where bit equality is not promised; else one addmm / mm per member: the solo op itself, on
     the member's slices (MKL's reproducibility mode makes a GEMM independent of alignment)."""
-    if device.type != "cpu" or (rows * n * n >= ATEN_SMALL_BATCHED_GEMM and batched_gemm_rounds_as_single()):
+    if device.type != "cpu" or (
+        rows * n * n >= ATEN_SMALL_BATCHED_GEMM and batched_gemm_rounds_as_single(rows, n)
+    ):
         return torch.baddbmm, torch.bmm
     return _addmm_each, _mm_each
 

@@ -161,14 +161,37 @@ def mkl_version() -> str | None:
 ATEN_SMALL_BATCHED_GEMM = 400
 
 
-def batched_gemm_rounds_as_single() -> bool:
+def batched_gemm_rounds_as_single(rows: int, n: int) -> bool:
     """Whether MKL's batched GEMM (torch's bmm and baddbmm on the CPU) rounds each matrix of the batch
-    as a single GEMM (mm, addmm) of that matrix does, so that a fused bundle may run its members'
-    products in one call. Under the AUTO branch it does (every shape measured on an AMD EPYC; the
-    bundle tests on an Intel Xeon with AVX-512 passed under AUTO,STRICT); under COMPATIBLE it does not
-    (most shapes whose N is not a multiple of 32 differ in the last bits, even a batch of one), so
-    bundles of the portable mode run one GEMM per member."""
-    return not (mkl_cbwr() or "").startswith("COMPATIBLE")
+    as a single GEMM (mm, addmm) of that matrix does, at a fused scan's shapes ([rows, n] × [n, n] per
+    member), so that a bundle may run its members' products in one call. Under COMPATIBLE it does not
+    (most shapes whose N is not a multiple of 32 differ in the last bits, even a batch of one): bundles
+    of the portable mode run one GEMM per member. Under AUTO it did at every shape measured on an AMD
+    EPYC and an Intel Xeon with AVX-512, but which kernels MKL picks is the CPU's: so the process asks
+    its own MKL, once per shape (`_batched_rounds_as_single`), rather than trusting two machines."""
+    branch = mkl_cbwr() or ""
+    if branch.startswith("COMPATIBLE"):
+        return False
+    return _batched_rounds_as_single(branch, torch.get_num_threads(), rows, n)
+
+
+@functools.cache
+def _batched_rounds_as_single(branch: str, threads: int, rows: int, n: int) -> bool:
+    """Whether this process's batched GEMMs give each member's single GEMM bit for bit, in the three
+    forms a fused scan uses (`trainers.kernels.member_gemms`: baddbmm with W stored transposed, baddbmm
+    and bmm with W as stored), on random operands: which kernel MKL runs, and so how it rounds,
+    depends on the shapes, the layout, the branch, the threads and the CPU, not on the values."""
+    g = torch.Generator().manual_seed(0)
+    k = 3
+    a, c = torch.randn(k, rows, n, generator=g), torch.randn(k, rows, n, generator=g)
+    w = torch.randn(k, n, n, generator=g)
+    wt = w.transpose(1, 2)
+    forms = (
+        (torch.baddbmm(c, a, wt), [torch.addmm(c[i], a[i], wt[i]) for i in range(k)]),
+        (torch.baddbmm(c, a, w), [torch.addmm(c[i], a[i], w[i]) for i in range(k)]),
+        (torch.bmm(a, w), [torch.mm(a[i], w[i]) for i in range(k)]),
+    )
+    return all(torch.equal(batched, torch.stack(single)) for batched, single in forms)
 
 
 def _set_mkl(mode: Mode) -> None:

@@ -399,7 +399,9 @@ def test_bad_input_is_422_naming_the_field_the_allowed_values_and_the_fix(client
     assert "send the request again" in body["message"]
     r = client.post("/studies", json={"preset": "orhan2020-copy999"})
     assert r.status_code == 422 and "orhan2020-copy500" in r.json()["detail"]  # the valid presets
-    assert r.json()["message"] == r.json()["detail"]  # every error answer has `message`, one shape for clients
+    assert (
+        r.json()["message"] == r.json()["detail"]
+    )  # every error answer has `message`, one shape for clients
     missing = client.get("/studies/nope")
     assert missing.status_code == 404 and missing.json()["message"] == missing.json()["detail"]
     r = client.post("/studies", json=grid(base={**TINY, "seq_lenn": 20}))

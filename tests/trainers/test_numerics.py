@@ -235,3 +235,30 @@ def test_bundle_members_with_misaligned_operands_equal_their_solo_runs(cell):
         assert torch.equal(outs[k], hs), k
         for p, q in zip(params, solo, strict=True):
             assert torch.equal(p.grad[k], q.grad), k
+
+
+def test_bundles_run_batched_gemms_only_where_this_processs_mkl_rounds_them_as_single_ones(monkeypatch):
+    """Whether MKL's batched GEMM rounds each member as its single GEMM depends on the shapes and the
+    CPU (which kernel MKL picks): it was a rule measured on two machines (every branch but COMPATIBLE);
+    the process now asks its own MKL, once per shape. A batched GEMM that rounds otherwise (here one
+    made to) is not used, and the bundle runs one GEMM per member, its members' solo ops."""
+    from trainers.kernels import _addmm_each, member_gemms
+
+    cpu, asked = torch.device("cpu"), numerics.batched_gemm_rounds_as_single(16, 64)
+    assert (member_gemms(cpu, 16, 64)[0] is torch.baddbmm) == asked
+    if (numerics.mkl_cbwr() or "").startswith("COMPATIBLE"):  # the portable mode's branch: never batched
+        assert not asked
+    real = torch.bmm
+
+    def rounds_otherwise(a, b, **kwargs):
+        out = real(a, b, **kwargs)
+        return out.copy_(torch.nextafter(out, torch.full_like(out, float("inf"))))
+
+    numerics._batched_rounds_as_single.cache_clear()
+    try:
+        monkeypatch.setattr(torch, "bmm", rounds_otherwise)
+        assert not numerics._batched_rounds_as_single("AUTO", 1, 16, 64)
+        monkeypatch.setattr(numerics, "mkl_cbwr", lambda: "AUTO,STRICT")
+        assert member_gemms(cpu, 16, 64)[0] is _addmm_each
+    finally:
+        numerics._batched_rounds_as_single.cache_clear()
