@@ -35,6 +35,16 @@ def make_tiny_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def threads_restored():
+    """Each test starts at the process's thread count: a trial sets its own (`configure_process`), and
+    left set, later tests in the same worker computed at another count than a fresh worker's (and
+    MKL's GEMMs, without STRICT, may round by the thread count): a result that depended on test order."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def one_thread():
     """Small matrices: one intra-op thread is many times faster than several (and deterministic)."""
