@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -172,16 +172,20 @@ class StudySpec(BaseModel):
                 data[key] = value
         return data
 
+    def _places_setting(self, name: str) -> list[str]:
+        """Where the spec sets or varies `name`: its dimensions and its models' fixed settings."""
+        places: dict[str, Mapping[str, Any]] = {"base": self.base, "dims": self.dims}
+        if self.space is not None:
+            places["space.dims"] = self.space.dims
+            for model, m in self.space.models.items():
+                places[f"space.models.{model}.dims"], places[f"space.models.{model}.fixed"] = m.dims, m.fixed
+        return [where for where, settings in places.items() if name in settings]
+
     @model_validator(mode="after")
     def _one_numerics_mode(self) -> StudySpec:
         """A study computes with one mode (its Ray workers run one): `numerics` is not a dimension or a
-        model's setting."""
-        places = {"dims": self.dims}
-        if self.space is not None:
-            places["space.dims"] = self.space.dims
-            for name, m in self.space.models.items():
-                places[f"space.models.{name}.dims"], places[f"space.models.{name}.fixed"] = m.dims, m.fixed
-        found = [where for where, d in places.items() if "numerics" in d]
+        model's setting (in `base` it is the study's own, moved there before)."""
+        found = [where for where in self._places_setting("numerics") if where != "base"]
         if found:
             raise ValueError(
                 f"numerics is one mode per study, not a dimension or a model's setting ({', '.join(found)}): "
@@ -194,12 +198,7 @@ class StudySpec(BaseModel):
     def _seeds_are_their_own_dimension(self) -> StudySpec:
         """Seeds are the study's `seeds`; a `seed` setting was overwritten by them without a word (base),
         or made trials of one hash (a dimension)."""
-        places = {"base": self.base, "dims": self.dims}
-        if self.space is not None:
-            places["space.dims"] = self.space.dims
-            for name, m in self.space.models.items():
-                places[f"space.models.{name}.dims"], places[f"space.models.{name}.fixed"] = m.dims, m.fixed
-        found = [where for where, d in places.items() if "seed" in d]
+        found = self._places_setting("seed")
         if found:
             raise ValueError(
                 f"seed is not a setting ({', '.join(f'{w}.seed' for w in found)}): every point runs once per "
