@@ -35,14 +35,22 @@ def make_tiny_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> Path:
     return root
 
 
+def flushes_denormals() -> bool:
+    """Whether this thread's CPU flushes denormals to zero (`torch.set_flush_denormal`, which has no getter)."""
+    return float(torch.tensor([1e-40], dtype=torch.float32).mul(1.0)) == 0.0
+
+
 @pytest.fixture(autouse=True)
-def threads_restored():
-    """Each test starts at the process's thread count: a trial sets its own (`configure_process`), and
-    left set, later tests in the same worker computed at another count than a fresh worker's (and
-    MKL's GEMMs, without STRICT, may round by the thread count): a result that depended on test order."""
-    before = torch.get_num_threads()
+def process_state_restored():
+    """Each test starts at the process's thread count and denormal handling: a trial sets its own
+    (`configure_process`: its threads, denormals flushed to zero), and left set, later tests in the same
+    worker computed otherwise than in a fresh one — numpy's √ of a subnormal came out 0, and a test of
+    subnormals failed or passed by the order xdist gave the tests (MKL's GEMMs, without STRICT, may
+    also round by the thread count)."""
+    threads, flush = torch.get_num_threads(), flushes_denormals()
     yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(flush)
 
 
 @pytest.fixture
