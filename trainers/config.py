@@ -73,7 +73,7 @@ class TrainConfig:
     epochs: int = 100
     steps: int | None = None  # when set, the budget in optimiser steps (replaces epochs)
     eval_every: int | None = None  # steps between evaluations; None: once per epoch
-    eval_batch_size: int = 1000  # validation batch (no effect on the result)
+    eval_batch_size: int = 1000  # validation batch: moves only the validation loss's rounding (ROUNDING_FIELDS)
     early_stop_loss: float | None = 0.0025  # stop once validation loss < this; None: never
     # Not the papers' protocol (Keras trains on): a finite loss above this × the baseline fails the
     # trial. An opt-in for exploratory sweeps; None (default): only a non-finite loss fails a trial.
@@ -81,7 +81,8 @@ class TrainConfig:
     # which CPU kernels compute the numbers (trainers/numerics.py): portable (the same numbers on any
     # x86-64 CPU with AVX2) or native (this CPU's fastest); part of the trial's identity
     numerics: str = field(default_factory=default_mode)
-    # execution (not part of the result's identity beyond reproducibility)
+    # execution: where and how a trial runs, not what it trains (threads and eval_batch_size move its
+    # rounding, and enter its identity where they leave their defaults: ROUNDING_FIELDS)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 1  # intra-op threads on CPU; 1 is fastest for small RNNs (benchmarks/)
     # on a GPU, a fused bundle's training step replays as one CUDA graph (trainers/fused/graphs.py: the same
@@ -101,7 +102,13 @@ class TrainConfig:
 
 
 TOP_FIELDS = field_names(TrainConfig)
-EXECUTION_FIELDS = ("device", "threads", "eval_batch_size", "cuda_graphs")  # excluded from the identity hash
+EXECUTION_FIELDS = ("device", "threads", "eval_batch_size", "cuda_graphs")  # not in the identity's base
+#: execution fields that move a trial's rounding, not what it trains, with the values under which a
+#: trial's hash is its base hash (`config_hash`): the thread count (MKL and oneDNN split sums by it;
+#: portable mode cannot pin it, docs/reproducibility.md) and the validation batch (the loss is summed
+#: batch by batch). A trial that leaves one hashes apart, so the ledger never reuses its result for
+#: another's; the hashes of every trial that keeps them (and of every stored one) stay as they were.
+ROUNDING_FIELDS: Mapping[str, int] = {"threads": 1, "eval_batch_size": 1000}
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,8 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     """Identity of a trial: sha256 of its resolved config (execution-only fields dropped), and of the
     plugins it uses (their distribution, version and code: `trainers.plugins`), so a run of another
     plugin version is never taken for this one. A trial of built-ins hashes as it always did: a task's or
-    cell's field added since (`trainers.params.UNHASHED_DEFAULT`) is left out while it holds its default."""
+    cell's field added since (`trainers.params.UNHASHED_DEFAULT`) is left out while it holds its default.
+    A `ROUNDING_FIELDS` value other than its default then joins the identity (`with_rounding`)."""
     ident = {k: v for k, v in resolved.items() if k not in EXECUTION_FIELDS}
     for kind, registry in (("task", TASKS), ("cell", CELLS)):
         name, params = resolved.get(kind), resolved.get(f"{kind}_params")
@@ -139,7 +147,20 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     used = plugins.identities(str(resolved.get("cell", "")), str(resolved.get("task", "")))
     if used:
         ident["plugins"] = used
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    base = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return with_rounding(base, resolved)
+
+
+def with_rounding(base: str, resolved: Mapping[str, Any]) -> str:
+    """The hash of a trial whose identity without execution fields hashes to `base`: `base` itself
+    while its `ROUNDING_FIELDS` hold their defaults, else `base` and those values hashed again. A
+    function of the base hash and the stored config alone, so the ledger's migration 0008 (which holds
+    its own copy, as a migration must) re-keyed the trials stored before these fields joined the hash."""
+    moved = {k: resolved.get(k, v) for k, v in ROUNDING_FIELDS.items() if resolved.get(k, v) != v}
+    if not moved:
+        return base
+    tail = "".join(f"/{k}={moved[k]}" for k in sorted(moved))
+    return hashlib.sha256(f"{base}{tail}".encode()).hexdigest()[:16]
 
 
 def from_dict(values: Mapping[str, Any]) -> TrainConfig:

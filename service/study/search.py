@@ -39,7 +39,8 @@ def materialize(settings: Mapping[str, Any]) -> trainers.Resolved:
 
 
 def execution(spec: StudySpec) -> dict[str, Any]:
-    """The study's execution settings of every trial (not part of a trial's identity)."""
+    """The study's execution settings of every trial: its threads, which enter a trial's hash once
+    they are not 1 (they move its rounding: `trainers.config.ROUNDING_FIELDS`)."""
     return {"threads": max(1, int(spec.resources.cpus))}
 
 

@@ -112,3 +112,64 @@ def test_processes_opening_one_new_ledger_at_once_migrate_it_once(tmp_path: Path
     with Ledger(url).database.connect() as conn:
         (version,) = conn.exec_driver_sql("SELECT version_num FROM alembic_version").one()
         assert version == ScriptDirectory.from_config(migrations(conn)).get_current_head()
+
+
+def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results_taken_across_it(
+    tmp_path: Path,
+) -> None:
+    """Trials stored before threads and the validation batch joined the hash (revision 0007): one run
+    with 2 threads is re-keyed to the hash it has now (so it resolves again, `Trial.spec`); a trial
+    that had taken the result of a trial run with other threads is pending again, its copied result
+    cleared; what trials computed themselves stays."""
+    from alembic import command
+
+    from service.core.spec import StudySpec
+    from service.study.search import execution, grid_trials
+
+    def planned(cpus: int) -> list:
+        spec = StudySpec.model_validate(
+            {"space": {"dims": {"lr": [1e-3, 3e-3]}}, "base": {"task": "addition"}, "resources": {"cpus": cpus}}
+        )
+        return grid_trials(spec.search_space(), execution(spec))
+
+    one, two = planned(1), planned(2)
+    assert [t.resolved.config.threads for t in two] == [2, 2]
+    assert {t.config_hash for t in one}.isdisjoint(t.config_hash for t in two)
+    old_hash = {t.config["lr"]: t.config_hash for t in one}  # what 0007's code hashed both as
+
+    path = tmp_path / "ledger.db"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        command.upgrade(migrations(conn), "0007")
+        studies, trials = Base.metadata.tables["studies"], Base.metadata.tables["trials"]
+        for sid in ("s1", "s2", "s3", "s4"):
+            conn.execute(studies.insert().values(id=sid, name=sid, spec={}, state="done"))
+
+        def row(tid: int, study: str, t, **values) -> None:
+            conn.execute(trials.insert().values(
+                id=tid, study_id=study, config_hash=old_hash[t.config["lr"]], model="m", params={},
+                config=t.config, runs=values.pop("runs", 1), **values,
+            ))  # fmt: skip
+
+        done = {"status": "done", "final_val_loss": 0.25, "steps": 9, "provenance": {"numerics": "portable"}}
+        row(1, "s1", one[0], **done)  # 1 thread, its own result
+        row(2, "s2", two[0], **done, runs=0, reused_from=1)  # 2 threads, the 1-thread result
+        row(3, "s3", two[1], **{**done, "final_val_loss": 0.5})  # 2 threads, its own result
+        row(4, "s4", one[1], **{**done, "final_val_loss": 0.5}, runs=0, reused_from=3)  # the other way
+        row(5, "s4", one[0], **done, runs=0, reused_from=1)  # same threads: a true reuse
+    engine.dispose()
+
+    ledger = Ledger(f"sqlite:///{path}")  # opening it migrates it to the head
+    rows = {t.id: t for s in ("s1", "s2", "s3", "s4") for t in ledger.trials(s)}
+    specs = {tid: r.spec() for tid, r in rows.items()}  # every row resolves to its stored hash again
+    assert [specs[i].config_hash for i in (1, 2, 3, 4, 5)] == [
+        one[0].config_hash, two[0].config_hash, two[1].config_hash, one[1].config_hash, one[0].config_hash
+    ]
+    kept = [(rows[i].status, rows[i].final_val_loss, rows[i].reused_from) for i in (1, 3, 5)]
+    assert kept == [("done", 0.25, None), ("done", 0.5, None), ("done", 0.25, 1)]
+    for i in (2, 4):
+        assert (rows[i].status, rows[i].final_val_loss, rows[i].reused_from, rows[i].provenance) == (
+            "pending", None, None, None
+        )
+    assert ledger.reusable([two[1].config_hash]) == {two[1].config_hash}  # 2 threads: its own again
+    assert ledger.reusable([one[1].config_hash]) == set()  # no 1-thread run of it was ever made

@@ -123,11 +123,22 @@ def test_the_persistent_elman_kernel_is_refused_past_the_hidden_size_it_holds_on
     assert "hidden = 130" in message and "use backend 'auto'" in message
 
 
-def test_hash_is_identity_of_the_result_not_of_the_device():
+def test_hash_is_identity_of_the_result_and_its_rounding_not_of_the_device():
+    """Where a trial runs (device, CUDA graphs) leaves its hash; what moves its numbers' rounding (the
+    thread count, the validation batch) enters it once it leaves its default, and a trial at the
+    defaults, or a stored dict without those fields, hashes as it did before they could enter it."""
+    from trainers.config import ROUNDING_FIELDS
+
     a = resolve({"lr": 1e-3}).to_dict()
-    b = resolve({"lr": 1e-3, "device": "cpu", "threads": 2}).to_dict()
+    assert config_hash(a) == config_hash({k: v for k, v in a.items() if k not in ROUNDING_FIELDS})
+    assert config_hash(a) == config_hash(resolve({"lr": 1e-3, "device": "cpu", "cuda_graphs": False}).to_dict())
+    assert config_hash(a) == config_hash(resolve({"lr": 1e-3, "threads": 1, "eval_batch_size": 1000}).to_dict())
+    moved = {
+        config_hash(resolve({"lr": 1e-3, **values}).to_dict())
+        for values in ({"threads": 2}, {"threads": 3}, {"eval_batch_size": 500}, {"threads": 2, "eval_batch_size": 500})
+    }
     c = resolve({"lr": 1e-3, "seed": 2}).to_dict()
-    assert config_hash(a) == config_hash(b) != config_hash(c)
+    assert len(moved | {config_hash(a), config_hash(c)}) == 6
 
 
 def test_resolved_dict_round_trips():
