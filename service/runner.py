@@ -28,6 +28,7 @@ from typing import Any
 
 from service.core.states import FINISHED, RESUMABLE
 from service.planning.record import plan_run, record_actual
+from service.store.ledger import ClaimLostError
 from service.study.claim import StudyBusyError, StudyClaim, gone
 from service.study.engine import Engine
 
@@ -333,7 +334,7 @@ class StudyRunner:
     def _run(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger
         try:
-            with StudyClaim(ledger, study_id):  # one process runs a study at a time
+            with StudyClaim(ledger, study_id, on_lost=a.cancel.set):  # one process runs a study at a time
                 self.prepare()
                 if a.cancel.is_set():
                     ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
@@ -347,6 +348,9 @@ class StudyRunner:
                 a.summary = run_planned(self.engine, study_id, a.cancel, started)
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             log.warning("%s", exc)
+            self.refused[study_id] = str(exc)
+        except ClaimLostError as exc:  # another process took it over mid-run: its state is that one's
+            log.error("%s", exc)
             self.refused[study_id] = str(exc)
         except Exception as exc:
             log.exception("study %s failed", study_id)

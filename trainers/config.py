@@ -73,7 +73,7 @@ class TrainConfig:
     epochs: int = 100
     steps: int | None = None  # when set, the budget in optimiser steps (replaces epochs)
     eval_every: int | None = None  # steps between evaluations; None: once per epoch
-    eval_batch_size: int = 1000  # validation batch: moves only the validation loss's rounding (ROUNDING_FIELDS)
+    eval_batch_size: int = 1000  # validation batch: moves the validation loss's rounding only
     early_stop_loss: float | None = 0.0025  # stop once validation loss < this; None: never
     # Not the papers' protocol (Keras trains on): a finite loss above this × the baseline fails the
     # trial. An opt-in for exploratory sweeps; None (default): only a non-finite loss fails a trial.

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     Select,
@@ -73,14 +73,27 @@ TRIAL_SORTS = tuple(s.value for s in TrialSort)
 STATUSES = tuple(s.value for s in TrialStatus)
 
 
+class ClaimLostError(RuntimeError):
+    """A write for a study this process had claimed, refused: another process took the study over
+    (this one's beats had stopped past the claim's lease), and runs it now."""
+
+
 class Ledger:
-    """Sessions over one database; every write goes through this class's methods."""
+    """Sessions over one database; every write goes through this class's methods.
+
+    A study this process claimed (`claim_study`, until `release_study`) is *fenced*: every write of
+    the study or its trials first checks, in its own transaction, that this process still holds the
+    claim (PostgreSQL locks the study's row for it; SQLite writes one transaction at a time), and is
+    refused with `ClaimLostError` once another process took the study over. So a process that lost a
+    study (paused, or cut off from the database past the lease) writes none of its results over those
+    of the process that runs it now."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         #: SQLAlchemy's engine on the database (`database.connect`)
         self.database: Engine = connect(url)
         self._sessions = sessionmaker(self.database, expire_on_commit=False)
+        self._held: dict[str, str] = {}  # the studies this process claimed: id → owner
 
     def unwritable(self) -> str | None:
         """Why the database refuses writes now (None: it takes them): SQLite takes its write lock and
@@ -212,6 +225,7 @@ class Ledger:
                 update(Study).where(Study.id == study_id, held).values(owner=owner, owner_beat=time.time())
             )
             if claimed.rowcount == 1:
+                self._held[study_id] = owner
                 return None
             row = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
             return row.owner, row.owner_beat
@@ -230,11 +244,27 @@ class Ledger:
     @outlasting
     def release_study(self, study_id: str, owner: str) -> None:
         """`owner` no longer runs the study (when it still holds it)."""
+        if self._held.get(study_id) == owner:
+            del self._held[study_id]
         with self.session() as s:
             s.connection().execute(
                 update(Study)
                 .where(Study.id == study_id, Study.owner == owner)
                 .values(owner=None, owner_beat=None, updated_at=Study.updated_at)
+            )
+
+    def _fence(self, s: Session, study_id: str) -> None:
+        """Refuse this transaction's write (`ClaimLostError`) when this process claimed the study and
+        no longer holds it; nothing for a study it did not claim."""
+        owner = self._held.get(study_id)
+        if owner is None:
+            return
+        current = s.scalar(select(Study.owner).where(Study.id == study_id).with_for_update())
+        if current != owner:
+            raise ClaimLostError(
+                f"study {study_id} was taken over by another process ({current or 'none now'}) after this "
+                f"one ({owner}) stopped beating for over its lease: this process's write was refused and its "
+                "run stops; the study's results are that process's to write"
             )
 
     # ----- trials ----------------------------------------------------------------------------------
@@ -243,6 +273,7 @@ class Ledger:
         """Insert trials whose hash the study doesn't hold yet; reuse finished results of other
         studies. Returns how many were added."""
         with self.session() as s:
+            self._fence(s, study_id)
             return self._add_trials(s, study_id, trials)
 
     @staticmethod
@@ -374,6 +405,7 @@ class Ledger:
             row = s.get(table, key)
             if row is None:
                 raise KeyError(key)
+            self._fence(s, row.id if isinstance(row, Study) else cast(Trial, row).study_id)
             for k, v in fields.items():
                 setattr(row, k, v)
 
@@ -386,6 +418,7 @@ class Ledger:
             ).first()
             if trial is None or trial.status in FINISHED:
                 return None
+            self._fence(s, study_id)
             trial.status = "running"
             trial.runs = (trial.runs or 0) + 1
             return trial.id
@@ -397,6 +430,7 @@ class Ledger:
             trial = s.get(Trial, trial_id)
             if trial is None:
                 raise KeyError(trial_id)
+            self._fence(s, trial.study_id)
             for name, value in result.to_dict().items():
                 setattr(trial, name, value)
             if result.recurrent_matrix is not None:

@@ -13,6 +13,10 @@ when the run ends. A claim is taken from its owner only when that owner is gone:
 - elsewhere (another host or container), when it has not beaten for `LEASE_SECONDS`.
 
 Refused, a run starts nothing and says which process holds the study and since when it last beat.
+
+A process that lost its claim while it still ran (paused, or cut off from the database past the lease)
+is fenced: the ledger refuses its writes of the study (`Ledger`, `ClaimLostError`), and its beat, once
+it finds the claim gone, tells the run to stop (`on_lost`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from service.store.ledger import Ledger
@@ -69,8 +74,16 @@ class StudyClaim:
     """This process's claim on a study, for one run: `with StudyClaim(ledger, id):` claims it (or raises
     `StudyBusyError`), beats while the run lasts, and lets it go after."""
 
-    def __init__(self, ledger: Ledger, study_id: str, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        study_id: str,
+        owner: str | None = None,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_lost`: called (from the beat's thread) when another process took the study over."""
         self.ledger, self.study_id, self.owner = ledger, study_id, owner or this_process()
+        self.on_lost = on_lost
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
 
@@ -105,6 +118,8 @@ class StudyClaim:
                         self.study_id,
                         LEASE_SECONDS,
                     )
+                    if self.on_lost is not None:
+                        self.on_lost()
                     return
             except Exception:  # the ledger is down past its patience: beat again later
                 log.exception("study %s: its claim's beat failed; trying again", self.study_id)

@@ -34,7 +34,7 @@ from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED
 from service.core.trial import StaleTrialError
 from service.reports.study_summary import summarise
-from service.store.ledger import Ledger
+from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study
 from service.study.book import TrialBook
 from service.study.executor import Executor, RunRequest
@@ -163,6 +163,9 @@ class Engine:
             recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
             ran = self._run_units(study, spec, space, recorder, cancel, units)
             state = "cancelled" if cancel.is_set() else "done"
+        except ClaimLostError:  # another process runs the study now: its state is that one's to write
+            tracker.close()
+            raise
         except Exception as exc:
             log.exception("study %s failed", study.id)
             self.ledger.update_study(study.id, state="failed", error=f"{type(exc).__name__}: {exc}")

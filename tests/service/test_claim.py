@@ -62,3 +62,113 @@ def test_a_claim_past_its_lease_is_taken_over(tmp_path: Path):
     assert ledger.claim_study(study.id, "elsewhere/1/2", lambda owner, beat: False) is None
     assert ledger.claim_study(study.id, "here/3/4", lambda owner, beat: True) is None  # its owner is gone
     assert ledger.study(study.id).owner == "here/3/4"
+
+
+def _rows(ledger: Ledger, study_id: str) -> list[tuple]:
+    study = ledger.study(study_id)
+    trials = ledger.trials(study_id)
+    return [(study.state, study.error, study.plan)] + [
+        (t.status, t.reason, t.final_val_loss, t.runs, t.mlflow_run_id, t.updated_at) for t in trials
+    ]
+
+
+def test_a_process_that_lost_its_claim_writes_nothing_of_the_study(tmp_path: Path):
+    """Fencing: this process claimed the study; another (a second Ledger on the database) took it over
+    (`gone` said this one was). Every write of the study or its trials from here is refused with
+    `ClaimLostError`, in its own transaction, and the database keeps what the new owner sees; the
+    new owner writes, and a process that never claimed the study is not fenced."""
+    import trainers
+    from service.core.spec import StudySpec
+    from service.store.ledger import ClaimLostError
+    from service.study.search import grid_trials
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    here, there, bystander = Ledger(url), Ledger(url), Ledger(url)
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3, 3e-3, 1e-2]}}, "base": {"task": "addition"}}
+    )
+    trials = grid_trials(spec.search_space(), {})
+    study = here.create_study("s", {}, trials[:2])
+    assert here.claim_study(study.id, "here/1/2", lambda owner, beat: False) is None
+    first = here.start_trial(study.id, trials[0].config_hash)  # held: written
+    assert first is not None and here.trial(first).status == "running"
+
+    assert there.claim_study(study.id, "there/3/4", lambda owner, beat: True) is None  # taken over
+    before = _rows(there, study.id)
+    result = trainers.TrialResult(status="done", final_val_loss=0.1, steps=3)
+    refused = [
+        lambda: here.start_trial(study.id, trials[1].config_hash),
+        lambda: here.finish_trial(first, result),
+        lambda: here.update_trial(first, mlflow_run_id="r"),
+        lambda: here.interrupt_trial(first, "pending", "interrupted", []),
+        lambda: here.update_study(study.id, state="failed", error="x"),
+        lambda: here.add_trials(study.id, trials[2:]),
+    ]
+    for write in refused:
+        with pytest.raises(
+            ClaimLostError, match=rf"study {study.id} was taken over by another process \(there/3/4\)"
+        ):
+            write()
+    assert _rows(there, study.id) == before
+    assert len(there.trials(study.id)) == 2
+
+    assert there.finish_trial(first, result).status == "done"  # the new owner writes
+    bystander.update_study(study.id, name="renamed")  # never claimed it here: not fenced
+    here.release_study(study.id, "here/1/2")  # lets go of nothing in the database: not its owner
+    assert there.study(study.id).owner == "there/3/4"
+
+
+def test_a_beat_that_finds_the_claim_taken_over_stops_the_run(tmp_path: Path, monkeypatch):
+    import threading
+
+    import service.study.claim as claim
+
+    monkeypatch.setattr(claim, "BEAT_SECONDS", 0.05)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    here, there = Ledger(url), Ledger(url)
+    study = here.create_study("s", {})
+    lost = threading.Event()
+    with StudyClaim(here, study.id, owner="here/1/2", on_lost=lost.set):
+        time.sleep(0.3)
+        assert not lost.is_set()  # its own beats
+        assert there.claim_study(study.id, "there/3/4", lambda owner, beat: True) is None
+        assert lost.wait(10), "the beat never said the claim was lost"
+    assert here.study(study.id).owner == "there/3/4"  # leaving the claim let go of nothing
+
+
+@pytest.mark.slow
+def test_a_run_whose_study_is_taken_over_stops_and_writes_nothing_more(engine, monkeypatch):
+    """A real run (embedded Ray, MLflow) loses its claim mid-study, as a process cut off from the
+    database past the lease would: its beat stops the run, and its last writes — the trials it was
+    training, the study's end — are refused, so the ledger holds exactly what the new owner found; the
+    run ends refused, not failed."""
+    import service.study.claim as claim
+    from service.core.spec import StudySpec
+    from service.runner import StudyRunner
+    from tests.service.conftest import TINY
+
+    monkeypatch.setattr(claim, "BEAT_SECONDS", 0.2)
+    spec = StudySpec.model_validate({
+        "name": "taken-over", "base": {**TINY, "steps": 4000, "eval_every": 1000},
+        "space": {"dims": {"lr": [1e-3, 3e-4, 1e-4, 3e-5]}}, "bundle_size": 1,
+    })  # fmt: skip
+    study = engine.create_study(spec)
+    runner = StudyRunner(engine, workers=1)
+    other = Ledger(engine.ledger.url)  # the process that takes the study over
+    try:
+        runner.submit(study.id)
+        deadline = time.monotonic() + 240
+        while not any(t.status == "running" for t in other.trials(study.id)):
+            assert time.monotonic() < deadline and runner.is_active(study.id), "no trial ever started"
+            time.sleep(0.1)
+        assert other.claim_study(study.id, "elsewhere/9/9", lambda owner, beat: True) is None
+        taken = _rows(other, study.id)
+        while runner.is_active(study.id):
+            assert time.monotonic() < deadline, "the run went on after its claim was taken"
+            time.sleep(0.2)
+    finally:
+        runner.shutdown()
+    assert "was taken over by another process (elsewhere/9/9)" in runner.refused[study.id]
+    assert _rows(other, study.id) == taken  # nothing written after the takeover
+    assert taken[0][0] == "running" and any(row[0] == "running" for row in taken[1:])
+    assert other.study(study.id).owner == "elsewhere/9/9"

@@ -128,7 +128,11 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
 
     def planned(cpus: int) -> list:
         spec = StudySpec.model_validate(
-            {"space": {"dims": {"lr": [1e-3, 3e-3]}}, "base": {"task": "addition"}, "resources": {"cpus": cpus}}
+            {
+                "space": {"dims": {"lr": [1e-3, 3e-3]}},
+                "base": {"task": "addition"},
+                "resources": {"cpus": cpus},
+            }
         )
         return grid_trials(spec.search_space(), execution(spec))
 
@@ -163,13 +167,20 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
     rows = {t.id: t for s in ("s1", "s2", "s3", "s4") for t in ledger.trials(s)}
     specs = {tid: r.spec() for tid, r in rows.items()}  # every row resolves to its stored hash again
     assert [specs[i].config_hash for i in (1, 2, 3, 4, 5)] == [
-        one[0].config_hash, two[0].config_hash, two[1].config_hash, one[1].config_hash, one[0].config_hash
+        one[0].config_hash,
+        two[0].config_hash,
+        two[1].config_hash,
+        one[1].config_hash,
+        one[0].config_hash,
     ]
     kept = [(rows[i].status, rows[i].final_val_loss, rows[i].reused_from) for i in (1, 3, 5)]
     assert kept == [("done", 0.25, None), ("done", 0.5, None), ("done", 0.25, 1)]
     for i in (2, 4):
         assert (rows[i].status, rows[i].final_val_loss, rows[i].reused_from, rows[i].provenance) == (
-            "pending", None, None, None
+            "pending",
+            None,
+            None,
+            None,
         )
     assert ledger.reusable([two[1].config_hash]) == {two[1].config_hash}  # 2 threads: its own again
     assert ledger.reusable([one[1].config_hash]) == set()  # no 1-thread run of it was ever made

@@ -131,11 +131,20 @@ def test_hash_is_identity_of_the_result_and_its_rounding_not_of_the_device():
 
     a = resolve({"lr": 1e-3}).to_dict()
     assert config_hash(a) == config_hash({k: v for k, v in a.items() if k not in ROUNDING_FIELDS})
-    assert config_hash(a) == config_hash(resolve({"lr": 1e-3, "device": "cpu", "cuda_graphs": False}).to_dict())
-    assert config_hash(a) == config_hash(resolve({"lr": 1e-3, "threads": 1, "eval_batch_size": 1000}).to_dict())
+    assert config_hash(a) == config_hash(
+        resolve({"lr": 1e-3, "device": "cpu", "cuda_graphs": False}).to_dict()
+    )
+    assert config_hash(a) == config_hash(
+        resolve({"lr": 1e-3, "threads": 1, "eval_batch_size": 1000}).to_dict()
+    )
     moved = {
         config_hash(resolve({"lr": 1e-3, **values}).to_dict())
-        for values in ({"threads": 2}, {"threads": 3}, {"eval_batch_size": 500}, {"threads": 2, "eval_batch_size": 500})
+        for values in (
+            {"threads": 2},
+            {"threads": 3},
+            {"eval_batch_size": 500},
+            {"threads": 2, "eval_batch_size": 500},
+        )
     }
     c = resolve({"lr": 1e-3, "seed": 2}).to_dict()
     assert len(moved | {config_hash(a), config_hash(c)}) == 6

@@ -79,7 +79,10 @@ def upgrade() -> None:
             bind.execute(sa.update(trials).where(trials.c.id == r.id).values(status="pending", **cleared))
             reset.add(r.study_id)
     if rekeyed:
-        log.info("ledger: %d trial(s) run with other threads or validation batch re-keyed (migration 0008)", rekeyed)
+        log.info(
+            "ledger: %d trial(s) run with other threads or validation batch re-keyed (migration 0008)",
+            rekeyed,
+        )
     for study in sorted(reset):
         log.warning(
             "ledger: study %s held results taken from trials run with other threads or validation batch "
