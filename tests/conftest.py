@@ -47,10 +47,12 @@ def process_state_restored():
     worker computed otherwise than in a fresh one — numpy's √ of a subnormal came out 0, and a test of
     subnormals failed or passed by the order xdist gave the tests (MKL's GEMMs, without STRICT, may
     also round by the thread count)."""
+    from trainers.runtime import flush_denormals
+
     threads, flush = torch.get_num_threads(), flushes_denormals()
     yield
     torch.set_num_threads(threads)
-    torch.set_flush_denormal(flush)
+    flush_denormals(flush)  # on OpenMP's threads too
 
 
 @pytest.fixture

@@ -109,6 +109,11 @@ EXECUTION_FIELDS = ("device", "threads", "eval_batch_size", "cuda_graphs")  # no
 #: batch by batch). A trial that leaves one hashes apart, so the ledger never reuses its result for
 #: another's; the hashes of every trial that keeps them (and of every stored one) stay as they were.
 ROUNDING_FIELDS: Mapping[str, int] = {"threads": 1, "eval_batch_size": 1000}
+#: what a trial run on more than one thread computes, beyond `TRAINER_VERSION` (in every trial's hash):
+#: 1 since every thread of the OpenMP pool flushes denormals as the trial's own does
+#: (`trainers.runtime.flush_denormals`). Before, a pool thread kept the flags the process's history gave
+#: it, so a result recorded then with threads > 1 is never reused for a trial of now (migration 0008).
+THREADED_VERSION = "1"
 
 
 @dataclass(frozen=True)
@@ -153,12 +158,15 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
 
 def with_rounding(base: str, resolved: Mapping[str, Any]) -> str:
     """The hash of a trial whose identity without execution fields hashes to `base`: `base` itself
-    while its `ROUNDING_FIELDS` hold their defaults, else `base` and those values hashed again. A
-    function of the base hash and the stored config alone, so the ledger's migration 0008 (which holds
-    its own copy, as a migration must) re-keyed the trials stored before these fields joined the hash."""
+    while its `ROUNDING_FIELDS` hold their defaults, else `base` and those values (and, with threads,
+    `THREADED_VERSION`) hashed again. A function of the base hash and the stored config alone, so the
+    ledger's migration 0008 (which holds its own copy, as a migration must) re-keyed the trials stored
+    before these fields joined the hash."""
     moved = {k: resolved.get(k, v) for k, v in ROUNDING_FIELDS.items() if resolved.get(k, v) != v}
     if not moved:
         return base
+    if "threads" in moved:
+        moved["threaded"] = THREADED_VERSION
     tail = "".join(f"/{k}={moved[k]}" for k in sorted(moved))
     return hashlib.sha256(f"{base}{tail}".encode()).hexdigest()[:16]
 

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -53,7 +53,8 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
     """What a training process sets before its first step (`train`, `train_fused`, the benchmarks):
     its numerics mode (`trainers.numerics.use`: which CPU kernels compute the numbers; NumericsError
     when the process already computes with another), torch's thread count and, on the CPU, denormals
-    flushed to zero (denormals in decaying states are many times slower) and freed memory kept for reuse
+    flushed to zero on every thread that computes (`flush_denormals`; denormals in decaying states are
+    many times slower) and freed memory kept for reuse
     (`keep_freed_memory`); on a GPU, float32 computed as IEEE float32 (TF32 off, in cuBLAS and cuDNN)
     and at most $MEMSWEEP_GPU_MEMORY_FRACTION of the card's memory allocated (`gpu_memory_fraction`).
     Only the numerics mode and the TF32 setting move a number.
@@ -73,7 +74,7 @@ def configure_process(device: torch.device, threads: int, numerics: str) -> None
             # is the current device, which is the one a bare "cuda" computes on
             torch.cuda.set_per_process_memory_fraction(fraction, device.index)
     if device.type == "cpu":
-        torch.set_flush_denormal(True)
+        flush_denormals(True)
         keep_freed_memory()
 
 
@@ -97,6 +98,55 @@ def gpu_memory_fraction() -> float | None:
             "e.g. 0.5, or unset it to let a trainer use the whole card"
         )
     return value
+
+
+def flush_denormals(on: bool) -> None:
+    """Denormals flushed to zero (or not) on this thread and on every thread of the OpenMP pool that
+    ATen, MKL and oneDNN compute on with `threads` > 1.
+
+    `torch.set_flush_denormal` sets the calling thread's CPU flags only, and a pool thread takes its
+    flags from the thread that made it: a pool made before a trial set them (a task's data built with
+    torch's default thread count, an earlier trial in a reused Ray worker) kept computing denormals, so
+    with 2 threads half of a large elementwise op's elements were flushed and half were not, as the
+    process's history had it (measured: tests/trainers/test_runtime.py). So the flags are also set in a
+    parallel region of the current thread count, through the OpenMP runtime torch loaded (libgomp's
+    `GOMP_parallel`, which Intel's runtime also exports): the same threads as every later region's.
+    With one thread there is no pool to reach."""
+    torch.set_flush_denormal(on)
+    threads = torch.get_num_threads()
+    if threads > 1:
+        parallel = _openmp_parallel()
+        if parallel is None:
+            log.warning(
+                "no OpenMP runtime found: with %d threads, denormals may not be flushed on all", threads
+            )
+            return
+        region = _REGION(lambda _: torch.set_flush_denormal(on))
+        parallel(region, None, threads, 0)
+
+
+#: `void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags)`
+_REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@functools.cache
+def _openmp_parallel() -> Callable[..., None] | None:
+    """`GOMP_parallel` of the OpenMP runtime this process loaded with torch (libgomp, or Intel's
+    libiomp5), found by the path it was mapped from; None when none is loaded (or not on Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libgomp" in line or "libiomp" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            parallel = ctypes.CDLL(path).GOMP_parallel
+        except (OSError, AttributeError):
+            continue
+        parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+        parallel.restype = None
+        return parallel
+    return None
 
 
 #: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets

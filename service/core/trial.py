@@ -52,7 +52,8 @@ class TrialSpec:
         if resolved.config_hash() != config_hash:
             raise StaleTrialError(
                 f"trial {config_hash} was made under another trainer version than this memsweep's "
-                f"(TRAINER_VERSION {trainers.TRAINER_VERSION}); its results would not be comparable. "
+                f"(TRAINER_VERSION {trainers.TRAINER_VERSION}; or, run on several threads, before every "
+                "thread flushed denormals: THREADED_VERSION); its results would not be comparable. "
                 "Create a new study from the same spec to run it under this version"
             )
         return cls(config_hash, model, dict(params), resolved)

@@ -7,6 +7,7 @@ import dataclasses
 import sqlite3
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, inspect
 
 import trainers
@@ -117,13 +118,16 @@ def test_processes_opening_one_new_ledger_at_once_migrate_it_once(tmp_path: Path
 def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results_taken_across_it(
     tmp_path: Path,
 ) -> None:
-    """Trials stored before threads and the validation batch joined the hash (revision 0007): one run
-    with 2 threads is re-keyed to the hash it has now (so it resolves again, `Trial.spec`); a trial
-    that had taken the result of a trial run with other threads is pending again, its copied result
-    cleared; what trials computed themselves stays."""
+    """Trials stored before threads and the validation batch joined the hash (revision 0007). A trial
+    with 2 threads and no result takes the hash it has now (it resolves and trains: `Trial.spec`); one
+    whose result was computed on 2 threads before every thread flushed denormals keeps it under a hash
+    that no trial of now has (a result of an older trainer: never reused); a trial that had taken the
+    result of a trial run with other threads is pending again, its copied result cleared; what trials
+    computed themselves stays, and a 1-thread trial hashes as it did."""
     from alembic import command
 
     from service.core.spec import StudySpec
+    from service.core.trial import StaleTrialError
     from service.study.search import execution, grid_trials
 
     def planned(cpus: int) -> list:
@@ -146,7 +150,7 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
     with engine.begin() as conn:
         command.upgrade(migrations(conn), "0007")
         studies, trials = Base.metadata.tables["studies"], Base.metadata.tables["trials"]
-        for sid in ("s1", "s2", "s3", "s4"):
+        for sid in ("s1", "s2", "s3", "s4", "s5"):
             conn.execute(studies.insert().values(id=sid, name=sid, spec={}, state="done"))
 
         def row(tid: int, study: str, t, **values) -> None:
@@ -161,18 +165,22 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
         row(3, "s3", two[1], **{**done, "final_val_loss": 0.5})  # 2 threads, its own result
         row(4, "s4", one[1], **{**done, "final_val_loss": 0.5}, runs=0, reused_from=3)  # the other way
         row(5, "s4", one[0], **done, runs=0, reused_from=1)  # same threads: a true reuse
+        row(6, "s5", two[1], status="pending", runs=0)  # 2 threads, never run
     engine.dispose()
 
     ledger = Ledger(f"sqlite:///{path}")  # opening it migrates it to the head
-    rows = {t.id: t for s in ("s1", "s2", "s3", "s4") for t in ledger.trials(s)}
-    specs = {tid: r.spec() for tid, r in rows.items()}  # every row resolves to its stored hash again
-    assert [specs[i].config_hash for i in (1, 2, 3, 4, 5)] == [
-        one[0].config_hash,
-        two[0].config_hash,
-        two[1].config_hash,
-        one[1].config_hash,
-        one[0].config_hash,
-    ]
+    rows = {t.id: t for s in ("s1", "s2", "s3", "s4", "s5") for t in ledger.trials(s)}
+    resolved = {i: rows[i].spec().config_hash for i in (1, 2, 4, 5, 6)}  # they resolve to their hash
+    assert resolved == {
+        1: one[0].config_hash,
+        2: two[0].config_hash,
+        4: one[1].config_hash,
+        5: one[0].config_hash,
+        6: two[1].config_hash,
+    }
+    with pytest.raises(StaleTrialError):  # a 2-thread result of before: an older trainer's
+        rows[3].spec()
+    assert rows[3].config_hash not in {t.config_hash for t in one + two}
     kept = [(rows[i].status, rows[i].final_val_loss, rows[i].reused_from) for i in (1, 3, 5)]
     assert kept == [("done", 0.25, None), ("done", 0.5, None), ("done", 0.25, 1)]
     for i in (2, 4):
@@ -182,5 +190,5 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
             None,
             None,
         )
-    assert ledger.reusable([two[1].config_hash]) == {two[1].config_hash}  # 2 threads: its own again
-    assert ledger.reusable([one[1].config_hash]) == set()  # no 1-thread run of it was ever made
+    hashes = [t.config_hash for t in one + two]
+    assert ledger.reusable(hashes) == {one[0].config_hash}  # only the 1-thread result made as it is now

@@ -262,3 +262,33 @@ def test_bundles_run_batched_gemms_only_where_this_processs_mkl_rounds_them_as_s
         assert member_gemms(cpu, 16, 64)[0] is _addmm_each
     finally:
         numerics._batched_rounds_as_single.cache_clear()
+
+
+@pytest.mark.parametrize("pool_first", [True, False])
+def test_denormals_are_flushed_on_every_thread_whatever_the_process_computed_before(pool_first):
+    """A trial on 2 threads flushes denormals on both, whether or not its process had made OpenMP's
+    pool before it set its flags (a task's data built first, an earlier trial in a reused Ray worker):
+    `torch.set_flush_denormal` alone reached only the calling thread, and half of a large elementwise
+    op's elements stayed denormal when the pool came first. Turned off, they are off on both."""
+    import subprocess
+    import sys
+
+    code = f"""
+import numpy as np
+import torch
+from trainers.numerics import use
+from trainers.runtime import configure_process, flush_denormals
+use("portable")
+torch.set_num_threads(2)
+x = torch.from_numpy(np.full(1 << 22, 1e-39, dtype=np.float32))  # denormals, made by numpy: no pool
+if {pool_first}:
+    (torch.ones(1 << 22) * 2).sum()  # OpenMP's pool, made before the trial sets its flags
+configure_process(torch.device("cpu"), 2, "portable")
+flushed = int(((x * 1.5) == 0).sum())
+flush_denormals(False)
+print(flushed, int(((x * 1.5) == 0).sum()), x.numel())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    flushed, after_off, n = map(int, out.stdout.split())
+    assert (flushed, after_off) == (n, 0)

@@ -1,15 +1,22 @@
 """A trial's thread count and validation batch join its hash where they leave their defaults (1 and
 1000): both move its numbers' rounding (`trainers.config.ROUNDING_FIELDS`), and the ledger reuses
-results by hash.
+results by hash. And a trial on more than one thread now has denormals flushed on every thread
+(`trainers.runtime.flush_denormals`; before, a pool thread kept the flags its process's history gave
+it), which its hash says (`THREADED_VERSION`).
 
-Every stored trial that ran with other values is re-keyed to the hash it has now: its stored hash (its
-identity without execution fields, as it was hashed then) hashed again with those values. A trial
-that had taken another trial's result (`reused_from`) computed under other values than its own has no
-result of its own: it is pending again, its copied result cleared, and its study says so when resumed
-(`memsweep run --study ID`, or POST /studies/{id}/resume). No result a trial computed itself is lost.
+Every stored trial that ran with other values is re-keyed: its stored hash (its identity without
+execution fields, as it was hashed then) hashed again with those values. One that holds a result of
+threads > 1 computed before is keyed without `THREADED_VERSION`, as a result of an older trainer: it
+stays in its study and is never reused for a trial of now (a study extended or made anew trains that
+point again). One without a result takes the hash it has now and trains when its study resumes.
+
+A trial that had taken another trial's result (`reused_from`) computed under other values than its own
+has no result of its own: it is pending again, its copied result cleared, and the log names its study
+to resume (`memsweep run --study ID`, or POST /studies/{id}/resume). No result a trial computed itself
+is lost.
 
 The hash rule is copied here, as a migration must hold the code it ran (`trainers.config.with_rounding`
-is the living one; tests/service/test_migrations.py holds the two together)."""
+is the living one; tests/service/test_records.py holds the two together)."""
 
 from __future__ import annotations
 
@@ -27,6 +34,9 @@ down_revision = "0007"
 log = logging.getLogger("memsweep.ledger")
 
 ROUNDING_FIELDS = {"threads": 1, "eval_batch_size": 1000}
+THREADED_VERSION = "1"
+#: the statuses of a trial that holds a result
+RESULTS = ("done", "failed", "pruned")
 
 #: a trial's result and what came with it, as the trials table held them at 0007
 RESULT_COLUMNS = (
@@ -53,35 +63,47 @@ def rounding(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: config.get(k, v) for k, v in ROUNDING_FIELDS.items()}
 
 
-def with_rounding(base: str, config: Mapping[str, Any]) -> str:
+def with_rounding(base: str, config: Mapping[str, Any], threaded: bool) -> str:
+    """The hash of now (`threaded`), or of a result computed with threads > 1 before it."""
     moved = {k: v for k, v in rounding(config).items() if v != ROUNDING_FIELDS[k]}
     if not moved:
         return base
+    if threaded and "threads" in moved:
+        moved["threaded"] = THREADED_VERSION
     tail = "".join(f"/{k}={moved[k]}" for k in sorted(moved))
     return hashlib.sha256(f"{base}{tail}".encode()).hexdigest()[:16]
 
 
 def upgrade() -> None:
     bind = op.get_bind()
-    rows = bind.execute(sa.select(trials.c.id, trials.c.study_id, trials.c.config_hash, trials.c.config,
-                                  trials.c.reused_from)).all()  # fmt: skip
+    rows = bind.execute(
+        sa.select(trials.c.id, trials.c.study_id, trials.c.config_hash, trials.c.config, trials.c.status,
+                  trials.c.reused_from)
+    ).all()  # fmt: skip
     configs = {r.id: dict(r.config or {}) for r in rows}
-    rekeyed, reset = 0, set()
+    rekeyed, kept, reset = 0, 0, set()
     for r in rows:
         config = configs[r.id]
-        new = with_rounding(r.config_hash, config)
-        if new != r.config_hash:
-            bind.execute(sa.update(trials).where(trials.c.id == r.id).values(config_hash=new))
-            rekeyed += 1
         source = configs.get(r.reused_from) if r.reused_from is not None else None
-        if source is not None and rounding(source) != rounding(config):
-            cleared = {name: None for name in RESULT_COLUMNS}
-            bind.execute(sa.update(trials).where(trials.c.id == r.id).values(status="pending", **cleared))
+        taken_across = source is not None and rounding(source) != rounding(config)
+        computed_before = r.status in RESULTS and not taken_across
+        new = with_rounding(r.config_hash, config, threaded=not computed_before)
+        values: dict[str, Any] = {}
+        if new != r.config_hash:
+            values["config_hash"] = new
+            rekeyed += 1
+            kept += new != with_rounding(r.config_hash, config, threaded=True)
+        if taken_across:
+            values.update(status="pending", **{name: None for name in RESULT_COLUMNS})
             reset.add(r.study_id)
+        if values:
+            bind.execute(sa.update(trials).where(trials.c.id == r.id).values(**values))
     if rekeyed:
         log.info(
-            "ledger: %d trial(s) run with other threads or validation batch re-keyed (migration 0008)",
+            "ledger: %d trial(s) run with other threads or validation batch re-keyed (migration 0008); %d "
+            "hold results computed on several threads before each thread flushed denormals: kept, never reused",
             rekeyed,
+            kept,
         )
     for study in sorted(reset):
         log.warning(
