@@ -332,36 +332,49 @@ class StudyRunner:
         return (expected - finished) * (time.monotonic() - started) / done_here
 
     def _run(self, study_id: str, a: Active) -> None:
+        """Claim the study and run it; every write of it, a failure's and a shutdown's included, is made
+        while the claim is held, so the ledger refuses it once another process took the study over."""
         ledger = self.engine.ledger
         try:
             with StudyClaim(ledger, study_id, on_lost=a.cancel.set):  # one process runs a study at a time
-                self.prepare()
-                if a.cancel.is_set():
-                    ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
-                    return
-
-                def started() -> None:
-                    c = ledger.counts(study_id)
+                try:
+                    self._run_claimed(study_id, a)
+                except ClaimLostError:
+                    raise
+                except Exception as exc:
+                    log.exception("study %s failed", study_id)
+                    study = ledger.get_study(study_id)
+                    if study is not None and study.state in RESUMABLE:  # failed before the engine said so
+                        ledger.update_study(study_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+                finally:
                     with self._lock:
-                        a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
-
-                a.summary = run_planned(self.engine, study_id, a.cancel, started)
+                        stopping = self._stopping
+                    if stopping and not a.cancelled_by_user:
+                        study = ledger.get_study(study_id)
+                        if study is not None and study.state == "cancelled":
+                            ledger.update_study(study_id, state="pending", error=SHUTDOWN_NOTE)
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             log.warning("%s", exc)
             self.refused[study_id] = str(exc)
         except ClaimLostError as exc:  # another process took it over mid-run: its state is that one's
             log.error("%s", exc)
             self.refused[study_id] = str(exc)
-        except Exception as exc:
-            log.exception("study %s failed", study_id)
-            study = ledger.get_study(study_id)
-            if study is not None and study.state in RESUMABLE:  # failed before the engine could say so
-                ledger.update_study(study_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # the claim itself (the ledger down past its patience): the study stays as it is
+            log.exception("study %s could not be claimed or let go", study_id)
         finally:
             with self._lock:
                 self._active.pop(study_id, None)
-                stopping = self._stopping
-            if stopping and not a.cancelled_by_user:
-                study = ledger.get_study(study_id)
-                if study is not None and study.state == "cancelled":
-                    ledger.update_study(study_id, state="pending", error=SHUTDOWN_NOTE)
+
+    def _run_claimed(self, study_id: str, a: Active) -> None:
+        ledger = self.engine.ledger
+        self.prepare()
+        if a.cancel.is_set():
+            ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
+            return
+
+        def started() -> None:
+            c = ledger.counts(study_id)
+            with self._lock:
+                a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
+
+        a.summary = run_planned(self.engine, study_id, a.cancel, started)

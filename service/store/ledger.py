@@ -82,11 +82,11 @@ class Ledger:
     """Sessions over one database; every write goes through this class's methods.
 
     A study this process claimed (`claim_study`, until `release_study`) is *fenced*: every write of
-    the study or its trials first checks, in its own transaction, that this process still holds the
-    claim (PostgreSQL locks the study's row for it; SQLite writes one transaction at a time), and is
-    refused with `ClaimLostError` once another process took the study over. So a process that lost a
-    study (paused, or cut off from the database past the lease) writes none of its results over those
-    of the process that runs it now."""
+    the study or its trials first writes the claim itself, conditionally — the study's row where its
+    owner is still this process — in the same transaction (the write lock from there to the commit, on
+    SQLite and PostgreSQL alike), and is refused with `ClaimLostError` once another process took the
+    study over. So a process that lost a study (paused, or cut off from the database past the lease)
+    writes none of its results over those of the process that runs it now; `claim_lost` says so."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -94,6 +94,7 @@ class Ledger:
         self.database: Engine = connect(url)
         self._sessions = sessionmaker(self.database, expire_on_commit=False)
         self._held: dict[str, str] = {}  # the studies this process claimed: id → owner
+        self._lost: set[str] = set()  # of those, the ones another process took over since
 
     def unwritable(self) -> str | None:
         """Why the database refuses writes now (None: it takes them): SQLite takes its write lock and
@@ -215,7 +216,10 @@ class Ledger:
         """Make `owner` the process that runs the study when it has none, has `owner` already, or
         `gone(owner, beat)` says the one it has no longer runs (`service.study.claim`). None when
         claimed, else (the owner that holds it, its last beat). Compare-and-set: of two processes
-        claiming at once, one wins; a retry after a lost commit finds itself the owner."""
+        claiming at once, one wins; a retry after a lost commit finds itself the owner. A study this
+        process holds already (another run of it here) is refused like another process's."""
+        if self._held.get(study_id) == owner:
+            return owner, None
         with self.session() as s:
             current, beat = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
             if current not in (None, owner) and not gone(current, beat):
@@ -224,11 +228,12 @@ class Ledger:
             claimed = s.connection().execute(  # Core: its rowcount
                 update(Study).where(Study.id == study_id, held).values(owner=owner, owner_beat=time.time())
             )
-            if claimed.rowcount == 1:
-                self._held[study_id] = owner
-                return None
-            row = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
-            return row.owner, row.owner_beat
+            if claimed.rowcount != 1:
+                row = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
+                return row.owner, row.owner_beat
+        self._held[study_id] = owner  # committed: from here its writes are fenced
+        self._lost.discard(study_id)
+        return None
 
     @outlasting
     def beat_study(self, study_id: str, owner: str) -> bool:
@@ -239,13 +244,17 @@ class Ledger:
                 .where(Study.id == study_id, Study.owner == owner)
                 .values(owner_beat=time.time(), updated_at=Study.updated_at)  # a beat is no change
             )
-            return s.connection().execute(beat).rowcount == 1
+            beaten = s.connection().execute(beat).rowcount == 1
+        if not beaten and self._held.get(study_id) == owner:
+            self._lost.add(study_id)
+        return beaten
 
     @outlasting
     def release_study(self, study_id: str, owner: str) -> None:
         """`owner` no longer runs the study (when it still holds it)."""
         if self._held.get(study_id) == owner:
             del self._held[study_id]
+            self._lost.discard(study_id)
         with self.session() as s:
             s.connection().execute(
                 update(Study)
@@ -253,14 +262,23 @@ class Ledger:
                 .values(owner=None, owner_beat=None, updated_at=Study.updated_at)
             )
 
+    def claim_lost(self, study_id: str) -> bool:
+        """Whether another process took over a study this process holds (a write of it was refused,
+        or a beat found it gone)."""
+        return study_id in self._lost
+
     def _fence(self, s: Session, study_id: str) -> None:
         """Refuse this transaction's write (`ClaimLostError`) when this process claimed the study and
-        no longer holds it; nothing for a study it did not claim."""
+        no longer holds it; nothing for a study it did not claim. The check is a write of the claim
+        (owner set to itself where it is this process's), so the transaction holds the write lock from
+        the check to its commit: no takeover can fall between them."""
         owner = self._held.get(study_id)
         if owner is None:
             return
-        current = s.scalar(select(Study.owner).where(Study.id == study_id).with_for_update())
-        if current != owner:
+        still = update(Study).where(Study.id == study_id, Study.owner == owner)
+        if s.connection().execute(still.values(owner=Study.owner, updated_at=Study.updated_at)).rowcount != 1:
+            self._lost.add(study_id)
+            current = s.scalar(select(Study.owner).where(Study.id == study_id))
             raise ClaimLostError(
                 f"study {study_id} was taken over by another process ({current or 'none now'}) after this "
                 f"one ({owner}) stopped beating for over its lease: this process's write was refused and its "

@@ -114,6 +114,13 @@ class Engine:
         old = study.validated_spec()
         if old.sampler != spec.sampler:
             raise StudyError("extend keeps the sampler; create a new study to change it")
+        if old.resources.cpus != spec.resources.cpus:  # every point again, at another thread count
+            raise StudyError(
+                f"extend keeps resources.cpus ({old.resources.cpus:g}): a trial's threads are its unit's CPUs "
+                "and part of its identity (they move its numbers' rounding), so the study's points would "
+                "all be added again at the new count; leave cpus out, or create a new study to run on "
+                f"{spec.resources.cpus:g}"
+            )
         space = self.space(spec)
         admit_plugins(space, nodes)
         added = self.ledger.add_trials(study.id, study_trials(spec, space))
@@ -162,11 +169,18 @@ class Engine:
             self.progress[study.id] = recorder
             recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
             ran = self._run_units(study, spec, space, recorder, cancel, units)
+            if self.ledger.claim_lost(study.id):  # stopped by the beat that found it: not a cancel
+                raise ClaimLostError(f"study {study.id} was taken over by another process; this run stopped")
             state = "cancelled" if cancel.is_set() else "done"
-        except ClaimLostError:  # another process runs the study now: its state is that one's to write
-            tracker.close()
-            raise
         except Exception as exc:
+            if self.ledger.claim_lost(study.id):  # another process runs it now: its state is that one's
+                tracker.close()
+                if isinstance(exc, ClaimLostError):
+                    raise
+                raise ClaimLostError(  # Ray Tune re-raises a callback's error as a TuneError of its text
+                    f"study {study.id} was taken over by another process; this run stopped "
+                    f"({type(exc).__name__})"
+                ) from exc
             log.exception("study %s failed", study.id)
             self.ledger.update_study(study.id, state="failed", error=f"{type(exc).__name__}: {exc}")
             tracker.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.ledger import Ledger
+from service.store.ledger import ClaimLostError, Ledger
 from service.study.claim import LEASE_SECONDS, StudyBusyError, StudyClaim, _started, gone, this_process
 
 
@@ -41,7 +41,9 @@ def test_a_claimed_study_is_refused_to_another_process_until_released(tmp_path: 
     study = ledger.create_study("s", {})
     other = f"elsewhere/1/{time.time()}"
     assert ledger.claim_study(study.id, other, gone) is None
-    assert ledger.claim_study(study.id, other, gone) is None  # its own claim again (a retried commit)
+    retried = Ledger(ledger.url)  # the call again, its commit's answer lost: it finds its own claim
+    assert retried.claim_study(study.id, other, gone) is None
+    assert ledger.claim_study(study.id, other, gone) == (other, None)  # a second run in one process
     busy = rf"study {study.id} is being run by another process \({re.escape(other)}"
     with pytest.raises(StudyBusyError, match=busy), StudyClaim(ledger, study.id):
         pass
@@ -79,7 +81,6 @@ def test_a_process_that_lost_its_claim_writes_nothing_of_the_study(tmp_path: Pat
     new owner writes, and a process that never claimed the study is not fenced."""
     import trainers
     from service.core.spec import StudySpec
-    from service.store.ledger import ClaimLostError
     from service.study.search import grid_trials
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -172,3 +173,41 @@ def test_a_run_whose_study_is_taken_over_stops_and_writes_nothing_more(engine, m
     assert _rows(other, study.id) == taken  # nothing written after the takeover
     assert taken[0][0] == "running" and any(row[0] == "running" for row in taken[1:])
     assert other.study(study.id).owner == "elsewhere/9/9"
+
+
+def test_the_fences_check_and_its_write_are_one_transaction(tmp_path: Path, monkeypatch):
+    """A takeover that falls between the fence's check and the write it guards (a pause there) waits
+    for that write's commit: the write lands while this process still holds the study, and the takeover
+    after it. (SQLite ignores SELECT … FOR UPDATE and the driver begins a transaction only at the first
+    write: a check that only read let the takeover in first, and the write landed over the new owner.)"""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    here, there = Ledger(url), Ledger(url)
+    study = here.create_study("s", {})
+    assert here.claim_study(study.id, "here/1/2", lambda owner, beat: False) is None
+    fence, order = Ledger._fence, []
+
+    def takeover() -> None:
+        assert there.claim_study(study.id, "there/3/4", lambda owner, beat: True) is None
+        order.append("taken over")
+
+    def fence_then_pause(self: Ledger, s, study_id: str) -> None:
+        fence(self, s, study_id)
+        if self is here:
+            taker = threading.Thread(target=takeover)
+            taker.start()
+            taker.join(timeout=1.0)  # the pause: the takeover waits on this transaction's lock
+            order.append("written")
+
+    monkeypatch.setattr(Ledger, "_fence", fence_then_pause)
+    here.update_study(study.id, error="written while held")
+    deadline = time.monotonic() + 30
+    while "taken over" not in order and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert order == ["written", "taken over"]
+    row = there.study(study.id)
+    assert (row.owner, row.error) == ("there/3/4", "written while held")
+    with pytest.raises(ClaimLostError):
+        here.update_study(study.id, error="written after")
+    assert here.claim_lost(study.id)

@@ -500,3 +500,92 @@ def test_a_run_that_raises_leaves_its_open_members_pending_with_the_reason(tmp_p
         for t in opened
     )
     assert {t.status for t in trials if t.runs == 0} == {"pending"}
+
+
+def _claimed(engine: Engine, study_id: str) -> tuple[Any, Callable[[], list[tuple]]]:
+    """The study claimed by this engine's process, another process's ledger, and the study's rows."""
+    from service.store.ledger import Ledger
+
+    assert engine.ledger.claim_study(study_id, "here/1/2", lambda owner, beat: False) is None
+    other = Ledger(engine.ledger.url)
+
+    def rows() -> list[tuple]:
+        s = other.study(study_id)
+        return [(s.state, s.error)] + [
+            (t.status, t.reason, t.runs, t.final_val_loss) for t in other.trials(study_id)
+        ]
+
+    return other, rows
+
+
+def test_a_run_whose_claim_a_beat_found_lost_ends_refused_not_cancelled(make_engine: Any) -> None:
+    """The beat that finds the study taken over stops the run as a cancel would, while no trial is open
+    (between units, or all still waiting for a node): the run ends with `ClaimLostError`, and neither
+    finishes the study in MLflow (the new owner's parent run) nor writes its state."""
+    from service.store.ledger import ClaimLostError
+
+    engine, ex, trackers = make_engine()
+    study = engine.create_study(grid())
+    other, rows = _claimed(engine, study.id)
+    cancel, taken = threading.Event(), []
+
+    def take_over() -> None:
+        if not taken:
+            assert other.claim_study(study.id, "there/3/4", lambda owner, beat: True) is None
+            assert not engine.ledger.beat_study(study.id, "here/1/2")  # the beat finds it gone
+            cancel.set()  # StudyClaim's on_lost
+            taken.append(rows())
+
+    ex.after_unit = take_over
+    with pytest.raises(ClaimLostError, match="taken over by another process"):
+        engine.run_study(study.id, cancel=cancel)
+    assert taken and rows() == taken[0]
+    assert trackers[0].summaries == []  # no summary, no status, no child run deleted in MLflow
+
+
+def test_a_refused_write_that_ray_rewraps_still_ends_the_run_refused(tmp_path: Path) -> None:
+    """Ray Tune re-raises a callback's error as a TuneError of its text: the engine still knows the
+    claim is lost (the ledger refused a write) and ends refused, without writing the study `failed`."""
+    from service.store.ledger import ClaimLostError
+
+    class Rewraps(InProcess):
+        def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
+            try:
+                return super()._unit(run, unit, book)
+            except ClaimLostError as exc:
+                raise RuntimeError(f"TuneError: Traceback ... {exc}") from None  # its type lost
+
+    settings = Settings(home=tmp_path, mlflow_tracking_uri="memory://lifecycle", trial_attempts=2)
+    ex = Rewraps()
+    engine = Engine(settings, executor=ex, tracker=MemoryTracker)  # type: ignore[arg-type]
+    study = engine.create_study(grid())
+    other, rows = _claimed(engine, study.id)
+    taken: list[list[tuple]] = []
+
+    def take_over() -> None:
+        if not taken:
+            assert other.claim_study(study.id, "there/3/4", lambda owner, beat: True) is None
+            taken.append(rows())
+
+    ex.after_unit = take_over
+    with pytest.raises(
+        ClaimLostError, match=r"taken over by another process; this run stopped \(RuntimeError\)"
+    ):
+        engine.run_study(study.id)
+    assert taken and rows() == taken[0]
+
+
+def test_extend_keeps_the_studys_cpus(make_engine: Any) -> None:
+    """A trial's threads are its unit's CPUs and part of its hash: an extension at another CPU count
+    would add every point again (its results counted twice), so it is refused, naming the fix."""
+    from service.core.errors import StudyError
+
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    wider = grid(seeds=[1, 2, 3], resources={"cpus": 2})
+    with pytest.raises(
+        StudyError, match=r"extend keeps resources.cpus \(1\).*create a new study to run on 2"
+    ):
+        engine.extend_study(study.id, wider)
+    assert len(engine.ledger.trials(study.id)) == 6
+    assert engine.extend_study(study.id, grid(seeds=[1, 2, 3])) == 3

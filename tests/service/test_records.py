@@ -150,7 +150,7 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
     with engine.begin() as conn:
         command.upgrade(migrations(conn), "0007")
         studies, trials = Base.metadata.tables["studies"], Base.metadata.tables["trials"]
-        for sid in ("s1", "s2", "s3", "s4", "s5"):
+        for sid in ("s1", "s2", "s3", "s4", "s5", "s6"):
             conn.execute(studies.insert().values(id=sid, name=sid, spec={}, state="done"))
 
         def row(tid: int, study: str, t, **values) -> None:
@@ -166,10 +166,12 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
         row(4, "s4", one[1], **{**done, "final_val_loss": 0.5}, runs=0, reused_from=3)  # the other way
         row(5, "s4", one[0], **done, runs=0, reused_from=1)  # same threads: a true reuse
         row(6, "s5", two[1], status="pending", runs=0)  # 2 threads, never run
+        row(7, "s6", two[0], **done, runs=0, reused_from=2)  # 2 threads, the 1-thread result by way of 2
+        row(8, "s6", two[1], **{**done, "final_val_loss": 0.5}, runs=0, reused_from=3)  # 2 threads, 2's
     engine.dispose()
 
     ledger = Ledger(f"sqlite:///{path}")  # opening it migrates it to the head
-    rows = {t.id: t for s in ("s1", "s2", "s3", "s4", "s5") for t in ledger.trials(s)}
+    rows = {t.id: t for s in ("s1", "s2", "s3", "s4", "s5", "s6") for t in ledger.trials(s)}
     resolved = {i: rows[i].spec().config_hash for i in (1, 2, 4, 5, 6)}  # they resolve to their hash
     assert resolved == {
         1: one[0].config_hash,
@@ -178,12 +180,21 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
         5: one[0].config_hash,
         6: two[1].config_hash,
     }
-    with pytest.raises(StaleTrialError):  # a 2-thread result of before: an older trainer's
-        rows[3].spec()
-    assert rows[3].config_hash not in {t.config_hash for t in one + two}
-    kept = [(rows[i].status, rows[i].final_val_loss, rows[i].reused_from) for i in (1, 3, 5)]
-    assert kept == [("done", 0.25, None), ("done", 0.5, None), ("done", 0.25, 1)]
-    for i in (2, 4):
+    assert rows[7].spec().config_hash == two[0].config_hash
+    for i in (3, 8):
+        with pytest.raises(StaleTrialError):  # a 2-thread result of before: an older trainer's
+            rows[i].spec()
+    assert rows[3].config_hash == rows[8].config_hash not in {t.config_hash for t in one + two}
+    kept = [(rows[i].status, rows[i].final_val_loss, rows[i].reused_from) for i in (1, 3, 5, 8)]
+    assert kept == [("done", 0.25, None), ("done", 0.5, None), ("done", 0.25, 1), ("done", 0.5, 3)]
+    states = {
+        sid: (ledger.study(sid).state, ledger.study(sid).error or "")
+        for sid in ("s1", "s2", "s3", "s4", "s5", "s6")
+    }
+    assert {sid for sid, (state, _) in states.items() if state == "pending"} == {"s2", "s4", "s6"}
+    assert all("migration 0008: 1 trial(s)" in states[sid][1] for sid in ("s2", "s4", "s6"))
+    assert states["s5"] == ("done", "")  # its trial had no result to clear (its state is its own)
+    for i in (2, 4, 7):
         assert (rows[i].status, rows[i].final_val_loss, rows[i].reused_from, rows[i].provenance) == (
             "pending",
             None,

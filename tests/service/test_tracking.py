@@ -206,3 +206,34 @@ def test_the_ui_links_open_the_model_training_view():
         "experiment_id": "1", "run_id": "ab12", "experiment_url": None, "run_url": None,
     }  # fmt: skip
     assert MlflowLinks.model_validate_json(links.model_dump_json()) == links
+
+
+@pytest.mark.slow
+def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path) -> None:
+    """A server another home left on the configured port is not this home's: its runs would have gone
+    to that home's store without a word. This home's starts on the next free port, on its own store,
+    and each home finds its own again."""
+    import contextlib
+    import os
+    import signal
+
+    from service.cli.servers import free_port
+    from service.tracking.server import ensure_mlflow_server, running_server, server_healthy
+
+    port = free_port()
+    first, second = tmp_path / "first", tmp_path / "second"
+    try:
+        uri1 = ensure_mlflow_server(None, first, port)
+        assert uri1 == f"http://127.0.0.1:{port}"
+        uri2 = ensure_mlflow_server(None, second, port)
+        assert uri2 != uri1 and server_healthy(uri2)
+        assert (second / "mlflow" / "mlflow.db").exists()
+        assert ensure_mlflow_server(None, first, port) == uri1 == running_server(first / "mlflow")
+        assert ensure_mlflow_server(None, second, port) == uri2
+        assert ensure_mlflow_server("http://elsewhere:5000", second, port) == "http://elsewhere:5000"
+    finally:
+        for home in (first, second):
+            pidfile = home / "mlflow" / "mlflow-server.pid"
+            if pidfile.exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(pidfile.read_text()), signal.SIGTERM)

@@ -11,9 +11,9 @@ stays in its study and is never reused for a trial of now (a study extended or m
 point again). One without a result takes the hash it has now and trains when its study resumes.
 
 A trial that had taken another trial's result (`reused_from`) computed under other values than its own
-has no result of its own: it is pending again, its copied result cleared, and the log names its study
-to resume (`memsweep run --study ID`, or POST /studies/{id}/resume). No result a trial computed itself
-is lost.
+(directly or through a chain of reuses) has no result of its own: it is pending again, its copied
+result cleared, and its study is pending too, with a note that says why (a server resumes it; or
+`memsweep run --study ID`). No result a trial computed itself is lost.
 
 The hash rule is copied here, as a migration must hold the code it ran (`trainers.config.with_rounding`
 is the living one; tests/service/test_records.py holds the two together)."""
@@ -46,6 +46,10 @@ RESULT_COLUMNS = (
     "mlflow_run_id", "reused_from",
 )  # fmt: skip
 
+studies = sa.table(
+    "studies", sa.column("id", sa.String), sa.column("state", sa.String), sa.column("error", sa.Text)
+)
+
 trials = sa.table(
     "trials",
     sa.column("id", sa.Integer),
@@ -61,6 +65,16 @@ trials = sa.table(
 def rounding(config: Mapping[str, Any]) -> dict[str, Any]:
     """The trial's values of the rounding fields (defaults where its stored config lacks them)."""
     return {k: config.get(k, v) for k, v in ROUNDING_FIELDS.items()}
+
+
+def computed_by(rows: Mapping[int, Any], trial_id: int) -> Any | None:
+    """The row that computed this row's result: itself, or the end of its chain of reuses (a result
+    reused from a row that had reused it); None when a row of the chain is gone."""
+    row, seen = rows.get(trial_id), set()
+    while row is not None and row.reused_from is not None and row.id not in seen:
+        seen.add(row.id)
+        row = rows.get(row.reused_from)
+    return None if row is None or row.id in seen else row
 
 
 def with_rounding(base: str, config: Mapping[str, Any], threaded: bool) -> str:
@@ -80,12 +94,12 @@ def upgrade() -> None:
         sa.select(trials.c.id, trials.c.study_id, trials.c.config_hash, trials.c.config, trials.c.status,
                   trials.c.reused_from)
     ).all()  # fmt: skip
-    configs = {r.id: dict(r.config or {}) for r in rows}
-    rekeyed, kept, reset = 0, 0, set()
+    by_id = {r.id: r for r in rows}
+    rekeyed, kept, reset = 0, 0, dict[str, int]()
     for r in rows:
-        config = configs[r.id]
-        source = configs.get(r.reused_from) if r.reused_from is not None else None
-        taken_across = source is not None and rounding(source) != rounding(config)
+        config = dict(r.config or {})
+        source = computed_by(by_id, r.id) if r.reused_from is not None else r
+        taken_across = source is None or rounding(dict(source.config or {})) != rounding(config)
         computed_before = r.status in RESULTS and not taken_across
         new = with_rounding(r.config_hash, config, threaded=not computed_before)
         values: dict[str, Any] = {}
@@ -95,9 +109,15 @@ def upgrade() -> None:
             kept += new != with_rounding(r.config_hash, config, threaded=True)
         if taken_across:
             values.update(status="pending", **{name: None for name in RESULT_COLUMNS})
-            reset.add(r.study_id)
+            reset[r.study_id] = reset.get(r.study_id, 0) + 1
         if values:
             bind.execute(sa.update(trials).where(trials.c.id == r.id).values(**values))
+    for study, n in reset.items():  # a study with trials to train again: pending, and says why
+        note = (
+            f"ledger migration 0008: {n} trial(s) had taken results computed with other threads or "
+            "validation batch than their own; they are pending and train when the study runs again"
+        )
+        bind.execute(sa.update(studies).where(studies.c.id == study).values(state="pending", error=note))
     if rekeyed:
         log.info(
             "ledger: %d trial(s) run with other threads or validation batch re-keyed (migration 0008); %d "
@@ -108,8 +128,8 @@ def upgrade() -> None:
     for study in sorted(reset):
         log.warning(
             "ledger: study %s held results taken from trials run with other threads or validation batch "
-            "than its own; those trials are pending again: resume the study to train them "
-            "(memsweep run --study %s)",
+            "than its own; those trials are pending again, and the study with them (a server resumes it; "
+            "or memsweep run --study %s)",
             study,
             study,
         )
