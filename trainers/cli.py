@@ -164,6 +164,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     resolved = resolve(config_from_args(args))
+    try:  # the task's own checks (a copy sequence too short for its layout), as a study's creation makes
+        resolved.make_task()
+    except FileNotFoundError:
+        pass  # a data file the trial needs: its failure says which, and where to put it
+    except ValueError as exc:  # a bad value: refused before anything trains, not a failed trial
+        raise ConfigError(f"task {resolved.config.task!r}: {exc}") from None
 
     def report(e: Evaluation) -> None:
         metric = f"  metric {e.metric:.4f}" if e.metric is not None else ""

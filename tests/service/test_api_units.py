@@ -735,9 +735,9 @@ def test_the_cli_names_a_bad_spec_file_and_its_unknown_fields(
         ({"success_fraction": float("inf")}, "success_fraction"),
         ({"success_fraction": 5}, "success_fraction"),
         ({"success_fraction": 0}, "success_fraction"),
-        ({"base": {"seq_len": 20}}, "seq_len must be at least 21"),
-        ({"base": {"seq_len": 0}}, "seq_len must be at least 21"),
-        ({"base": {"seq_len": -1}}, "seq_len must be at least 21"),
+        ({"base": {"seq_len": 20}}, "too short for layout 'total'"),
+        ({"base": {"seq_len": 0}}, "too short for layout 'total'"),
+        ({"base": {"seq_len": -1}}, "too short for layout 'total'"),
         ({"models": []}, "models: [] selects no model"),
         ({"base": {"lr": 1e-3}}, "base.lr"),  # the preset varies lr: a base value would be ignored
         ({"base": {"init": "orthogonal"}}, "base.init"),  # … and model chain fixes init = chain

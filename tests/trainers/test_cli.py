@@ -132,3 +132,14 @@ def test_train_in_a_numerics_mode_records_where_its_numbers_came_from(mode):
     assert result["status"] == "done" and result["config"]["numerics"] == mode
     assert result["provenance"]["numerics"] == mode
     assert result["provenance"]["mkl_cbwr"] == ("COMPATIBLE" if mode == "portable" else "AUTO,STRICT")
+
+
+def test_a_task_value_its_constructor_refuses_is_an_error_not_a_failed_trial():
+    """A copy sequence too short for its layout: refused before training (exit 2, one line naming the
+    value and the fix), as a study's creation refuses it; it was a traceback and a `failed` result."""
+    p = run("train", "--task", "copy", "--seq-len", "20", "--steps", "5", "--json")
+    assert p.returncode == 2 and p.stdout == "", p.stdout[-500:]
+    assert p.stderr.startswith("error: task 'copy': copy: seq_len = 20 is too short for layout 'total'"), (
+        p.stderr[-500:]
+    )
+    assert "give at least 21, or layout 'delay'" in p.stderr and "Traceback" not in p.stderr

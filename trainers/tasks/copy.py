@@ -54,7 +54,16 @@ class CopyTask(Task):
         super().__init__(config, seed)
         min_len = 2 * N_DATA + 1 if config.layout == "total" else 1
         if config.seq_len < min_len:
-            raise ValueError(f"copy: seq_len must be at least {min_len} with layout {config.layout!r}")
+            what = (
+                f"the whole sequence: its {N_DATA} symbols, the marker and their {N_DATA}-step recall"
+                if config.layout == "total"
+                else "the delay between the symbols and their recall"
+            )
+            raise ValueError(
+                f"copy: seq_len = {config.seq_len} is too short for layout {config.layout!r} ({what}): "
+                f"give at least {min_len}"
+                + (", or layout 'delay' to make seq_len the delay alone" if config.layout == "total" else "")
+            )
 
     @property
     def seq_len(self) -> int:
