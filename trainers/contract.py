@@ -6,7 +6,9 @@ A cell (`trainers.cells.base.Cell`) must
   every field has a default;
 - draw its initial weights from `gen` alone: the same generator seed gives the same weights, and torch's
   global generator is not touched (a seed must fix the trial);
-- map x [T, B, d] to finite states [T, B, N], through which the gradient reaches the first step;
+- map x [T, B, d] to finite states [T, B, N], through which the gradient reaches the first step, each
+  example's states its own whatever the batch (4 examples as a batch of 4 or among 1,200: a trial trains
+  in batches of 16 and validates in batches of 1,000);
 - give a finite initial loss on the papers' tasks (addition, copy), and, when it declares a fused form,
   train each member of a bundle exactly as alone (bit for bit, a few steps).
 
@@ -74,6 +76,14 @@ def _dataclass_defaults(cls: type, what: str) -> list[Problem]:
     if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
         return [
             Problem("config", f"{what}.Config must be a dataclass of its hyperparameters, got {config!r}")
+        ]
+    if not config.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        return [
+            Problem(
+                "config",
+                f"{what}.Config must be a frozen dataclass (`@dataclass(frozen=True)`): a trial's settings "
+                "are its identity, and must not change once resolved",
+            )
         ]
     missing = [
         f.name
@@ -194,7 +204,41 @@ def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Pro
         )
     elif not all(torch.isfinite(p.grad).all() for p in model.cell.parameters() if p.grad is not None):
         problems.append(Problem("gradient", f"{where}: a parameter's gradient is not finite"))
-    return problems
+    return problems or _batch_independent(model.cell, x, states, where)
+
+
+#: the batch a cell's states are checked in beside a batch of 4: above a trial's validation batch (1,000)
+LARGE_BATCH = 1200
+
+
+def _batch_independent(cell: Any, x: torch.Tensor, states: torch.Tensor, where: str) -> list[Problem]:
+    """The same 4 examples' states as a batch of 4 and among `LARGE_BATCH` − 4 others (rounding apart:
+    a GEMM's blocking may follow the batch)."""
+    gen = torch.Generator().manual_seed(0)
+    others = torch.rand(x.shape[0], LARGE_BATCH - x.shape[1], x.shape[2], generator=gen, dtype=x.dtype)
+    big = torch.cat([x, others], dim=1)  # other examples around the 4
+    try:
+        with torch.no_grad():
+            among = cell(big)
+    except Exception as exc:
+        return [Problem("batch", f"{where}: a batch of {big.shape[1]} failed: {_describe(exc)}")]
+    if tuple(among.shape) != (x.shape[0], big.shape[1], states.shape[2]):
+        return [
+            Problem(
+                "batch",
+                f"{where}: states of shape {tuple(among.shape)} for a batch of {big.shape[1]} "
+                f"(inputs {tuple(big.shape)}); the contract is [T, B, N]: a trial validates in batches of 1,000",
+            )
+        ]
+    if not torch.allclose(among[:, : x.shape[1]], states.detach(), rtol=1e-4, atol=1e-5, equal_nan=True):
+        return [
+            Problem(
+                "batch",
+                f"{where}: 4 examples' states differ as a batch of 4 and among {big.shape[1]}: each example's "
+                "states must be its own, whatever the batch around it",
+            )
+        ]
+    return []
 
 
 def _fused_equals_solo(cell: str, steps: int = 6) -> list[Problem]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -40,6 +42,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._refused: dict[str, str] = {}  # name → why (a plugin that could not join: trainers.plugins)
         self._plugins = plugins
+        self.pluggable = plugins is not None
         if plugins is not None:
             _PLUGGABLE.append(self)
 
@@ -68,8 +71,15 @@ class Registry(Generic[T]):
         except KeyError:
             if name in self._refused:
                 raise PluginError(self._refused[name]) from None
+            hint = (
+                f" (a plugin {self.kind} is found in the Python environment that runs memsweep, "
+                f"{sys.prefix}: install it there, `{Path(sys.executable).name} -m pip install -e PATH`; "
+                "docs/plugins.md)"
+                if self.pluggable
+                else ""
+            )
             raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}{hint}"
             ) from None
 
     def names(self) -> list[str]:

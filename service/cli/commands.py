@@ -11,6 +11,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,9 +21,11 @@ from service.cli.console import (
     api_url,
     build_spec,
     client_for,
+    failure_reasons,
     plan_line,
     print_best,
     print_comparison,
+    print_failures,
     print_plan,
     print_plugins,
     print_status,
@@ -124,6 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = (row.error if row is not None else None) or runner.prepare_error
         raise SystemExit(f"error: study {study.id} failed: {why}")
     summary = engine.summary(study.id)
+    failures = failure_reasons(t.reason for t in engine.ledger.trials(study.id, ["failed"]))
 
     url = None
     if summary["mlflow"]["run_id"]:
@@ -137,11 +141,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             "failed": c["failed"], "done": c["done"], "run_id": summary["mlflow"]["run_id"],
             "experiment_id": summary["mlflow"]["experiment_id"], "mlflow_url": url,
             "success_by_model": {m: v["succeeded"] for m, v in summary["success"]["by_model"].items()},
-            "best": summary["best"][0] if summary["best"] else None,
+            "best": summary["best"][0] if summary["best"] else None, "failures": failures,
         }))  # fmt: skip
     else:
         print_success(summary)
         print_best(summary["best"])
+        print_failures(failures, study.id)
         print(
             f"\nMLflow: {url}\nstudy id: {study.id}  (memsweep best {study.id} · memsweep success {study.id})"
         )
@@ -302,7 +307,11 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
         match = [p for p in plugins if p.name == bare and kind in ("", p.kind)]
         if not match:
             known = ", ".join(f"{p.kind}:{p.name}" for p in plugins) or "none is installed"
-            raise SystemExit(f"error: no plugin {name!r}; installed: {known} (see docs/plugins.md)")
+            raise SystemExit(
+                f"error: no plugin {name!r}; installed: {known}. A plugin is found in the Python environment "
+                f"that runs memsweep ({sys.prefix}): install it there, `{Path(sys.executable).name} -m pip "
+                "install -e PATH` (docs/plugins.md)"
+            )
         chosen += match
     report = []
     for p in chosen:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -386,11 +387,45 @@ def print_trials(page: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"{page['total']} trials (success: {page['criterion']['name']})")
-    for col in ("id", "model", "params", "status", "final loss", "success", "seconds"):
+    why = any(t.get("reason") for t in page["items"])  # a failed, pruned or interrupted trial's reason
+    for col in (
+        "id",
+        "model",
+        "params",
+        "status",
+        "final loss",
+        "success",
+        "seconds",
+        *(["reason"] if why else []),
+    ):
         table.add_column(col)
     for t in page["items"]:
         loss = "" if t["final_val_loss"] is None else f"{t['final_val_loss']:.5g}"
         seconds = "" if t["seconds"] is None else f"{t['seconds']:.1f}"
         params = " ".join(f"{k}={v}" for k, v in t["params"].items())
-        table.add_row(str(t["id"]), t["model"], params, t["status"], loss, str(t["success"]), seconds)
+        reason = [short(t.get("reason") or "")] if why else []
+        table.add_row(
+            str(t["id"]), t["model"], params, t["status"], loss, str(t["success"]), seconds, *reason
+        )
     Console().print(table)
+
+
+def short(text: str, width: int = 100) -> str:
+    """A reason's first line, at most `width` characters."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def failure_reasons(reasons: Iterable[str | None]) -> dict[str, int]:
+    """Failed trials' reasons, each first line (shortened) once, with how many trials gave it."""
+    return dict(Counter(short(reason or "no reason recorded", 160) for reason in reasons))
+
+
+def print_failures(reasons: Mapping[str, int], study_id: str) -> None:
+    """Why a run's failed trials failed, each reason once with its count, and where to read more."""
+    if not reasons:
+        return
+    print(f"\nfailed: {sum(reasons.values())} trial(s)")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  {n} × {reason}")
+    print(f"  (memsweep trials {study_id} --status failed lists them; with --json --history, each traceback)")

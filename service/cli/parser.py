@@ -111,7 +111,11 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--status", action="append", choices=[t.value for t in TrialStatus],
         help="only trials in this status (repeatable)",
     )  # fmt: skip
-    p.add_argument("--history", action="store_true", help="with every evaluation (JSON text in CSV)")
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="with every evaluation, the weight profile and a failed trial's traceback (JSON text in CSV)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true", help="one row per trial, params.* and config.* columns")
     add_url_flag(p, "ask this memsweep server instead of the local ledger")

@@ -17,10 +17,12 @@ from fastapi.testclient import TestClient
 
 from service.api import create_app
 from service.cli import commands
+from service.cli.console import failure_reasons, print_failures
 from service.client import MemsweepClient
 from service.core.settings import get_settings
 from service.reports.summary import newcombe_interval, wilson_interval
 from service.reports.tables import read_csv
+from service.store.ledger import Ledger
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
 from trainers import TRAINER_VERSION
 from trainers.result import TrialResult
@@ -209,6 +211,16 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     assert "# criterion: loss < 0.12" in success
     trials = read_csv(io.StringIO(cli("trials", b, "--csv")))
     assert len(trials) == 8 and trials.attrs["table"] == "trials"
+    # a failed trial's reason, in the table and, grouped, as `memsweep run` ends
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width: the reason on one line
+    failed = cli("trials", a, "--status", "failed")
+    assert "reason" in failed and failed.count("training loss diverged (nan) at step 10") == 2
+    rows = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}").trials(a, ["failed"])
+    capsys.readouterr()
+    print_failures(failure_reasons(t.reason for t in rows), a)
+    said = capsys.readouterr().out
+    assert "failed: 2 trial(s)\n  2 × training loss diverged (nan) at step 10\n" in said
+    assert f"memsweep trials {a} --status failed" in said
     # the studies and a study's status, without a server; an unknown id names the command that lists them
     listed = json.loads(cli("studies", "--json"))
     assert {s["id"] for s in listed} == {a, b} and all(s["counts"]["total"] == 8 for s in listed)

@@ -110,7 +110,10 @@ def test_the_contract_check_finds_each_way_a_cell_breaks_it(tmp_path: Path):
         "shapes": {"extra_forward": "out = out[..., :-1]"},
         "nan": {"extra_forward": "out = out * float('nan')"},
         "cut": {"extra_forward": "out = out.detach()"},
+        "capped": {"extra_forward": "out = out[:, :256]"},  # a batch cap: the validation's 1,000 fails
+        "mixed": {"extra_forward": "out = out + out.mean(dim=1, keepdim=True)"},  # examples mixed
     }
+    thawed = "thawed"  # its Config a dataclass that is not frozen
     fused = {"fused-good": "", "fused-drift": " + 1e-6"}
     for name, breaks in {**cases, **{key: {} for key in fused}}.items():
         module = "memsweep_" + name.replace("-", "_")
@@ -119,13 +122,21 @@ def test_the_contract_check_finds_each_way_a_cell_breaks_it(tmp_path: Path):
             source += FUSED_TOY.format(drift=fused[name])
         write_dist(root, f"memsweep-{name}", "1.0", {"memsweep.cells": {name: f"{module}:ToyCell"}},
                    {f"{module}/__init__.py": source})  # fmt: skip
-    found = run_python(CHECK.replace("{names}", repr(sorted({**cases, **fused}))), root)
+    thawed_source = toy_cell(thawed).replace("@dataclass(frozen=True)", "@dataclass")
+    write_dist(root, "memsweep-thawed", "1.0", {"memsweep.cells": {thawed: "memsweep_thawed:ToyCell"}},
+               {"memsweep_thawed/__init__.py": thawed_source})  # fmt: skip
+    found = run_python(CHECK.replace("{names}", repr(sorted({**cases, **fused, thawed: None}))), root)
     assert found["good"] == [] and found["fused-good"] == []
     assert any(p.startswith("generator: building") for p in found["global-rng"]), found["global-rng"]
     assert any(p.startswith("shapes: on task") and "[T, B, N]" in p for p in found["shapes"]), found["shapes"]
     assert any(p.startswith("loss: on task") and "not finite" in p for p in found["nan"]), found["nan"]
     assert any(p.startswith("forward: on task") or p.startswith("gradient: on task") for p in found["cut"])
     assert any(p.startswith("fused: member") and "bit for bit" in p for p in found["fused-drift"])
+    assert any(p.startswith("batch: on task") and "batch of 1200" in p for p in found["capped"]), found[
+        "capped"
+    ]
+    assert any(p.startswith("batch: on task") and "states must be its own" in p for p in found["mixed"])
+    assert any(p.startswith("config: ") and "frozen dataclass" in p for p in found[thawed]), found[thawed]
 
 
 def test_the_cell_in_40_lines_of_docs_plugins_holds_its_contract(tmp_path: Path):
