@@ -264,7 +264,13 @@ def cmd_success(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
         study = answer(lambda: studies.get(args.study))
         table = answer(lambda: studies.success(args.study, **query))
-    summary = {"name": study["name"], "success": table}
+        others = []
+        if not any(v is not None for v in query.values()):  # the study's other criteria, as a run ends
+            for other in other_criteria(study["spec"]):
+                found = answer(lambda other=other: studies.success(args.study, **other, at_step=None))
+                if found["criterion"] != table["criterion"] and found not in others:
+                    others.append(found)
+    summary = {"name": study["name"], "success": table, "success_other_criteria": others}
     if args.csv:
         from service.reports.tables import success_csv
 
@@ -419,6 +425,18 @@ def cmd_studies(args: argparse.Namespace) -> int:
     else:
         print_studies(page, args.state)
     return 0
+
+
+def other_criteria(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The criteria a study reports beside its own, as success queries: its `extra_criteria`, and its
+    own fraction of each reference baseline its tasks report (copy: Arjovsky's)."""
+    from service.core.spec import StudySpec
+
+    validated = StudySpec.model_validate(spec)
+    queries = [{"fraction": None, "threshold": None, "baseline": name} for name in validated.baselines()[1:]]
+    return queries + [
+        c.model_dump(include={"fraction", "threshold", "baseline"}) for c in validated.extra_criteria
+    ]
 
 
 def criterion_query(args: argparse.Namespace) -> dict[str, Any]:

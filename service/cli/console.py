@@ -119,6 +119,9 @@ def print_success(summary: dict[str, Any]) -> None:
             f"[{lo:.3f}, {hi:.3f}]",
         )
     Console().print(table)
+    for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
+        counts = ", ".join(f"{m} {c['succeeded']}/{c['trials']}" for m, c in other["by_model"].items())
+        print(f"  also under {other['criterion']['name']}: {counts}")
 
 
 def print_best(best: list[dict[str, Any]]) -> None:

@@ -23,6 +23,7 @@ from service.core.settings import get_settings
 from service.reports.summary import newcombe_interval, wilson_interval
 from service.reports.tables import read_csv
 from service.store.ledger import Ledger
+from tests.service.conftest import TINY
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
 from trainers import TRAINER_VERSION
 from trainers.result import TrialResult
@@ -244,6 +245,16 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     code, _, err = run("best", "nope")
     assert code == 1 and "no study 'nope'; `memsweep studies`" in err
     assert "shared" in cli("compare", a, b)  # the rich table's header
+    # a copy study's counts under Arjovsky's baseline too, as `memsweep run` ends (docs/studies.md)
+    with TestClient(create_app(settings(tmp_path))) as c:  # a third study, on the same ledger
+        copy = c.post("/studies", json=grid(name="C", base={**TINY, "task": "copy", "seq_len": 30})).json()
+        finish_all(c, copy["id"])
+    copy = copy["id"]
+    assert "also under 0.5 × arjovsky baseline: chain 0/4, orth 0/4" in cli("success", copy)
+    assert "also under" not in cli("success", a) and "also under" not in cli(
+        "success", copy, "--fraction", "0.25"
+    )
+    assert "criterion" in json.loads(cli("success", copy, "--baseline", "arjovsky", "--json"))
 
 
 def test_a_comparison_is_logged_to_a_real_mlflow_over_rest_and_from_the_cli(
