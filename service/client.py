@@ -240,11 +240,16 @@ class MemsweepClient(TrialPages):
         threshold: float | None = None,
         baseline: str | None = None,
         at_step: int | None = None,
+        reference: str | None = None,
     ) -> dict[str, Any]:
-        """The raw success table {"criterion", "at_step", "total", "by_model", "by_value"}: under the
-        study's criterion, or the fraction / threshold / reference baseline given, at the end of each
-        run or at a budget of `at_step` steps (a recount: nothing trains)."""
-        query = {"fraction": fraction, "threshold": threshold, "baseline": baseline, "at_step": at_step}
+        """The raw success table {"criterion", "at_step", "total", "by_model", "by_value", "reference",
+        "differences"}: under the study's criterion, or the fraction / threshold / reference baseline
+        given, at the end of each run or at a budget of `at_step` steps (a recount: nothing trains);
+        with a `reference` model, each model's rate minus its own, with Newcombe's 95 % interval."""
+        query = {
+            "fraction": fraction, "threshold": threshold, "baseline": baseline, "at_step": at_step,
+            "reference": reference,
+        }  # fmt: skip
         params = {k: v for k, v in query.items() if v is not None}
         result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success", params=params)
         return result

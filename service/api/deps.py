@@ -50,6 +50,13 @@ BaselineQuery = Annotated[
     str | None,
     Query(max_length=64, description="with fraction: a reference baseline the task reports (copy: arjovsky)"),
 ]
+ReferenceQuery = Annotated[
+    str | None,
+    Query(
+        max_length=100,
+        description="a model of the study: each model's rate minus its own, with Newcombe's interval",
+    ),
+]
 AtStepQuery = Annotated[
     int | None,
     Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),

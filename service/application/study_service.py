@@ -306,11 +306,15 @@ class StudyService:
         threshold: float | None = None,
         baseline: str | None = None,
         at_step: int | None = None,
+        reference: str | None = None,
     ) -> SuccessTable:
         """Successes under the study's criterion, or under the one the query names (a recount: nothing
-        trains), at the end of each run or at a budget of `at_step` steps."""
+        trains), at the end of each run or at a budget of `at_step` steps; with a `reference` model,
+        each model's rate minus its own, with Newcombe's interval."""
         criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
-        return success_table(self.ledger.trials(study_id), criterion, at_step)
+        if reference is not None:
+            self._check_filters(study_id, [reference], {})  # a typo: refused, naming the models
+        return success_table(self.ledger.trials(study_id), criterion, at_step, reference)
 
     def success_vs_budget(self, study_id: str) -> SuccessBudget:
         criterion = self.criterion(self._get(study_id))

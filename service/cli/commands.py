@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -263,11 +263,15 @@ def cmd_success(args: argparse.Namespace) -> int:
     query = criterion_query(args)
     with studies_for(args) as studies:
         study = answer(lambda: studies.get(args.study))
-        table = answer(lambda: studies.success(args.study, **query))
-        others = []
+        table = answer(lambda: studies.success(args.study, **query, reference=args.reference))
+        others: list[dict[str, Any]] = []
         if not any(v is not None for v in query.values()):  # the study's other criteria, as a run ends
             for other in other_criteria(study["spec"]):
-                found = answer(lambda other=other: studies.success(args.study, **other, at_step=None))
+
+                def recount(other: dict[str, Any] = other) -> dict[str, Any]:
+                    return cast(dict[str, Any], studies.success(args.study, **other, at_step=None))
+
+                found = answer(recount)
                 if found["criterion"] != table["criterion"] and found not in others:
                     others.append(found)
     summary = {"name": study["name"], "success": table, "success_other_criteria": others}

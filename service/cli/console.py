@@ -105,11 +105,15 @@ def print_success(summary: dict[str, Any]) -> None:
     table = Table(
         title=f"successes{when}: final validation loss < {success['criterion']['name']} ({summary['name']})"
     )
-    for col in ("model", "trials", "finished", "failed", "succeeded", "rate", "95 % Wilson CI"):
+    differences, reference = success.get("differences"), success.get("reference")
+    columns = ["model", "trials", "finished", "failed", "succeeded", "rate", "95 % Wilson CI"]
+    if differences:
+        columns += [f"− {reference}", "95 % Newcombe CI"]
+    for col in columns:
         table.add_column(col, justify="right" if col != "model" else "left")
     for model, cell in summary["success"]["by_model"].items():
         lo, hi = cell["ci95"]
-        table.add_row(
+        row = [
             model,
             str(cell["trials"]),
             str(cell["finished"]),
@@ -117,7 +121,12 @@ def print_success(summary: dict[str, Any]) -> None:
             str(cell["succeeded"]),
             f"{cell['rate']:.3f}",
             f"[{lo:.3f}, {hi:.3f}]",
-        )
+        ]
+        if differences:
+            d = differences[model]
+            row += ["" if model == reference else f"{d['difference']:+.3f}",
+                    "" if model == reference else f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]  # fmt: skip
+        table.add_row(*row)
     Console().print(table)
     for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
         counts = ", ".join(f"{m} {c['succeeded']}/{c['trials']}" for m, c in other["by_model"].items())

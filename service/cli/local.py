@@ -63,8 +63,9 @@ class LocalStudies(TrialPages):
         threshold: float | None = None,
         baseline: str | None = None,
         at_step: int | None = None,
+        reference: str | None = None,
     ) -> dict[str, Any]:
-        return _json(self.service.success(study_id, fraction, threshold, baseline, at_step))
+        return _json(self.service.success(study_id, fraction, threshold, baseline, at_step, reference))
 
     def comparison(
         self,

@@ -90,6 +90,10 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("success", help="success counts by model, with 95 %% Wilson intervals")
     p.add_argument("study")
     add_criterion_flags(p)
+    p.add_argument(
+        "--reference", metavar="MODEL",
+        help="each model's rate minus this model's, with Newcombe's 95 %% interval (your cell against a paper's)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--csv", action="store_true", help="the table as CSV (criterion and trainer version in its header)"

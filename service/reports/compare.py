@@ -162,7 +162,9 @@ def compare_studies(
     if len(ids) < 2:
         raise StudyError(
             f"studies: give at least two distinct study ids to compare (got {', '.join(ids) or 'none'}); "
-            "e.g. ?studies=3f9c2a1b7d4e,a71d09c3b2e5 (`memsweep studies` or GET /studies lists them)"
+            "e.g. `memsweep compare 3f9c2a1b7d4e a71d09c3b2e5` or ?studies=3f9c2a1b7d4e,a71d09c3b2e5 "
+            "(`memsweep studies` or GET /studies lists them). The models of one study against one of "
+            "them: `memsweep success ID --reference MODEL`, or GET /studies/{id}/success?reference=MODEL"
         )
     studies: list[Study] = []
     missing = []

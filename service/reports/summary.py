@@ -68,6 +68,13 @@ _CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "error
                  "ci95": [0.34, 1.0]}  # fmt: skip
 
 
+class Difference(BaseModel):
+    """A rate minus another's, with its 95 % interval (Newcombe's hybrid score, from the two Wilson ones)."""
+
+    difference: float
+    ci95: tuple[float, float]
+
+
 class SuccessTable(BaseModel):
     """Successful runs (final validation loss < threshold), counted over every trial of the study."""
 
@@ -103,6 +110,14 @@ class SuccessTable(BaseModel):
     by_model: dict[str, SuccessCell]
     by_value: dict[str, dict[str, dict[str, SuccessCell]]] = Field(
         description="model → hyperparameter → value → counts"
+    )
+    reference: str | None = Field(
+        default=None, description="the model each model's rate is set against (`?reference=`); null: none"
+    )
+    differences: dict[str, Difference] | None = Field(
+        default=None,
+        description="model → its rate minus the reference model's, with Newcombe's 95 % interval (the "
+        "models' trials are disjoint runs of one study); null without a reference",
     )
 
 
@@ -204,10 +219,14 @@ def success_cell(
 
 
 def success_table(
-    trials: Iterable[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
+    trials: Iterable[TrialLike],
+    criterion: Criterion = HALF_BASELINE,
+    at_step: int | None = None,
+    reference: str | None = None,
 ) -> SuccessTable:
     """Successes under `criterion`, at the end of each run or at a budget of `at_step`: in total, by
-    model, and by model, field and value."""
+    model, and by model, field and value; with a `reference` model, each model's rate minus its own
+    (a researcher's cell against a paper's, under one protocol). ValueError: no such model."""
     trials = list(trials)
     by_model: dict[str, list[TrialLike]] = defaultdict(list)
     for t in trials:
@@ -226,12 +245,29 @@ def success_table(
             }
             for key, values in fields.items()
         }
+    models = {m: success_cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())}
+    differences = None
+    if reference is not None:
+        if reference not in models:
+            raise ValueError(
+                f"reference = {reference!r} is no model of this study; its models: {', '.join(models) or 'none yet'}"
+            )
+        ref = models[reference]
+        differences = {
+            m: Difference(
+                difference=c.rate - ref.rate,
+                ci95=newcombe_interval(c.succeeded, c.trials, ref.succeeded, ref.trials),
+            )
+            for m, c in models.items()
+        }
     return SuccessTable(
         criterion=CriterionPublic.of(criterion),
         at_step=at_step,
         total=success_cell(trials, criterion, at_step),
-        by_model={m: success_cell(ts, criterion, at_step) for m, ts in sorted(by_model.items())},
+        by_model=models,
         by_value=by_value,
+        reference=reference,
+        differences=differences,
     )
 
 

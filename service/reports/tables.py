@@ -120,6 +120,12 @@ def success_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A success table's cells as rows: the total, then by model, then by (model, field, value)."""
     rows = [_success_row("total", table["total"])]
     rows += [_success_row("by_model", cell, model) for model, cell in table["by_model"].items()]
+    differences = table.get("differences")
+    if differences:  # each model's rate minus the reference model's (`?reference=`)
+        for row in rows:
+            d = differences.get(row["model"]) if row["table"] == "by_model" else None
+            row["difference"] = None if d is None else d["difference"]
+            row["difference_ci95"] = None if d is None else d["ci95"]
     rows += [
         _success_row("by_value", cell, model, field, value)
         for model, fields in table["by_value"].items()
@@ -149,6 +155,10 @@ def success_csv(table: Mapping[str, Any], study: str) -> str:
     """`GET /studies/{id}/success` as rows (see `success_rows`)."""
     meta = {"table": "success", "study": study, "criterion": table["criterion"]["name"]}
     meta["at_step"] = table.get("at_step") or "each run's end"
+    if table.get("reference"):
+        meta["reference"] = (
+            f"{table['reference']} (difference: each model's rate minus its, Newcombe's 95 % interval)"
+        )
     return to_csv(success_rows(table), meta)
 
 

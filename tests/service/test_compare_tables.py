@@ -210,6 +210,9 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     assert csv_text.startswith("# table: comparison") and f"# trainer_version: {TRAINER_VERSION}" in csv_text
     success = cli("success", a, "--csv")
     assert "# criterion: loss < 0.12" in success
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width: the whole table
+    against = cli("success", a, "--reference", "orth")
+    assert "− orth" in against and "95 % Newcombe CI" in against, against
     trials = read_csv(io.StringIO(cli("trials", b, "--csv")))
     assert len(trials) == 8 and trials.attrs["table"] == "trials"
     # a failed trial's reason, in the table and, grouped, as `memsweep run` ends
@@ -334,3 +337,32 @@ def test_a_comparison_says_when_the_studies_numerics_differ(client: TestClient) 
     assert len(body["notes"]) == 2, body["notes"]
     assert "different numerics modes" in body["notes"][0] and f"{native}: native" in body["notes"][0]
     assert "native numerics ran on different machines" in body["notes"][1]
+
+
+def test_a_model_set_against_another_in_one_study(client: TestClient) -> None:
+    """`?reference=MODEL`: each model's rate minus the reference model's, with Newcombe's interval from
+    the two cells' counts (the models' trials are disjoint runs); the reference itself differs by 0; a
+    name that is no model is refused naming the models; the CSV carries the differences."""
+    a, _ = two_studies(client)
+    table = client.get(f"/studies/{a}/success", params={"reference": "orth"}).json()
+    assert table["reference"] == "orth" and set(table["differences"]) == set(table["by_model"]) == {
+        "chain",
+        "orth",
+    }
+    chain, orth = table["by_model"]["chain"], table["by_model"]["orth"]
+    d = table["differences"]["chain"]
+    assert d["difference"] == pytest.approx(chain["rate"] - orth["rate"]) and d["difference"] != 0
+    assert tuple(d["ci95"]) == pytest.approx(
+        newcombe_interval(chain["succeeded"], chain["trials"], orth["succeeded"], orth["trials"])
+    )
+    assert d["ci95"][0] <= d["difference"] <= d["ci95"][1]
+    assert table["differences"]["orth"]["difference"] == 0
+    assert client.get(f"/studies/{a}/success").json()["differences"] is None
+    bad = client.get(f"/studies/{a}/success", params={"reference": "chian"})
+    assert bad.status_code in (400, 422) and "chian" in bad.text and "chain" in bad.text, bad.text
+    frame = read_csv(
+        io.StringIO(client.get(f"/studies/{a}/success", params={"reference": "orth", "format": "csv"}).text)
+    )
+    assert frame.attrs["reference"].startswith("orth")
+    row = frame[(frame.table == "by_model") & (frame.model == "chain")].iloc[0]
+    assert row.difference == pytest.approx(d["difference"])

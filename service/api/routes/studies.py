@@ -12,6 +12,7 @@ from service.api.deps import (
     BaselineQuery,
     FormatDep,
     FractionQuery,
+    ReferenceQuery,
     StudiesDep,
     ThresholdQuery,
 )
@@ -206,14 +207,17 @@ def success(
     threshold: ThresholdQuery = None,
     baseline: BaselineQuery = None,
     at_step: AtStepQuery = None,
+    reference: ReferenceQuery = None,
     output: FormatDep = None,
     accept: AcceptDep = None,
 ) -> SuccessTable | Response:
     """Successful runs by model and by hyperparameter value, with 95 % Wilson intervals, under the
     study's criterion or the one the query names (a recount from the stored losses: nothing trains),
-    at the end of each run or at a budget of `at_step` steps; as CSV for `Accept: text/csv` or
-    `?format=csv` (one row per cell: `table` total / by_model / by_value)."""
-    table = studies.success(study_id, fraction, threshold, baseline, at_step)
+    at the end of each run or at a budget of `at_step` steps; with `?reference=MODEL`, each model's
+    rate minus that model's, with Newcombe's 95 % interval (a cell of yours against a paper's, in one
+    study); as CSV for `Accept: text/csv` or `?format=csv` (one row per cell: `table` total / by_model /
+    by_value)."""
+    table = studies.success(study_id, fraction, threshold, baseline, at_step, reference)
     if tables.wants_csv(output, accept):
         return csv_response(tables.success_csv(table.model_dump(mode="json"), study_id))
     return table
