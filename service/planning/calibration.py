@@ -90,6 +90,23 @@ def describe_shape(shape: Mapping[str, Any]) -> str:
     ).replace("  ", " ")
 
 
+def describe_shapes(shapes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each shape as `describe_shape` puts it, and where two would read the same, the task's and the
+    cell's settings in which they differ (a plugin cell's own field its grid varies: `gate_bias=-2.0`)."""
+    described = [describe_shape(shape) for shape in shapes]
+    for text in set(described):
+        same = [i for i, d in enumerate(described) if d == text]
+        if len(same) < 2:
+            continue
+        for part in ("task_params", "cell_params"):
+            names = sorted({k for i in same for k in shapes[i][part]})
+            differ = [k for k in names if len({repr(shapes[i][part].get(k)) for i in same}) > 1]
+            for i in same:
+                extra = " ".join(f"{k}={shapes[i][part].get(k)}" for k in differ)
+                described[i] += f" · {extra}" if extra else ""
+    return described
+
+
 def node_type(gpu: bool) -> str:
     """This machine as a calibration's cache knows it: CPU model × logical CPUs (+ the GPU)."""
     from trainers.numerics import cpu_model

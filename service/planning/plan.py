@@ -30,7 +30,7 @@ from service.core.trial import StaleTrialError, TrialSpec, Unit
 from service.planning.calibration import (
     Calibrate,
     Probe,
-    describe_shape,
+    describe_shapes,
     run_on_ray,
     shape_key,
     shape_of,
@@ -289,6 +289,9 @@ class _Shapes:
     def rows(self, found: Mapping[str, Mapping[str, Any]], cached: set[str]) -> list[PlanShape]:
         """Each shape as the plan shows it, with its calibration (or why it has none)."""
         rows = []
+        descriptions = dict(
+            zip(self.groups, describe_shapes([self.shapes[i] for i in self.groups]), strict=True)
+        )
         for ident, group in self.groups.items():
             key = self.unit_key[id(group[0])]
             m = found.get(key)
@@ -296,7 +299,7 @@ class _Shapes:
             rows.append(
                 PlanShape(
                     key=key,
-                    description=describe_shape(self.shapes[ident]),
+                    description=descriptions[ident],
                     fused=self.probes[key].fused,
                     bundle_size=len(self.probes[key].members),
                     units=len(group),
