@@ -21,6 +21,8 @@ import os
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -108,45 +110,66 @@ def flush_denormals(on: bool) -> None:
     flags from the thread that made it: a pool made before a trial set them (a task's data built with
     torch's default thread count, an earlier trial in a reused Ray worker) kept computing denormals, so
     with 2 threads half of a large elementwise op's elements were flushed and half were not, as the
-    process's history had it (measured: tests/trainers/test_runtime.py). So the flags are also set in a
-    parallel region of the current thread count, through the OpenMP runtime torch loaded (libgomp's
-    `GOMP_parallel`, which Intel's runtime also exports): the same threads as every later region's.
-    With one thread there is no pool to reach."""
+    process's history had it (tests/trainers/test_numerics.py). So the flags are also set in a parallel
+    region of the current thread count, run by the OpenMP runtime torch itself links (its
+    `GOMP_parallel`, which Intel's and LLVM's runtimes also export): the same threads as every later
+    region's. Then a denormal product on every thread must come out 0, or a RuntimeError says so (a
+    trial's hash holds `THREADED_VERSION`: it must not train otherwise). One thread: no pool to reach."""
     torch.set_flush_denormal(on)
     threads = torch.get_num_threads()
-    if threads > 1:
-        parallel = _openmp_parallel()
-        if parallel is None:
-            log.warning(
-                "no OpenMP runtime found: with %d threads, denormals may not be flushed on all", threads
-            )
-            return
-        region = _REGION(lambda _: torch.set_flush_denormal(on))
-        parallel(region, None, threads, 0)
+    if threads == 1:
+        return
+    parallel = _openmp_parallel()
+    if parallel is not None:
+        parallel(_REGION(lambda _: torch.set_flush_denormal(on)), None, threads, 0)
+    if on and not _flushed_on(threads):
+        raise RuntimeError(
+            f"denormals are not flushed on every one of the {threads} threads "
+            f"({'the OpenMP runtime torch links was not found' if parallel is None else 'its pool kept them'}):"
+            " train with threads=1"
+        )
 
 
 #: `void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags)`
 _REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
 @functools.cache
 def _openmp_parallel() -> Callable[..., None] | None:
-    """`GOMP_parallel` of the OpenMP runtime this process loaded with torch (libgomp, or Intel's
-    libiomp5), found by the path it was mapped from; None when none is loaded (or not on Linux)."""
+    """`GOMP_parallel` of the OpenMP runtime torch's CPU library links — the library that gives it
+    `omp_get_max_threads`, by `dladdr` (another one a plugin loaded, scikit-learn's libgomp, has a pool
+    of its own) — or None where that cannot be found."""
+    lib = Path(torch.__file__).parent / "lib"
+    candidates = sorted(lib.glob("libtorch_cpu.*"))
     try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libgomp" in line or "libiomp" in line}
-    except OSError:
+        torch_cpu = ctypes.CDLL(str(candidates[0]))
+        address = ctypes.cast(torch_cpu.omp_get_max_threads, ctypes.c_void_p)
+        info = _DlInfo()
+        if not ctypes.CDLL(None).dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+            return None
+        parallel = ctypes.CDLL(info.dli_fname.decode()).GOMP_parallel
+    except (IndexError, OSError, AttributeError):
         return None
-    for path in sorted(paths):
-        try:
-            parallel = ctypes.CDLL(path).GOMP_parallel
-        except (OSError, AttributeError):
-            continue
-        parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
-        parallel.restype = None
-        return parallel
-    return None
+    parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+    parallel.restype = None
+    return cast(Callable[..., None], parallel)
+
+
+def _flushed_on(threads: int) -> bool:
+    """Whether a denormal product comes out 0 on every thread: the smallest denormal (by its bits: a
+    conversion under the flags would flush it first) doubled, over enough elements that each thread of
+    `threads` takes a share (ATen's grain is 32,768)."""
+    smallest = torch.ones(threads * 65536, dtype=torch.int32).view(torch.float32)
+    return bool(((smallest * 2) == 0).all())
 
 
 #: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets

@@ -314,7 +314,10 @@ class StudyService:
         criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
         if reference is not None:
             self._check_filters(study_id, [reference], {})  # a typo: refused, naming the models
-        return success_table(self.ledger.trials(study_id), criterion, at_step, reference)
+        try:
+            return success_table(self.ledger.trials(study_id), criterion, at_step, reference)
+        except ValueError as exc:  # a reference in a study with no trial yet (a sampler's, before its draws)
+            raise StudyError(str(exc)) from None
 
     def success_vs_budget(self, study_id: str) -> SuccessBudget:
         criterion = self.criterion(self._get(study_id))

@@ -265,7 +265,8 @@ def cmd_success(args: argparse.Namespace) -> int:
         study = answer(lambda: studies.get(args.study))
         table = answer(lambda: studies.success(args.study, **query, reference=args.reference))
         others: list[dict[str, Any]] = []
-        if not any(v is not None for v in query.values()):  # the study's other criteria, as a run ends
+        plain = not (args.json or args.csv or any(v is not None for v in query.values()))
+        if plain:  # the study's other criteria, as a run ends
             for other in other_criteria(study["spec"]):
 
                 def recount(other: dict[str, Any] = other) -> dict[str, Any]:
@@ -437,7 +438,11 @@ def other_criteria(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from service.core.spec import StudySpec
 
     validated = StudySpec.model_validate(spec)
-    queries = [{"fraction": None, "threshold": None, "baseline": name} for name in validated.baselines()[1:]]
+    try:
+        baselines = validated.baselines()[1:]
+    except (ValueError, KeyError):  # a cell or task this process lacks (a server's plugin): its own only
+        baselines = []
+    queries = [{"fraction": None, "threshold": None, "baseline": name} for name in baselines]
     return queries + [
         c.model_dump(include={"fraction", "threshold", "baseline"}) for c in validated.extra_criteria
     ]

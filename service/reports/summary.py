@@ -256,7 +256,9 @@ def success_table(
         differences = {
             m: Difference(
                 difference=c.rate - ref.rate,
-                ci95=newcombe_interval(c.succeeded, c.trials, ref.succeeded, ref.trials),
+                ci95=(0.0, 0.0)  # itself: no difference to estimate
+                if m == reference
+                else newcombe_interval(c.succeeded, c.trials, ref.succeeded, ref.trials),
             )
             for m, c in models.items()
         }

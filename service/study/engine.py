@@ -44,7 +44,7 @@ from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
 from service.study.search import sampling, study_space, study_trials
 from service.tracking.context import StudyContext
-from service.tracking.server import ensure_mlflow_server, server_healthy
+from service.tracking.server import ensure_mlflow_server, home_uri, port_of, server_healthy
 from service.tracking.tracker import Tracker
 from trainers import Criterion
 
@@ -136,10 +136,12 @@ class Engine:
     # ----- execution -------------------------------------------------------------------------------
     def tracking_uri(self, restart: bool = False) -> str:
         """The MLflow tracking URI: the configured one, or the local server's (started when it does not
-        answer: at the first call, and again with `restart` once it died)."""
+        answer: at the first call, and again with `restart` once it died, on the port running studies
+        write to)."""
         if self._tracking_uri is None or restart:
             s = self.settings
-            self._tracking_uri = ensure_mlflow_server(s.mlflow_tracking_uri, s.home, s.mlflow_port)
+            keep = port_of(self._tracking_uri) if restart and self._tracking_uri else None
+            self._tracking_uri = ensure_mlflow_server(s.mlflow_tracking_uri, s.home, s.mlflow_port, keep)
         return self._tracking_uri
 
     def run_study(
@@ -156,13 +158,17 @@ class Engine:
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
         tracker, mlflow, note = self._open_tracking(study, spec)
-        self.ledger.update_study(
-            study.id,
-            state="running",
-            error=note,
-            mlflow_experiment_id=mlflow.experiment_id or None,
-            mlflow_run_id=mlflow.parent_run_id or None,
-        )
+        try:
+            self.ledger.update_study(
+                study.id,
+                state="running",
+                error=note,
+                mlflow_experiment_id=mlflow.experiment_id or None,
+                mlflow_run_id=mlflow.parent_run_id or None,
+            )
+        except ClaimLostError:
+            tracker.close()
+            raise
         marks = [time.perf_counter()]
         try:
             recorder = StudyRecorder(self.ledger, tracker, study.id, mlflow)
@@ -203,7 +209,11 @@ class Engine:
         ledger keeps every result, its MLflow writes fail fast and are counted, and once MLflow answers
         the server's repair (`sync_tracking`) makes its runs; the note says so meanwhile (ids: the
         study's earlier ones, or empty)."""
-        uri = self.settings.mlflow_tracking_uri or f"http://127.0.0.1:{self.settings.mlflow_port}"
+        uri = (  # where this home's runs go: never another home's server on the configured port
+            self.settings.mlflow_tracking_uri
+            or self._tracking_uri
+            or home_uri(self.settings.home, self.settings.mlflow_port)
+        )
         try:
             uri = self.tracking_uri()
             tracker = self.new_tracker(uri)

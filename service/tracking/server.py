@@ -11,6 +11,7 @@ store); this home's then starts on the next free port, and says so."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -60,13 +62,18 @@ def start_mlflow_server(
     )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        if server_healthy(uri):
+        exited = proc.poll() is not None  # before the probe: an answer then is another server's
+        if not exited and server_healthy(uri):
             (home / "mlflow-server.pid").write_text(str(proc.pid))
             (home / "mlflow-server.uri").write_text(uri)
             return uri, proc
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}"
+        if exited:
+            raise (
+                PortTakenError(uri)
+                if server_healthy(uri)
+                else RuntimeError(
+                    f"mlflow server exited with {proc.returncode}; see {home / 'mlflow-server.log'}"
+                )
             )
         time.sleep(0.5)
     stop_mlflow_server(proc)
@@ -87,47 +94,115 @@ def stop_mlflow_server(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> 
         proc.wait(timeout=timeout)
 
 
-def ensure_mlflow_server(tracking_uri: str | None, home: Path, port: int) -> str:
-    """The configured tracking URI, or this home's local server on loopback: the one it started, when
-    that still runs and answers, else a new one, on `port` unless something else holds it."""
+class PortTakenError(RuntimeError):
+    """Another server answered on the port a new server was started on (it could not bind it)."""
+
+
+def ensure_mlflow_server(
+    tracking_uri: str | None, home: Path, port: int, keep_port: int | None = None
+) -> str:
+    """The configured tracking URI, or this home's local server on loopback: the one it started, while
+    that still runs (given time to answer; one that never does is stopped), else a new one on
+    `keep_port` (a restart keeps the port running studies write to) or `port`, or the next free port
+    when something else holds it. One process of a home at a time decides (a lock file)."""
     if tracking_uri:
         return tracking_uri
     folder = home / "mlflow"
-    own = running_server(folder)
-    if own is not None:
-        return own
-    wanted = port
-    port = next_free_port(port)
-    if port != wanted:
-        log.warning(
-            "MLflow: port %d is taken (another home's MLflow server, or another program); this home's "
-            "server (store %s) starts on port %d. Set MEMSWEEP_MLFLOW_PORT to choose its port",
-            wanted,
-            folder,
-            port,
-        )
-    uri, _ = start_mlflow_server(folder, port)
-    return uri
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "mlflow-server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a server and a CLI of one home starting at once: one server
+        own = recorded_server(folder)
+        if own is not None:
+            pid, uri = own
+            if answers(uri, patience=OWN_SERVER_PATIENCE):
+                return uri
+            log.warning("this home's MLflow server (pid %d, %s) does not answer: stopping it", pid, uri)
+            stop_pid(pid)
+            keep_port = keep_port or port_of(uri)
+        wanted = keep_port or port
+        for _ in range(3):
+            chosen = next_free_port(wanted)
+            if chosen != wanted:
+                log.warning(
+                    "MLflow: port %d is taken (another home's MLflow server, or another program); this "
+                    "home's server (store %s) starts on port %d. Set MEMSWEEP_MLFLOW_PORT to choose its port",
+                    wanted,
+                    folder,
+                    chosen,
+                )
+            try:
+                return start_mlflow_server(folder, chosen)[0]
+            except PortTakenError:  # another home's server took it between the probe and the start
+                wanted = chosen + 1
+        raise RuntimeError(f"MLflow: no port near {port} stayed free to start this home's server on")
 
 
-def running_server(folder: Path) -> str | None:
-    """The URI of the server `start_mlflow_server` started on this store (`folder`), when its process
-    still runs it and it answers; None otherwise. Its process is told by its command line where
-    /proc has one (a pid reused by another program is not it)."""
+#: seconds a home's own running server is given to answer before it is taken for hung
+OWN_SERVER_PATIENCE = 30.0
+
+
+def answers(uri: str, patience: float) -> bool:
+    """Whether the server at `uri` answers /health within `patience` seconds."""
+    deadline = time.monotonic() + patience
+    while not server_healthy(uri):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1.0)
+    return True
+
+
+def home_uri(home: Path, port: int) -> str:
+    """The URI this home's local server was last started on, else the one it would start on."""
+    try:
+        return (home / "mlflow" / "mlflow-server.uri").read_text().strip() or f"http://127.0.0.1:{port}"
+    except OSError:
+        return f"http://127.0.0.1:{port}"
+
+
+def port_of(uri: str) -> int | None:
+    port = urlsplit(uri).port
+    return int(port) if port else None
+
+
+def recorded_server(folder: Path) -> tuple[int, str] | None:
+    """(pid, URI) of the server `start_mlflow_server` started on this store (`folder`), while its
+    process still runs, whether or not it answers now; None otherwise. Its process is told by its
+    command line where /proc has one (it names this store: a pid reused by another program is not it);
+    its URI is the recorded one, or its command line's port (a record of a memsweep before the URI file)."""
     try:
         pid = int((folder / "mlflow-server.pid").read_text())
-        uri = (folder / "mlflow-server.uri").read_text().strip()
     except (OSError, ValueError):
         return None
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        uri: str | None = (folder / "mlflow-server.uri").read_text().strip()
+    except OSError:
+        uri = None
+    try:
+        cmdline = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
     except OSError:
         cmdline = None
-    if cmdline is not None and f"sqlite:///{folder / 'mlflow.db'}".encode() not in cmdline:
+    if cmdline is not None:
+        if f"sqlite:///{folder / 'mlflow.db'}" not in cmdline:
+            return None
+        if "--port" in cmdline[:-1]:
+            uri = f"http://127.0.0.1:{cmdline[cmdline.index('--port') + 1]}"
+    elif not _alive(pid):
         return None
-    if cmdline is None and not _alive(pid):
-        return None
-    return uri if server_healthy(uri) else None
+    return (pid, uri) if uri else None
+
+
+def stop_pid(pid: int, timeout: float = 15.0) -> None:
+    """Stop a server by its pid (its process group: `start_mlflow_server` made it a session's leader)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not _alive(pid):
+            return
 
 
 def _alive(pid: int) -> bool:

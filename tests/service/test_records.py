@@ -150,8 +150,11 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
     with engine.begin() as conn:
         command.upgrade(migrations(conn), "0007")
         studies, trials = Base.metadata.tables["studies"], Base.metadata.tables["trials"]
-        for sid in ("s1", "s2", "s3", "s4", "s5", "s6"):
+        for sid in ("s1", "s2", "s3", "s4", "s5", "s6", "s8"):
             conn.execute(studies.insert().values(id=sid, name=sid, spec={}, state="done"))
+        conn.execute(
+            studies.insert().values(id="s7", name="s7", spec={}, state="cancelled", error="MLflow: down")
+        )
 
         def row(tid: int, study: str, t, **values) -> None:
             conn.execute(trials.insert().values(
@@ -168,10 +171,12 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
         row(6, "s5", two[1], status="pending", runs=0)  # 2 threads, never run
         row(7, "s6", two[0], **done, runs=0, reused_from=2)  # 2 threads, the 1-thread result by way of 2
         row(8, "s6", two[1], **{**done, "final_val_loss": 0.5}, runs=0, reused_from=3)  # 2 threads, 2's
+        row(10, "s8", two[1], **{**done, "final_val_loss": 0.5}, runs=0, reused_from=4)  # 2's, by way of 4
+        row(11, "s7", two[0], **done, runs=0, reused_from=1)  # a cancelled study's, taken across
     engine.dispose()
 
     ledger = Ledger(f"sqlite:///{path}")  # opening it migrates it to the head
-    rows = {t.id: t for s in ("s1", "s2", "s3", "s4", "s5", "s6") for t in ledger.trials(s)}
+    rows = {t.id: t for s in ("s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8") for t in ledger.trials(s)}
     resolved = {i: rows[i].spec().config_hash for i in (1, 2, 4, 5, 6)}  # they resolve to their hash
     assert resolved == {
         1: one[0].config_hash,
@@ -194,7 +199,11 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
     assert {sid for sid, (state, _) in states.items() if state == "pending"} == {"s2", "s4", "s6"}
     assert all("migration 0008: 1 trial(s)" in states[sid][1] for sid in ("s2", "s4", "s6"))
     assert states["s5"] == ("done", "")  # its trial had no result to clear (its state is its own)
-    for i in (2, 4, 7):
+    # kept through a cleared row (4): it points at the row that computed it
+    assert (rows[10].status, rows[10].final_val_loss, rows[10].reused_from) == ("done", 0.5, 3)
+    s7 = ledger.study("s7")  # cancelled by its user: it stays so, and its MLflow note stays first
+    assert s7.state == "cancelled" and s7.error.startswith("MLflow: down; ledger migration 0008: 1 trial(s)")
+    for i in (2, 4, 7, 11):
         assert (rows[i].status, rows[i].final_val_loss, rows[i].reused_from, rows[i].provenance) == (
             "pending",
             None,

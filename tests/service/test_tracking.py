@@ -218,7 +218,7 @@ def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path) -> None:
     import signal
 
     from service.cli.servers import free_port
-    from service.tracking.server import ensure_mlflow_server, running_server, server_healthy
+    from service.tracking.server import ensure_mlflow_server, recorded_server, server_healthy
 
     port = free_port()
     first, second = tmp_path / "first", tmp_path / "second"
@@ -228,7 +228,8 @@ def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path) -> None:
         uri2 = ensure_mlflow_server(None, second, port)
         assert uri2 != uri1 and server_healthy(uri2)
         assert (second / "mlflow" / "mlflow.db").exists()
-        assert ensure_mlflow_server(None, first, port) == uri1 == running_server(first / "mlflow")
+        own = recorded_server(first / "mlflow")
+        assert own is not None and ensure_mlflow_server(None, first, port) == uri1 == own[1]
         assert ensure_mlflow_server(None, second, port) == uri2
         assert ensure_mlflow_server("http://elsewhere:5000", second, port) == "http://elsewhere:5000"
     finally:
@@ -237,3 +238,70 @@ def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path) -> None:
             if pidfile.exists():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+
+
+FAKE_SERVER = """
+import http.server, sys
+answer = sys.argv[1] == "answers"
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if answer:
+            self.send_response(200); self.end_headers(); self.wfile.write(b"OK")
+    def log_message(self, *args):
+        pass
+port = int(sys.argv[sys.argv.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+@pytest.mark.slow
+def test_a_homes_own_server_is_found_by_its_process_and_a_hung_one_is_replaced(tmp_path: Path, monkeypatch):
+    """This home's server, recorded by an older memsweep (a pid file, no URI file), is found by its
+    command line and kept, not doubled by a second server on the same store; one that runs but never
+    answers is stopped after its patience and replaced on its own port (the port running studies write
+    to)."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import service.tracking.server as server
+    from service.cli.servers import free_port
+
+    folder = tmp_path / "home" / "mlflow"
+    folder.mkdir(parents=True)
+    port = free_port()
+
+    def fake(mode: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-c", FAKE_SERVER, mode, "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+                "--port", str(port)]  # fmt: skip
+        proc = subprocess.Popen(argv, start_new_session=True)
+        (folder / "mlflow-server.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + 30
+        while server.next_free_port(port) == port:  # until it listens
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        return proc
+
+    started = []
+    real_start = server.start_mlflow_server
+    monkeypatch.setattr(
+        server, "start_mlflow_server", lambda *a, **k: started.append(a) or real_start(*a, **k)
+    )
+    legacy = fake("answers")
+    try:
+        uri = server.ensure_mlflow_server(None, tmp_path / "home", free_port())  # another configured port
+        assert uri == f"http://127.0.0.1:{port}" and started == []
+    finally:
+        server.stop_pid(legacy.pid)
+    hung = fake("hangs")
+    monkeypatch.setattr(server, "OWN_SERVER_PATIENCE", 1.0)
+    try:
+        uri = server.ensure_mlflow_server(None, tmp_path / "home", free_port())
+        assert hung.wait(timeout=30) is not None  # stopped
+        assert uri == f"http://127.0.0.1:{port}" and server.server_healthy(uri) and len(started) == 1
+        assert int((folder / "mlflow-server.pid").read_text()) != hung.pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int((folder / "mlflow-server.pid").read_text()), signal.SIGTERM)

@@ -12,8 +12,10 @@ point again). One without a result takes the hash it has now and trains when its
 
 A trial that had taken another trial's result (`reused_from`) computed under other values than its own
 (directly or through a chain of reuses) has no result of its own: it is pending again, its copied
-result cleared, and its study is pending too, with a note that says why (a server resumes it; or
-`memsweep run --study ID`). No result a trial computed itself is lost.
+result cleared, and its study says why in a note; a `done` study is pending again (a server resumes
+it; or `memsweep run --study ID`), a cancelled or failed one stays so until resumed. A result kept
+through a chain of reuses then points at the row that computed it. No result a trial computed itself
+is lost.
 
 The hash rule is copied here, as a migration must hold the code it ran (`trainers.config.with_rounding`
 is the living one; tests/service/test_records.py holds the two together)."""
@@ -110,14 +112,22 @@ def upgrade() -> None:
         if taken_across:
             values.update(status="pending", **{name: None for name in RESULT_COLUMNS})
             reset[r.study_id] = reset.get(r.study_id, 0) + 1
+        elif source is not None and source.id != r.id and source.id != r.reused_from:
+            values["reused_from"] = source.id  # the row that computed it (the one between may be cleared)
         if values:
             bind.execute(sa.update(trials).where(trials.c.id == r.id).values(**values))
-    for study, n in reset.items():  # a study with trials to train again: pending, and says why
+    states = dict(bind.execute(sa.select(studies.c.id, studies.c.state)).all())
+    errors = dict(bind.execute(sa.select(studies.c.id, studies.c.error)).all())
+    for study, n in reset.items():  # a study with trials to train again says why; a done one is pending
         note = (
             f"ledger migration 0008: {n} trial(s) had taken results computed with other threads or "
             "validation batch than their own; they are pending and train when the study runs again"
         )
-        bind.execute(sa.update(studies).where(studies.c.id == study).values(state="pending", error=note))
+        error = errors.get(study)
+        values = {"error": f"{error}; {note}" if error else note}  # an `MLflow:` note stays first
+        if states.get(study) == "done":  # a cancelled or failed study stays so, until resumed
+            values["state"] = "pending"
+        bind.execute(sa.update(studies).where(studies.c.id == study).values(**values))
     if rekeyed:
         log.info(
             "ledger: %d trial(s) run with other threads or validation batch re-keyed (migration 0008); %d "
