@@ -47,13 +47,12 @@ def process_state_restored():
     worker computed otherwise than in a fresh one — numpy's √ of a subnormal came out 0, and a test of
     subnormals failed or passed by the order xdist gave the tests (MKL's GEMMs, without STRICT, may
     also round by the thread count)."""
-    from trainers.runtime import flush_denormals
-
     threads, flush = torch.get_num_threads(), flushes_denormals()
     yield
     torch.set_num_threads(threads)
-    if flushes_denormals() != flush:  # a trial set them: undone on OpenMP's threads too (and only then:
-        flush_denormals(flush)  # reaching the pool makes one, which a forked child would hang on)
+    # this thread's flags: a trial in a test's process runs on one thread (the default), so it set no
+    # pool thread's (`trainers.runtime.flush_denormals` reaches the pool only with threads > 1)
+    torch.set_flush_denormal(flush)
 
 
 @pytest.fixture
