@@ -42,10 +42,12 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.view(torch.int32) == b.view(torch.int32)) | (a.isnan() & b.isnan())
 
 
-def test_portable_sqrt_is_correctly_rounded_on_every_float32():
+def test_portable_sqrt_is_correctly_rounded_on_every_float32(one_thread):
     """Every float32 in [1, 4) — each mantissa under both exponent parities; scaling by 4 scales each
     step of `portable_sqrt` by 2 exactly, so these stand for every positive float32, subnormals too —
-    and the special values. MKL's float32 √ (torch.sqrt on the CPU) misses millions of them."""
+    and the special values. MKL's float32 √ (torch.sqrt on the CPU) misses millions of them. On this
+    thread alone, whose flags keep subnormals (each test starts so): an OpenMP pool thread keeps the
+    flags of the thread that made it, which a trial in this test process may have set to flush them."""
     x = torch.from_numpy(np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32))
     ours = numerics.portable_sqrt(x)
     ref = ieee_sqrt(x)
