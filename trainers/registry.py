@@ -22,6 +22,14 @@ class PluginError(UnknownNameError):
     says why."""
 
 
+def where_plugins_are(what: str = "a plugin") -> str:
+    """Where plugins are looked for, and how to install one there (for the message of a name not found)."""
+    return (
+        f"{what} is found in the Python environment that runs memsweep, {sys.prefix}: install it there, "
+        f"`{Path(sys.executable).name} -m pip install -e PATH` (docs/plugins.md)"
+    )
+
+
 #: the registries that load plugins at their first look-up (`load_all_plugins` loads them all)
 _PLUGGABLE: list[Registry[Any]] = []
 
@@ -71,13 +79,7 @@ class Registry(Generic[T]):
         except KeyError:
             if name in self._refused:
                 raise PluginError(self._refused[name]) from None
-            hint = (
-                f" (a plugin {self.kind} is found in the Python environment that runs memsweep, "
-                f"{sys.prefix}: install it there, `{Path(sys.executable).name} -m pip install -e PATH`; "
-                "docs/plugins.md)"
-                if self.pluggable
-                else ""
-            )
+            hint = f" ({where_plugins_are(f'a plugin {self.kind}')})" if self.pluggable else ""
             raise UnknownNameError(
                 f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}{hint}"
             ) from None

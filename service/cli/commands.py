@@ -11,7 +11,6 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -310,6 +309,7 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
     """Run `trainers.contract` over the named plugins (all installed ones by default); 1 when one fails."""
     from trainers.contract import CHECKS
     from trainers.plugins import installed
+    from trainers.registry import where_plugins_are
 
     plugins = installed()
     chosen = []
@@ -319,9 +319,7 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
         if not match:
             known = ", ".join(f"{p.kind}:{p.name}" for p in plugins) or "none is installed"
             raise SystemExit(
-                f"error: no plugin {name!r}; installed: {known}. A plugin is found in the Python environment "
-                f"that runs memsweep ({sys.prefix}): install it there, `{Path(sys.executable).name} -m pip "
-                "install -e PATH` (docs/plugins.md)"
+                f"error: no plugin {name!r}; installed: {known}. {where_plugins_are('A plugin')}"
             )
         chosen += match
     report = []

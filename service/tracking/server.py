@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -83,15 +84,9 @@ def start_mlflow_server(
 
 
 def stop_mlflow_server(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """Stop a server from `start_mlflow_server` and its uvicorn workers (its whole process group)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=timeout)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout)
+    """Stop a server from `start_mlflow_server` and its uvicorn workers (its whole process group),
+    reaping it (a child of this process)."""
+    stop_pid(proc.pid, timeout, running=lambda: proc.poll() is None)
 
 
 class PortTakenError(RuntimeError):
@@ -191,17 +186,20 @@ def recorded_server(folder: Path) -> tuple[int, str] | None:
     return (pid, uri) if uri else None
 
 
-def stop_pid(pid: int, timeout: float = 15.0) -> None:
-    """Stop a server by its pid (its process group: `start_mlflow_server` made it a session's leader)."""
+def stop_pid(pid: int, timeout: float = 30.0, running: Callable[[], bool] | None = None) -> None:
+    """Stop a server by its pid (its process group: `start_mlflow_server` made it a session's leader):
+    SIGTERM, then SIGKILL after `timeout` seconds. `running`: whether it still runs (for a child of this
+    process, its `poll`, which reaps it; a zombie would count as alive to `kill(pid, 0)`)."""
+    alive = running or (lambda: _alive(pid))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
             return
         deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.2)
-        if not _alive(pid):
+        if not alive():
             return
 
 

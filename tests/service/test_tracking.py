@@ -294,7 +294,7 @@ def test_a_homes_own_server_is_found_by_its_process_and_a_hung_one_is_replaced(t
         uri = server.ensure_mlflow_server(None, tmp_path / "home", free_port())  # another configured port
         assert uri == f"http://127.0.0.1:{port}" and started == []
     finally:
-        server.stop_pid(legacy.pid)
+        server.stop_mlflow_server(legacy)
     hung = fake("hangs")
     monkeypatch.setattr(server, "OWN_SERVER_PATIENCE", 1.0)
     try:
