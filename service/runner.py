@@ -10,9 +10,9 @@ is gone; on shutdown it stops the Tune runs and leaves those studies pending, so
 resumes them. Ray and MLflow are brought up once, before the first
 study, by `prepare` (two studies must not race to start them).
 
-The embedded Ray is started, and later shut down, by one thread that lives as long as the runner: Ray
-ties its processes to the *thread* that started them (Linux's parent-death signal fires when that thread
-ends), so a Ray started from a short-lived thread dies with it.
+The runner shuts down the Ray it started. `ensure_ray` starts it on a thread that lives as long as
+the process: Ray ties its processes to the *thread* that started them (Linux's parent-death signal fires
+when that thread ends), so a Ray started from a short-lived thread would die with it.
 """
 
 from __future__ import annotations
@@ -92,10 +92,7 @@ class StudyRunner:
         self.prepare_error: str | None = None
         self.tracking_uri: str | None = engine.settings.mlflow_tracking_uri
         self._stopping = False
-        self._ray_thread: threading.Thread | None = None
-        self._ray_up = threading.Event()
-        self._ray_stop = threading.Event()
-        self._ray_error: str | None = None
+        self._ray_started = False
         self._repair_stop = threading.Event()
         #: studies this process did not run because another runs them (`StudyClaim`): why
         self.refused: dict[str, str] = {}
@@ -200,37 +197,19 @@ class StudyRunner:
             self.prepared.set()
 
     def start_ray(self) -> None:
-        """Start (or join) Ray in the runner's own thread, once (a plan's calibrations need Ray, not
-        MLflow); an error says why it could not."""
-        with self._ray_lock:
-            self._start_ray()
-
-    def _start_ray(self) -> None:
-        if self._ray_thread is None:
-            self._ray_up.clear()
-            self._ray_thread = threading.Thread(target=self._keep_ray, name="ray", daemon=True)
-            self._ray_thread.start()
-        self._ray_up.wait()
-        if self._ray_error is not None:
-            raise RuntimeError(self._ray_error)
-
-    def _keep_ray(self) -> None:
-        """Start (or join) Ray, keep this thread alive while it is needed, then shut it down."""
-        import ray
-
+        """Start (or join) Ray, once (a plan's calibrations need Ray, not MLflow); an error says why it
+        could not, and the next call tries again. It lives until `shutdown` (`ensure_ray` starts it on
+        a thread that outlives this call's)."""
         from service.study.nodes import ensure_ray
 
-        try:
-            ensure_ray(self.engine.settings)
-            self._ray_error = None
-        except Exception as exc:
-            self._ray_error = f"{type(exc).__name__}: {exc}"
-            self._ray_thread = None  # the next prepare tries again
-            return
-        finally:
-            self._ray_up.set()
-        self._ray_stop.wait()
-        ray.shutdown()
+        with self._ray_lock:
+            if self._ray_started:
+                return
+            try:
+                ensure_ray(self.engine.settings)
+            except Exception as exc:
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            self._ray_started = True
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop the running studies (they stay resumable) and the threads."""
@@ -249,14 +228,15 @@ class StudyRunner:
             wait_futures(running, timeout=timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._ray_thread is not None:
-            self._ray_stop.set()
-            self._ray_thread.join(timeout=timeout)
+        if self._ray_started:
+            import ray
+
+            ray.shutdown()
 
     def unplaceable(self, resources: dict[str, float]) -> str | None:
         """Why the cluster cannot run a trial asking these resources; None when it can, or when Ray is
         not up yet (the engine checks again when the study starts)."""
-        if not self.prepared.is_set() or self._ray_thread is None:
+        if not self.prepared.is_set() or not self._ray_started:
             return None
         from service.study.nodes import unplaceable
 
@@ -264,7 +244,7 @@ class StudyRunner:
 
     def node_plugins(self) -> dict[str, dict[str, str]] | None:
         """Each Ray node's plugins (`service.study.plugins.node_plugins`); None when Ray is not up yet."""
-        if self._ray_thread is None or not self._ray_up.is_set() or self._ray_error is not None:
+        if not self._ray_started:
             return None
         from service.study.plugins import node_plugins
 

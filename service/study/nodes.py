@@ -2,7 +2,8 @@
 a node can place, and how much memory a unit of a study may use there (which sizes its bundles).
 
 - `embedded` says which, from the settings: the one place that decides;
-- `ensure_ray` starts the embedded Ray, or joins the cluster (`MEMSWEEP_RAY_ADDRESS` / `RAY_ADDRESS`);
+- `ensure_ray` starts the embedded Ray, or joins the cluster (`MEMSWEEP_RAY_ADDRESS` / `RAY_ADDRESS`),
+  on a thread that lives as long as the process (`on_ray_thread`);
   `reap_embedded_ray` clears what a crashed driver's embedded Ray left running;
 - `unplaceable` says why no node can take a unit's resources;
 - `unit_memory` measures a unit's share of a node's memory (`NodeMemory` keeps it a while).
@@ -14,15 +15,21 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any, TypeVar
 
 from service.core.settings import Settings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def embedded(settings: Settings) -> bool:
@@ -31,7 +38,20 @@ def embedded(settings: Settings) -> bool:
 
 
 def ensure_ray(settings: Settings) -> None:
-    """Start the embedded Ray, or join the configured cluster, once per process."""
+    """Start the embedded Ray, or join the configured cluster, once per process.
+
+    Ray asks the kernel to SIGKILL its GCS and raylet when the *thread* that started them ends
+    (`PR_SET_PDEATHSIG`), and its driver exits a minute after losing them: a Ray first needed in a
+    short-lived thread (a request's, a study's, a calibration's) would die with it and take the process
+    along. So it is started on a thread that lives as long as the process: the main thread, when that
+    asks, else one kept for it (`on_ray_thread`)."""
+    if threading.current_thread() is threading.main_thread():
+        _ensure_ray(settings)
+    else:
+        on_ray_thread(lambda: _ensure_ray(settings))
+
+
+def _ensure_ray(settings: Settings) -> None:
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -78,6 +98,33 @@ EMBEDDED_RAY_MARK = "MEMSWEEP_EMBEDDED_RAY"
 def embedded_ray_record(home: Path, pid: int) -> Path:
     """Where the embedded Ray that driver `pid` started on `home` is recorded."""
     return home / EMBEDDED_RAYS / f"{pid}.json"
+
+
+_calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] | None = None
+_calls_lock = threading.Lock()
+
+
+def on_ray_thread(fn: Callable[[], T]) -> T:
+    """`fn()` on the thread that starts Ray for the threads that do not live as long as the process: a
+    daemon that waits for calls until the process ends (`ensure_ray`); its result, or its exception."""
+    global _calls
+    with _calls_lock:
+        if _calls is None:
+            _calls = queue.SimpleQueue()
+            threading.Thread(target=_serve_calls, args=(_calls,), name="ray-owner", daemon=True).start()
+    done: Future[T] = Future()
+    _calls.put((fn, done))
+    return done.result()
+
+
+def _serve_calls(calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+    while True:
+        fn, done = calls.get()
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the caller, who raises it
+                done.set_exception(exc)
 
 
 def reap_embedded_ray(home: Path) -> list[int]:

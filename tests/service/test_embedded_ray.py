@@ -112,6 +112,51 @@ def test_the_cli_locks_only_an_embedded_ray_and_only_before_ray_is_imported(monk
     assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
 
 
+#: a driver whose Ray is first needed in a thread that then ends (a request's, a study's): the kernel
+#: kills Ray's processes when the thread that started them ends (PR_SET_PDEATHSIG), which took the whole
+#: process down a minute later (a pytest worker crashed so in CI)
+SHORT_LIVED_STARTER = """
+import json, os, sys, threading, time
+from pathlib import Path
+import ray
+from service.core.settings import Settings
+from service.study.nodes import ensure_ray
+
+starter = threading.Thread(target=ensure_ray, args=(Settings(home=Path(sys.argv[1]), ray_num_cpus=1),))
+starter.start()
+starter.join()
+time.sleep(2)
+children = {}
+for stat in Path("/proc").glob("[0-9]*/stat"):
+    try:
+        name, rest = stat.read_text().split("(", 1)[1].rsplit(")", 1)
+    except OSError:
+        continue
+    state, ppid = rest.split()[:2]
+    if int(ppid) == os.getpid():
+        children[name] = state
+print(json.dumps(children), flush=True)
+print("answer", ray.get(ray.remote(lambda: 7).remote(), timeout=60), flush=True)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_started_from_a_thread_that_ends_lives_on(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-c", SHORT_LIVED_STARTER, str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert lines, done.stderr[-3000:]
+    children = json.loads(lines[0])
+    assert {"gcs_server", "raylet"} <= children.keys(), children
+    assert all(state != "Z" for state in children.values()), (
+        f"Ray's processes died with the thread: {children}"
+    )
+    assert done.returncode == 0 and lines[1:] == ["answer 7"], (done.returncode, lines, done.stderr[-3000:])
+
+
 def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp_path: Path):
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that
