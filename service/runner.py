@@ -223,15 +223,24 @@ class StudyRunner:
                 else:
                     a.cancel.set()
                     running.append(a.future)
+        still: set[Future[None]] = set()
         if running:
             log.info("stopping %d running studies; they resume at the next start", len(running))
-            wait_futures(running, timeout=timeout)
+            still = wait_futures(running, timeout=timeout).not_done
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._ray_started:
+        if self._ray_started and not still:
             import ray
 
             ray.shutdown()
+            self._ray_started = False
+        elif still:  # shut down under them, a study would start Ray anew (or crash in Ray's calls)
+            log.warning(
+                "%d studies did not stop within %.0f s (a calibration waits on its tasks); Ray is left to "
+                "shut down at exit",
+                len(still),
+                timeout,
+            )
 
     def unplaceable(self, resources: dict[str, float]) -> str | None:
         """Why the cluster cannot run a trial asking these resources; None when it can, or when Ray is

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from service.core import processes
+
 
 class LocalServer:
     """`python -m service.cli.commands serve` as a child in its own process group (its embedded Ray included)."""
@@ -23,7 +25,7 @@ class LocalServer:
     def __init__(self, port: int, log: Path, env: dict[str, str] | None = None, host: str = "127.0.0.1"):
         self.port, self.log = port, log
         self.url = f"http://{host}:{port}"
-        self.env = dict(os.environ if env is None else env)
+        self.env = processes.child_environment() if env is None else dict(env)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 120.0) -> LocalServer:

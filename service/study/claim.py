@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+from service.core import processes
 from service.store.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -40,29 +41,18 @@ LEASE_SECONDS = 60.0
 BEAT_SECONDS = 15.0
 
 
-def _started(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot, from /proc), or None: no such process, or
-    no /proc (then only the lease tells)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the command name may hold spaces and ")"
-
-
 @functools.cache
 def this_process() -> str:
     """This process as a study's owner: host/pid/start time."""
-    return f"{socket.gethostname()}/{os.getpid()}/{_started(os.getpid()) or ''}"
+    return f"{socket.gethostname()}/{os.getpid()}/{processes.started(os.getpid()) or ''}"
 
 
 def gone(owner: str, beat: float | None, now: float | None = None) -> bool:
     """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`)."""
     host, _, rest = owner.partition("/")
-    pid, _, started = rest.partition("/")
-    if host == socket.gethostname() and pid.isdigit() and started and os.path.isdir("/proc"):
-        return _started(int(pid)) != started
+    pid, _, since = rest.partition("/")
+    if host == socket.gethostname() and pid.isdigit() and since and os.path.isdir("/proc"):
+        return not processes.alive(int(pid), since)  # exited (a zombie too), or its pid given to another
     return beat is None or (now if now is not None else time.time()) - beat > LEASE_SECONDS
 
 

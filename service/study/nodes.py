@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from service.core import processes
 from service.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,14 +45,23 @@ def ensure_ray(settings: Settings) -> None:
     (`PR_SET_PDEATHSIG`), and its driver exits a minute after losing them: a Ray first needed in a
     short-lived thread (a request's, a study's, a calibration's) would die with it and take the process
     along. So it is started on a thread that lives as long as the process: the main thread, when that
-    asks, else one kept for it (`on_ray_thread`)."""
+    asks, else one kept for it (`on_ray_thread`); one start at a time (`_starting`), which the ones
+    waiting then find up."""
     if threading.current_thread() is threading.main_thread():
         _ensure_ray(settings)
     else:
         on_ray_thread(lambda: _ensure_ray(settings))
 
 
+_starting = threading.Lock()
+
+
 def _ensure_ray(settings: Settings) -> None:
+    with _starting:
+        _start_ray(settings)
+
+
+def _start_ray(settings: Settings) -> None:
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -74,18 +84,18 @@ def _ensure_ray(settings: Settings) -> None:
         # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
         # this driver leaves behind is found by it, not by names (Ray's agents rename themselves)
         # (only Ray's: the driver's later children, a local MLflow server, do not carry it)
+        # (only Ray's: a server another thread starts meanwhile waits, `processes.child_environment`)
         mark = f"{os.getpid()}-{secrets.token_hex(8)}"
-        os.environ[EMBEDDED_RAY_MARK] = mark
-        try:  # address="local": always a new embedded cluster, never one that `ray start` left running
+        with processes.marked_environment(EMBEDDED_RAY_MARK, mark):
+            # address="local": always a new embedded cluster, never one that `ray start` left running
             ray.init(
                 address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
                 log_to_driver=False, runtime_env=workers,
             )  # fmt: skip
-        finally:
-            del os.environ[EMBEDDED_RAY_MARK]
         record = embedded_ray_record(settings.home, os.getpid())
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"pid": os.getpid(), "mark": mark}))
+        driver = {"pid": os.getpid(), "started": processes.started(os.getpid()), "mark": mark}
+        record.write_text(json.dumps(driver))
 
 
 #: a home's embedded Rays, one record each (a server and a `memsweep plan` or `run` beside it start one
@@ -137,10 +147,10 @@ def reap_embedded_ray(home: Path) -> list[int]:
     for path in records:
         try:
             record = json.loads(path.read_text())
-            owner, mark = int(record["pid"]), str(record["mark"])
-        except (OSError, ValueError, KeyError, TypeError):
+            owner, mark, since = int(record["pid"]), str(record["mark"]), record.get("started")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if owner != os.getpid() and _alive(owner):
+        if owner != os.getpid() and processes.alive(owner, since):  # its driver, not a later pid's holder
             continue
         killed = _kill_marked(mark)
         if killed:
@@ -163,16 +173,6 @@ def _kill_marked(mark: str) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
     return killed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # PermissionError: alive, another user's
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def unplaceable(resources: Mapping[str, float]) -> str | None:

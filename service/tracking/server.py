@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from service.core import processes
+
 log = logging.getLogger(__name__)
 
 
@@ -57,7 +59,7 @@ def start_mlflow_server(
         "--workers", "1",
     ]  # fmt: skip
     # The GenAI job runners (several huey consumer processes) are of no use to memsweep and cost CPU.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env = processes.child_environment(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     proc = subprocess.Popen(
         cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home, env=env
     )
@@ -181,7 +183,7 @@ def recorded_server(folder: Path) -> tuple[int, str] | None:
             return None
         if "--port" in cmdline[:-1]:
             uri = f"http://127.0.0.1:{cmdline[cmdline.index('--port') + 1]}"
-    elif not _alive(pid):
+    elif not processes.alive(pid):
         return None
     return (pid, uri) if uri else None
 
@@ -190,7 +192,7 @@ def stop_pid(pid: int, timeout: float = 30.0, running: Callable[[], bool] | None
     """Stop a server by its pid (its process group: `start_mlflow_server` made it a session's leader):
     SIGTERM, then SIGKILL after `timeout` seconds. `running`: whether it still runs (for a child of this
     process, its `poll`, which reaps it; a zombie would count as alive to `kill(pid, 0)`)."""
-    alive = running or (lambda: _alive(pid))
+    alive = running or (lambda: processes.alive(pid))  # a zombie (not this one's to reap) has ended
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
@@ -201,16 +203,6 @@ def stop_pid(pid: int, timeout: float = 30.0, running: Callable[[], bool] | None
             time.sleep(0.2)
         if not alive():
             return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def next_free_port(port: int, host: str = "127.0.0.1", tries: int = 100) -> int:

@@ -13,20 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from service.core import processes
 from service.store.ledger import ClaimLostError, Ledger
-from service.study.claim import LEASE_SECONDS, StudyBusyError, StudyClaim, _started, gone, this_process
+from service.study.claim import LEASE_SECONDS, StudyBusyError, StudyClaim, gone, this_process
 
 
 def test_an_owner_on_this_host_is_gone_when_its_process_is():
     assert not gone(this_process(), beat=None)  # alive, whatever its beat says
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = _started(child.pid)
+    started = processes.started(child.pid)
     child.wait()
     host = socket.gethostname()
-    assert started is not None and _started(child.pid) is None
+    assert started is not None and processes.started(child.pid) is None
     assert gone(f"{host}/{child.pid}/{started}", beat=time.time())  # its beat is fresh: the process tells
     # its pid now another process's (one that started at another time)
-    assert gone(f"{host}/{os.getpid()}/{int(_started(os.getpid()) or 0) + 1}", beat=time.time())
+    assert gone(f"{host}/{os.getpid()}/{int(processes.started(os.getpid()) or 0) + 1}", beat=time.time())
 
 
 def test_an_owner_on_another_host_is_gone_only_after_the_lease():

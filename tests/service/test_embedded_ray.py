@@ -161,33 +161,39 @@ def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that
     exit on their own a while after their raylet: both happen.)"""
+    from service.core import processes
     from service.study.nodes import EMBEDDED_RAY, EMBEDDED_RAY_MARK, embedded_ray_record, reap_embedded_ray
 
     def agent(mark: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, EMBEDDED_RAY_MARK: mark}
         return subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"], env=env)
 
-    def record(pid: int, mark: str) -> Path:
+    def record(pid: int, mark: str, started: str | None = None) -> Path:
         path = embedded_ray_record(tmp_path, pid)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"pid": pid, "mark": mark}))
+        path.write_text(json.dumps({"pid": pid, "mark": mark} | ({"started": started} if started else {})))
         return path
 
     dead_owners = [subprocess.Popen(["true"]) for _ in range(2)]
     for p in dead_owners:
         p.wait()
-    left = [agent("old-1"), agent("old-1"), agent("old-0")]
+    left = [agent("old-1"), agent("old-1"), agent("old-0"), agent("old-3")]
     other = agent("old-2")  # a Ray whose driver still runs
     try:
         dead = record(dead_owners[0].pid, "old-1")
+        # a driver that died, its pid since given to a process that started later (the parent's, here)
+        started = int(processes.started(os.getppid()) or 0)
+        reused = embedded_ray_record(tmp_path / "elsewhere", os.getppid())
+        reused.parent.mkdir(parents=True)
+        reused.write_text(json.dumps({"pid": os.getppid(), "started": str(started - 1), "mark": "old-3"}))
         (tmp_path / EMBEDDED_RAY).write_text(
             json.dumps({"pid": dead_owners[1].pid, "mark": "old-0"})
         )  # earlier
-        alive_record = record(os.getppid(), "old-2")  # a `memsweep plan` beside a server, or the server
-        reaped = reap_embedded_ray(tmp_path)
+        alive_record = record(os.getppid(), "old-2", processes.started(os.getppid()))  # a `memsweep plan`
+        reaped = reap_embedded_ray(tmp_path) + reap_embedded_ray(tmp_path / "elsewhere")
         assert set(reaped) >= {p.pid for p in left}
         assert all(p.wait(timeout=10) == -signal.SIGKILL for p in left)
-        assert not dead.exists() and not (tmp_path / EMBEDDED_RAY).exists()
+        assert not dead.exists() and not (tmp_path / EMBEDDED_RAY).exists() and not reused.exists()
         # the driver of a record still runs: its Ray and its record are left alone
         assert other.poll() is None and alive_record.exists()
         assert reap_embedded_ray(tmp_path) == [] and other.poll() is None

@@ -7,6 +7,7 @@ compose tier) run the same lifecycle on a real Ray and a real MLflow server."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -589,3 +590,40 @@ def test_extend_keeps_the_studys_cpus(make_engine: Any) -> None:
         engine.extend_study(study.id, wider)
     assert len(engine.ledger.trials(study.id)) == 6
     assert engine.extend_study(study.id, grid(seeds=[1, 2, 3])) == 3
+
+
+def test_shutdown_leaves_ray_up_under_a_study_that_has_not_stopped(make_engine: Any, monkeypatch) -> None:
+    """A study that does not stop within the shutdown's patience (a calibration waits on its Ray tasks)
+    keeps its Ray: shut down under it, its next call would have started a new embedded Ray while the
+    process exits. Ray is shut down by the shutdown that finds no study running (or at exit)."""
+    import ray
+
+    import service.study.nodes as nodes
+    from service.runner import StudyRunner
+
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    runner = StudyRunner(engine, workers=1)
+    monkeypatch.setattr(nodes, "ensure_ray", lambda settings: None)
+    stopped: list[bool] = []
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **kw: stopped.append(True))
+    inside, release = threading.Event(), threading.Event()
+
+    def calibrating(study_id: str, a: Any) -> None:
+        inside.set()
+        release.wait(30)  # deaf to its cancel, as Ray's wait on a calibration task is
+
+    monkeypatch.setattr(runner, "_run_claimed", calibrating)
+    runner.start_ray()
+    assert runner.submit(study.id) and inside.wait(30)
+    runner.shutdown(timeout=0.3)
+    assert stopped == [] and runner.is_active(study.id)
+    release.set()
+    deadline = time.monotonic() + 30
+    while runner.is_active(study.id):
+        assert time.monotonic() < deadline, "the study never ended"
+        time.sleep(0.05)
+    runner.shutdown(timeout=5)
+    assert stopped == [True]
+    runner.shutdown(timeout=5)  # once
+    assert stopped == [True]

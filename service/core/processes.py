@@ -1,0 +1,69 @@
+"""Processes of this host, as the service tells them apart: by pid *and* start time (a pid is reused),
+alive only while not a zombie; and the environment a child inherits.
+
+- `started` / `alive`: what `/proc` says of a pid (`service.study.claim` names a study's owner by both;
+  the embedded Ray's record and the local MLflow server's pid file are checked with them);
+- `marked_environment` / `child_environment`: a variable set in this process's environment only for the
+  processes one call starts (the embedded Ray's mark: `service.study.nodes`), and never inherited by a
+  process another thread starts meanwhile (a local MLflow server would have carried the mark, and been
+  killed with the Ray of a driver that died).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
+
+def started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, from /proc), or None: no such process, or
+    no /proc (then only a lease tells)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the command name may hold spaces and ")"
+
+
+def alive(pid: int, since: str | None = None) -> bool:
+    """Whether process `pid` runs (another user's counts), and, given `since` (its `started`), is still
+    the process that started then, not a later one the pid was given to. A zombie (exited, not yet
+    reaped by its parent: a server this process started and no longer waits on) has ended, although
+    `kill(pid, 0)` still finds it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # no /proc: kill(pid, 0) is all there is to go on
+        return since is None
+    return fields[0] != "Z" and (since is None or fields[19] == since)
+
+
+_environ_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def marked_environment(name: str, value: str) -> Iterator[None]:
+    """`name=value` in this process's environment for the processes started inside the block (by this
+    thread); `child_environment`, in another thread meanwhile, waits for the block to end."""
+    with _environ_lock:
+        os.environ[name] = value
+        try:
+            yield
+        finally:
+            del os.environ[name]
+
+
+def child_environment(**extra: str) -> dict[str, str]:
+    """This process's environment, as a long-lived child it starts (a server) should inherit: without
+    a `marked_environment` variable; `extra` added."""
+    with _environ_lock:
+        return {**os.environ, **extra}
