@@ -50,7 +50,7 @@ def run_planned(
     `studies.plan`; the run (`Engine.run_study`) of the units the plan packed; what it took, beside
     that plan (`record_actual`).
     `after_plan` is called between the plan and the run. Returns the run's summary."""
-    units = plan_run(engine, study_id)
+    units = plan_run(engine, study_id, cancel)  # a cancel stops its calibrations too
     if after_plan is not None:
         after_plan()
     summary = engine.run_study(study_id, cancel=cancel, units=units)

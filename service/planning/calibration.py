@@ -34,6 +34,7 @@ import math
 import os
 import platform
 import statistics
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,8 @@ MAX_STEPS = 200
 VAL = 64
 #: seconds a plan waits for its calibrations (a busy cluster may have no free slot)
 TIMEOUT = 180.0
+#: seconds between two looks at a calibration's `cancel` while its tasks run
+CANCEL_POLL = 0.5
 #: trial fields that set a trial's values, not its cost per step (the budget is counted separately)
 VALUE_FIELDS = (
     "seed", "lr", "rho", "betas", "eps", "clip_norm", "steps", "epochs", "eval_every", "early_stop_loss",
@@ -299,9 +302,11 @@ def run_on_ray(
     gpus: float,
     slots: int,
     timeout: float = TIMEOUT,
+    cancel: threading.Event | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each probe calibrated as a Ray task with a unit's resources, at most `slots` at once (as the
-    study would run); key → the calibration (its `error` when it failed or did not finish in time)."""
+    study would run); key → the calibration (its `error` when it failed, did not finish in time, or
+    was stopped by `cancel`: the study's, cancelled or its server stopping)."""
     import ray
 
     from trainers.numerics import environment as numerics_environment
@@ -317,8 +322,11 @@ def run_on_ray(
             # a worker process computes with one numerics mode: each mode's probes get workers of their own
             env = {"env_vars": numerics_environment(probe.members[0].config.numerics)}
             running[task.options(runtime_env=env).remote(probe, gpus > 0)] = probe
-        done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-        if not done:
+        left = deadline - time.monotonic()
+        done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(left, CANCEL_POLL)))
+        if cancel is not None and cancel.is_set():
+            break
+        if not done and left <= CANCEL_POLL:
             break
         for ref in done:
             probe = running.pop(ref)
@@ -330,7 +338,9 @@ def run_on_ray(
         if ref is not None:
             ray.cancel(ref, force=True)
         out[probe.key] = {
-            "error": f"no result within {timeout:g} s: the cluster's slots are busy (other studies?) or no "
+            "error": "stopped: the study was cancelled, or its server stopped"
+            if cancel is not None and cancel.is_set()
+            else f"no result within {timeout:g} s: the cluster's slots are busy (other studies?) or no "
             "node offers the study's resources; plan again when a slot is free"
         }
     return out

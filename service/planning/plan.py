@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -82,6 +83,7 @@ def plan_spec(
     recalibrate: bool = False,
     calibrator: Calibrate | None = None,
     start_ray: Callable[[], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> StudyPlan:
     """The plan of a study from `spec`, as if created now: nothing is stored (but calibrations).
 
@@ -89,7 +91,8 @@ def plan_spec(
     `recalibrate`: measure every shape again. `calibrator`: how to measure (default: on Ray).
     `start_ray`: brings Ray up where it should live (the server's runner thread), called only when
     the plan needs it — a cluster to ask, a shape to measure — so that a spec refused at its checks,
-    or planned from the cache, starts no Ray (issue 35); None: started here when needed."""
+    or planned from the cache, starts no Ray (issue 35); None: started here when needed. `cancel`
+    stops a calibration on Ray (its shapes stay uncalibrated)."""
     space = study_space(spec, engine.settings.max_grid_size)  # a created study's checks
     if spec.sampler == "grid":
         trials = grid_trials(space, execution(spec))
@@ -100,7 +103,7 @@ def plan_spec(
     else:
         trials, todo, units, measured = [], [], _sampled_units(spec, space, spec.max_trials or 0), None
     planned = _plan(
-        engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray
+        engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel
     )
     return _with_memory(planned, measured)
 
@@ -113,7 +116,12 @@ def _with_memory(planned: StudyPlan, measured: tuple[str, int] | None) -> StudyP
 
 
 def plan_study(
-    engine: Ground, study_id: str, *, calibrate: bool, calibrator: Calibrate | None = None
+    engine: Ground,
+    study_id: str,
+    *,
+    calibrate: bool,
+    calibrator: Calibrate | None = None,
+    cancel: threading.Event | None = None,
 ) -> tuple[StudyPlan, list[Unit] | None]:
     """The plan of a stored study: what is left of it to run; and a grid's units as the run would
     pack them now (None when they could not be packed as the run packs them: a sampled study, whose
@@ -144,6 +152,7 @@ def plan_study(
         calibrate,
         False,
         calibrator,
+        cancel=cancel,
     )
     return _with_memory(planned, measured), packed
 
@@ -198,6 +207,7 @@ def _plan(
     recalibrate: bool,
     calibrator: Calibrate | None,
     start_ray: Callable[[], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> StudyPlan:
     cpus, gpus = spec.resources.cpus, spec.resources.gpus
     notes: list[str] = []
@@ -210,12 +220,12 @@ def _plan(
     spent = 0.0
     if node is not None:
         spent = _calibrations(engine, spec, shapes.probes, node, slots, found, cached, notes,
-                              calibrate, recalibrate, calibrator, start_ray)  # fmt: skip
+                              calibrate, recalibrate, calibrator, start_ray, cancel)  # fmt: skip
     estimate = time_estimate(units, shapes.unit_key, found, schedules, slots) if node is not None else None
     if estimate is not None and units and not estimate.units_estimated:
         estimate = None  # nothing calibrated: no figures rather than zeros
     if not gpus and units:
-        idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator, start_ray)
+        idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator, start_ray, cancel)
         notes += [idle] if idle else []
     return StudyPlan(
         name=spec.name or name,
@@ -325,6 +335,7 @@ def _calibrations(
     recalibrate: bool,
     calibrator: Calibrate | None,
     start_ray: Callable[[], None] | None,
+    cancel: threading.Event | None = None,
 ) -> float:
     """Each probe's calibration on this node type into `found` (those the ledger had into `cached`),
     measuring the missing ones when `calibrate` (kept in the ledger); the seconds measuring took."""
@@ -337,7 +348,7 @@ def _calibrations(
     missing = [p for k, p in probes.items() if k not in found]
     if missing and calibrate:
         cpus, gpus = spec.resources.cpus, spec.resources.gpus
-        measure = calibrator or (lambda ps: run_on_ray(engine.settings, ps, cpus, gpus, slots))
+        measure = calibrator or (lambda ps: run_on_ray(engine.settings, ps, cpus, gpus, slots, cancel=cancel))
         if calibrator is None and start_ray is not None:
             start_ray()
         began = time.perf_counter()
@@ -378,6 +389,7 @@ def idle_gpu_note(
     calibrate: bool,
     calibrator: Calibrate | None,
     start_ray: Callable[[], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> str | None:
     """A study that asks no GPU where the cluster has one trains on the CPUs (Ray hides a GPU from a
     task that asks none): say so, with the plan of the same study at one GPU a unit (issue 34)."""
@@ -387,7 +399,7 @@ def idle_gpu_note(
     on_gpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": 1.0})})
     try:
         there = plan_spec(
-            engine, on_gpu, calibrate=calibrate, calibrator=calibrator, start_ray=start_ray
+            engine, on_gpu, calibrate=calibrate, calibrator=calibrator, start_ray=start_ray, cancel=cancel
         ).estimate
     except Exception as exc:  # a plan is information: the note without the figure then
         log.warning("no plan of the study on a GPU (%s)", exc)

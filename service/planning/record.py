@@ -4,6 +4,7 @@ it, what the run took beside it (`record_actual`), in `studies.plan`."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -19,13 +20,13 @@ log = logging.getLogger(__name__)
 
 
 def record_plan(
-    engine: Ground, study_id: str, *, calibrate: bool
+    engine: Ground, study_id: str, *, calibrate: bool, cancel: threading.Event | None = None
 ) -> tuple[StudyPlan, list[Unit] | None] | None:
     """Keep the study's plan (what is left of it to run, its estimate) in `studies.plan["planned"]`;
     the plan and its units (`plan_study`), or None without one: never raises (a plan is information,
     not a condition of running)."""
     try:
-        planned, units = plan_study(engine, study_id, calibrate=calibrate)
+        planned, units = plan_study(engine, study_id, calibrate=calibrate, cancel=cancel)
         study = engine.ledger.get_study(study_id)
         kept = dict(study.plan or {}) if study is not None else {}
         if kept.get("actual"):  # an earlier run's estimate and cost, kept beside the next run's
@@ -48,11 +49,11 @@ def record_plan(
         return None
 
 
-def plan_run(engine: Ground, study_id: str) -> list[Unit] | None:
+def plan_run(engine: Ground, study_id: str, cancel: threading.Event | None = None) -> list[Unit] | None:
     """Before each run of a study (the first, a resume, an extension): its plan of what is left to run,
     calibrating the shapes the cache lacks, kept so that `record_actual` compares the run with it. The
     units it packed, for the run to train (packed once), or None (the run packs: `plan_study`)."""
-    kept = record_plan(engine, study_id, calibrate=True)
+    kept = record_plan(engine, study_id, calibrate=True, cancel=cancel)
     return kept[1] if kept is not None else None
 
 

@@ -198,3 +198,38 @@ def test_shapes_that_would_read_the_same_say_where_they_differ():
         describe_shape(b) + " · input_gain=0.5",
         describe_shape(c),
     ]
+
+
+@pytest.mark.slow
+def test_a_cancelled_study_stops_its_calibration_and_keeps_none(engine: Any) -> None:
+    """A study cancelled while its plan calibrates on Ray (or its server stopping) stops waiting on the
+    calibration's tasks: before, its cancel took effect only once every shape was measured (up to the
+    plan's 180 s), and a server's shutdown gave up waiting on it. Nothing half-measured is kept."""
+    import threading
+    import time
+
+    from service.study.nodes import ensure_ray
+
+    spec = StudySpec.model_validate(
+        {
+            "name": "cancelled-while-calibrating",
+            # a shape whose calibration takes tens of seconds here (200 steps of 400 time steps)
+            "base": {**TINY, "seq_len": 400, "hidden": 256, "steps": 400, "eval_every": 200},
+            "space": {"dims": {"lr": [1e-3]}},
+        }
+    )
+    cancel, cancelled_at = threading.Event(), []
+
+    def start_ray() -> None:  # Ray up: the calibration's tasks start, and are cancelled 2 s into them
+        ensure_ray(engine.settings)
+        timer = threading.Timer(2.0, lambda: (cancelled_at.append(time.monotonic()), cancel.set()))
+        timer.start()
+
+    planned = plan_spec(engine, spec, start_ray=start_ray, cancel=cancel)
+    assert cancelled_at, "the plan ended before its calibration was cancelled"
+    assert time.monotonic() - cancelled_at[0] < 10
+    (shape,) = planned.shapes
+    assert shape.calibration is None and not shape.cached, shape
+    with engine.ledger.session() as s:
+        assert s.query(Calibration).count() == 0
+    assert shape.error is not None and shape.error.startswith("stopped: the study was cancelled")
