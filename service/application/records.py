@@ -32,7 +32,11 @@ class StudyExtend(BaseModel):
     seeds: list[int] | None = Field(default=None, description="the new list of seeds (a superset)")
     dims: dict[str, Any] | None = Field(default=None, description="dimensions whose values to replace")
     models: list[str] | None = Field(default=None, description="the preset's models to run")
-    base: dict[str, Any] | None = Field(default=None, description="trial settings to change (new points)")
+    base: dict[str, Any] | None = Field(
+        default=None,
+        description="trial settings to change, for new points only: a change that would train a point the "
+        "study holds again under other settings is refused (create a new study for it)",
+    )
     max_trials: int | None = Field(default=None, ge=1, description="a larger budget for a sampled study")
 
 

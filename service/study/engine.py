@@ -57,6 +57,46 @@ log = logging.getLogger(__name__)
 RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
 
 
+def retrained_points(rows: Sequence[Any], trials: Sequence[Any]) -> int:
+    """How many of a study's trials (`rows`) an extension's `trials` would train again under another
+    config: the same model and values (seed included), another hash. Their results would be counted
+    beside the old ones, as seeds of one point."""
+    now = {(t.model, _values(t.params)): t.config_hash for t in trials}
+    return sum(
+        1 for r in rows if (h := now.get((r.model, _values(r.params)))) is not None and h != r.config_hash
+    )
+
+
+def _values(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def changed_settings(old: StudySpec, new: StudySpec) -> str:
+    """The trial settings (`base`) an extension changes, as `field: old → new`; empty when none."""
+    keys = sorted(set(old.base) | set(new.base))
+    return ", ".join(
+        f"{k}: {old.base.get(k, '(default)')} → {new.base.get(k, '(default)')}"
+        for k in keys
+        if old.base.get(k) != new.base.get(k)
+    )
+
+
+def retrained_message(again: int, old: StudySpec, new: StudySpec) -> str:
+    changed = changed_settings(old, new)
+    why = (
+        f"the extension changes their settings ({changed})"
+        if changed
+        else "they were made under another trainer version than this memsweep's (TRAINER_VERSION, or "
+        "several threads before THREADED_VERSION), which trains them otherwise now"
+    )
+    return (
+        f"extend would train {again} of the study's trials again beside their results: {why}, and the "
+        "study's tables would count both as seeds of one point. Create a new study with the new settings "
+        "(memsweep compare sets two studies side by side; finished trials this ledger holds are reused), "
+        "or make a setting a dimension (dims: {field: [old, new]})"
+    )
+
+
 class Engine:
     """The study lifecycle over one ledger. `executor` runs the units (default: Ray Tune) and
     `tracker` makes the MLflow seam for a tracking URI (default: `Tracker`); tests pass stand-ins."""
@@ -123,7 +163,16 @@ class Engine:
             )
         space = self.space(spec)
         admit_plugins(space, nodes)
-        added = self.ledger.add_trials(study.id, study_trials(spec, space))
+        trials = study_trials(spec, space)
+        again = retrained_points(self.ledger.trials(study.id), trials)
+        if again:
+            raise StudyError(retrained_message(again, old, spec))
+        if spec.sampler != "grid" and (changed := changed_settings(old, spec)):
+            raise StudyError(
+                f"extend keeps the settings a sampled study draws its points under ({changed}): its "
+                "sampler's history and its tables would mix the two. Create a new study with them"
+            )
+        added = self.ledger.add_trials(study.id, trials)
         more_budget = spec.sampler != "grid" and (spec.max_trials or 0) > (old.max_trials or 0)
         if added or more_budget:
             self.ledger.update_study(study.id, spec=spec.model_dump(mode="json"), state="pending")

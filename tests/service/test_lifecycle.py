@@ -592,6 +592,48 @@ def test_extend_keeps_the_studys_cpus(make_engine: Any) -> None:
     assert engine.extend_study(study.id, grid(seeds=[1, 2, 3])) == 3
 
 
+def test_extend_never_trains_a_point_again_under_other_settings(make_engine: Any) -> None:
+    """An extension that changed the trial settings (`base`) added every point again under its new
+    config, and the study's tables counted both results as seeds of one point; so did one of a study
+    made under an older trainer. Refused, naming what changed and what to do instead."""
+    from sqlalchemy import update
+
+    from service.core.errors import StudyError
+    from service.store.models import Trial
+
+    engine, _, _ = make_engine()
+    spec = grid()
+    study = engine.create_study(spec)
+    longer = spec.model_dump(mode="json", exclude_unset=True)
+    longer["base"] = {**longer["base"], "steps": 20}
+    longer["seeds"] = [1, 2, 3]
+    with pytest.raises(
+        StudyError, match=r"train 6 of the study's trials again .*\(steps: 10 → 20\).*new study"
+    ):
+        engine.extend_study(study.id, StudySpec.model_validate(longer))
+    assert len(engine.ledger.trials(study.id)) == 6
+    # a trial made under another trainer version (its stored hash is not what its config gives now)
+    (first, *_) = engine.ledger.trials(study.id)
+    with engine.ledger.session() as s:
+        s.execute(update(Trial).where(Trial.id == first.id).values(config_hash="0" * 16))
+    with pytest.raises(StudyError, match=r"train 1 of the study's trials again .*another trainer version"):
+        engine.extend_study(study.id, grid(seeds=[1, 2, 3]))
+    with engine.ledger.session() as s:
+        s.execute(update(Trial).where(Trial.id == first.id).values(config_hash=first.config_hash))
+    assert engine.extend_study(study.id, grid(seeds=[1, 2, 3])) == 3  # new seeds only: new points
+    # a sampled study draws its new points under the settings it drew its old ones with
+    sampled = StudySpec.model_validate(
+        {"name": "drawn", "sampler": "random", "max_trials": 2, "base": {**TINY, "steps": 10},
+         "space": {"dims": {"lr": {"loguniform": [1e-4, 1e-2]}}}, "seeds": [1]}
+    )  # fmt: skip
+    drawn = engine.create_study(sampled)
+    more = sampled.model_dump(mode="json", exclude_unset=True) | {"max_trials": 4}
+    assert engine.extend_study(drawn.id, StudySpec.model_validate(more)) == 2
+    more["base"] = {**more["base"], "seq_len": 30}
+    with pytest.raises(StudyError, match=r"sampled study draws its points under \(seq_len: 20 → 30\)"):
+        engine.extend_study(drawn.id, StudySpec.model_validate(more | {"max_trials": 6}))
+
+
 def test_shutdown_leaves_ray_up_under_a_study_that_has_not_stopped(make_engine: Any, monkeypatch) -> None:
     """A study that does not stop within the shutdown's patience (a calibration waits on its Ray tasks)
     keeps its Ray: shut down under it, its next call would have started a new embedded Ray while the
