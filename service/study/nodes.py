@@ -110,6 +110,7 @@ def embedded_ray_record(home: Path, pid: int) -> Path:
     return home / EMBEDDED_RAYS / f"{pid}.json"
 
 
+RAY_OWNER = "ray-owner"
 _calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] | None = None
 _calls_lock = threading.Lock()
 
@@ -118,10 +119,12 @@ def on_ray_thread(fn: Callable[[], T]) -> T:
     """`fn()` on the thread that starts Ray for the threads that do not live as long as the process: a
     daemon that waits for calls until the process ends (`ensure_ray`); its result, or its exception."""
     global _calls
+    if threading.current_thread().name == RAY_OWNER:  # already on it: waiting on itself would hang
+        return fn()
     with _calls_lock:
         if _calls is None:
             _calls = queue.SimpleQueue()
-            threading.Thread(target=_serve_calls, args=(_calls,), name="ray-owner", daemon=True).start()
+            threading.Thread(target=_serve_calls, args=(_calls,), name=RAY_OWNER, daemon=True).start()
     done: Future[T] = Future()
     _calls.put((fn, done))
     return done.result()

@@ -329,3 +329,23 @@ def test_a_local_plan_starts_ray_only_when_it_measures(tmp_path: Path, mlflow_ur
     unknown = plan("orhan2020-nonesuch")
     assert unknown.returncode != 0 and "orhan2020-nonesuch" in unknown.stderr
     assert records() == started, "a plan from the cache, or a refused one, started a Ray"
+
+
+def test_calls_on_the_ray_thread_return_their_results_and_errors_from_any_thread():
+    import threading
+
+    from service.study.nodes import RAY_OWNER, on_ray_thread
+
+    names: list[str] = []
+    callers = [
+        threading.Thread(target=lambda: names.append(on_ray_thread(lambda: threading.current_thread().name)))
+        for _ in range(3)
+    ]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(10)
+    assert names == [RAY_OWNER] * 3  # one thread, outliving its callers
+    assert on_ray_thread(lambda: on_ray_thread(lambda: 7)) == 7  # from itself: run there, not queued
+    with pytest.raises(ZeroDivisionError):
+        on_ray_thread(lambda: 1 / 0)
