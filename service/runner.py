@@ -356,7 +356,13 @@ class StudyRunner:
 
     def _run_claimed(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger
-        self.prepare()
+        try:
+            self.prepare()
+        except Exception as exc:  # the study fails saying why, and what brings it back
+            raise RuntimeError(
+                f"could not bring up Ray or MLflow ({exc}); once that is fixed, resume the study: "
+                f"`memsweep resume {study_id} --url URL` (POST /studies/{study_id}/resume)"
+            ) from None
         if a.cancel.is_set():
             ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
             return

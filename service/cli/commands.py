@@ -410,6 +410,26 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _change_state(args, "resume")
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    return _change_state(args, "cancel")
+
+
+def _change_state(args: argparse.Namespace, action: str) -> int:
+    """`memsweep resume` / `cancel`: a server's study (a local run resumes with `run --study ID`, and
+    stops with Ctrl-C)."""
+    with client_for(need_url(args)) as client:
+        study = answer(lambda: getattr(client, action)(args.study))
+    if args.json:
+        print(json.dumps(study))
+    else:
+        print_status(study)
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
         study = answer(lambda: studies.get(args.study))
@@ -473,6 +493,7 @@ def lock_embedded_ray() -> None:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "presets": cmd_presets, "run": cmd_run, "best": cmd_best, "success": cmd_success, "plan": cmd_plan,
     "compare": cmd_compare, "trials": cmd_trials, "serve": cmd_serve, "submit": cmd_submit, "sync": cmd_sync,
+    "resume": cmd_resume, "cancel": cmd_cancel,
     "status": cmd_status, "studies": cmd_studies, "demo": cmd_demo, "plugins": cmd_plugins,
 }  # fmt: skip
 

@@ -30,6 +30,8 @@ memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
 memsweep status STUDY [--url URL] [--json]
 memsweep studies [--state S] [--limit N] [--offset K] [--url URL] [--json]
 memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
+memsweep resume STUDY --url URL      # run a server's failed, cancelled or interrupted study on
+memsweep cancel STUDY --url URL      # stop it (its unfinished trials stay resumable)
 memsweep demo [--port P] [--keep-serving] [the flags of run]   # the README's main job, over REST
 """
 
@@ -154,6 +156,14 @@ def _server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument("study")
     add_url_flag(p, "ask this memsweep server instead of using the local ledger")
+    for name, what in (
+        ("resume", "run a server's study again: its unfinished trials (locally: memsweep run --study ID)"),
+        ("cancel", "stop a study a server runs; its unfinished trials stay resumable"),
+    ):
+        p = sub.add_parser(name, help=what)
+        p.add_argument("study")
+        p.add_argument("--json", action="store_true")
+        add_url_flag(p, "the memsweep server that runs it")
 
 
 def whole_number(low: int, high: int) -> Callable[[str], int]:

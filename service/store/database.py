@@ -5,6 +5,7 @@ a database written by an older memsweep included."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,11 +27,30 @@ def connect(url: str) -> Engine:
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-    database = create_engine(url, pool_pre_ping=True, **kwargs)
+    url = with_driver(url)
+    try:
+        database = create_engine(url, pool_pre_ping=True, **kwargs)
+    except ModuleNotFoundError as exc:  # a driver named in the URL that this environment lacks
+        raise ValueError(
+            f"the ledger's database URL names a driver this Python environment does not have "
+            f"({exc.name}); memsweep installs psycopg2 for PostgreSQL: write postgresql://… or "
+            "postgresql+psycopg2://…, or install the driver (MEMSWEEP_DATABASE_URL)"
+        ) from None
     if url.startswith("sqlite"):
         event.listen(database, "connect", _sqlite_pragmas)
     upgrade(database)
     return database
+
+
+def with_driver(url: str) -> str:
+    """A PostgreSQL URL that names no driver (`postgresql://`, or `postgres://` as some hosts write it)
+    given the one this environment has: SQLAlchemy 2.1 takes psycopg 3 for it, and memsweep installs
+    psycopg2 (`pyproject.toml`); psycopg 3 where it is installed. Any other URL as it is."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
+        return url
+    driver = "psycopg" if importlib.util.find_spec("psycopg") is not None else "psycopg2"
+    return f"postgresql+{driver}://{rest}"
 
 
 #: the Alembic revision of a ledger written before memsweep kept migrations

@@ -78,7 +78,10 @@ def _start_ray(settings: Settings) -> None:
     workers = {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0"}}
     if not embedded(settings):
         address = settings.ray_address or os.environ["RAY_ADDRESS"]
-        ray.init(address=address, log_to_driver=False, runtime_env=workers)
+        try:
+            ray.init(address=address, log_to_driver=False, runtime_env=workers)
+        except ConnectionError as exc:  # Ray says only that it failed: a wrong token reads the same
+            raise ConnectionError(f"{exc}. {join_hint(address)}") from exc
     else:
         reap_embedded_ray(settings.home)
         # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
@@ -96,6 +99,20 @@ def _start_ray(settings: Settings) -> None:
         record.parent.mkdir(parents=True, exist_ok=True)
         driver = {"pid": os.getpid(), "started": processes.started(os.getpid()), "mark": mark}
         record.write_text(json.dumps(driver))
+
+
+def join_hint(address: str) -> str:
+    """What to check when joining the Ray cluster at `address` failed."""
+    token = (
+        "this process has its token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH; RAY_AUTH_MODE=token is set)"
+        if os.environ.get("RAY_AUTH_MODE") == "token"
+        else "this process has RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN or "
+        "RAY_AUTH_TOKEN_PATH): without them Ray refuses it and says only that it could not connect"
+    )
+    return (
+        f"Check that the cluster's head runs at {address} (`ray status --address {address}`), reachable "
+        f"from here, and, if the cluster was started with token authentication, that {token}"
+    )
 
 
 #: a home's embedded Rays, one record each (a server and a `memsweep plan` or `run` beside it start one

@@ -165,7 +165,8 @@ def test_a_study_over_rest_agrees_with_mlflow(
     assert "POST /studies" in log and TOKEN not in log and "wrong-5c1f" not in log
 
 
-def test_two_studies_at_once_cancel_and_resume(client: MemsweepClient) -> None:
+def test_two_studies_at_once_cancel_and_resume(server: Server, client: MemsweepClient) -> None:
+    """Cancelled and resumed from the command line (`memsweep cancel` / `resume --url`), as the client does."""
     a = client.submit(slower_grid("rest-cancel", [1e-3, 3e-4, 1e-4, 3e-5], [1], concurrency=1))
     b = client.submit(
         slower_grid("rest-alongside", [1e-3, 3e-4], [3], concurrency=1)
@@ -178,7 +179,7 @@ def test_two_studies_at_once_cancel_and_resume(client: MemsweepClient) -> None:
         slowest = max(slowest, (time.monotonic() - started) / 2)
         both_running = both_running or (sa["state"] == sb["state"] == "running")
         if sa["counts"]["done"] >= 2:
-            cancelled_at = client.cancel(a["id"])
+            cancelled_at = memsweep_cli("cancel", a["id"], url=server.url)
             break
         time.sleep(0.2)
     assert cancelled_at is not None, "the study never finished two trials"
@@ -194,7 +195,7 @@ def test_two_studies_at_once_cancel_and_resume(client: MemsweepClient) -> None:
         client.cancel(a["id"])
     assert "nothing to cancel" in str(refused.value)
 
-    assert client.resume(a["id"])["active"]
+    assert memsweep_cli("resume", a["id"], url=server.url)["active"]
     with pytest.raises(MemsweepAPIError, match="409"):
         client.resume(a["id"])  # running already
     done = client.wait(a["id"], poll=0.5, timeout=300, progress=False)

@@ -349,3 +349,31 @@ def test_calls_on_the_ray_thread_return_their_results_and_errors_from_any_thread
     assert on_ray_thread(lambda: on_ray_thread(lambda: 7)) == 7  # from itself: run there, not queued
     with pytest.raises(ZeroDivisionError):
         on_ray_thread(lambda: 1 / 0)
+
+
+@pytest.mark.parametrize("mode", [None, "token"])
+def test_a_cluster_that_refuses_this_process_says_what_to_check(
+    monkeypatch: pytest.MonkeyPatch, mode: str | None
+):
+    """Ray answers a missing or wrong token as it answers a wrong address ("Failed to connect to Ray
+    cluster at …"; the cause only in its driver log): the error names both."""
+    import ray
+
+    from service.core.settings import Settings
+    from service.study.nodes import ensure_ray
+
+    def refused(**kw: object) -> None:
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kw['address']}")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refused)
+    if mode is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", mode)
+    with pytest.raises(ConnectionError) as refusal:
+        ensure_ray(Settings(ray_address="head:6379"))
+    said = str(refusal.value)
+    assert said.startswith("Failed to connect to Ray cluster at head:6379. ")
+    assert "ray status --address head:6379" in said and "RAY_AUTH_TOKEN" in said
+    assert ("has RAY_AUTH_MODE=token and the cluster's token" in said) == (mode is None)

@@ -212,3 +212,32 @@ def test_migration_0008_rekeys_trials_run_with_other_rounding_and_clears_results
         )
     hashes = [t.config_hash for t in one + two]
     assert ledger.reusable(hashes) == {one[0].config_hash}  # only the 1-thread result made as it is now
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:p@db:5432/memsweep", "postgresql+{driver}://u:p@db:5432/memsweep"),
+        ("postgres://u@db/memsweep", "postgresql+{driver}://u@db/memsweep"),
+        ("postgresql+psycopg2://u@db/memsweep", "postgresql+psycopg2://u@db/memsweep"),
+        ("sqlite:////tmp/ledger.db", "sqlite:////tmp/ledger.db"),
+    ],
+)
+def test_a_postgresql_url_without_a_driver_gets_the_installed_one(url: str, expected: str) -> None:
+    """SQLAlchemy 2.1 reads `postgresql://` as psycopg 3, which memsweep does not install: a plain URL,
+    as the docs and most hosts write it, stopped `memsweep serve` at start with a traceback."""
+    import importlib.util
+
+    from service.store.database import with_driver
+
+    driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+    assert with_driver(url) == expected.format(driver=driver)
+    assert importlib.util.find_spec(driver) is not None  # the one chosen is there
+
+
+def test_a_database_driver_this_environment_lacks_is_named_with_the_fix() -> None:
+    import importlib.util
+
+    missing = next(m for m in ("pg8000", "asyncpg", "psycopg") if importlib.util.find_spec(m) is None)
+    with pytest.raises(ValueError, match=rf"does not have \({missing}\).*postgresql\+psycopg2://"):
+        Ledger(f"postgresql+{missing}://u@127.0.0.1:9/memsweep")
