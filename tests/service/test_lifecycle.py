@@ -669,3 +669,28 @@ def test_shutdown_leaves_ray_up_under_a_study_that_has_not_stopped(make_engine: 
     assert stopped == [True]
     runner.shutdown(timeout=5)  # once
     assert stopped == [True]
+
+
+def test_a_study_that_found_no_ray_fails_saying_how_to_run_it_again(make_engine: Any, monkeypatch) -> None:
+    from service.runner import StudyRunner
+
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    runner = StudyRunner(engine, workers=1)
+
+    def no_ray() -> None:
+        raise RuntimeError("ConnectionError: Failed to connect to Ray cluster at head:6379")
+
+    monkeypatch.setattr(runner, "prepare", no_ray)
+    try:
+        assert runner.submit(study.id)
+        deadline = time.monotonic() + 30
+        while runner.is_active(study.id):
+            assert time.monotonic() < deadline, "the study never ended"
+            time.sleep(0.05)
+    finally:
+        runner.shutdown(timeout=5)
+    row = engine.ledger.study(study.id)
+    assert row.state == "failed"
+    assert "could not bring up Ray or MLflow (ConnectionError: Failed to connect" in (row.error or "")
+    assert f"memsweep resume {study.id} --url URL" in (row.error or "")
