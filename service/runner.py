@@ -342,6 +342,7 @@ class StudyRunner:
                         study = ledger.get_study(study_id)
                         if study is not None and study.state == "cancelled":
                             ledger.update_study(study_id, state="pending", error=SHUTDOWN_NOTE)
+                            ledger.pend_cancelled(study_id, SHUTDOWN_NOTE)  # not a user's cancel either
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             log.warning("%s", exc)
             self.refused[study_id] = str(exc)

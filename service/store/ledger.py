@@ -472,6 +472,18 @@ class Ledger:
             trial_id, status=status, reason=reason, history=[e.to_dict() for e in history] or None
         )
 
+    def pend_cancelled(self, study_id: str, reason: str) -> int:
+        """The study's cancelled trials back to pending with `reason` (its run was stopped by its
+        runner's shutdown, not by a user: the next start runs them); how many."""
+        with self.session() as s:
+            self._fence(s, study_id)
+            rows = list(
+                s.scalars(select(Trial).where(Trial.study_id == study_id, Trial.status == "cancelled"))
+            )
+            for row in rows:
+                row.status, row.reason = "pending", reason
+            return len(rows)
+
     @outlasting
     def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, float]:
         """The objective of each of these trials that has a result already: finished in this study,

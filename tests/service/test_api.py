@@ -241,6 +241,9 @@ def test_a_killed_server_resumes_its_study_on_restart(tmp_path: Path, mlflow_uri
         assert stopped is not None and stopped.state == "pending" and "shutdown" in (stopped.error or "")
         done_before.update({t.config_hash: (t.final_val_loss, t.runs) for t in ledger.trials(sid, ["done"])})
         assert len(done_before) < 12, "the graceful stop came after the study had finished"
+        # the trials it stopped wait to run again: pending, saying why, not `cancelled` as by a user
+        assert not ledger.trials(sid, ["cancelled"])
+        assert all("runner stopped" in (t.reason or "") for t in ledger.trials(sid, ["pending"]) if t.runs)
 
         server.start()
         with MemsweepClient(server.url) as client:
