@@ -33,20 +33,33 @@ def outlasting(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + PATIENCE.get()
-        delay = 0.2
+        began = time.monotonic()
+        deadline = began + PATIENCE.get()
+        delay, tries = 0.2, 0
         while True:
             try:
-                return method(*args, **kwargs)
+                result = method(*args, **kwargs)
             except (OperationalError, InterfaceError) as exc:
                 if time.monotonic() + delay > deadline:
                     raise
-                log.warning(
-                    "ledger: the database is unreachable (%s); retrying in %.1f s",
+                # once a call, then quietly: a minute's outage is not forty lines of the same warning
+                log.log(
+                    logging.WARNING if not tries else logging.DEBUG,
+                    "ledger: the database is unreachable (%s); %s retrying for up to %.0f s",
                     str(exc).splitlines()[0],
-                    delay,
+                    method.__name__,
+                    deadline - began,
                 )
+                tries += 1
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+                continue
+            if tries:
+                log.warning(
+                    "ledger: the database answers again; %s went through after %.1f s",
+                    method.__name__,
+                    time.monotonic() - began,
+                )
+            return result
 
     return cast(F, wrapper)

@@ -241,3 +241,28 @@ def test_a_database_driver_this_environment_lacks_is_named_with_the_fix() -> Non
     missing = next(m for m in ("pg8000", "asyncpg", "psycopg") if importlib.util.find_spec(m) is None)
     with pytest.raises(ValueError, match=rf"does not have \({missing}\).*postgresql\+psycopg2://"):
         Ledger(f"postgresql+{missing}://u@127.0.0.1:9/memsweep")
+
+
+def test_an_outage_is_logged_once_a_call_and_its_end_too(caplog: pytest.LogCaptureFixture) -> None:
+    """A 26 s PostgreSQL restart wrote about forty 'unreachable' warnings and none that it was back."""
+    import logging
+
+    from sqlalchemy.exc import OperationalError
+
+    from service.store.patience import outlasting
+
+    tries: list[int] = []
+
+    @outlasting
+    def record_result() -> str:
+        tries.append(1)
+        if len(tries) < 4:
+            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+        return "kept"
+
+    with caplog.at_level(logging.WARNING, logger="service.store.patience"):
+        assert record_result() == "kept"
+    said = [r.getMessage() for r in caplog.records]
+    assert len(tries) == 4 and len(said) == 2, said
+    assert "unreachable" in said[0] and "record_result retrying for up to" in said[0]
+    assert said[1].startswith("ledger: the database answers again; record_result went through after")
