@@ -205,6 +205,8 @@ class StudyRunner:
         with self._ray_lock:
             if self._ray_started:
                 return
+            if self._stopping:  # a start after the shutdown looked would outlive it
+                raise RuntimeError("the runner is stopping")
             try:
                 ensure_ray(self.engine.settings)
             except Exception as exc:
@@ -229,12 +231,18 @@ class StudyRunner:
             still = wait_futures(running, timeout=timeout).not_done
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._ray_started and not still:
-            import ray
+        # a start under way (the warm-up's) ends before this looks: else Ray would come up after it
+        locked = self._ray_lock.acquire(timeout=timeout)
+        try:
+            if self._ray_started and not still:
+                import ray
 
-            ray.shutdown()
-            self._ray_started = False
-        elif still:  # shut down under them, a study would start Ray anew (or crash in Ray's calls)
+                ray.shutdown()
+                self._ray_started = False
+        finally:
+            if locked:
+                self._ray_lock.release()
+        if still:  # shut down under them, a study would start Ray anew (or crash in Ray's calls)
             log.warning(
                 "%d studies did not stop within %.0f s (a calibration waits on its tasks); Ray is left to "
                 "shut down at exit",
@@ -340,9 +348,8 @@ class StudyRunner:
                         stopping = self._stopping
                     if stopping and not a.cancelled_by_user:
                         study = ledger.get_study(study_id)
-                        if study is not None and study.state == "cancelled":
-                            ledger.update_study(study_id, state="pending", error=SHUTDOWN_NOTE)
-                            ledger.pend_cancelled(study_id, SHUTDOWN_NOTE)  # not a user's cancel either
+                        if study is not None and study.state == "cancelled":  # not by a user: to resume
+                            ledger.pend_study(study_id, SHUTDOWN_NOTE)
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             log.warning("%s", exc)
             self.refused[study_id] = str(exc)
@@ -360,9 +367,13 @@ class StudyRunner:
         try:
             self.prepare()
         except Exception as exc:  # the study fails saying why, and what brings it back
+            if a.cancel.is_set():  # stopped meanwhile (a shutdown refuses to start Ray): not a failure
+                ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
+                return
             raise RuntimeError(
-                f"could not bring up Ray or MLflow ({exc}); once that is fixed, resume the study: "
-                f"`memsweep resume {study_id} --url URL` (POST /studies/{study_id}/resume)"
+                f"could not bring up Ray or MLflow ({exc}); once that is fixed, run the study again: "
+                f"`memsweep resume {study_id} --url URL` on a server (POST /studies/{study_id}/resume), "
+                f"`memsweep run --study {study_id}` here"
             ) from None
         if a.cancel.is_set():
             ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")

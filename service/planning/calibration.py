@@ -316,7 +316,8 @@ def run_on_ray(
     deadline = time.monotonic() + timeout
     todo, out = list(probes), {}
     running: dict[Any, Probe] = {}
-    while todo or running:
+    stopped = cancel.is_set if cancel is not None else lambda: False
+    while (todo or running) and not stopped():
         while todo and len(running) < max(slots, 1):
             probe = todo.pop(0)
             # a worker process computes with one numerics mode: each mode's probes get workers of their own
@@ -324,22 +325,20 @@ def run_on_ray(
             running[task.options(runtime_env=env).remote(probe, gpus > 0)] = probe
         left = deadline - time.monotonic()
         done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(left, CANCEL_POLL)))
-        if cancel is not None and cancel.is_set():
-            break
-        if not done and left <= CANCEL_POLL:
-            break
-        for ref in done:
+        for ref in done:  # a result that came in is kept, even as a cancel comes
             probe = running.pop(ref)
             try:
                 out[probe.key] = ray.get(ref)
             except Exception as exc:  # the task itself died (out of memory, a lost node)
                 out[probe.key] = {"error": f"the calibration task failed: {type(exc).__name__}: {exc}"[:2000]}
+        if not done and left <= CANCEL_POLL:
+            break
     for ref, probe in [*running.items(), *((None, p) for p in todo)]:
         if ref is not None:
             ray.cancel(ref, force=True)
         out[probe.key] = {
             "error": "stopped: the study was cancelled, or its server stopped"
-            if cancel is not None and cancel.is_set()
+            if stopped()
             else f"no result within {timeout:g} s: the cluster's slots are busy (other studies?) or no "
             "node offers the study's resources; plan again when a slot is free"
         }

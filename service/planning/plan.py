@@ -224,7 +224,7 @@ def _plan(
     estimate = time_estimate(units, shapes.unit_key, found, schedules, slots) if node is not None else None
     if estimate is not None and units and not estimate.units_estimated:
         estimate = None  # nothing calibrated: no figures rather than zeros
-    if not gpus and units:
+    if not gpus and units and not (cancel is not None and cancel.is_set()):  # a cancel plans nothing more
         idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator, start_ray, cancel)
         notes += [idle] if idle else []
     return StudyPlan(

@@ -45,11 +45,11 @@ def connect(url: str) -> Engine:
 def with_driver(url: str) -> str:
     """A PostgreSQL URL that names no driver (`postgresql://`, or `postgres://` as some hosts write it)
     given the one this environment has: SQLAlchemy 2.1 takes psycopg 3 for it, and memsweep installs
-    psycopg2 (`pyproject.toml`); psycopg 3 where it is installed. Any other URL as it is."""
+    psycopg2 (`pyproject.toml`); psycopg 3 where only it is installed. Any other URL as it is."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres"):
         return url
-    driver = "psycopg" if importlib.util.find_spec("psycopg") is not None else "psycopg2"
+    driver = "psycopg2" if importlib.util.find_spec("psycopg2") is not None else "psycopg"
     return f"postgresql+{driver}://{rest}"
 
 

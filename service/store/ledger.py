@@ -472,17 +472,20 @@ class Ledger:
             trial_id, status=status, reason=reason, history=[e.to_dict() for e in history] or None
         )
 
-    def pend_cancelled(self, study_id: str, reason: str) -> int:
-        """The study's cancelled trials back to pending with `reason` (its run was stopped by its
-        runner's shutdown, not by a user: the next start runs them); how many."""
+    @outlasting
+    def pend_study(self, study_id: str, note: str) -> None:
+        """A study its runner's shutdown stopped (not a user): pending again with `note`, and its
+        cancelled trials pending with it as their reason (the next start runs them), in one transaction."""
         with self.session() as s:
             self._fence(s, study_id)
-            rows = list(
-                s.scalars(select(Trial).where(Trial.study_id == study_id, Trial.status == "cancelled"))
-            )
-            for row in rows:
-                row.status, row.reason = "pending", reason
-            return len(rows)
+            study = s.get(Study, study_id)
+            if study is None:
+                raise KeyError(study_id)
+            study.state, study.error = "pending", note
+            for row in s.scalars(
+                select(Trial).where(Trial.study_id == study_id, Trial.status == "cancelled")
+            ):
+                row.status, row.reason = "pending", note
 
     @outlasting
     def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, float]:

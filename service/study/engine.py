@@ -42,7 +42,7 @@ from service.study.packing import pack_study
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
-from service.study.search import sampling, study_space, study_trials
+from service.study.search import execution, first_point, materialize, sampling, study_space, study_trials
 from service.tracking.context import StudyContext
 from service.tracking.server import ensure_mlflow_server, home_uri, port_of, server_healthy
 from service.tracking.tracker import Tracker
@@ -58,13 +58,13 @@ RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
 
 
 def retrained_points(rows: Sequence[Any], trials: Sequence[Any]) -> int:
-    """How many of a study's trials (`rows`) an extension's `trials` would train again under another
-    config: the same model and values (seed included), another hash. Their results would be counted
-    beside the old ones, as seeds of one point."""
-    now = {(t.model, _values(t.params)): t.config_hash for t in trials}
-    return sum(
-        1 for r in rows if (h := now.get((r.model, _values(r.params)))) is not None and h != r.config_hash
-    )
+    """How many of an extension's `trials` would train again, under another config, a point the
+    study's trials (`rows`) hold: the same model and values (seed included), a hash the study lacks.
+    Their results would be counted beside the old ones, as seeds of one point. (A study that holds
+    both already, from an extension before this check, is not refused for them again.)"""
+    held = {r.config_hash for r in rows}
+    points = {(r.model, _values(r.params)) for r in rows}
+    return sum(t.config_hash not in held and (t.model, _values(t.params)) in points for t in trials)
 
 
 def _values(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -86,8 +86,8 @@ def retrained_message(again: int, old: StudySpec, new: StudySpec) -> str:
     why = (
         f"the extension changes their settings ({changed})"
         if changed
-        else "they were made under another trainer version than this memsweep's (TRAINER_VERSION, or "
-        "several threads before THREADED_VERSION), which trains them otherwise now"
+        else "their settings now resolve otherwise: another trainer version than the one they were made "
+        "under (TRAINER_VERSION, or THREADED_VERSION for several threads), or a preset's settings changed"
     )
     return (
         f"extend would train {again} of the study's trials again beside their results: {why}, and the "
@@ -95,6 +95,24 @@ def retrained_message(again: int, old: StudySpec, new: StudySpec) -> str:
         "(memsweep compare sets two studies side by side; finished trials this ledger holds are reused), "
         "or make a setting a dimension (dims: {field: [old, new]})"
     )
+
+
+def draws_otherwise(old: SearchSpace, new: SearchSpace, settings: Mapping[str, Any]) -> bool:
+    """Whether a sampled study's extension would train a point otherwise than its old points were:
+    each model of both spaces, at its old first point, resolved under each (its settings written out
+    or left to their defaults alike)."""
+    for model in new.models:
+        before = next((m for m in old.models if m.name == model.name), None)
+        if before is None or set(before.dims) != set(model.dims):
+            continue  # a new model, or other dimensions: new points, nothing to compare with
+        point = first_point(before)
+        hashes = {
+            materialize({**space.base, **m.fixed, **point, **settings, "seed": 1}).config_hash()
+            for space, m in ((old, before), (new, model))
+        }
+        if len(hashes) > 1:
+            return True
+    return False
 
 
 class Engine:
@@ -167,7 +185,8 @@ class Engine:
         again = retrained_points(self.ledger.trials(study.id), trials)
         if again:
             raise StudyError(retrained_message(again, old, spec))
-        if spec.sampler != "grid" and (changed := changed_settings(old, spec)):
+        if spec.sampler != "grid" and draws_otherwise(self.space(old), space, execution(spec)):
+            changed = changed_settings(old, spec) or "a preset model's settings"
             raise StudyError(
                 f"extend keeps the settings a sampled study draws its points under ({changed}): its "
                 "sampler's history and its tables would mix the two. Create a new study with them"

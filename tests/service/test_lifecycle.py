@@ -600,6 +600,7 @@ def test_extend_never_trains_a_point_again_under_other_settings(make_engine: Any
 
     from service.core.errors import StudyError
     from service.store.models import Trial
+    from service.study.search import study_trials
 
     engine, _, _ = make_engine()
     spec = grid()
@@ -621,6 +622,13 @@ def test_extend_never_trains_a_point_again_under_other_settings(make_engine: Any
     with engine.ledger.session() as s:
         s.execute(update(Trial).where(Trial.id == first.id).values(config_hash=first.config_hash))
     assert engine.extend_study(study.id, grid(seeds=[1, 2, 3])) == 3  # new seeds only: new points
+    # a study that holds both configs of its points already (extended so before this check) is not
+    # refused again for them: its next seeds are new points
+    engine.ledger.add_trials(
+        study.id,
+        study_trials(StudySpec.model_validate(longer), engine.space(StudySpec.model_validate(longer))),
+    )
+    assert engine.extend_study(study.id, grid(seeds=[1, 2, 3, 4])) == 3
     # a sampled study draws its new points under the settings it drew its old ones with
     sampled = StudySpec.model_validate(
         {"name": "drawn", "sampler": "random", "max_trials": 2, "base": {**TINY, "steps": 10},
@@ -629,6 +637,8 @@ def test_extend_never_trains_a_point_again_under_other_settings(make_engine: Any
     drawn = engine.create_study(sampled)
     more = sampled.model_dump(mode="json", exclude_unset=True) | {"max_trials": 4}
     assert engine.extend_study(drawn.id, StudySpec.model_validate(more)) == 2
+    more["base"] = {**more["base"], "batch_size": trainers.TrainConfig().batch_size}  # a default, written out
+    assert engine.extend_study(drawn.id, StudySpec.model_validate(more | {"max_trials": 5})) == 1
     more["base"] = {**more["base"], "seq_len": 30}
     with pytest.raises(StudyError, match=r"sampled study draws its points under \(seq_len: 20 → 30\)"):
         engine.extend_study(drawn.id, StudySpec.model_validate(more | {"max_trials": 6}))
@@ -694,3 +704,34 @@ def test_a_study_that_found_no_ray_fails_saying_how_to_run_it_again(make_engine:
     assert row.state == "failed"
     assert "could not bring up Ray or MLflow (ConnectionError: Failed to connect" in (row.error or "")
     assert f"memsweep resume {study.id} --url URL" in (row.error or "")
+
+
+def test_a_shutdown_during_the_warm_up_still_shuts_down_the_ray_it_started(
+    make_engine: Any, monkeypatch
+) -> None:
+    """The server's warm-up starts Ray in the background; a shutdown that comes while Ray is starting
+    waits for that start and shuts it down (it had looked too early, and Ray outlived the runner)."""
+    import ray
+
+    import service.study.nodes as nodes
+    from service.runner import StudyRunner
+
+    engine, _, _ = make_engine()
+    runner = StudyRunner(engine, workers=1)
+    starting = threading.Event()
+    events: list[str] = []
+
+    def slow_start(settings: Any) -> None:
+        starting.set()
+        time.sleep(1.0)
+        events.append("up")
+
+    monkeypatch.setattr(nodes, "ensure_ray", slow_start)
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **kw: events.append("shutdown"))
+    runner.start()
+    assert starting.wait(10)
+    runner.shutdown(timeout=10)
+    assert events == ["up", "shutdown"]
+    with pytest.raises(RuntimeError, match="stopping"):
+        runner.start_ray()  # nothing starts Ray after the shutdown
+    assert events == ["up", "shutdown"]

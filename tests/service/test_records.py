@@ -230,7 +230,7 @@ def test_a_postgresql_url_without_a_driver_gets_the_installed_one(url: str, expe
 
     from service.store.database import with_driver
 
-    driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+    driver = "psycopg2" if importlib.util.find_spec("psycopg2") else "psycopg"
     assert with_driver(url) == expected.format(driver=driver)
     assert importlib.util.find_spec(driver) is not None  # the one chosen is there
 
