@@ -45,7 +45,11 @@ class Uniform:
 
     def __post_init__(self) -> None:
         if not self.low < self.high:
-            raise SpaceError(f"Uniform needs low < high, got low={self.low}, high={self.high}")
+            kind = "a log-uniform range" if self.log else "a uniform range"
+            raise SpaceError(
+                f"{kind} needs low < high, got low={self.low}, high={self.high}"
+                + ("; swap them" if self.low > self.high else "")
+            )
         if self.log and self.low <= 0:
             raise SpaceError(f"a log-uniform range needs low > 0, got low={self.low}")
 

@@ -115,7 +115,11 @@ class StudySpec(BaseModel):
         le=2**31 - 1,  # a resumed sampler draws from sampler_seed + its finished points, below numpy's 2**32
         description="the sampler's seed (a resumed study's draws on from it plus its finished points)",
     )
-    max_trials: int | None = Field(default=None, ge=1, description="trials (points × seeds) at most")
+    max_trials: int | None = Field(
+        default=None,
+        ge=1,
+        description="trials (points × seeds) to run: a sampler draws max_trials / len(seeds) points, rounded up to a whole point",
+    )
     concurrency: int = Field(default=2, ge=1, description="Ray trials at once")
     resources: Resources = Field(default_factory=Resources)
     scheduler: Literal["fifo", "asha"] = "fifo"

@@ -304,30 +304,36 @@ def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:
 def best_configs(
     trials: Iterable[TrialLike], k: int = 5, model: str | None = None, criterion: Criterion = HALF_BASELINE
 ) -> list[BestConfig]:
-    """Points (seeds pooled) ranked by mean final validation loss over their finished seeds."""
+    """Points (seeds pooled) ranked by mean final validation loss over the seeds that trained to their
+    end (`done`): first the points whose every seed did, then those some seed of which failed or was
+    pruned (a point ranked on its surviving seeds alone would come first on luck); `seeds` are the
+    seeds in the mean."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
     for t in trials:
         if model is None or t.model == model:
             groups[point_key(t)].append(t)
     rows: list[BestConfig] = []
+    complete: dict[int, bool] = {}
     for (m, _), ts in groups.items():
-        losses = [t.final_val_loss for t in ts if t.status == "done" and t.final_val_loss is not None]
+        finished = [t for t in ts if t.status == "done" and t.final_val_loss is not None]
+        losses = [float(t.final_val_loss) for t in finished if t.final_val_loss is not None]
         if not losses:
             continue
+        complete[len(rows)] = len(finished) == len(ts)
         rows.append(
             BestConfig(
                 model=m,
                 params={key: v for key, v in ts[0].params.items() if key != "seed"},
                 mean_final_val_loss=statistics.fmean(losses),
                 sem=standard_error(losses),
-                seeds=sorted(int(t.params.get("seed", 0)) for t in ts if t.final_val_loss is not None),
+                seeds=sorted(int(t.params.get("seed", 0)) for t in finished),
                 succeeded=sum(is_success(t, criterion) for t in ts),
                 trials=len(ts),
                 config_hashes=[t.config_hash for t in ts],
             )
         )
-    rows.sort(key=lambda r: r.mean_final_val_loss)
-    return rows[:k]
+    order = sorted(range(len(rows)), key=lambda i: (not complete[i], rows[i].mean_final_val_loss))
+    return [rows[i] for i in order][:k]
 
 
 def standard_error(values: Sequence[float]) -> float:

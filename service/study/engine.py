@@ -185,6 +185,13 @@ class Engine:
         again = retrained_points(self.ledger.trials(study.id), trials)
         if again:
             raise StudyError(retrained_message(again, old, spec))
+        if spec.sampler != "grid" and list(self.space(old).seeds) != list(space.seeds):
+            raise StudyError(
+                f"extend keeps a sampled study's seeds ({', '.join(map(str, self.space(old).seeds))}): each "
+                "drawn point runs once per seed, and new seeds would reach only the points drawn after, "
+                "leaving its points with unequal seeds. Create a new study with the new seeds (the "
+                "ledger's finished trials are reused), or extend max_trials to draw more points"
+            )
         if spec.sampler != "grid" and draws_otherwise(self.space(old), space, execution(spec)):
             changed = changed_settings(old, spec) or "a preset model's settings"
             raise StudyError(

@@ -639,6 +639,8 @@ def test_extend_never_trains_a_point_again_under_other_settings(make_engine: Any
     assert engine.extend_study(drawn.id, StudySpec.model_validate(more)) == 2
     more["base"] = {**more["base"], "batch_size": trainers.TrainConfig().batch_size}  # a default, written out
     assert engine.extend_study(drawn.id, StudySpec.model_validate(more | {"max_trials": 5})) == 1
+    with pytest.raises(StudyError, match=r"extend keeps a sampled study's seeds \(1\).*unequal seeds"):
+        engine.extend_study(drawn.id, StudySpec.model_validate(more | {"seeds": [1, 2], "max_trials": 8}))
     more["base"] = {**more["base"], "seq_len": 30}
     with pytest.raises(StudyError, match=r"sampled study draws its points under \(seq_len: 20 → 30\)"):
         engine.extend_study(drawn.id, StudySpec.model_validate(more | {"max_trials": 6}))

@@ -184,6 +184,18 @@ def test_best_configs_pool_seeds():
     assert best[1].sem == pytest.approx(0.05 / math.sqrt(2) * math.sqrt(2))
 
 
+def test_a_point_some_seed_of_which_was_pruned_ranks_after_the_complete_ones():
+    """ASHA pruned seed 1 of a point at 0.398 and let seed 2 end at 0.0999: ranked on that one seed,
+    the point came first (s.e.m. 0, "seeds 1, 2"); it comes after the points whose every seed ended."""
+    trials = [T("chain", {"lr": 6e-3, "seed": 1}, 0.398, "pruned"), T("chain", {"lr": 6e-3, "seed": 2}, 0.0999),
+              T("chain", {"lr": 1e-3, "seed": 1}, 0.10), T("chain", {"lr": 1e-3, "seed": 2}, 0.11)]  # fmt: skip
+    best = best_configs(trials)
+    assert [b.params["lr"] for b in best] == [1e-3, 6e-3]
+    assert (
+        best[1].seeds == [2] and best[1].trials == 2 and best[1].mean_final_val_loss == pytest.approx(0.0999)
+    )
+
+
 def test_henrici_profiles_and_loss_by_scale_use_the_right_trials():
     trials = [T("orth", {"scale": 1.0, "seed": 1}, 0.05, henrici=2.0, profile=[0.0, 1.0, 0.0]),
               T("orth", {"scale": 1.0, "seed": 2}, 0.07, henrici=3.0, profile=[0.0, 3.0, 0.0]),
