@@ -312,28 +312,25 @@ def best_configs(
     for t in trials:
         if model is None or t.model == model:
             groups[point_key(t)].append(t)
-    rows: list[BestConfig] = []
-    complete: dict[int, bool] = {}
+    ranked: list[tuple[bool, BestConfig]] = []  # (some seed did not end, the row)
     for (m, _), ts in groups.items():
         finished = [t for t in ts if t.status == "done" and t.final_val_loss is not None]
-        losses = [float(t.final_val_loss) for t in finished if t.final_val_loss is not None]
+        losses = [float(t.final_val_loss or 0.0) for t in finished]  # never None: filtered above
         if not losses:
             continue
-        complete[len(rows)] = len(finished) == len(ts)
-        rows.append(
-            BestConfig(
-                model=m,
-                params={key: v for key, v in ts[0].params.items() if key != "seed"},
-                mean_final_val_loss=statistics.fmean(losses),
-                sem=standard_error(losses),
-                seeds=sorted(int(t.params.get("seed", 0)) for t in finished),
-                succeeded=sum(is_success(t, criterion) for t in ts),
-                trials=len(ts),
-                config_hashes=[t.config_hash for t in ts],
-            )
+        row = BestConfig(
+            model=m,
+            params={key: v for key, v in ts[0].params.items() if key != "seed"},
+            mean_final_val_loss=statistics.fmean(losses),
+            sem=standard_error(losses),
+            seeds=sorted(int(t.params.get("seed", 0)) for t in finished),
+            succeeded=sum(is_success(t, criterion) for t in ts),
+            trials=len(ts),
+            config_hashes=[t.config_hash for t in ts],
         )
-    order = sorted(range(len(rows)), key=lambda i: (not complete[i], rows[i].mean_final_val_loss))
-    return [rows[i] for i in order][:k]
+        ranked.append((len(finished) < len(ts), row))
+    ranked.sort(key=lambda pair: (pair[0], pair[1].mean_final_val_loss))
+    return [row for _, row in ranked[:k]]
 
 
 def standard_error(values: Sequence[float]) -> float:

@@ -86,8 +86,8 @@ def _start_ray(settings: Settings) -> None:
         reap_embedded_ray(settings.home)
         # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
         # this driver leaves behind is found by it, not by names (Ray's agents rename themselves)
-        # (only Ray's: the driver's later children, a local MLflow server, do not carry it)
-        # (only Ray's: a server another thread starts meanwhile waits, `processes.child_environment`)
+        # (only Ray's: a server this process starts, meanwhile or later, never carries it:
+        # `processes.child_environment`)
         mark = f"{os.getpid()}-{secrets.token_hex(8)}"
         with processes.marked_environment(EMBEDDED_RAY_MARK, mark):
             # address="local": always a new embedded cluster, never one that `ray start` left running

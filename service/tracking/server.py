@@ -191,8 +191,8 @@ def recorded_server(folder: Path) -> tuple[int, str] | None:
 def stop_pid(pid: int, timeout: float = 30.0, running: Callable[[], bool] | None = None) -> None:
     """Stop a server by its pid (its process group: `start_mlflow_server` made it a session's leader):
     SIGTERM, then SIGKILL after `timeout` seconds. `running`: whether it still runs (for a child of this
-    process, its `poll`, which reaps it; a zombie would count as alive to `kill(pid, 0)`)."""
-    alive = running or (lambda: processes.alive(pid))  # a zombie (not this one's to reap) has ended
+    process, its `poll`, which also reaps it); by default `processes.alive`, a zombie counting as ended."""
+    alive = running or (lambda: processes.alive(pid))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
