@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainers.config import TrainConfig
+from trainers.config import Resolved, TrainConfig
 from trainers.result import Evaluation, TrialResult
 
 #: steps between checks of the running training loss when no evaluation falls due
@@ -100,3 +100,27 @@ class Watch:
             r.early_stopped = step < r.budget_steps
             return True
         return False
+
+
+class Ending:
+    """Whether a trial's course ends with an evaluation, known as the evaluation is reported, before
+    the trial's result comes back: at the end of its budget, with a loss that breaks the failure rule,
+    or at its early stop — `Watch.evaluated`'s own rules, run on a scratch result. A caller that
+    reports evaluations on as they come (a worker under an early-stopping scheduler) sends a trial's
+    last evaluation together with its result, so the scheduler never stops a trial that has ended."""
+
+    def __init__(self, cfg: TrainConfig, budget: int, baseline: float | None) -> None:
+        self.cfg, self.budget, self.baseline = cfg, budget, baseline
+
+    @classmethod
+    def of(cls, resolved: Resolved) -> Ending:
+        """The trial's ending rules, from its task's size and baseline (the task is built: cheap, its
+        data are made or read lazily)."""
+        task = resolved.make_task()
+        return cls(resolved.config, Schedule.of(resolved.config, task.train_size).budget, task.baseline_loss)
+
+    def at(self, evaluation: Evaluation) -> bool:
+        """Whether the trial ends with `evaluation`."""
+        if evaluation.step >= self.budget:
+            return True
+        return Watch(self.cfg, TrialResult(baseline_loss=self.baseline), None).evaluated(evaluation)

@@ -89,7 +89,9 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampler", choices=["grid", "random", "tpe", "cmaes", "qmc"])
     p.add_argument("--max-trials", dest="max_trials", type=int)
     p.add_argument("--concurrency", type=int)
-    p.add_argument("--scheduler", choices=["fifo", "asha"])
+    p.add_argument(
+        "--scheduler", choices=["fifo", "asha"], help="asha: stop the worse points early (docs/studies.md)"
+    )
     p.add_argument("--success-fraction", dest="success_fraction", type=float)
     p.add_argument("--cpus", type=float, help="CPUs per Ray trial")
     p.add_argument("--gpus", type=float, help="GPU fraction per Ray trial")
@@ -106,7 +108,9 @@ def print_success(summary: dict[str, Any]) -> None:
         title=f"successes{when}: final validation loss < {success['criterion']['name']} ({summary['name']})"
     )
     differences, reference = success.get("differences"), success.get("reference")
-    columns = ["model", "trials", "finished", "failed", "succeeded", "rate", "95 % Wilson CI"]
+    pruned = any(cell.get("pruned") for cell in success["by_model"].values())  # a column under asha
+    columns = ["model", "trials", "finished", "failed", *(["pruned"] if pruned else []), "succeeded", "rate",
+               "95 % Wilson CI"]  # fmt: skip
     if differences:
         columns += [f"− {reference}", "95 % Newcombe CI"]
     for col in columns:
@@ -118,6 +122,7 @@ def print_success(summary: dict[str, Any]) -> None:
             str(cell["trials"]),
             str(cell["finished"]),
             str(cell["failed"]),
+            *([str(cell["pruned"])] if pruned else []),
             str(cell["succeeded"]),
             f"{cell['rate']:.3f}",
             f"[{lo:.3f}, {hi:.3f}]",

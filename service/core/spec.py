@@ -71,6 +71,20 @@ class Resources(BaseModel):
     gpus: float = Field(default=0.0, ge=0, description="GPU fraction per Ray trial")
 
 
+class Asha(BaseModel):
+    """Ray Tune's ASHA (asynchronous successive halving) over a study's points, in evaluations: a point
+    reaching a rung (grace_period × reduction_factor^k evaluations) goes on only when its objective,
+    the mean over its seeds, is among the best 1 / reduction_factor of the points that reached it."""
+
+    model_config = ConfigDict(extra="forbid")
+    grace_period: int = Field(
+        default=2, ge=1, description="evaluations a point trains before it can be stopped (the first rung)"
+    )
+    reduction_factor: float = Field(
+        default=3.0, gt=1, allow_inf_nan=False, description="a rung keeps the best 1 / reduction_factor"
+    )
+
+
 class StudySpec(BaseModel):
     """Everything a study needs. Give `preset` or `space` (or both: the space's models are added)."""
 
@@ -122,17 +136,23 @@ class StudySpec(BaseModel):
     )
     concurrency: int = Field(default=2, ge=1, description="Ray trials at once")
     resources: Resources = Field(default_factory=Resources)
-    scheduler: Literal["fifo", "asha"] = "fifo"
+    scheduler: Literal["fifo", "asha"] = Field(
+        default="fifo",
+        description="fifo: every trial to its end; asha: Ray Tune's ASHA stops the worse points early, "
+        "each point's seeds trained side by side as one unit and judged on their mean (`asha`)",
+    )
+    asha: Asha = Field(default_factory=Asha, description="the asha scheduler's settings")
     fused: bool = Field(
         default=True,
         description="train same-shape trials together as fused bundles (cells rnn, urnn, crnn, vprnn, fastrnn, "
         "sgornn, srnn: trainers.fused.cells; bit for bit as alone); "
-        "false: one trial per Ray trial. The asha scheduler always runs trials alone",
+        "false: one trial per Ray trial",
     )
     bundle_size: int | None = Field(
         default=None,
         ge=1,
-        description="members per fused bundle at most; default: from the shapes, the memory and concurrency",
+        description="members per fused bundle at most; default: from the shapes, the memory and concurrency "
+        "(under asha a bundle is one point's seeds)",
     )
     numerics: Numerics = Field(
         default_factory=default_mode,  # fixed when the spec is made, so a stored study keeps its mode
@@ -250,6 +270,21 @@ class StudySpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _asha_settings(self) -> StudySpec:
+        """`asha` settings are the asha scheduler's, and a bundle under it is one point's seeds."""
+        if self.asha != Asha() and self.scheduler != "asha":  # (a stored spec holds the defaults)
+            raise ValueError(
+                f"asha: settings of the asha scheduler, but scheduler is {self.scheduler!r}: "
+                "set `scheduler: asha`, or leave `asha` out"
+            )
+        if self.scheduler == "asha" and self.bundle_size is not None:
+            raise ValueError(
+                "bundle_size: under scheduler asha a unit is one point's seeds, trained side by side and "
+                "stopped together; leave bundle_size out (or use scheduler fifo to size bundles)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _known_baselines(self) -> StudySpec:
         named = [(i, c.baseline) for i, c in enumerate(self.extra_criteria) if c.baseline != "task"]
         if named:
@@ -292,9 +327,13 @@ class StudySpec(BaseModel):
 
     @property
     def fuses(self) -> bool:
-        """Whether same-shape trials train together as fused bundles (ASHA stops Ray trials one by
-        one, so it needs them alone)."""
-        return self.fused and self.scheduler != "asha" and self.bundle_size != 1
+        """Whether same-shape trials train together as fused bundles."""
+        return self.fused and self.bundle_size != 1
+
+    @property
+    def sizes_bundles(self) -> bool:
+        """Whether its bundles are sized by a unit's memory (fused, and not one point each: asha)."""
+        return self.fuses and self.scheduler != "asha"
 
     def search_space(self) -> SearchSpace:
         """The space this spec describes, with its overrides applied."""

@@ -137,7 +137,7 @@ def plan_study(
     if spec.sampler == "grid":
         measured = unit_memory_here(engine, spec)
         units = pack_study(spec, [t for t in todo if t is not None], measured)
-        packed = units if measured is not None or not spec.fuses else None
+        packed = units if measured is not None or not spec.sizes_bundles else None
     else:
         left = (spec.max_trials or 0) - sum(r.status in FINISHED for r in rows)
         units = _sampled_units(spec, space, max(left, 0))
@@ -161,7 +161,7 @@ def unit_memory_here(engine: Ground, spec: StudySpec) -> tuple[str, int] | None:
     """(device, bytes a unit may use) as the run measures it before packing (`Engine.run_study`), so
     that the plan's bundles are the run's: on this machine for an embedded Ray, on a node when the
     cluster is joined already; else None (the packer's assumptions, as a run whose probe failed)."""
-    if not spec.fuses:
+    if not spec.sizes_bundles:
         return None
     resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
     try:
@@ -248,7 +248,10 @@ def _plan(
         calibration_seconds=spent,
         estimate=estimate,
         notes=notes + (["sampled: the units are each model's first point × the seeds, the models in turn"]
-                       if spec.sampler != "grid" else []) + schedules.notes
+                       if spec.sampler != "grid" else [])
+              + (["asha: the estimate trains every point to its end; the points asha stops cost less"]
+                 if spec.scheduler == "asha" else [])
+              + schedules.notes
               + ([PORTABLE_COST] if spec.numerics == "portable" and not gpus else []),
     )  # fmt: skip
 

@@ -81,6 +81,9 @@ class ComparisonRow(BaseModel):
     trials: int
     finished: int
     failed: int
+    pruned: int = Field(
+        default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
+    )
     errors: int = Field(description="trials whose worker, node or process died: no run, not counted")
     succeeded: int
     rate: float = Field(description="succeeded / trials")

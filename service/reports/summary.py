@@ -58,13 +58,16 @@ class SuccessCell(BaseModel):
     trials: int = Field(description="runs: the trials that are not in error")
     finished: int
     failed: int
+    pruned: int = Field(
+        default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
+    )
     errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
     succeeded: int
     rate: float = Field(description="succeeded / trials")
     ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
 
 
-_CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "errors": 0, "succeeded": 2, "rate": 1.0,
+_CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "pruned": 0, "errors": 0, "succeeded": 2, "rate": 1.0,
                  "ci95": [0.34, 1.0]}  # fmt: skip
 
 
@@ -93,6 +96,7 @@ class SuccessTable(BaseModel):
                         "trials": 4,
                         "finished": 4,
                         "failed": 0,
+                        "pruned": 0,
                         "errors": 0,
                         "succeeded": 2,
                         "rate": 0.5,
@@ -200,7 +204,7 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
 def success_cell(
     trials: Sequence[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
 ) -> SuccessCell:
-    """One table cell: the trials, finished, failed, errors and successes among these trials under
+    """One table cell: the trials, finished, failed, pruned, errors and successes among these trials under
     `criterion` (at a budget of `at_step`), with the rate's 95 % Wilson interval. A trial in `error`
     (its worker, node or process died: an infrastructure fault) is no run: it is counted apart, never
     as a run that did not succeed."""
@@ -211,6 +215,7 @@ def success_cell(
         trials=n,
         finished=sum(t.status in FINISHED for t in runs),
         failed=sum(t.status == "failed" for t in runs),
+        pruned=sum(t.status == "pruned" for t in runs),
         errors=len(trials) - n,
         succeeded=k,
         rate=k / n if n else 0.0,

@@ -5,8 +5,8 @@ numbers were judged under in leading comment lines:
     # study: 3f9c2a1b7d4e (demo-copy50)
     # criterion: 0.5 × baseline
     # trainer_version: 4
-    "table","model","field","value","trials","finished","failed","succeeded","rate","ci95_low","ci95_high"
-    "by_model","chain","","",4,4,0,4,1.0,0.5101,1.0
+    "table","model","field","value","trials","finished","failed","pruned","errors","succeeded","rate","ci95_low","ci95_high"
+    "by_model","chain","","",4,4,0,0,0,4,1.0,0.5101,1.0
 
 Columns are the JSON answer's field names: a nested object's fields as `name.field` (`params.lr`,
 `config.task_params.seq_len`, `group.cell`), an interval [low, high] as `name_low` and `name_high`
@@ -36,7 +36,7 @@ MEDIA_TYPE = "text/csv"
 #: fields that are an interval [low, high]: two columns, `name_low` and `name_high`
 INTERVALS = ("ci95", "difference_ci95", "wall_seconds_range", "trial_hours_range")
 #: the success table's cell fields, in order
-CELL_FIELDS = ("trials", "finished", "failed", "errors", "succeeded", "rate", "ci95")
+CELL_FIELDS = ("trials", "finished", "failed", "pruned", "errors", "succeeded", "rate", "ci95")
 
 
 def wants_csv(format: str | None, accept: str | None) -> bool:

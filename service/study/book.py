@@ -5,6 +5,7 @@ executor only tells it what happened (`Executor`, `service.study.executor`); it 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable
 from typing import Protocol
@@ -13,6 +14,7 @@ import trainers
 from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
+from trainers.runtime import record_task
 
 
 class Recorder(Protocol):
@@ -62,6 +64,7 @@ class TrialBook:
         self.sampled = sampled  # sampled points get their ledger rows as they start
         self.attempts = attempts
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
+        self.specs: dict[str, TrialSpec] = {}  # config hash → the trial, as its unit started it
         self.open: dict[str, set[str]] = {}  # executor trial → members not yet finished
         self.history: dict[str, list[trainers.Evaluation]] = {}
         self.starts: dict[
@@ -89,6 +92,7 @@ class TrialBook:
             if row_id is None:  # finished already (resume, reuse)
                 continue
             self.ids[m.config_hash] = row_id
+            self.specs[m.config_hash] = m
             self.history[m.config_hash] = []
             self.starts[m.config_hash] = self.starts.get(m.config_hash, 0) + 1
             todo.add(m.config_hash)
@@ -147,6 +151,15 @@ class TrialBook:
         self.record.finished(self.ids[key], result)
         self.open.get(run, set()).discard(key)
 
+    def _with_task(self, result: trainers.TrialResult, key: str) -> None:
+        """A pruned trial's result, which its worker never sent, with what it records of its task (the
+        baselines: a pruned run's last loss stays comparable)."""
+        spec = self.specs.get(key)
+        if spec is None:
+            return
+        with contextlib.suppress(Exception):  # a file-backed task without its files here: none
+            record_task(result, spec.resolved.make_task())
+
     def _close(self, run: str, how: str, reason: str) -> None:
         """The members an executor trial left unfinished: cancelled (with the study), pruned (by the
         scheduler), or interrupted by an infrastructure fault (pending again, or error)."""
@@ -161,6 +174,7 @@ class TrialBook:
                     status="pruned", reason=reason, history=history, final_val_loss=last.val_loss if last else None,
                     steps=last.step if last else 0,
                 )  # fmt: skip
+                self._with_task(result, key)
                 self._finish(run, key, result)
             elif self.starts.get(key, 0) < self.attempts:
                 note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"

@@ -337,8 +337,9 @@ class Engine:
             self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts
         )
         request = RunRequest(
-            f"study-{study.id}", resources, spec.concurrency, cancel, asha=spec.scheduler == "asha"
-        )
+            f"study-{study.id}", resources, spec.concurrency, cancel,
+            asha=spec.asha if spec.scheduler == "asha" else None,
+        )  # fmt: skip
         if book.sampled:
             finished = self.ledger.trials(study.id, FINISHED)
             remaining = (spec.max_trials or 0) - len(finished)
@@ -365,7 +366,7 @@ class Engine:
             ):
                 units = list(packed)  # packed by the plan just before, as this run packs them
             else:
-                if measured is None and spec.fuses:
+                if measured is None and spec.sizes_bundles:
                     measured = self.node_memory(resources)
                 units = pack_study(spec, todo, measured)
             packed = None

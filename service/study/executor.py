@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from service.core.spec import Asha
 from service.core.trial import Unit
 from service.study.book import TrialBook
 from service.study.search import Sampling
@@ -18,14 +19,14 @@ from service.study.search import Sampling
 class RunRequest:
     """One run of an executor: a round of packed `units` (a grid's, or what a fault sent back), or a
     sampler's draws (`sampling`), each unit on `resources` (`{"cpu": …, "gpu": …}`), at most
-    `concurrency` at once, until `cancel` is set; `asha`: Ray Tune's ASHA scheduler may stop units
-    early on their reported objectives."""
+    `concurrency` at once, until `cancel` is set; `asha`: the ASHA scheduler's settings, when it may
+    stop units (a point's seeds each) early on their reported objectives."""
 
     name: str
     resources: Mapping[str, float]
     concurrency: int
     cancel: threading.Event
-    asha: bool = False
+    asha: Asha | None = None
     units: Sequence[Unit] = ()
     sampling: Sampling | None = None
 

@@ -138,14 +138,25 @@ def even_parts(items: Sequence[TrialSpec], k: int) -> list[Sequence[TrialSpec]]:
 def pack_study(
     spec: StudySpec, trials: Sequence[TrialSpec], measured: tuple[str, int] | None = None
 ) -> list[Unit]:
-    """A grid study's trials as its run packs them: the spec's fusing, concurrency, bundle size and
-    device; `measured`: (device kind, bytes a unit may use) on a node that would run it
+    """A grid study's trials as its run packs them: one unit per point under asha (`by_point`), else
+    the spec's fusing, concurrency, bundle size and device; `measured`: (device kind, bytes a unit may use) on a node that would run it
     (`service.study.nodes.unit_memory`). The engine and a study's plan both pack through here."""
+    if spec.scheduler == "asha":
+        return by_point(trials, fused=spec.fuses)
     device = measured[0] if measured else ("cuda" if spec.resources.gpus > 0 else "cpu")
     return pack(
         trials, fused=spec.fuses, slots=spec.concurrency, size=spec.bundle_size, device=device,
         gpus_per_unit=spec.resources.gpus, memory=measured[1] if measured else None,
     )  # fmt: skip
+
+
+def by_point(trials: Sequence[TrialSpec], *, fused: bool) -> list[Unit]:
+    """The trials as one unit per point (model and values, every seed), fused where they share
+    `fusable_key`: what an early-stopping scheduler judges and stops as one (asha)."""
+    points: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialSpec]] = {}
+    for t in trials:
+        points.setdefault((t.model, _order({k: v for k, v in t.params.items() if k != "seed"})), []).append(t)
+    return [bundle(members, fused=fused) for members in points.values()]
 
 
 def bundle(trials: Sequence[TrialSpec], *, fused: bool) -> Unit:

@@ -31,6 +31,8 @@ from service.study.worker import train_unit
 log = logging.getLogger(__name__)
 
 _TUNE_REGISTRY_LOCK = threading.Lock()  # see RayTune.run
+#: the highest rung ASHA may set, in evaluations (a bound for its rungs: no run evaluates this often)
+ASHA_MAX_EVALUATIONS = 100_000
 
 
 def run_unit(config: dict[str, Any]) -> None:
@@ -122,7 +124,12 @@ class UnitSearcher(Searcher):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        self.draws.tell(trial_id, None if error or not result else result.get("objective"))
+        if error or not result:
+            self.draws.tell(trial_id, None)
+        elif result.get("complete"):
+            self.draws.tell(trial_id, result.get("objective"))
+        else:  # stopped by the scheduler (or a cancel) after some rounds: Optuna's pruned trial
+            self.draws.tell(trial_id, result.get("objective"), pruned_at=int(result.get("evaluations", 0)))
 
     def save(self, checkpoint_path: str) -> None:
         """Nothing: a study resumes from the ledger, never from Tune's checkpoints."""
@@ -158,10 +165,16 @@ class RayTune:
 
         self.start()
         scheduler = None
-        if request.asha:
+        if request.asha is not None:
             from ray.tune.schedulers import ASHAScheduler
 
-            scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=3)
+            # in rounds of evaluations (`service.study.worker.Reports`); a unit ends by itself at the end
+            # of its budget, so no stop at max_t, which only bounds the rungs
+            scheduler = ASHAScheduler(
+                time_attr="evaluations", grace_period=request.asha.grace_period,
+                reduction_factor=request.asha.reduction_factor, max_t=ASHA_MAX_EVALUATIONS,
+                stop_last_trials=False,
+            )  # fmt: skip
         # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
         # studies starting at once in one server raced on them ("dictionary changed size during
         # iteration"). Register under a lock and hand Tune the name.

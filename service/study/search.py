@@ -16,6 +16,7 @@ of final loss / baseline.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,19 @@ def interior(dim: Uniform) -> float:
     return value if not value.is_integer() else math.nextafter(value, dim.high)
 
 
+def probe_points(model: Model) -> list[dict[str, Any]]:
+    """The points that stand for what a model may draw: its first point, then each value of each
+    dimension (both ends of a range, and a fraction between) with the others at their first value."""
+    first = first_point(model)
+    points = [first]
+    for key, dim in model.dims.items():
+        ends = dim.values[1:] if isinstance(dim, Values) else (dim.high,)
+        if isinstance(dim, Uniform):  # and a draw between: a fraction, which a whole-number field refuses
+            ends = (*ends, interior(dim))
+        points += [{**first, key: value} for value in ends]
+    return points
+
+
 def check_space(space: SearchSpace) -> None:
     """Every value a sampler may draw must make a trial the trainers accept: each model's first
     point, then each value of each dimension (both ends of a range) with the other dimensions at
@@ -105,14 +119,7 @@ def check_space(space: SearchSpace) -> None:
     summed (a grid's size is checked before, from their product)."""
     space = replace(space, seeds=space.seeds[:1])
     for model in space.models:
-        first = first_point(model)
-        points = [first]
-        for key, dim in model.dims.items():
-            ends = dim.values[1:] if isinstance(dim, Values) else (dim.high,)
-            if isinstance(dim, Uniform):  # and a draw between: a fraction, which a whole-number field refuses
-                ends = (*ends, interior(dim))
-            points += [{**first, key: value} for value in ends]
-        for point in points:
+        for point in probe_points(model):
             try:
                 check_trials(point_trials(space, model, point, {}))
             except (ValueError, KeyError) as exc:
@@ -150,7 +157,33 @@ def study_space(spec: StudySpec, max_grid_size: int) -> SearchSpace:
             )
     check_execution(spec, space)
     check_space(space)
+    check_schedule(spec, space)
     return space
+
+
+def check_schedule(spec: StudySpec, space: SearchSpace) -> None:
+    """Under asha a point's seeds train side by side as one fused unit, judged at each rung on their
+    mean: refused when they cannot (a cell or task that does not fuse, or `fused: false`), rather
+    than judging a point on whichever seed ran first."""
+    if spec.scheduler != "asha" or len(space.seeds) < 2:
+        return
+    for model in space.models:
+        for point in probe_points(model):
+            trials = point_trials(space, model, point, execution(spec))
+            if bundle(trials, fused=spec.fuses).fused:
+                continue
+            config = trials[0].resolved.config
+            why = (
+                "fused is false"
+                if not spec.fuses
+                else f"cell {config.cell!r} on task {config.task!r} does not train fused "
+                "(the fused cells: trainers.fused.cells)"
+            )
+            raise StudyError(
+                f"scheduler asha judges a point on the mean of its {len(space.seeds)} seeds at each rung, "
+                f"so it trains them side by side as one bundle; model {model.name!r} cannot: {why}. "
+                "Use one seed (`seeds: [1]`), scheduler fifo, or a cell that fuses"
+            )
 
 
 def check_execution(spec: StudySpec, space: SearchSpace) -> None:
@@ -262,7 +295,8 @@ def suggest(trial: Any, models: Mapping[str, Model]) -> tuple[str, dict[str, Any
 class Sampling:
     """A sampler's part of a study run: `count` points of `space` drawn by Optuna's `sampler` (`Draws`),
     each point × the space's seeds one unit (`unit`), warm-started with the study's finished points
-    (`warm`: each point's Optuna parameters and its seed-averaged objective) so that a resume keeps
+    (`warm`: each point's Optuna parameters, its seed-averaged objective and, for a point a scheduler
+    pruned, its evaluations then: `told`) so that a resume keeps
     what the sampler learned."""
 
     space: SearchSpace
@@ -272,7 +306,7 @@ class Sampling:
     settings: Mapping[str, Any]  # the study's execution settings (`execution`)
     fused: bool
     known: Callable[[Iterable[str]], dict[str, float]]  # config hashes → objectives of finished ones
-    warm: Sequence[tuple[dict[str, Any], float]] = ()
+    warm: Sequence[tuple[dict[str, Any], float, int | None]] = ()
 
     @property
     def models(self) -> dict[str, Model]:
@@ -318,12 +352,16 @@ class Draws:
 
         self.sampling, self.models = sampling, sampling.models
         self.study = optuna.create_study(direction="minimize", sampler=sampling.optuna_sampler())
-        for params, value in sampling.warm:
+        for params, value, pruned_at in sampling.warm:
             name = str(params.get("model", next(iter(self.models))))
             try:
                 past = optuna.trial.create_trial(
-                    params=params, distributions=distributions(self.models, name), value=value
-                )
+                    params=params, distributions=distributions(self.models, name),
+                    **(
+                        {"value": value} if pruned_at is None
+                        else {"state": optuna.trial.TrialState.PRUNED, "intermediate_values": {pruned_at: value}}
+                    ),
+                )  # fmt: skip
             except ValueError:  # a point outside today's space (it was extended): not this space's history
                 continue
             self.study.add_trial(past)
@@ -351,7 +389,10 @@ class Draws:
         self.asked[key], self.training[key] = trial, members
         return unit
 
-    def tell(self, key: str, objective: float | None) -> None:
+    def tell(self, key: str, objective: float | None, pruned_at: int | None = None) -> None:
+        """The objective of executor trial `key`'s point: its seeds' mean at the end (None: the unit
+        failed), or, `pruned_at` a number of evaluations, where a scheduler stopped it (Optuna's
+        pruned trial, its intermediate value at that step: its samplers rank it after the complete)."""
         from optuna.trial import TrialState
 
         self.training.pop(key, None)
@@ -360,8 +401,23 @@ class Draws:
             return
         if objective is None or not math.isfinite(objective):
             self.study.tell(trial, state=TrialState.FAIL)
+        elif pruned_at is not None:
+            trial.report(objective, pruned_at)
+            self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, objective)
+
+
+def told(seeds: Sequence[Trial]) -> tuple[float, int | None]:
+    """What a finished point tells its sampler again (`Draws.tell`): the mean objective of its seeds,
+    a pruned seed's from its last evaluation; and, when a scheduler pruned it, the evaluations it had
+    then (else None)."""
+    values = [
+        objective(t.final_val_loss, t.baseline_loss, "done" if t.status == "pruned" else t.status)
+        for t in seeds
+    ]
+    pruned = [len(t.history or []) for t in seeds if t.status == "pruned"]
+    return statistics.fmean(values), max(pruned) if pruned else None
 
 
 def sampling(
@@ -374,14 +430,14 @@ def sampling(
     """The spec's sampler over the space for `count` points, warm-started with the study's finished
     trials: one evaluated point per finished (model, params), its objective averaged over seeds."""
     models = {m.name: m for m in space.models}
-    points: dict[tuple[Any, ...], list[float]] = {}
+    points: dict[tuple[Any, ...], list[Trial]] = {}
     for t in finished:
         model = t.model if t.model in models else next(iter(models))  # an `arm` of the one unnamed model
         key = (model, tuple(sorted((k, v) for k, v in t.params.items() if k != "seed")))
-        points.setdefault(key, []).append(objective(t.final_val_loss, t.baseline_loss, t.status))
+        points.setdefault(key, []).append(t)
     warm = [
-        ({**({"model": m} if len(models) > 1 else {}), **{f"{m}.{k}": v for k, v in params}}, sum(v) / len(v))
-        for (m, params), v in points.items()
+        ({**({"model": m} if len(models) > 1 else {}), **{f"{m}.{k}": v for k, v in params}}, *told(seeds))
+        for (m, params), seeds in points.items()
     ]
     return Sampling(
         space, str(spec.sampler), spec.sampler_seed, count, execution(spec), spec.fuses, known, warm

@@ -14,83 +14,134 @@ import trainers
 from service.core.trial import Evaluated, Event, Finished, Unit, objective
 from trainers.numerics import NumericsError
 from trainers.numerics import use as use_numerics
+from trainers.schedule import Ending
 
 
-def _baseline(resolved: trainers.Resolved) -> float | None:
+def _course(resolved: trainers.Resolved) -> Ending | None:
+    """The member's ending rules, with its task's baseline (None: a file-backed task without its
+    files; the trial itself reports why)."""
     try:
-        return resolved.make_task().baseline_loss
-    except Exception:  # a file-backed task without its files: the trial itself reports why
+        return Ending.of(resolved)
+    except Exception:
         return None
+
+
+class Reports:
+    """What a unit reports to its executor, and when.
+
+    Every report carries `objective` (the searcher and the scheduler read it: the mean over the unit's
+    members of each one's latest objective — an evaluation's loss over the baseline, or a finished
+    member's final one — members finished before the unit included), `evaluations` (the rounds of
+    evaluations reported so far: the scheduler's time), `complete` (every member has its result; a
+    unit's last report without it was cut short, by a scheduler or a cancel) and its `events`.
+
+    A round in which some member's evaluation ends it (its budget's end, its early stop or its
+    failure: `trainers.schedule.Ending`) is held and goes out with that member's result, so that an
+    early-stopping scheduler deciding on the round cannot stop the unit between a member's last
+    evaluation and its result: no member is recorded pruned after it has ended."""
+
+    def __init__(self, report: Callable[[dict[str, Any]], None], unit: Unit, node: str) -> None:
+        self.report, self.node = report, node
+        self.todo = [m for m in unit.members if m.config_hash not in unit.known]
+        self.known = list(unit.known.values())
+        self.courses: list[Ending | None] = []
+        self.latest: dict[int, float] = {}  # member (index into todo) → its latest objective
+        self.left = len(self.todo)  # members without a result
+        self.evaluations = 0
+        self.held: list[Event] = []
+
+    def learn_courses(self) -> None:
+        """Each member's ending rules (builds its task: under the study's numerics mode)."""
+        self.courses = [_course(m.resolved) for m in self.todo]
+
+    def evaluated(self, evaluations: Sequence[tuple[int, trainers.Evaluation]]) -> None:
+        """A round of evaluations, (member, its evaluation) each."""
+        self.evaluations += 1
+        ends = False
+        for k, e in evaluations:
+            course = self.courses[k] if k < len(self.courses) else None
+            self.latest[k] = objective(e.val_loss, course.baseline if course else None, "done")
+            ends = ends or (course is not None and course.at(e))
+        events: list[Event] = [Evaluated(self.todo[k].config_hash, e) for k, e in evaluations]
+        if ends:
+            self.held += events
+        else:
+            self._send(events)
+
+    def finished(self, final: Sequence[tuple[int, trainers.TrialResult]]) -> None:
+        """Members' results, after their evaluations (and any round held for them)."""
+        events, self.held = self.held, []
+        for k, result in final:
+            result.node = self.node
+            self.latest[k] = objective(result.final_val_loss, result.baseline_loss, result.status)
+            events.append(Finished(self.todo[k].config_hash, result))
+        self.left -= len(final)
+        self._send(events)
+
+    def objective(self) -> float:
+        values = self.known + list(self.latest.values())
+        return statistics.fmean(values) if values else 0.0
+
+    def _send(self, events: list[Event]) -> None:
+        self.report({
+            "objective": self.objective(), "evaluations": self.evaluations, "complete": self.left == 0,
+            "events": events,
+        })  # fmt: skip
 
 
 def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) -> None:
     """Train the unit's members — as one fused bundle when the unit says so, else one after the
-    other — reporting each evaluation and each result to `report` (Ray Tune's, on a worker).
-
-    Every report carries `objective` (the searcher and the scheduler read it): an evaluation's loss
-    over the baseline, or the mean objective of the unit's members so far, and its `events`. A bundle
-    reports its members' evaluations in batches (one report per round of evaluations), so a bundle
-    of K costs Ray no more reports than one trial. `node` is written into each result (where it ran)."""
-    objectives = list(unit.known.values())
-    todo = [m for m in unit.members if m.config_hash not in unit.known]
+    other — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
+    as `Reports` says. A bundle reports its members' evaluations in rounds (one report per round), so
+    a bundle of K costs Ray no more reports than one trial. `node` is written into each result (where
+    it ran)."""
+    reports = Reports(report, unit, node)
+    todo = reports.todo
     if not todo:  # every member was already finished: the searcher still needs the objective
-        report({"objective": statistics.fmean(objectives) if objectives else 0.0, "events": []})
+        reports.finished([])
         return
     # this worker process computes with the study's numerics mode from before its first computation
-    # (the baselines below build tasks); a process that cannot fails each member with the reason
+    # (the ending rules build tasks); a process that cannot fails each member with the reason
     with contextlib.suppress(NumericsError):
         use_numerics(todo[0].resolved.config.numerics)
-    baselines = [_baseline(m.resolved) for m in todo]
+    reports.learn_courses()
 
     if unit.fused and len(todo) > 1:
         from trainers.fused import train_fused
 
-        buffer: list[tuple[Evaluated, float]] = []
+        buffer: list[tuple[int, trainers.Evaluation]] = []  # this round's evaluations so far
+        sent: set[int] = set()  # members whose result went out
 
-        def flush(events: Sequence[Event], objective_now: float) -> None:
-            report({"objective": objective_now, "events": list(events)})
-
-        def flush_buffer() -> None:
-            flush([e for e, _ in buffer], statistics.fmean(o for _, o in buffer))
+        def flush() -> None:
+            reports.evaluated(list(buffer))
             buffer.clear()
 
         def report_member(k: int, e: trainers.Evaluation) -> None:
-            # members evaluate at the same steps: a round is complete when every member reported, or
-            # when a new step begins (members that stopped early or failed have left the bundle)
-            if buffer and e.step != buffer[0][0].evaluation.step:
-                flush_buffer()
-            buffer.append((Evaluated(todo[k].config_hash, e), objective(e.val_loss, baselines[k], "done")))
-            if len(buffer) >= len(todo):
-                flush_buffer()
-
-        sent: set[int] = set()  # members whose result went out
+            # members evaluate at the same steps: a round is complete when every member without a
+            # result reported, or when a new step begins (a bundle split after running out of memory)
+            if buffer and e.step != buffer[0][1].step:
+                flush()
+            buffer.append((k, e))
+            if len(buffer) >= len(todo) - len(sent):
+                flush()
 
         def members_finished(final: list[tuple[int, trainers.TrialResult]]) -> None:
             # as soon as members' results are final (they stopped early or failed, or the bundle ended),
             # after their evaluations, in one report: a worker lost later in a long bundle loses none
-            for k, result in final:
-                result.node = node
-                sent.add(k)
-                objectives.append(objective(result.final_val_loss, result.baseline_loss, result.status))
-            events: list[Event] = [e for e, _ in buffer]
-            events += [Finished(todo[k].config_hash, r) for k, r in final]
-            buffer.clear()
-            flush(events, statistics.fmean(objectives))
+            if buffer:
+                flush()
+            sent.update(k for k, _ in final)
+            reports.finished(final)
 
         results = train_fused([m.resolved for m in todo], report_member, members_finished)
         unsent = [(k, r) for k, r in enumerate(results) if k not in sent]
-        if unsent or buffer:  # every member is settled by then: a safeguard; the unit's objective last
+        if unsent or buffer or reports.held:  # every member is settled by then: a safeguard
             members_finished(unsent)
         return
 
-    for member, baseline in zip(todo, baselines, strict=True):
+    for k, member in enumerate(todo):
 
-        def evaluated(
-            e: trainers.Evaluation, key: str = member.config_hash, baseline: float | None = baseline
-        ) -> None:
-            report({"objective": objective(e.val_loss, baseline, "done"), "events": [Evaluated(key, e)]})
+        def evaluated(e: trainers.Evaluation, k: int = k) -> None:
+            reports.evaluated([(k, e)])
 
-        result = trainers.train(member.resolved, evaluated)
-        result.node = node
-        objectives.append(objective(result.final_val_loss, result.baseline_loss, result.status))
-        report({"objective": statistics.fmean(objectives), "events": [Finished(member.config_hash, result)]})
+        reports.finished([(k, trainers.train(member.resolved, evaluated))])

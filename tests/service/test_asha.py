@@ -1,0 +1,249 @@
+"""The asha scheduler: a point's seeds train side by side as one unit, judged at each rung on their mean
+and stopped together; a unit is never stopped between a member's last evaluation and its result; a
+pruned point is Optuna's pruned trial, live and when a study resumes. The engine tests run a real
+embedded Ray, a real SQLite ledger and MLflow on SQLite."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.core.errors import StudyError
+from service.core.spec import StudySpec
+from service.core.trial import Evaluated, Finished, objective
+from service.study.packing import bundle, pack_study
+from service.study.search import Draws, grid_trials, sampling, study_space, told
+from tests.service.conftest import TINY
+
+LONG = {**TINY, "steps": 80, "eval_every": 10}  # 8 evaluations: rungs at 1, 2, 4 (grace 1, factor 2)
+
+
+def asha_spec(**kw) -> StudySpec:
+    data = {
+        "space": {"dims": {"lr": [1e-2, 1e-9, 1e-8]}},
+        "base": LONG,
+        "seeds": [1, 2],
+        "scheduler": "asha",
+        "asha": {"grace_period": 1, "reduction_factor": 2},
+        "concurrency": 1,
+    }
+    data.update(kw)
+    return StudySpec.model_validate(data)
+
+
+# ----- what a study may ask ----------------------------------------------------------------------------
+
+
+def test_asha_settings_belong_to_the_asha_scheduler_and_bundles_are_its_points():
+    with pytest.raises(ValidationError, match="scheduler is 'fifo': set `scheduler: asha`"):
+        asha_spec(scheduler="fifo")
+    with pytest.raises(
+        ValidationError, match="bundle_size: under scheduler asha a unit is one point's seeds"
+    ):
+        asha_spec(bundle_size=4)
+    with pytest.raises(ValidationError, match="reduction_factor"):
+        asha_spec(asha={"reduction_factor": 1})
+    # a stored fifo spec holds asha's defaults: it reads back
+    fifo = asha_spec(scheduler="fifo", asha={})
+    assert StudySpec.model_validate(fifo.model_dump()).scheduler == "fifo"
+
+
+def test_asha_refuses_seeds_it_cannot_train_side_by_side():
+    """A point is judged on the mean of its seeds, so they must fuse; before, a point's seeds trained
+    one after another and the rungs compared points on their first seed."""
+    lstm = asha_spec(base={**LONG, "cell": "lstm"})
+    with pytest.raises(
+        StudyError,
+        match=r"model .default. cannot: cell .lstm. on task .addition. does not train fused.*seeds: \[1\]",
+    ):
+        study_space(lstm, 10_000)
+    with pytest.raises(StudyError, match="cannot: fused is false"):
+        study_space(asha_spec(fused=False), 10_000)
+    study_space(asha_spec(base={**LONG, "cell": "lstm"}, seeds=[1]), 10_000)  # one seed: a point is a trial
+    study_space(asha_spec(scheduler="fifo", asha={}, base={**LONG, "cell": "lstm"}), 10_000)
+
+
+def test_under_asha_a_grid_packs_one_fused_unit_per_point():
+    spec = asha_spec()
+    units = pack_study(spec, grid_trials(study_space(spec, 10_000), {}))
+    assert len(units) == 3 and all(u.fused for u in units)
+    for u in units:
+        assert sorted(m.params["seed"] for m in u.members) == [1, 2]
+        assert len({m.params["lr"] for m in u.members}) == 1
+
+
+# ----- what a unit reports -----------------------------------------------------------------------------
+
+
+def reports_of(spec: StudySpec, fused: bool) -> tuple[list[dict], list]:
+    from service.study.worker import train_unit
+
+    trials = grid_trials(spec.search_space(), {})
+    reports: list[dict] = []
+    train_unit(bundle(trials, fused=fused), reports.append, "here")
+    return reports, trials
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_members_last_evaluation_goes_out_with_its_result(fused):
+    """A scheduler decides on each report: a report holding a member's last evaluation without its result
+    let ASHA stop the unit there and the member was recorded pruned after it had ended. Every round
+    reports the rounds so far (the scheduler's time) and the mean over the members' latest objectives."""
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3]}}, "base": {**TINY, "steps": 30}, "seeds": [1, 2]}
+    )  # evaluations at 10, 20, 30
+    reports, _ = reports_of(spec, fused)
+    for r in reports:
+        steps = {e.evaluation.step for e in r["events"] if isinstance(e, Evaluated)}
+        done = {e.config_hash for e in r["events"] if isinstance(e, Finished)}
+        if 30 in steps:  # the last evaluation: with the member's result
+            ended = {
+                e.config_hash for e in r["events"] if isinstance(e, Evaluated) and e.evaluation.step == 30
+            }
+            assert ended <= done
+    assert [r["complete"] for r in reports][-1] is True and not any(r["complete"] for r in reports[:-1])
+    results = [e.result for r in reports for e in r["events"] if isinstance(e, Finished)]
+    assert [r.status for r in results] == ["done", "done"]
+    assert reports[-1]["objective"] == pytest.approx(
+        math.fsum(objective(r.final_val_loss, r.baseline_loss, r.status) for r in results) / 2
+    )
+    if fused:  # one report per round: 10, 20, then 30 with both results
+        assert [r["evaluations"] for r in reports] == [1, 2, 3]
+        first = [e.evaluation for e in reports[0]["events"]]
+        baseline = results[0].baseline_loss
+        assert reports[0]["objective"] == pytest.approx(math.fsum(e.val_loss / baseline for e in first) / 2)
+
+
+def test_an_early_stop_goes_out_with_its_result_and_the_bundle_reports_on():
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"early_stop_loss": [10.0, None]}}, "base": {**TINY, "steps": 30}, "seeds": [1]}
+    )
+    reports, trials = reports_of(spec, True)
+    stops = trials[0].config_hash
+    (first,) = [
+        r for r in reports if any(isinstance(e, Finished) and e.config_hash == stops for e in r["events"])
+    ]
+    assert [e.evaluation.step for e in first["events"] if isinstance(e, Evaluated)] == [10, 10]  # held for it
+    assert first["complete"] is False and reports[-1]["complete"] is True
+
+
+# ----- a pruned point is Optuna's pruned trial ---------------------------------------------------------
+
+
+def test_a_pruned_point_is_told_as_optunas_pruned_trial_live_and_on_resume(tmp_path: Path):
+    from optuna.trial import TrialState
+
+    from service.store.ledger import Ledger
+
+    spec = asha_spec(space={"dims": {"lr": {"loguniform": [1e-4, 1e-2]}}}, sampler="random", max_trials=4)
+    space = study_space(spec, 10_000)
+    draws = Draws(sampling(spec, space, [], 2, lambda hashes: {}))
+    draws.ask("a"), draws.ask("b")
+    draws.tell("a", 0.4)
+    draws.tell("b", 1.5, pruned_at=2)
+    complete, pruned = draws.study.trials
+    assert complete.state == TrialState.COMPLETE and complete.value == 0.4
+    assert pruned.state == TrialState.PRUNED and pruned.intermediate_values == {2: 1.5}
+
+    # Ray Tune's searcher tells a unit whose last result is not `complete` as pruned (stopped by asha)
+    from service.study.ray_tune import UnitSearcher
+
+    searcher = UnitSearcher(sampling(spec, space, [], 3, lambda hashes: {}))
+    for key in "abc":
+        searcher.suggest(key)
+    searcher.on_trial_complete("a", {"objective": 0.5, "evaluations": 8, "complete": True})
+    searcher.on_trial_complete("b", {"objective": 2.0, "evaluations": 1, "complete": False})
+    searcher.on_trial_complete("c", None, error=True)
+    states = [(t.state, t.value, t.intermediate_values) for t in searcher.draws.study.trials]
+    assert states == [
+        (TrialState.COMPLETE, 0.5, {}),
+        (TrialState.PRUNED, 2.0, {1: 2.0}),
+        (TrialState.FAIL, None, {}),
+    ]
+
+    # on resume, the ledger's pruned seeds (each with its last evaluation) make a pruned point again
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    study = ledger.create_study("s", spec.model_dump(mode="json"), [])
+    unit = draws.sampling.unit("default", {"lr": 1e-3})
+    ledger.add_trials(study.id, unit.members)
+    history = [
+        {"step": s, "epoch": 1.0, "train_loss": 0.3, "val_loss": 0.25, "metric": None, "seconds": 0.1}
+        for s in (10, 20)
+    ]
+    for m in unit.members:
+        ledger.finish_trial(ledger.start_trial(study.id, m.config_hash), _pruned(history))
+    rows = ledger.trials(study.id)
+    value, at = told(rows)
+    assert at == 2 and value == pytest.approx(0.25 / rows[0].baseline_loss)
+    again = Draws(sampling(spec, space, rows, 2, lambda hashes: {}))
+    (past,) = again.study.trials
+    assert past.state == TrialState.PRUNED and past.intermediate_values == {2: pytest.approx(value)}
+
+
+def _pruned(history: list[dict]):
+    import trainers
+    from trainers.result import Evaluation
+
+    return trainers.TrialResult(
+        status="pruned", reason="stopped early by the scheduler", final_val_loss=0.25, steps=20,
+        history=[Evaluation(**e) for e in history], baseline_loss=1 / 6,
+    )  # fmt: skip
+
+
+# ----- end to end, on a real Ray ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine):
+    """lr 1e-2 learns; 1e-9 and 1e-8 do not move from their start (objective ≈ 8 against ≈ 1.4). One unit
+    at a time, each worse point is stopped at its first rung with both seeds, each trained once."""
+    study = engine.create_study(asha_spec())
+    assert engine.run_study(study.id)["state"] == "done"
+    trials = engine.ledger.trials(study.id)
+    assert len(trials) == 6 and all(t.runs == 1 for t in trials)
+    by_lr: dict[float, list] = {}
+    for t in trials:
+        by_lr.setdefault(t.params["lr"], []).append(t)
+    assert [(t.status, len(t.history)) for t in by_lr[1e-2]] == [("done", 8)] * 2
+    pruned = [t for t in trials if t.status == "pruned"]
+    assert pruned, "no point was stopped early"
+    for lr, seeds in by_lr.items():  # a point's seeds share their fate and their evaluations
+        assert len({(t.status, len(t.history)) for t in seeds}) == 1, lr
+    assert all(t.baseline_loss and len(t.history) < 8 and t.final_val_loss == t.history[-1]["val_loss"]
+               for t in pruned)  # fmt: skip
+    total = engine.summary(study.id)["success"]["total"]
+    assert total["pruned"] == len(pruned) and total["finished"] == 6
+
+
+@pytest.mark.slow
+def test_a_point_stopped_at_its_last_evaluation_is_done(engine):
+    """Its only rung is its last evaluation (grace 2 of 2): the worse point, judged second, is stopped
+    there, after its results went out with that evaluation. Before, it was recorded pruned."""
+    spec = asha_spec(
+        space={"dims": {"lr": [1e-2, 1e-9]}}, base={**TINY, "steps": 20}, asha={"grace_period": 2}
+    )
+    study = engine.create_study(spec)
+    assert engine.run_study(study.id)["state"] == "done"
+    trials = engine.ledger.trials(study.id)
+    assert [(t.status, len(t.history), t.runs) for t in trials] == [("done", 2, 1)] * 4
+
+
+@pytest.mark.slow
+def test_a_sampled_asha_study_resumes_with_its_pruned_points_as_history(engine):
+    spec = asha_spec(space={"dims": {"lr": {"loguniform": [1e-9, 1e-2]}}}, sampler="random", max_trials=8,
+                     sampler_seed=3)  # fmt: skip
+    study = engine.create_study(spec)
+    assert engine.run_study(study.id)["state"] == "done"
+    trials = engine.ledger.trials(study.id)
+    assert len(trials) == 8 and all(t.status in ("done", "pruned") and t.runs == 1 for t in trials)
+    points: dict[float, set] = {}
+    for t in trials:
+        points.setdefault(t.params["lr"], set()).add((t.status, len(t.history)))
+    assert all(len(fates) == 1 for fates in points.values())
+    assert engine.extend_study(study.id, spec.model_copy(update={"max_trials": 10})) == 2
+    assert engine.run_study(study.id)["state"] == "done"
+    again = engine.ledger.trials(study.id)
+    assert len(again) == 10 and all(t.runs == 1 for t in again)
