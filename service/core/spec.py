@@ -71,6 +71,10 @@ class Resources(BaseModel):
     gpus: float = Field(default=0.0, ge=0, description="GPU fraction per Ray trial")
 
 
+#: the highest rung ASHA may set, in evaluations (a bound for its rungs: no run evaluates this often)
+ASHA_MAX_EVALUATIONS = 100_000
+
+
 class Asha(BaseModel):
     """Ray Tune's ASHA (asynchronous successive halving) over a study's points, in evaluations: a point
     reaching a rung (grace_period × reduction_factor^k evaluations) goes on only when its objective,
@@ -78,7 +82,10 @@ class Asha(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     grace_period: int = Field(
-        default=2, ge=1, description="evaluations a point trains before it can be stopped (the first rung)"
+        default=2,
+        ge=1,
+        le=ASHA_MAX_EVALUATIONS,
+        description="evaluations a point trains before it can be stopped (the first rung)",
     )
     reduction_factor: float = Field(
         default=3.0, gt=1, allow_inf_nan=False, description="a rung keeps the best 1 / reduction_factor"
@@ -152,7 +159,7 @@ class StudySpec(BaseModel):
         default=None,
         ge=1,
         description="members per fused bundle at most; default: from the shapes, the memory and concurrency "
-        "(under asha a bundle is one point's seeds)",
+        "(not under asha, whose unit is one point's seeds)",
     )
     numerics: Numerics = Field(
         default_factory=default_mode,  # fixed when the spec is made, so a stored study keeps its mode
@@ -271,16 +278,11 @@ class StudySpec(BaseModel):
 
     @model_validator(mode="after")
     def _asha_settings(self) -> StudySpec:
-        """`asha` settings are the asha scheduler's, and a bundle under it is one point's seeds."""
+        """`asha` settings are the asha scheduler's."""
         if self.asha != Asha() and self.scheduler != "asha":  # (a stored spec holds the defaults)
             raise ValueError(
                 f"asha: settings of the asha scheduler, but scheduler is {self.scheduler!r}: "
                 "set `scheduler: asha`, or leave `asha` out"
-            )
-        if self.scheduler == "asha" and self.bundle_size is not None:
-            raise ValueError(
-                "bundle_size: under scheduler asha a unit is one point's seeds, trained side by side and "
-                "stopped together; leave bundle_size out (or use scheduler fifo to size bundles)"
             )
         return self
 
@@ -327,8 +329,9 @@ class StudySpec(BaseModel):
 
     @property
     def fuses(self) -> bool:
-        """Whether same-shape trials train together as fused bundles."""
-        return self.fused and self.bundle_size != 1
+        """Whether same-shape trials train together as fused bundles (`bundle_size` does not apply under
+        asha, whose unit is one point's seeds)."""
+        return self.fused and (self.scheduler == "asha" or self.bundle_size != 1)
 
     @property
     def sizes_bundles(self) -> bool:

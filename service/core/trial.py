@@ -68,12 +68,21 @@ class TrialSpec:
 class Unit:
     """The trials one Ray trial runs: as one fused bundle (`fused`), else one after another.
 
-    `known`: members already finished (a sampled point met again), by config hash → objective;
-    they are counted in the unit's objective, not trained again."""
+    `known`: members already finished (a sampled point met again), by config hash; they are counted
+    in the unit's objective, not trained again."""
 
     members: tuple[TrialSpec, ...]
     fused: bool = False
-    known: Mapping[str, float] = field(default_factory=dict)
+    known: Mapping[str, Known] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Known:
+    """A member's result from before its unit: its objective (`objective`), and the evaluations it had
+    when a scheduler pruned it (None: it ended by itself)."""
+
+    objective: float
+    pruned_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,13 @@ Event = Evaluated | Finished
 
 
 def objective(final_val_loss: float | None, baseline: float | None, status: str) -> float:
-    """Loss in units of the baseline (comparable across tasks); failures count as FAILED_OBJECTIVE."""
-    if status != "done" or final_val_loss is None or not math.isfinite(final_val_loss) or not baseline:
+    """Loss in units of the baseline (comparable across tasks); failures count as FAILED_OBJECTIVE, and a
+    pruned trial's last evaluation stands for its loss."""
+    if (
+        status not in ("done", "pruned")
+        or final_val_loss is None
+        or not math.isfinite(final_val_loss)
+        or not baseline
+    ):
         return FAILED_OBJECTIVE
     return min(final_val_loss / baseline, FAILED_OBJECTIVE)

@@ -265,10 +265,18 @@ def _timings(
 # ----- in the driver -------------------------------------------------------------------------------
 
 
-def where_trials_run(settings: Settings, cpus: float, gpus: float, start: bool = True) -> tuple[str, int]:
+def where_trials_run(
+    settings: Settings,
+    cpus: float,
+    gpus: float,
+    start: bool = True,
+    cancel: threading.Event | None = None,
+    timeout: float = TIMEOUT,
+) -> tuple[str, int]:
     """(the node type a study's trials run on, how many of its units fit on the cluster at once).
     An embedded Ray is this machine (nothing starts); a cluster is asked with a small Ray task, after
-    joining it when `start` (else a cluster not joined yet is an error)."""
+    joining it when `start` (else a cluster not joined yet is an error), within `timeout` or until
+    `cancel` is set (the study's: cancelled, or its server stopping)."""
     if embedded(settings):
         capacity = int((settings.ray_num_cpus or os.cpu_count() or 1) // max(cpus, 1e-9))
         if gpus > 0:
@@ -292,7 +300,21 @@ def where_trials_run(settings: Settings, cpus: float, gpus: float, start: bool =
             f"cluster has {total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs)"
         )
     ref = ray.remote(num_cpus=cpus, num_gpus=gpus)(node_type).remote(gpus > 0)
-    return str(ray.get(ref, timeout=TIMEOUT)), capacity
+    deadline = time.monotonic() + timeout
+    while not (cancel is not None and cancel.is_set()):
+        left = deadline - time.monotonic()
+        done, _ = ray.wait([ref], timeout=max(0.0, min(left, CANCEL_POLL)))
+        if done:
+            return str(ray.get(ref)), capacity
+        if left <= CANCEL_POLL:
+            break
+    ray.cancel(ref, force=True)
+    raise TimeoutError(
+        "stopped: the study was cancelled, or its server stopped"
+        if cancel is not None and cancel.is_set()
+        else f"no node answered within {timeout:g} s: the cluster's slots are busy (other studies?) or "
+        "no node offers the study's resources; plan again when a slot is free"
+    )
 
 
 def run_on_ray(

@@ -212,7 +212,7 @@ def _plan(
     cpus, gpus = spec.resources.cpus, spec.resources.gpus
     notes: list[str] = []
     schedules = Schedules()
-    node, capacity = _where(engine.settings, spec, calibrate, start_ray, notes)
+    node, capacity = _where(engine.settings, spec, calibrate, start_ray, notes, cancel)
     slots = max(1, min(spec.concurrency, capacity or spec.concurrency))
     shapes = _Shapes(units)
     found: dict[str, dict[str, Any]] = {}
@@ -250,6 +250,8 @@ def _plan(
         notes=notes + (["sampled: the units are each model's first point × the seeds, the models in turn"]
                        if spec.sampler != "grid" else [])
               + (["asha: the estimate trains every point to its end; the points asha stops cost less"]
+                 + (["bundle_size does not apply under asha: a unit is one point's seeds"]
+                    if spec.bundle_size is not None else [])
                  if spec.scheduler == "asha" else [])
               + schedules.notes
               + ([PORTABLE_COST] if spec.numerics == "portable" and not gpus else []),
@@ -262,15 +264,17 @@ def _where(
     calibrate: bool,
     start_ray: Callable[[], None] | None,
     notes: list[str],
+    cancel: threading.Event | None = None,
 ) -> tuple[str | None, int | None]:
     """(node type, how many units fit the cluster at once) of where the study's trials run; (None,
-    None) and a note when that is unknown."""
+    None) and a note when that is unknown (or `cancel` stopped the asking)."""
     try:
         if calibrate and start_ray is not None and not embedded(settings):
             start_ray()  # a cluster's node type is asked of the cluster
         return where_trials_run(
-            settings, spec.resources.cpus, spec.resources.gpus, start=calibrate and start_ray is None
-        )
+            settings, spec.resources.cpus, spec.resources.gpus, start=calibrate and start_ray is None,
+            cancel=cancel,
+        )  # fmt: skip
     except Exception as exc:
         notes.append(f"where the trials run is unknown ({type(exc).__name__}: {exc}); no estimate")
         return None, None

@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.states import FINISHED, TrialStatus
-from service.core.trial import TrialSpec, objective
+from service.core.trial import Known, TrialSpec, objective
 from service.core.values import value_matches
 from service.store.database import connect
 from service.store.models import (
@@ -488,17 +488,21 @@ class Ledger:
                 row.status, row.reason = "pending", note
 
     @outlasting
-    def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, float]:
-        """The objective of each of these trials that has a result already: finished in this study,
-        or done in another (reused when the study adds it)."""
+    def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, Known]:
+        """Each of these trials that has a result already — finished in this study, or done in another
+        (reused when the study adds it) — as a unit counts it: its objective, and its evaluations when
+        it was pruned."""
         wanted = list(hashes)
-        out: dict[str, float] = {}
+        out: dict[str, Known] = {}
         with self.session() as s:
             for chunk in _chunks(wanted, 500):
                 for t in s.scalars(select(Trial).where(Trial.config_hash.in_(chunk))):
                     mine = t.study_id == study_id and t.status in FINISHED
                     if mine or t.status == "done":
-                        out.setdefault(t.config_hash, objective(t.final_val_loss, t.baseline_loss, t.status))
+                        out.setdefault(t.config_hash, Known(
+                            objective(t.final_val_loss, t.baseline_loss, t.status),
+                            len(t.history or []) if t.status == "pruned" else None,
+                        ))  # fmt: skip
         return out
 
     @outlasting

@@ -21,6 +21,7 @@ from ray.tune import Callback, Stopper
 from ray.tune.search import Searcher
 
 from service.core.settings import Settings
+from service.core.spec import ASHA_MAX_EVALUATIONS
 from service.study.book import TrialBook
 from service.study.executor import RunRequest
 from service.study.nodes import NodeMemory, embedded, ensure_ray, node_name, unplaceable
@@ -31,8 +32,6 @@ from service.study.worker import train_unit
 log = logging.getLogger(__name__)
 
 _TUNE_REGISTRY_LOCK = threading.Lock()  # see RayTune.run
-#: the highest rung ASHA may set, in evaluations (a bound for its rungs: no run evaluates this often)
-ASHA_MAX_EVALUATIONS = 100_000
 
 
 def run_unit(config: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
 from service.core.errors import StudyError
 from service.core.spec import DEFAULT_MODEL, StudySpec
-from service.core.trial import TrialSpec, Unit, objective
+from service.core.trial import Known, TrialSpec, Unit, objective
 from service.study.packing import bundle
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ class Sampling:
     count: int
     settings: Mapping[str, Any]  # the study's execution settings (`execution`)
     fused: bool
-    known: Callable[[Iterable[str]], dict[str, float]]  # config hashes → objectives of finished ones
+    known: Callable[[Iterable[str]], dict[str, Known]]  # config hashes → the finished ones, as counted
     warm: Sequence[tuple[dict[str, Any], float, int | None]] = ()
 
     @property
@@ -412,10 +412,7 @@ def told(seeds: Sequence[Trial]) -> tuple[float, int | None]:
     """What a finished point tells its sampler again (`Draws.tell`): the mean objective of its seeds,
     a pruned seed's from its last evaluation; and, when a scheduler pruned it, the evaluations it had
     then (else None)."""
-    values = [
-        objective(t.final_val_loss, t.baseline_loss, "done" if t.status == "pruned" else t.status)
-        for t in seeds
-    ]
+    values = [objective(t.final_val_loss, t.baseline_loss, t.status) for t in seeds]
     pruned = [len(t.history or []) for t in seeds if t.status == "pruned"]
     return statistics.fmean(values), max(pruned) if pruned else None
 
@@ -425,7 +422,7 @@ def sampling(
     space: SearchSpace,
     finished: Iterable[Trial],
     count: int,
-    known: Callable[[Iterable[str]], dict[str, float]],
+    known: Callable[[Iterable[str]], dict[str, Known]],
 ) -> Sampling:
     """The spec's sampler over the space for `count` points, warm-started with the study's finished
     trials: one evaluated point per finished (model, params), its objective averaged over seeds."""

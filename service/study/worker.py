@@ -31,12 +31,14 @@ class Reports:
 
     Every report carries `objective` (the searcher and the scheduler read it: the mean over the unit's
     members of each one's latest objective — an evaluation's loss over the baseline, or a finished
-    member's final one — members finished before the unit included), `evaluations` (the rounds of
-    evaluations reported so far: the scheduler's time), `complete` (every member has its result; a
-    unit's last report without it was cut short, by a scheduler or a cancel) and its `events`.
+    member's final one — members finished before the unit included), `evaluations` (the most
+    evaluations any member has had: the scheduler's time), `complete` (every member has its result,
+    none of them pruned; a unit's last report without it was cut short, by a scheduler or a cancel)
+    and its `events`.
 
     A round in which some member's evaluation ends it (its budget's end, its early stop or its
-    failure: `trainers.schedule.Ending`) is held and goes out with that member's result, so that an
+    failure: `trainers.schedule.Ending`), or that comes just before members' results (one failed its
+    training-loss check at that step), is held and goes out with those results, so that an
     early-stopping scheduler deciding on the round cannot stop the unit between a member's last
     evaluation and its result: no member is recorded pruned after it has ended."""
 
@@ -46,24 +48,23 @@ class Reports:
         self.known = list(unit.known.values())
         self.courses: list[Ending | None] = []
         self.latest: dict[int, float] = {}  # member (index into todo) → its latest objective
+        self.counts: dict[int, int] = {}  # member → its evaluations reported
         self.left = len(self.todo)  # members without a result
-        self.evaluations = 0
         self.held: list[Event] = []
 
     def learn_courses(self) -> None:
         """Each member's ending rules (builds its task: under the study's numerics mode)."""
         self.courses = [_course(m.resolved) for m in self.todo]
 
-    def evaluated(self, evaluations: Sequence[tuple[int, trainers.Evaluation]]) -> None:
-        """A round of evaluations, (member, its evaluation) each."""
-        self.evaluations += 1
-        ends = False
+    def evaluated(self, evaluations: Sequence[tuple[int, trainers.Evaluation]], hold: bool = False) -> None:
+        """A round of evaluations, (member, its evaluation) each; `hold`: results follow at once."""
         for k, e in evaluations:
             course = self.courses[k] if k < len(self.courses) else None
             self.latest[k] = objective(e.val_loss, course.baseline if course else None, "done")
-            ends = ends or (course is not None and course.at(e))
+            self.counts[k] = self.counts.get(k, 0) + 1
+            hold = hold or (course is not None and course.at(e))
         events: list[Event] = [Evaluated(self.todo[k].config_hash, e) for k, e in evaluations]
-        if ends:
+        if hold:
             self.held += events
         else:
             self._send(events)
@@ -78,13 +79,15 @@ class Reports:
         self.left -= len(final)
         self._send(events)
 
-    def objective(self) -> float:
-        values = self.known + list(self.latest.values())
-        return statistics.fmean(values) if values else 0.0
-
     def _send(self, events: list[Event]) -> None:
+        values = [k.objective for k in self.known] + list(self.latest.values())
+        pruned = [k.pruned_at for k in self.known if k.pruned_at is not None]
         self.report({
-            "objective": self.objective(), "evaluations": self.evaluations, "complete": self.left == 0,
+            "objective": statistics.fmean(values) if values else 0.0,
+            # the most any member has had (a bundle split after running out of memory trains its halves
+            # one after the other: their seeds are then judged on their latest evaluations)
+            "evaluations": max([*self.counts.values(), *pruned], default=0),
+            "complete": self.left == 0 and not pruned,
             "events": events,
         })  # fmt: skip
 
@@ -128,8 +131,9 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
         def members_finished(final: list[tuple[int, trainers.TrialResult]]) -> None:
             # as soon as members' results are final (they stopped early or failed, or the bundle ended),
             # after their evaluations, in one report: a worker lost later in a long bundle loses none
-            if buffer:
-                flush()
+            if buffer:  # its round (a member left at this step): held, to go out with the results
+                reports.evaluated(list(buffer), hold=True)
+                buffer.clear()
             sent.update(k for k, _ in final)
             reports.finished(final)
 

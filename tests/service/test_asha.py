@@ -40,12 +40,10 @@ def asha_spec(**kw) -> StudySpec:
 def test_asha_settings_belong_to_the_asha_scheduler_and_bundles_are_its_points():
     with pytest.raises(ValidationError, match="scheduler is 'fifo': set `scheduler: asha`"):
         asha_spec(scheduler="fifo")
-    with pytest.raises(
-        ValidationError, match="bundle_size: under scheduler asha a unit is one point's seeds"
-    ):
-        asha_spec(bundle_size=4)
     with pytest.raises(ValidationError, match="reduction_factor"):
         asha_spec(asha={"reduction_factor": 1})
+    with pytest.raises(ValidationError, match="grace_period"):  # beyond every rung Ray would set
+        asha_spec(asha={"grace_period": 100_001})
     # a stored fifo spec holds asha's defaults: it reads back
     fifo = asha_spec(scheduler="fifo", asha={})
     assert StudySpec.model_validate(fifo.model_dump()).scheduler == "fifo"
@@ -66,8 +64,10 @@ def test_asha_refuses_seeds_it_cannot_train_side_by_side():
     study_space(asha_spec(scheduler="fifo", asha={}, base={**LONG, "cell": "lstm"}), 10_000)
 
 
-def test_under_asha_a_grid_packs_one_fused_unit_per_point():
-    spec = asha_spec()
+@pytest.mark.parametrize("bundle_size", [None, 1, 4])
+def test_under_asha_a_grid_packs_one_fused_unit_per_point(bundle_size):
+    """`bundle_size` does not apply (a stored asha study may hold one: it reads back and runs)."""
+    spec = StudySpec.model_validate(asha_spec(bundle_size=bundle_size).model_dump())
     units = pack_study(spec, grid_trials(study_space(spec, 10_000), {}))
     assert len(units) == 3 and all(u.fused for u in units)
     for u in units:
@@ -128,6 +128,59 @@ def test_an_early_stop_goes_out_with_its_result_and_the_bundle_reports_on():
     ]
     assert [e.evaluation.step for e in first["events"] if isinstance(e, Evaluated)] == [10, 10]  # held for it
     assert first["complete"] is False and reports[-1]["complete"] is True
+
+
+def test_a_seed_that_fails_its_training_check_at_a_round_goes_out_with_that_round():
+    """lr 3 without clipping: its training loss is not finite at step 5, an evaluation step, so it leaves
+    before that round's validation. The round (the other seed's evaluation) was sent alone, and an ASHA
+    stop on it lost the failure: recorded pruned (or cancelled, and trained again)."""
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3, 3.0]}}, "base": {**TINY, "steps": 40, "eval_every": 5, "clip_norm": None},
+         "seeds": [1]}
+    )  # fmt: skip
+    reports, trials = reports_of(spec, True)
+    diverges = trials[1].config_hash
+    (out,) = [
+        r for r in reports if any(isinstance(e, Finished) and e.config_hash == diverges for e in r["events"])
+    ]
+    (result,) = [e.result for e in out["events"] if isinstance(e, Finished)]
+    assert result.status == "failed" and "training loss is not finite" in result.reason
+    assert [e.evaluation.step for e in out["events"] if isinstance(e, Evaluated)] == [5]  # its round, with it
+    assert out["evaluations"] == 1 and reports.index(out) == 0
+
+
+def test_a_split_bundle_counts_evaluations_per_member_not_per_round(monkeypatch):
+    """A bundle out of memory trains again in halves, one after the other; each half's rounds counted
+    as the unit's rounds ran ASHA's time ahead of every seed (10 for 6 evaluations)."""
+    from tests.trainers.test_fused import fake_memory
+
+    fake_memory(monkeypatch, 2, from_step=25)
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3]}}, "base": {**TINY, "steps": 60}, "seeds": [1, 2, 3, 4]}
+    )  # evaluations at 10, …, 60: the split after the second
+    reports, _ = reports_of(spec, True)
+    counts = [r["evaluations"] for r in reports]
+    assert counts == sorted(counts) and counts[-1] == 6
+    assert sorted(e.config_hash for r in reports for e in r["events"] if isinstance(e, Finished)) == sorted(
+        t.config_hash for t in grid_trials(spec.search_space(), {})
+    )
+
+
+def test_a_unit_holding_a_pruned_seed_is_not_complete():
+    """A sampler's repeat of a point a scheduler pruned: its seeds are known, counted from their last
+    evaluations, and the unit is told as pruned at their evaluations. It was told as complete, with the
+    failure objective 10."""
+    from service.core.trial import Known
+    from service.core.trial import Unit as UnitOf
+    from service.study.worker import train_unit
+
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3]}}, "base": TINY, "seeds": [1, 2]})
+    trials = grid_trials(spec.search_space(), {})
+    known = {trials[0].config_hash: Known(0.8, pruned_at=3), trials[1].config_hash: Known(1.2, pruned_at=3)}
+    reports: list[dict] = []
+    train_unit(UnitOf(tuple(trials), True, known), reports.append, "here")
+    assert reports == [{"objective": pytest.approx(1.0), "evaluations": 3, "complete": False, "events": []}]
+    assert objective(0.25, 0.5, "pruned") == 0.5 and objective(0.25, 0.5, "failed") == 10.0
 
 
 # ----- a pruned point is Optuna's pruned trial ---------------------------------------------------------

@@ -233,3 +233,38 @@ def test_a_cancelled_study_stops_its_calibration_and_keeps_none(engine: Any) -> 
     with engine.ledger.session() as s:
         assert s.query(Calibration).count() == 0
     assert shape.error is not None and shape.error.startswith("stopped: the study was cancelled")
+
+
+@pytest.mark.slow
+def test_a_cancel_stops_asking_a_busy_cluster_where_trials_run(engine: Any) -> None:
+    """A joined cluster is asked its node type with a small task of a unit's resources; with every slot
+    busy that task waits. Before, the wait ignored the study's cancel for up to 180 s."""
+    import threading
+    import time
+
+    import ray
+
+    from service.planning.calibration import where_trials_run
+    from service.study.nodes import ensure_ray
+
+    ensure_ray(engine.settings)  # this test's Ray, asked as a cluster is (an address set)
+    cpus = ray.cluster_resources()["CPU"]
+    busy = ray.remote(num_cpus=cpus)(_sleep).remote(60)  # every slot taken
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    started = time.monotonic()
+    cluster = engine.settings.model_copy(update={"ray_address": "ray://a-cluster:10001"})
+    try:
+        with pytest.raises(TimeoutError, match="stopped: the study was cancelled"):
+            where_trials_run(cluster, cpus, 0.0, start=False, cancel=cancel)
+        assert time.monotonic() - started < 10
+        with pytest.raises(TimeoutError, match="no node answered within 1 s"):
+            where_trials_run(cluster, cpus, 0.0, start=False, timeout=1.0)
+    finally:
+        ray.cancel(busy, force=True)
+
+
+def _sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
