@@ -111,8 +111,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except BaseException:
         runner.shutdown()
         raise
+    spec = study.validated_spec()
+    drawn = (
+        f"; its sampler draws the rest of max_trials {spec.max_trials} as it runs"
+        if spec.sampler != "grid"
+        else ""
+    )
     print(
-        f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger", file=sys.stderr
+        f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger{drawn}",
+        file=sys.stderr,
     )
     runner.submit(study.id)
     try:

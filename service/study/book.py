@@ -171,8 +171,9 @@ class TrialBook:
                 self.record.stopped(self.ids[key], key, reason)
             elif how == "pruned":
                 result = trainers.TrialResult(
-                    status="pruned", reason=reason, history=history, final_val_loss=last.val_loss if last else None,
-                    steps=last.step if last else 0,
+                    status="pruned", reason=f"{reason} after {len(history)} evaluations", history=history,
+                    final_val_loss=last.val_loss if last else None, steps=last.step if last else 0,
+                    seconds=last.seconds if last else 0.0,
                 )  # fmt: skip
                 self._with_task(result, key)
                 self._finish(run, key, result)

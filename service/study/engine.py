@@ -32,13 +32,13 @@ from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED
-from service.core.trial import StaleTrialError
+from service.core.trial import StaleTrialError, Unit
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study
 from service.study.book import TrialBook
 from service.study.executor import Executor, RunRequest
-from service.study.packing import pack_study
+from service.study.packing import pack_study, point_key
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
@@ -369,6 +369,8 @@ class Engine:
                 if measured is None and spec.sizes_bundles:
                     measured = self.node_memory(resources)
                 units = pack_study(spec, todo, measured)
+            if spec.scheduler == "asha":
+                units = self._with_finished_seeds(study.id, units)
             packed = None
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.expect(todo)
@@ -379,6 +381,20 @@ class Engine:
                 return ran
             log.warning("study %s: %d trials were interrupted; they run again", study.id, book.requeued)
         return ran
+
+    def _with_finished_seeds(self, study_id: str, units: Sequence[Unit]) -> list[Unit]:
+        """Under asha a point is judged on the mean of all its seeds: a point's unit counts the seeds
+        that finished in an earlier run or round (`Unit.known`), as a sampled point met again does."""
+        seeds: dict[Any, list[str]] = {}
+        for t in self.ledger.trials(study_id, FINISHED):
+            seeds.setdefault(point_key(t.model, t.params), []).append(t.config_hash)
+        out = []
+        for unit in units:
+            first = unit.members[0]
+            finished = seeds.get(point_key(first.model, first.params), [])
+            known = self.ledger.finished_objectives(study_id, finished) if finished else {}
+            out.append(replace(unit, known=known))
+        return out
 
     def _execute(self, request: RunRequest, book: TrialBook) -> None:
         """The executor's run of a round; when it raises (a ledger outage past its patience inside a

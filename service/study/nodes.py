@@ -61,6 +61,11 @@ def _ensure_ray(settings: Settings) -> None:
         _start_ray(settings)
 
 
+class _NoSigtermNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
 def _start_ray(settings: Settings) -> None:
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
@@ -69,6 +74,13 @@ def _start_ray(settings: Settings) -> None:
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "4")
     # with those loggers off, Tune's end-of-run analysis warns once per trial that it found no result files
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    # nor does anyone read Tune's experiment state (the ledger resumes a study): not its path at each end
+    logging.getLogger("ray.tune.tune").setLevel(logging.WARNING)
+    # Ray started off the main thread (`on_ray_thread`, on purpose) says that it set no SIGTERM handler:
+    # memsweep's processes handle their signals themselves
+    worker_log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):
+        worker_log.addFilter(_NoSigtermNotice())
     import ray
 
     if ray.is_initialized():

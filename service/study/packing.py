@@ -155,8 +155,13 @@ def by_point(trials: Sequence[TrialSpec], *, fused: bool) -> list[Unit]:
     `fusable_key`: what an early-stopping scheduler judges and stops as one (asha)."""
     points: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialSpec]] = {}
     for t in trials:
-        points.setdefault((t.model, _order({k: v for k, v in t.params.items() if k != "seed"})), []).append(t)
+        points.setdefault(point_key(t.model, t.params), []).append(t)
     return [bundle(members, fused=fused) for members in points.values()]
+
+
+def point_key(model: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A trial's point: its model and its values but the seed."""
+    return model, _order({k: v for k, v in params.items() if k != "seed"})
 
 
 def bundle(trials: Sequence[TrialSpec], *, fused: bool) -> Unit:

@@ -350,6 +350,7 @@ class Draws:
     def __init__(self, sampling: Sampling) -> None:
         import optuna
 
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per in-memory study made
         self.sampling, self.models = sampling, sampling.models
         self.study = optuna.create_study(direction="minimize", sampler=sampling.optuna_sampler())
         for params, value, pruned_at in sampling.warm:

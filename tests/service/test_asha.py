@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from service.core.errors import StudyError
 from service.core.spec import StudySpec
-from service.core.trial import Evaluated, Finished, objective
+from service.core.trial import Evaluated, Finished, Known, objective
 from service.study.packing import bundle, pack_study
 from service.study.search import Draws, grid_trials, sampling, study_space, told
 from tests.service.conftest import TINY
@@ -170,7 +170,6 @@ def test_a_unit_holding_a_pruned_seed_is_not_complete():
     """A sampler's repeat of a point a scheduler pruned: its seeds are known, counted from their last
     evaluations, and the unit is told as pruned at their evaluations. It was told as complete, with the
     failure objective 10."""
-    from service.core.trial import Known
     from service.core.trial import Unit as UnitOf
     from service.study.worker import train_unit
 
@@ -181,6 +180,28 @@ def test_a_unit_holding_a_pruned_seed_is_not_complete():
     train_unit(UnitOf(tuple(trials), True, known), reports.append, "here")
     assert reports == [{"objective": pytest.approx(1.0), "evaluations": 3, "complete": False, "events": []}]
     assert objective(0.25, 0.5, "pruned") == 0.5 and objective(0.25, 0.5, "failed") == 10.0
+
+
+def test_a_resumed_grid_point_counts_the_seeds_that_finished_before(tmp_path: Path):
+    """A point some seeds of which finished in an earlier run (a crash, a fault's requeued round): its
+    unit counts them in the point's mean (`Unit.known`); before, the rungs judged it on the rest alone."""
+    from service.core.settings import Settings
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    spec = asha_spec()
+    study = engine.create_study(spec)
+    first, second = [t for t in engine.ledger.trials(study.id) if t.params["lr"] == 1e-2]
+    result = _pruned([])
+    result.status, result.final_val_loss = "done", 0.1
+    engine.ledger.finish_trial(engine.ledger.start_trial(study.id, first.config_hash), result)
+    todo = [t.spec() for t in engine.ledger.trials(study.id, ["pending"])]
+    units = {
+        u.members[0].params["lr"]: u for u in engine._with_finished_seeds(study.id, pack_study(spec, todo))
+    }
+    assert [m.config_hash for m in units[1e-2].members] == [second.config_hash]
+    assert units[1e-2].known == {first.config_hash: Known(pytest.approx(0.6), None)}
+    assert units[1e-9].known == {} and len(units[1e-9].members) == 2
 
 
 # ----- a pruned point is Optuna's pruned trial ---------------------------------------------------------
