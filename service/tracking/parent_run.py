@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 #: a success table's totals among the parent run's counts as the study goes
-PROGRESS_TOTALS = ("trials", "finished", "succeeded", "failed")
+PROGRESS_TOTALS = ("trials", "finished", "succeeded", "failed", "pruned")
 #: the totals the summary writes again at the end (`finished` is not among them)
-SUMMARY_TOTALS = ("trials", "succeeded", "failed")
+SUMMARY_TOTALS = ("trials", "succeeded", "failed", "pruned")
 
 
 def create_parent(

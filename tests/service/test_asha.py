@@ -75,6 +75,20 @@ def test_under_asha_a_grid_packs_one_fused_unit_per_point(bundle_size):
         assert len({m.params["lr"] for m in u.members}) == 1
 
 
+def test_the_plan_of_an_asha_study_packs_points_and_says_what_it_assumes(tmp_path: Path):
+    from service.core.settings import Settings
+    from service.planning.plan import plan_spec
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    planned = plan_spec(engine, asha_spec(bundle_size=4), calibrate=False)
+    assert planned.units == 3 and planned.bundle_sizes == {"2": 3}
+    assert (
+        "asha: the estimate trains every point to its end; the points asha stops cost less" in planned.notes
+    )
+    assert "bundle_size does not apply under asha: a unit is one point's seeds" in planned.notes
+
+
 # ----- what a unit reports -----------------------------------------------------------------------------
 
 
@@ -271,7 +285,7 @@ def _pruned(history: list[dict]):
 
 
 @pytest.mark.slow
-def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine):
+def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlflow_uri):
     """lr 1e-2 learns; 1e-9 and 1e-8 do not move from their start (objective ≈ 8 against ≈ 1.4). One unit
     at a time, each worse point is stopped at its first rung with both seeds, each trained once."""
     study = engine.create_study(asha_spec())
@@ -290,6 +304,13 @@ def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine):
                for t in pruned)  # fmt: skip
     total = engine.summary(study.id)["success"]["total"]
     assert total["pruned"] == len(pruned) and total["finished"] == 6
+    assert all(
+        t.reason == f"stopped early by the scheduler after {len(t.history)} evaluations" for t in pruned
+    )
+    from mlflow.tracking import MlflowClient  # the parent run counts them too, beside failed
+
+    parent = MlflowClient(mlflow_uri).get_run(engine.ledger.study(study.id).mlflow_run_id)
+    assert parent.data.metrics["pruned"] == len(pruned) and parent.data.metrics["failed"] == 0
 
 
 @pytest.mark.slow
