@@ -31,6 +31,7 @@ from service.cli.console import (
     print_studies,
     print_success,
     print_trials,
+    pruned_part,
 )
 from service.cli.parser import build_parser
 from service.core.errors import invalid_fields
@@ -188,7 +189,9 @@ def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
                     bar.console.print(plan_line(plan), style=None, highlight=False)
             c = ledger.counts(study_id)
             eta = runner.eta(study_id)
-            info = f"running {c['running']} · failed {c['failed']} · successes {c['succeeded']}"
+            info = (
+                f"running {c['running']} · failed {c['failed']}{pruned_part(c)} · successes {c['succeeded']}"
+            )
             if active:
                 info += f" · ETA {eta:,.0f}s" if eta is not None else " · ETA –"
             bar.update(task, total=c["total"] or None, completed=sum(c[s] for s in FINISHED), info=info)

@@ -190,6 +190,11 @@ def print_plugins(listing: dict[str, Any]) -> None:
         )
 
 
+def pruned_part(counts: dict[str, Any]) -> str:
+    """` · pruned N` for a study some trials of which a scheduler pruned (asha), else nothing."""
+    return f" · pruned {counts['pruned']}" if counts.get("pruned") else ""
+
+
 def print_status(study: dict[str, Any]) -> None:
     c = study["counts"]
     eta = f"{study['eta_seconds']:,.0f} s" if study.get("eta_seconds") is not None else "–"
@@ -197,7 +202,8 @@ def print_status(study: dict[str, Any]) -> None:
     print(f"study {study['id']} ({study['name']}): {state}")
     print(
         f"  trials {c['total']} (expected {study['expected_trials']}) · finished {c['finished']} · "
-        f"running {c['running']} · done {c['done']} · failed {c['failed']} · successes {c['succeeded']} · ETA {eta}"
+        f"running {c['running']} · done {c['done']} · failed {c['failed']}{pruned_part(c)} · "
+        f"successes {c['succeeded']} · ETA {eta}"
     )
     if study.get("error"):
         print(f"  error: {study['error']}")

@@ -417,10 +417,12 @@ def cell_settings_per_model(
     """A space whose models train different cells, with `base` settings of one cell's own fields moved into
     the models whose cell takes them; the `arms` (cells added beside a preset's models) take none of the
     `preset_own` settings (the preset's, for its own cell: Orhan's `nonlinearity`), so an arm's cell runs at
-    its own defaults but for what the study sets. A space of one cell is returned as it is."""
+    its own defaults but for what the study sets. A space of one cell is returned as it is, unless its
+    models are all arms (a preset's models left out: its own settings go with them)."""
     default = str(space.base.get("cell", TrainConfig.cell))
     cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
-    if len(set(cells.values())) < 2 or any("cell" in m.dims for m in space.models):
+    only_arms = bool(arms) and all(m.name in arms for m in space.models)
+    if (len(set(cells.values())) < 2 and not only_arms) or any("cell" in m.dims for m in space.models):
         return space
     general = set(TOP_FIELDS)
     tasks = {space.base.get("task", TrainConfig.task), *(m.fixed.get("task") for m in space.models)}
@@ -433,7 +435,7 @@ def cell_settings_per_model(
         return space
     fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
     taken = set().union(*fields.values())
-    unknown = [k for k in cell_only if k not in taken]
+    unknown = [k for k in cell_only if k not in taken and k not in preset_own]
     if unknown:  # a typo: before, it was dropped without a word (no model's cell takes it)
         raise SpaceError(
             f"base.{unknown[0]} is a setting of none of this study's cells ({', '.join(sorted(fields))}), "

@@ -249,13 +249,34 @@ def _plan(
         estimate=estimate,
         notes=notes + (["sampled: the units are each model's first point × the seeds, the models in turn"]
                        if spec.sampler != "grid" else [])
-              + (["asha: the estimate trains every point to its end; the points asha stops cost less"]
-                 + (["bundle_size does not apply under asha: a unit is one point's seeds"]
-                    if spec.bundle_size is not None else [])
-                 if spec.scheduler == "asha" else [])
+              + (asha_notes(spec, units, schedules) if spec.scheduler == "asha" else [])
               + schedules.notes
               + ([PORTABLE_COST] if spec.numerics == "portable" and not gpus else []),
     )  # fmt: skip
+
+
+def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> list[str]:
+    """What asha will do with these units: the evaluations after which it may stop a point (its rungs
+    before a trial's last evaluation), or that it can stop none; the estimate's assumption."""
+    notes = []
+    course = schedules.of(units[0].members[0]) if units else None
+    if course is not None:
+        evaluations = course[1]
+        g, rf = spec.asha.grace_period, spec.asha.reduction_factor
+        rungs: list[int] = []
+        while (at := math.ceil(g * rf ** len(rungs))) < evaluations:
+            rungs.append(at)
+        notes.append(
+            f"asha: a point may be stopped after {', '.join(map(str, rungs))} of its {evaluations} evaluations "
+            f"(grace_period {g}, reduction_factor {rf:g}: each rung keeps the best 1/{rf:g} so far)"
+            if rungs
+            else f"asha: grace_period {g} is not before a trial's last evaluation ({evaluations}): it stops "
+            f"nothing early; lower grace_period, or evaluate more often (eval_every)"
+        )
+    notes.append("asha: the estimate trains every point to its end; the points asha stops cost less")
+    if spec.bundle_size is not None:
+        notes.append("bundle_size does not apply under asha: a unit is one point's seeds")
+    return notes
 
 
 def _where(

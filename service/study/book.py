@@ -15,6 +15,7 @@ from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
 from trainers.runtime import record_task
+from trainers.schedule import Schedule
 
 
 class Recorder(Protocol):
@@ -117,6 +118,16 @@ class TrialBook:
         else:
             self._close(run, "pruned", "stopped early by the scheduler")
 
+    def prune_unstarted(self, run: str, unit: Unit, reason: str) -> None:
+        """The unit's members recorded `pruned` without training (seeds added to a point a scheduler
+        stopped before: `Engine`); a run of their own, started and ended at once."""
+        self.started(run, unit)
+        for key in sorted(self.open.get(run, set())):
+            result = trainers.TrialResult(status="pruned", reason=reason)
+            self._with_task(result, key)
+            self._finish(run, key, result)
+        self.open.pop(run, None)
+
     def failed(self, run: str, reason: str, unit: Unit | None = None) -> None:
         if run not in self.open and unit is not None:  # its worker died before the unit started
             self._tried(run, unit)
@@ -153,12 +164,14 @@ class TrialBook:
 
     def _with_task(self, result: trainers.TrialResult, key: str) -> None:
         """A pruned trial's result, which its worker never sent, with what it records of its task (the
-        baselines: a pruned run's last loss stays comparable)."""
+        baselines: a pruned run's last loss stays comparable) and its budget."""
         spec = self.specs.get(key)
         if spec is None:
             return
         with contextlib.suppress(Exception):  # a file-backed task without its files here: none
-            record_task(result, spec.resolved.make_task())
+            task = spec.resolved.make_task()
+            record_task(result, task)
+            result.budget_steps = Schedule.of(spec.resolved.config, task.train_size).budget
 
     def _close(self, run: str, how: str, reason: str) -> None:
         """The members an executor trial left unfinished: cancelled (with the study), pruned (by the
@@ -170,8 +183,9 @@ class TrialBook:
                 self.ledger.cancel_trial(self.ids[key], reason, history)
                 self.record.stopped(self.ids[key], key, reason)
             elif how == "pruned":
+                evaluations = f"{len(history)} evaluation{'s' if len(history) != 1 else ''}"
                 result = trainers.TrialResult(
-                    status="pruned", reason=f"{reason} after {len(history)} evaluations", history=history,
+                    status="pruned", reason=f"{reason} after {evaluations}", history=history,
                     final_val_loss=last.val_loss if last else None, steps=last.step if last else 0,
                     seconds=last.seconds if last else 0.0,
                 )  # fmt: skip

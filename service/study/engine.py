@@ -25,31 +25,36 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from search_spaces import SearchSpace
 from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import StudySpec
-from service.core.states import FINISHED, UNFINISHED
-from service.core.trial import StaleTrialError, Unit
+from service.core.states import FINISHED, UNFINISHED, TrialStatus
+from service.core.trial import StaleTrialError, TrialSpec, Unit
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
-from service.store.models import Study
+from service.store.models import Study, Trial
 from service.study.book import TrialBook
 from service.study.executor import Executor, RunRequest
 from service.study.packing import pack_study, point_key
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
-from service.study.search import execution, first_point, materialize, sampling, study_space, study_trials
+from service.study.search import (
+    execution,
+    first_point,
+    materialize,
+    rung_means,
+    sampling,
+    study_space,
+    study_trials,
+)
 from service.tracking.context import StudyContext
 from service.tracking.server import ensure_mlflow_server, home_uri, port_of, server_healthy
 from service.tracking.tracker import Tracker
 from trainers import Criterion
-
-if TYPE_CHECKING:
-    from service.core.trial import Unit
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +351,9 @@ class Engine:
             if remaining > 0:
                 known = partial(self.ledger.finished_objectives, study.id)
                 draws = sampling(spec, space, finished, math.ceil(remaining / len(space.seeds)), known)
-                self._execute(replace(request, sampling=draws), book)
+                self._execute(
+                    replace(request, sampling=draws, asha_history=self._asha_history(spec, study.id)), book
+                )
         ran: list[list[str]] = []
         measured = None
         for _ in range(attempts):
@@ -359,6 +366,8 @@ class Engine:
                 ]
             except StaleTrialError as exc:
                 raise StudyError(str(exc)) from None
+            if spec.scheduler == "asha":
+                todo = self._pruned_with_their_points(study.id, todo, book)
             if not todo or cancel.is_set():
                 return ran
             if packed is not None and sorted(m.config_hash for u in packed for m in u.members) == sorted(
@@ -375,12 +384,43 @@ class Engine:
             log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
             record.expect(todo)
             book.begin_round()
-            self._execute(replace(request, units=units), book)
+            self._execute(
+                replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
+            )
             ran += [[m.config_hash for m in u.members] for u in units]
             if not book.requeued:
                 return ran
             log.warning("study %s: %d trials were interrupted; they run again", study.id, book.requeued)
         return ran
+
+    def _asha_history(self, spec: StudySpec, study_id: str) -> list[dict[int, float]]:
+        """Under asha, the study's points whose every seed has finished, each its objective by
+        evaluations (`rung_means`): the rungs a run's scheduler starts with (`RunRequest`)."""
+        if spec.scheduler != "asha":
+            return []
+        points: dict[Any, list[Trial]] = {}
+        for t in self.ledger.trials(study_id):
+            points.setdefault(point_key(t.model, t.params), []).append(t)
+        return [rung_means(seeds) for seeds in points.values() if all(t.status in FINISHED for t in seeds)]
+
+    def _pruned_with_their_points(
+        self, study_id: str, todo: list[TrialSpec], book: TrialBook
+    ) -> list[TrialSpec]:
+        """Under asha, the seeds added to a point the scheduler stopped in an earlier run are pruned
+        with it, untrained (as in a study that had them from its start); the rest of `todo`."""
+        stopped = {point_key(t.model, t.params) for t in self.ledger.trials(study_id, [TrialStatus.PRUNED])}
+        added = [t for t in todo if point_key(t.model, t.params) in stopped]
+        if added:
+            book.prune_unstarted(
+                f"added-to-pruned-{study_id}", Unit(tuple(added)),
+                "its point was stopped early by the scheduler before this seed was added; not trained",
+            )  # fmt: skip
+            log.info(
+                "study %s: %d seeds added to points asha stopped before are pruned with them",
+                study_id,
+                len(added),
+            )
+        return [t for t in todo if t not in added]
 
     def _with_finished_seeds(self, study_id: str, units: Sequence[Unit]) -> list[Unit]:
         """Under asha a point is judged on the mean of all its seeds: a point's unit counts the seeds

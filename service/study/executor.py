@@ -20,13 +20,16 @@ class RunRequest:
     """One run of an executor: a round of packed `units` (a grid's, or what a fault sent back), or a
     sampler's draws (`sampling`), each unit on `resources` (`{"cpu": …, "gpu": …}`), at most
     `concurrency` at once, until `cancel` is set; `asha`: the ASHA scheduler's settings, when it may
-    stop units (a point's seeds each) early on their reported objectives."""
+    stop units (a point's seeds each) early on their reported objectives, and `asha_history` the
+    study's points finished before this run, each its objective by evaluations (`rung_means`), which
+    its rungs start with."""
 
     name: str
     resources: Mapping[str, float]
     concurrency: int
     cancel: threading.Event
     asha: Asha | None = None
+    asha_history: Sequence[Mapping[int, float]] = ()
     units: Sequence[Unit] = ()
     sampling: Sampling | None = None
 

@@ -12,16 +12,17 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray.tune import Callback, Stopper
 from ray.tune.search import Searcher
 
 from service.core.settings import Settings
-from service.core.spec import ASHA_MAX_EVALUATIONS
+from service.core.spec import ASHA_MAX_EVALUATIONS, Asha
 from service.study.book import TrialBook
 from service.study.executor import RunRequest
 from service.study.nodes import NodeMemory, embedded, ensure_ray, node_name, unplaceable
@@ -139,6 +140,31 @@ class UnitSearcher(Searcher):
         return {**self.__dict__, "draws": None}
 
 
+def primed_asha(asha: Asha, history: Sequence[Mapping[int, float]]) -> Any:
+    """Ray Tune's ASHA in evaluations (`service.study.worker.Reports`), its rungs holding the study's
+    points finished before this run (`history`: each one's objective by evaluations), so that a resumed
+    or extended study judges a new point against them as one run would have; before, each run's
+    scheduler started empty and let the first point to reach each rung go on. A unit ends by itself at
+    the end of its budget: no stop at max_t, which only bounds the rungs."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    class Primed(ASHAScheduler):
+        def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+            taken = bool(super().set_search_properties(metric, mode, **spec))
+            sign = self._metric_op or -1.0  # "min" (`RayTune.run`'s mode)
+            for i, values in enumerate(history):  # as `_Bracket.on_result` records: metric_op × objective
+                for milestone, recorded in self._brackets[0]._rungs:
+                    at = math.ceil(milestone)  # the first report at or past the milestone
+                    if at in values:
+                        recorded[f"before-{i}"] = sign * values[at]
+            return taken
+
+    return Primed(
+        time_attr="evaluations", grace_period=asha.grace_period, reduction_factor=asha.reduction_factor,
+        max_t=ASHA_MAX_EVALUATIONS, stop_last_trials=False,
+    )  # fmt: skip
+
+
 class RayTune:
     """The engine's executor on Ray: starts (or joins) Ray, says what its nodes cannot place, measures
     a unit's memory on a node that would run it, and runs a `RunRequest` as Ray Tune trials."""
@@ -165,15 +191,7 @@ class RayTune:
         self.start()
         scheduler = None
         if request.asha is not None:
-            from ray.tune.schedulers import ASHAScheduler
-
-            # in rounds of evaluations (`service.study.worker.Reports`); a unit ends by itself at the end
-            # of its budget, so no stop at max_t, which only bounds the rungs
-            scheduler = ASHAScheduler(
-                time_attr="evaluations", grace_period=request.asha.grace_period,
-                reduction_factor=request.asha.reduction_factor, max_t=ASHA_MAX_EVALUATIONS,
-                stop_last_trials=False,
-            )  # fmt: skip
+            scheduler = primed_asha(request.asha, request.asha_history)
         # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
         # studies starting at once in one server raced on them ("dictionary changed size during
         # iteration"). Register under a lock and hand Tune the name.

@@ -418,6 +418,23 @@ def told(seeds: Sequence[Trial]) -> tuple[float, int | None]:
     return statistics.fmean(values), max(pruned) if pruned else None
 
 
+def rung_means(seeds: Sequence[Trial]) -> dict[int, float]:
+    """A finished point's objective after each number of evaluations, as its unit reported it (the
+    mean over its seeds of each one's objective then: an evaluation's loss over the baseline, or the
+    final objective of a seed that had ended): what asha recorded of it at its rungs."""
+    longest = max((len(t.history or []) for t in seeds), default=0)
+    means = {}
+    for n in range(1, longest + 1):
+        values = [
+            objective(float(history[n - 1]["val_loss"]), t.baseline_loss, "done")
+            if len(history := t.history or []) >= n
+            else objective(t.final_val_loss, t.baseline_loss, t.status)
+            for t in seeds
+        ]
+        means[n] = statistics.fmean(values)
+    return means
+
+
 def sampling(
     spec: StudySpec,
     space: SearchSpace,

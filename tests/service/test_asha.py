@@ -15,7 +15,7 @@ from service.core.errors import StudyError
 from service.core.spec import StudySpec
 from service.core.trial import Evaluated, Finished, Known, objective
 from service.study.packing import bundle, pack_study
-from service.study.search import Draws, grid_trials, sampling, study_space, told
+from service.study.search import Draws, grid_trials, rung_means, sampling, study_space, told
 from tests.service.conftest import TINY
 
 LONG = {**TINY, "steps": 80, "eval_every": 10}  # 8 evaluations: rungs at 1, 2, 4 (grace 1, factor 2)
@@ -87,6 +87,15 @@ def test_the_plan_of_an_asha_study_packs_points_and_says_what_it_assumes(tmp_pat
         "asha: the estimate trains every point to its end; the points asha stops cost less" in planned.notes
     )
     assert "bundle_size does not apply under asha: a unit is one point's seeds" in planned.notes
+    rungs = (
+        "asha: a point may be stopped after 1, 2, 4 of its 8 evaluations (grace_period 1, reduction_factor 2"
+    )
+    assert any(n.startswith(rungs) for n in planned.notes), planned.notes
+    late = plan_spec(engine, asha_spec(asha={"grace_period": 8}), calibrate=False)
+    (never,) = [n for n in late.notes if "grace_period" in n]
+    assert never.startswith(
+        "asha: grace_period 8 is not before a trial's last evaluation (8): it stops nothing"
+    )
 
 
 # ----- what a unit reports -----------------------------------------------------------------------------
@@ -218,6 +227,45 @@ def test_a_resumed_grid_point_counts_the_seeds_that_finished_before(tmp_path: Pa
     assert units[1e-9].known == {} and len(units[1e-9].members) == 2
 
 
+def test_a_runs_scheduler_starts_with_the_rungs_of_the_points_finished_before():
+    """Each run builds its scheduler; it started empty, so after a resume or an extension the first
+    point to reach each rung went on whatever the earlier points had scored there."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    from service.core.spec import Asha
+    from service.study.ray_tune import primed_asha
+
+    def decision(history, objective_now):
+        scheduler = primed_asha(Asha(grace_period=1, reduction_factor=2), history)
+        scheduler.set_search_properties("objective", "min")
+        trial = SimpleNamespace(trial_id="new")
+        scheduler.on_trial_add(None, trial)
+        return scheduler.on_trial_result(None, trial, {"evaluations": 1, "objective": objective_now})
+
+    before = [{1: 0.5, 2: 0.4}, {1: 0.6}]
+    assert decision([], 5.0) == TrialScheduler.CONTINUE  # the first at its rung
+    assert decision(before, 5.0) == TrialScheduler.STOP  # worse than those before it
+    assert decision(before, 0.3) == TrialScheduler.CONTINUE
+
+
+def test_rung_means_are_what_a_point_reported():
+    from types import SimpleNamespace
+
+    def seed(losses, status="done", final=None):
+        history = [{"val_loss": v} for v in losses]
+        return SimpleNamespace(history=history, baseline_loss=0.5, status=status,
+                               final_val_loss=final if final is not None else losses[-1])  # fmt: skip
+
+    means = rung_means([seed([0.5, 0.25, 0.1]), seed([0.4], status="failed", final=float("nan"))])
+    assert means == {
+        1: pytest.approx(0.9),
+        2: pytest.approx((0.5 + 10) / 2),
+        3: pytest.approx((0.2 + 10) / 2),
+    }
+
+
 # ----- a pruned point is Optuna's pruned trial ---------------------------------------------------------
 
 
@@ -304,9 +352,10 @@ def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlf
                for t in pruned)  # fmt: skip
     total = engine.summary(study.id)["success"]["total"]
     assert total["pruned"] == len(pruned) and total["finished"] == 6
-    assert all(
-        t.reason == f"stopped early by the scheduler after {len(t.history)} evaluations" for t in pruned
-    )
+    for t in pruned:
+        n = len(t.history)
+        assert t.reason == f"stopped early by the scheduler after {n} evaluation{'s' * (n > 1)}"
+        assert t.budget_steps == 80
     from mlflow.tracking import MlflowClient  # the parent run counts them too, beside failed
 
     parent = MlflowClient(mlflow_uri).get_run(engine.ledger.study(study.id).mlflow_run_id)
@@ -342,3 +391,36 @@ def test_a_sampled_asha_study_resumes_with_its_pruned_points_as_history(engine):
     assert engine.run_study(study.id)["state"] == "done"
     again = engine.ledger.trials(study.id)
     assert len(again) == 10 and all(t.runs == 1 for t in again)
+
+
+@pytest.mark.slow
+def test_an_extended_asha_grid_is_judged_against_its_earlier_points(engine):
+    """Run 1: lr 1e-2 goes on, 1e-9 is stopped. Extended by a point as bad as 1e-9, run 2's scheduler
+    starts with run 1's rungs and stops it (an empty one let it train to its end). Extended by a seed,
+    run 3 trains the new seed of the point that went on, counted with its earlier seeds, and prunes the
+    new seeds of the stopped points untrained, with them."""
+    spec = asha_spec(space={"dims": {"lr": [1e-2, 1e-9]}})
+    study = engine.create_study(spec)
+    assert engine.run_study(study.id)["state"] == "done"
+    wider = spec.model_copy(
+        update={"space": spec.space.model_copy(update={"dims": {"lr": [1e-2, 1e-9, 1e-8]}})}
+    )
+    assert engine.extend_study(study.id, wider) == 2
+    assert engine.run_study(study.id)["state"] == "done"
+    fates = {
+        (t.params["lr"], t.params["seed"]): (t.status, len(t.history), t.runs)
+        for t in engine.ledger.trials(study.id)
+    }
+    assert fates[(1e-8, 1)] == fates[(1e-8, 2)] == ("pruned", 1, 1)
+    assert fates[(1e-2, 1)] == ("done", 8, 1)
+    assert engine.extend_study(study.id, wider.model_copy(update={"seeds": [1, 2, 3]})) == 3
+    assert engine.run_study(study.id)["state"] == "done"
+    trials = {(t.params["lr"], t.params["seed"]): t for t in engine.ledger.trials(study.id)}
+    assert (trials[(1e-2, 3)].status, len(trials[(1e-2, 3)].history)) == ("done", 8)
+    for lr in (1e-9, 1e-8):
+        added = trials[(lr, 3)]
+        assert added.status == "pruned" and added.history == [] and added.runs == 1
+        assert added.reason.startswith(
+            "its point was stopped early by the scheduler before this seed was added"
+        )
+    assert all(t.runs == 1 for t in trials.values())

@@ -64,6 +64,11 @@ def test_a_cell_beside_a_presets_models_runs_on_its_protocol_and_the_presets_tri
         ValueError, match=r"'nope' is no model of preset 'orhan2020-addition750'.*valid cells: "
     ):
         StudySpec.model_validate(cut_preset(["chain", "nope"])).search_space()
+    # the cell alone, none of the preset's models: the same arm (before, the preset's `nonlinearity`
+    # stayed in its settings and every trial was refused: "unknown config field 'nonlinearity'")
+    only_lstm = StudySpec.model_validate(cut_preset(["lstm"], dims={"lr": [1e-3, 3e-4]}))
+    only = grid_trials(study_space(only_lstm, 10_000), {})
+    assert sorted(t.config_hash for t in only) == sorted(t.config_hash for t in by_model["lstm"])
 
 
 def test_memsweep_plugins_lists_them_and_its_check_names_what_is_broken(tmp_path: Path):
