@@ -7,8 +7,9 @@ over every trial of the study (Orhan & Pitkow Fig. 3d-f count runs, failed ones 
 
 A count can also be taken *at a budget*: what a run's final validation loss would have been had it
 been trained for `step` optimiser steps is its last evaluation at or before that step (a run that
-failed or was pruned at or before it has none). So a study run on a short budget is comparable with
-the paper at the same budget, and the counts against budget show whether more steps would change them.
+failed at or before it, or was pruned before it, has none). So a study run on a short budget is
+comparable with the paper at the same budget, and the counts against budget show whether more steps
+would change them.
 """
 
 from __future__ import annotations
@@ -193,7 +194,11 @@ def is_success(t: TrialLike, criterion: Criterion = HALF_BASELINE, at_step: int 
 
 def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
     """(status, final validation loss) the trial would have had with a budget of `step` steps."""
-    if t.status in ("failed", "pruned") and t.steps is not None and t.steps <= step:
+    # a failed run has no result at or after its failure; a pruned one has its evaluations up to where
+    # the scheduler stopped it (at that budget the run would have ended with them)
+    if t.status == "failed" and t.steps is not None and t.steps <= step:
+        return t.status, t.final_val_loss
+    if t.status == "pruned" and t.steps is not None and t.steps < step:
         return t.status, t.final_val_loss
     seen = [e for e in t.history or [] if int(e["step"]) <= step]
     if not seen:  # no evaluation yet at that budget: no final loss

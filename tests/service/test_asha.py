@@ -424,3 +424,18 @@ def test_an_extended_asha_grid_is_judged_against_its_earlier_points(engine):
             "its point was stopped early by the scheduler before this seed was added"
         )
     assert all(t.runs == 1 for t in trials.values())
+
+
+def test_a_pruned_run_counts_at_a_budget_up_to_where_it_was_stopped():
+    """At a budget it reached, a pruned run has its evaluation there (the run would have ended with it);
+    beyond, no result. It counted as a failure even at the step where it was stopped."""
+    from types import SimpleNamespace
+
+    from service.reports.summary import state_at
+
+    pruned = SimpleNamespace(status="pruned", steps=100, final_val_loss=0.2,
+                             history=[{"step": 50, "val_loss": 0.3}, {"step": 100, "val_loss": 0.2}])  # fmt: skip
+    assert state_at(pruned, 50) == ("done", 0.3) and state_at(pruned, 100) == ("done", 0.2)
+    assert state_at(pruned, 150) == ("pruned", 0.2)
+    failed = SimpleNamespace(**{**vars(pruned), "status": "failed"})
+    assert state_at(failed, 100) == ("failed", 0.2) and state_at(failed, 50) == ("done", 0.3)
