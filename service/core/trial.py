@@ -14,7 +14,7 @@ trial there.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,11 +78,39 @@ class Unit:
 
 @dataclass(frozen=True)
 class Known:
-    """A member's result from before its unit: its objective (`objective`), and the evaluations it had
-    when a scheduler pruned it (None: it ended by itself)."""
+    """A member's result from before its unit, as the unit counts it (`service.study.worker.Reports`):
+    its objective after each of its evaluations (`evaluations`), its final `objective` (None: pruned
+    before any evaluation, nothing to count), and how many evaluations it had when a scheduler pruned
+    it (None: it ended by itself). `known_of` makes it from a trial's record."""
 
-    objective: float
+    objective: float | None
+    evaluations: tuple[float, ...] = ()
     pruned_at: int | None = None
+    after_last: bool = False  # it ended after its last evaluation (a training-loss check), not with it
+
+    def at(self, n: int) -> float | None:
+        """Its objective as a report after n evaluations counts it: its n-th evaluation's, or its final
+        one from the evaluation it ended with (and before any, n = 0)."""
+        if self.objective is None:
+            return None
+        last = len(self.evaluations) + (1 if self.after_last else 0)
+        return self.evaluations[n - 1] if 0 < n < last else self.objective
+
+
+def known_of(
+    status: str,
+    final_val_loss: float | None,
+    baseline: float | None,
+    history: Sequence[Mapping[str, Any]] | None,
+    steps: int | None = None,
+) -> Known:
+    """A finished trial's record (its status, final loss, baseline, evaluations and the steps it took)
+    as a unit counts it."""
+    history = history or []
+    evaluations = tuple(objective(float(e["val_loss"]), baseline, "done") for e in history)
+    final = None if status == "pruned" and not evaluations else objective(final_val_loss, baseline, status)
+    after_last = bool(history) and steps is not None and steps > int(history[-1]["step"])
+    return Known(final, evaluations, len(evaluations) if status == "pruned" else None, after_last)
 
 
 @dataclass(frozen=True)

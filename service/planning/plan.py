@@ -264,8 +264,10 @@ def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> 
         evaluations = course[1]
         g, rf = spec.asha.grace_period, spec.asha.reduction_factor
         rungs: list[int] = []
-        while (at := math.ceil(g * rf ** len(rungs))) < evaluations:
-            rungs.append(at)
+        k = 0
+        while (at := math.ceil(g * rf**k)) < evaluations:
+            rungs += [at] if at not in rungs else []  # a fractional factor: one decision per evaluation
+            k += 1
         notes.append(
             f"asha: a point may be stopped after {', '.join(map(str, rungs))} of its {evaluations} evaluations "
             f"(grace_period {g}, reduction_factor {rf:g}: each rung keeps the best 1/{rf:g} so far)"

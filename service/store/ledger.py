@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.states import FINISHED, TrialStatus
-from service.core.trial import Known, TrialSpec, objective
+from service.core.trial import Known, TrialSpec, known_of
 from service.core.values import value_matches
 from service.store.database import connect
 from service.store.models import (
@@ -490,8 +490,7 @@ class Ledger:
     @outlasting
     def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, Known]:
         """Each of these trials that has a result already — finished in this study, or done in another
-        (reused when the study adds it) — as a unit counts it: its objective, and its evaluations when
-        it was pruned."""
+        (reused when the study adds it) — as a unit counts it (`known_of`)."""
         wanted = list(hashes)
         out: dict[str, Known] = {}
         with self.session() as s:
@@ -499,10 +498,10 @@ class Ledger:
                 for t in s.scalars(select(Trial).where(Trial.config_hash.in_(chunk))):
                     mine = t.study_id == study_id and t.status in FINISHED
                     if mine or t.status == "done":
-                        out.setdefault(t.config_hash, Known(
-                            objective(t.final_val_loss, t.baseline_loss, t.status),
-                            len(t.history or []) if t.status == "pruned" else None,
-                        ))  # fmt: skip
+                        out.setdefault(
+                            t.config_hash,
+                            known_of(t.status, t.final_val_loss, t.baseline_loss, t.history, t.steps),
+                        )
         return out
 
     @outlasting

@@ -129,7 +129,8 @@ class UnitSearcher(Searcher):
         elif result.get("complete"):
             self.draws.tell(trial_id, result.get("objective"))
         else:  # stopped by the scheduler (or a cancel) after some rounds: Optuna's pruned trial
-            self.draws.tell(trial_id, result.get("objective"), pruned_at=int(result.get("evaluations", 0)))
+            stopped = max(int(result.get("evaluations", 0)), int(result.get("pruned_at", 0)))
+            self.draws.tell(trial_id, result.get("objective"), pruned_at=stopped)
 
     def save(self, checkpoint_path: str) -> None:
         """Nothing: a study resumes from the ledger, never from Tune's checkpoints."""

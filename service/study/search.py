@@ -25,7 +25,7 @@ import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
 from service.core.errors import StudyError
 from service.core.spec import DEFAULT_MODEL, StudySpec
-from service.core.trial import Known, TrialSpec, Unit, objective
+from service.core.trial import FAILED_OBJECTIVE, Known, TrialSpec, Unit, known_of
 from service.study.packing import bundle
 
 if TYPE_CHECKING:
@@ -411,27 +411,25 @@ class Draws:
 
 def told(seeds: Sequence[Trial]) -> tuple[float, int | None]:
     """What a finished point tells its sampler again (`Draws.tell`): the mean objective of its seeds,
-    a pruned seed's from its last evaluation; and, when a scheduler pruned it, the evaluations it had
-    then (else None)."""
-    values = [objective(t.final_val_loss, t.baseline_loss, t.status) for t in seeds]
-    pruned = [len(t.history or []) for t in seeds if t.status == "pruned"]
-    return statistics.fmean(values), max(pruned) if pruned else None
+    a pruned seed's from its last evaluation (one pruned before any is left out); and, when a scheduler
+    pruned it, the evaluations it had then (else None)."""
+    known = [known_of(t.status, t.final_val_loss, t.baseline_loss, t.history, t.steps) for t in seeds]
+    values = [k.objective for k in known if k.objective is not None]
+    pruned = [k.pruned_at for k in known if k.pruned_at is not None]
+    return statistics.fmean(values) if values else FAILED_OBJECTIVE, max(pruned) if pruned else None
 
 
 def rung_means(seeds: Sequence[Trial]) -> dict[int, float]:
-    """A finished point's objective after each number of evaluations, as its unit reported it (the
-    mean over its seeds of each one's objective then: an evaluation's loss over the baseline, or the
-    final objective of a seed that had ended): what asha recorded of it at its rungs."""
-    longest = max((len(t.history or []) for t in seeds), default=0)
+    """A finished point's objective after each number of evaluations, as its unit reported it: the
+    mean over its seeds of each one's objective then (`Known.at`; a seed pruned before any evaluation
+    is left out): what asha recorded of it at its rungs."""
+    known = [known_of(t.status, t.final_val_loss, t.baseline_loss, t.history, t.steps) for t in seeds]
+    longest = max((len(k.evaluations) for k in known), default=0)
     means = {}
     for n in range(1, longest + 1):
-        values = [
-            objective(float(history[n - 1]["val_loss"]), t.baseline_loss, "done")
-            if len(history := t.history or []) >= n
-            else objective(t.final_val_loss, t.baseline_loss, t.status)
-            for t in seeds
-        ]
-        means[n] = statistics.fmean(values)
+        values = [v for k in known if (v := k.at(n)) is not None]
+        if values:
+            means[n] = statistics.fmean(values)
     return means
 
 

@@ -31,10 +31,11 @@ class Reports:
 
     Every report carries `objective` (the searcher and the scheduler read it: the mean over the unit's
     members of each one's latest objective — an evaluation's loss over the baseline, or a finished
-    member's final one — members finished before the unit included), `evaluations` (the most
-    evaluations any member has had: the scheduler's time), `complete` (every member has its result,
-    none of them pruned; a unit's last report without it was cut short, by a scheduler or a cancel)
-    and its `events`.
+    member's final one — members finished before the unit counted as they stood after as many
+    evaluations: `Known.at`), `evaluations` (the most evaluations any member trained here has had:
+    the scheduler's time), `complete` (every member has its result, none of them pruned; a unit's last
+    report without it was cut short, by a scheduler or a cancel), `pruned_at` (when a member finished
+    before was pruned: its evaluations then) and its `events`.
 
     A round in which some member's evaluation ends it (its budget's end, its early stop or its
     failure: `trainers.schedule.Ending`), or that comes just before members' results (one failed its
@@ -80,14 +81,17 @@ class Reports:
         self._send(events)
 
     def _send(self, events: list[Event]) -> None:
-        values = [k.objective for k in self.known] + list(self.latest.values())
+        # the most any member trained here has had (a bundle split after running out of memory trains
+        # its halves one after the other: their seeds are then judged on their latest evaluations); a
+        # unit with nothing to train reports none, so a scheduler records nothing of it again
+        evaluations = max(self.counts.values(), default=0)
+        values = [v for k in self.known if (v := k.at(evaluations)) is not None] + list(self.latest.values())
         pruned = [k.pruned_at for k in self.known if k.pruned_at is not None]
         self.report({
             "objective": statistics.fmean(values) if values else 0.0,
-            # the most any member has had (a bundle split after running out of memory trains its halves
-            # one after the other: their seeds are then judged on their latest evaluations)
-            "evaluations": max([*self.counts.values(), *pruned], default=0),
+            "evaluations": evaluations,
             "complete": self.left == 0 and not pruned,
+            **({"pruned_at": max(pruned)} if pruned else {}),
             "events": events,
         })  # fmt: skip
 

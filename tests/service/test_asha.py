@@ -198,11 +198,36 @@ def test_a_unit_holding_a_pruned_seed_is_not_complete():
 
     spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3]}}, "base": TINY, "seeds": [1, 2]})
     trials = grid_trials(spec.search_space(), {})
-    known = {trials[0].config_hash: Known(0.8, pruned_at=3), trials[1].config_hash: Known(1.2, pruned_at=3)}
+    known = {
+        trials[0].config_hash: Known(0.8, (2.0, 1.0, 0.8), 3),
+        trials[1].config_hash: Known(1.2, (1.2,), 1),
+    }
     reports: list[dict] = []
     train_unit(UnitOf(tuple(trials), True, known), reports.append, "here")
-    assert reports == [{"objective": pytest.approx(1.0), "evaluations": 3, "complete": False, "events": []}]
+    # nothing trained: no evaluations (a scheduler records nothing of it again; each ran in its own unit)
+    assert reports == [
+        {"objective": pytest.approx(1.0), "evaluations": 0, "complete": False, "pruned_at": 3, "events": []}
+    ]
     assert objective(0.25, 0.5, "pruned") == 0.5 and objective(0.25, 0.5, "failed") == 10.0
+
+
+def test_a_seed_finished_before_counts_as_it_stood_after_as_many_evaluations():
+    """A resumed point's earlier seeds enter each round's mean as they stood after as many evaluations
+    (as in one run); they entered with their final objectives from the first round on. A seed pruned
+    before any evaluation counts for nothing (it counted as 10)."""
+    from service.core.trial import known_of
+
+    history = [{"step": s, "val_loss": v} for s, v in ((10, 1.0), (20, 0.5), (30, 0.25))]
+    done = known_of("done", 0.25, 0.5, history, 30)
+    assert [done.at(n) for n in (0, 1, 2, 3, 9)] == [0.5, 2.0, 1.0, 0.5, 0.5]
+    at_last = known_of("failed", 9.0, 0.5, history, 30)  # failed with its last evaluation (a guard)
+    assert [at_last.at(n) for n in (2, 3)] == [1.0, 10.0]
+    later = known_of("failed", float("nan"), 0.5, history, 35)  # at a training-loss check after it
+    assert [later.at(n) for n in (3, 4)] == [0.5, 10.0]
+    untrained = known_of("pruned", None, 0.5, [], 0)
+    assert untrained.at(1) is None and untrained.pruned_at == 0
+    pruned = known_of("pruned", 0.5, 0.5, history[:2], 20)
+    assert (pruned.objective, pruned.pruned_at, pruned.at(1)) == (1.0, 2, 2.0)
 
 
 def test_a_resumed_grid_point_counts_the_seeds_that_finished_before(tmp_path: Path):
@@ -223,7 +248,9 @@ def test_a_resumed_grid_point_counts_the_seeds_that_finished_before(tmp_path: Pa
         u.members[0].params["lr"]: u for u in engine._with_finished_seeds(study.id, pack_study(spec, todo))
     }
     assert [m.config_hash for m in units[1e-2].members] == [second.config_hash]
-    assert units[1e-2].known == {first.config_hash: Known(pytest.approx(0.6), None)}
+    (seen,) = units[1e-2].known.values()
+    assert list(units[1e-2].known) == [first.config_hash] and seen.objective == pytest.approx(0.6)
+    assert seen.pruned_at is None
     assert units[1e-9].known == {} and len(units[1e-9].members) == 2
 
 
@@ -253,17 +280,21 @@ def test_a_runs_scheduler_starts_with_the_rungs_of_the_points_finished_before():
 def test_rung_means_are_what_a_point_reported():
     from types import SimpleNamespace
 
-    def seed(losses, status="done", final=None):
-        history = [{"val_loss": v} for v in losses]
-        return SimpleNamespace(history=history, baseline_loss=0.5, status=status,
+    def seed(losses, status="done", final=None, steps=None):
+        history = [{"step": 10 * (i + 1), "val_loss": v} for i, v in enumerate(losses)]
+        return SimpleNamespace(history=history, baseline_loss=0.5, status=status, steps=steps or 10 * len(losses),
                                final_val_loss=final if final is not None else losses[-1])  # fmt: skip
 
-    means = rung_means([seed([0.5, 0.25, 0.1]), seed([0.4], status="failed", final=float("nan"))])
+    means = rung_means([seed([0.5, 0.25, 0.1]), seed([0.4], status="failed", final=float("nan"), steps=15)])
     assert means == {
         1: pytest.approx(0.9),
         2: pytest.approx((0.5 + 10) / 2),
         3: pytest.approx((0.2 + 10) / 2),
     }
+    # a seed pruned untrained (added to a pruned point) is left out; it counted as 10
+    untrained = SimpleNamespace(history=[], baseline_loss=0.5, status="pruned", final_val_loss=None, steps=0)
+    assert rung_means([seed([0.45], status="pruned"), untrained]) == {1: pytest.approx(0.9)}
+    assert told([seed([0.45], status="pruned"), untrained]) == (pytest.approx(0.9), 1)
 
 
 # ----- a pruned point is Optuna's pruned trial ---------------------------------------------------------
