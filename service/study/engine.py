@@ -17,11 +17,12 @@ What a run is planned to cost, and what it did, is the runner's (`service.runner
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from itertools import pairwise
@@ -118,6 +119,19 @@ def draws_otherwise(old: SearchSpace, new: SearchSpace, settings: Mapping[str, A
         if len(hashes) > 1:
             return True
     return False
+
+
+@contextlib.contextmanager
+def closing(book: TrialBook) -> Iterator[None]:
+    """What the block leaves running when it raises (a ledger outage past its patience inside a
+    callback, Ray's own failure) is closed as interrupted with the reason, pending again for the
+    study's resume, before the study fails: not left `running` without one."""
+    try:
+        yield
+    except BaseException as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        book.close_unfinished(f"the study's run stopped ({type(exc).__name__}: {first})")
+        raise
 
 
 class Engine:
@@ -411,10 +425,11 @@ class Engine:
         stopped = {point_key(t.model, t.params) for t in self.ledger.trials(study_id, [TrialStatus.PRUNED])}
         added = [t for t in todo if point_key(t.model, t.params) in stopped]
         if added:
-            book.prune_unstarted(
-                f"added-to-pruned-{study_id}", Unit(tuple(added)),
-                "its point was stopped early by the scheduler before this seed was added; not trained",
-            )  # fmt: skip
+            with closing(book):
+                book.prune_unstarted(
+                    f"added-to-pruned-{study_id}", Unit(tuple(added)),
+                    "its point was stopped early by the scheduler before this seed was added; not trained",
+                )  # fmt: skip
             log.info(
                 "study %s: %d seeds added to points asha stopped before are pruned with them",
                 study_id,
@@ -437,16 +452,9 @@ class Engine:
         return out
 
     def _execute(self, request: RunRequest, book: TrialBook) -> None:
-        """The executor's run of a round; when it raises (a ledger outage past its patience inside a
-        callback, Ray's own failure), the members it left running are closed as interrupted with the
-        reason, pending again for the study's resume, before the study fails: not left `running`
-        without one."""
-        try:
+        """The executor's run of a round (`closing`)."""
+        with closing(book):
             self.executor.run(request, book)
-        except BaseException as exc:
-            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            book.close_unfinished(f"the study's run stopped ({type(exc).__name__}: {first})")
-            raise
 
     def sync_tracking(self, study_id: str) -> dict[str, Any]:
         """Rebuild the study's MLflow runs from the ledger, the source of truth: the parent run (made
