@@ -14,9 +14,9 @@ trial there.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trainers
 
@@ -97,20 +97,28 @@ class Known:
         return self.evaluations[n - 1] if 0 < n < last else self.objective
 
 
-def known_of(
-    status: str,
-    final_val_loss: float | None,
-    baseline: float | None,
-    history: Sequence[Mapping[str, Any]] | None,
-    steps: int | None = None,
-) -> Known:
+class Record(Protocol):
+    """What a finished trial's record holds that a unit counts (a ledger row)."""
+
+    status: str
+    final_val_loss: float | None
+    baseline_loss: float | None
+    history: list[dict[str, Any]] | None
+    steps: int | None
+
+
+def known_of(t: Record) -> Known:
     """A finished trial's record (its status, final loss, baseline, evaluations and the steps it took)
     as a unit counts it."""
-    history = history or []
-    evaluations = tuple(objective(float(e["val_loss"]), baseline, "done") for e in history)
-    final = None if status == "pruned" and not evaluations else objective(final_val_loss, baseline, status)
-    after_last = bool(history) and steps is not None and steps > int(history[-1]["step"])
-    return Known(final, evaluations, len(evaluations) if status == "pruned" else None, after_last)
+    history = t.history or []
+    evaluations = tuple(objective(float(e["val_loss"]), t.baseline_loss, "done") for e in history)
+    final = (
+        None
+        if t.status == "pruned" and not evaluations
+        else objective(t.final_val_loss, t.baseline_loss, t.status)
+    )
+    after_last = bool(history) and t.steps is not None and t.steps > int(history[-1]["step"])
+    return Known(final, evaluations, len(evaluations) if t.status == "pruned" else None, after_last)
 
 
 @dataclass(frozen=True)

@@ -500,7 +500,7 @@ class Ledger:
                     if mine or t.status == "done":
                         out.setdefault(
                             t.config_hash,
-                            known_of(t.status, t.final_val_loss, t.baseline_loss, t.history, t.steps),
+                            known_of(t),
                         )
         return out
 

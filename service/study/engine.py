@@ -33,7 +33,7 @@ from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED, TrialStatus
-from service.core.trial import StaleTrialError, TrialSpec, Unit
+from service.core.trial import Known, StaleTrialError, TrialSpec, Unit, known_of
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
@@ -440,16 +440,12 @@ class Engine:
     def _with_finished_seeds(self, study_id: str, units: Sequence[Unit]) -> list[Unit]:
         """Under asha a point is judged on the mean of all its seeds: a point's unit counts the seeds
         that finished in an earlier run or round (`Unit.known`), as a sampled point met again does."""
-        seeds: dict[Any, list[str]] = {}
+        seeds: dict[Any, dict[str, Known]] = {}
         for t in self.ledger.trials(study_id, FINISHED):
-            seeds.setdefault(point_key(t.model, t.params), []).append(t.config_hash)
-        out = []
-        for unit in units:
-            first = unit.members[0]
-            finished = seeds.get(point_key(first.model, first.params), [])
-            known = self.ledger.finished_objectives(study_id, finished) if finished else {}
-            out.append(replace(unit, known=known))
-        return out
+            seeds.setdefault(point_key(t.model, t.params), {})[t.config_hash] = known_of(t)
+        return [
+            replace(u, known=seeds.get(point_key(u.members[0].model, u.members[0].params), {})) for u in units
+        ]
 
     def _execute(self, request: RunRequest, book: TrialBook) -> None:
         """The executor's run of a round (`closing`)."""

@@ -413,7 +413,7 @@ def told(seeds: Sequence[Trial]) -> tuple[float, int | None]:
     """What a finished point tells its sampler again (`Draws.tell`): the mean objective of its seeds,
     a pruned seed's from its last evaluation (one pruned before any is left out); and, when a scheduler
     pruned it, the evaluations it had then (else None)."""
-    known = [known_of(t.status, t.final_val_loss, t.baseline_loss, t.history, t.steps) for t in seeds]
+    known = [known_of(t) for t in seeds]
     values = [k.objective for k in known if k.objective is not None]
     pruned = [k.pruned_at for k in known if k.pruned_at is not None]
     return statistics.fmean(values) if values else FAILED_OBJECTIVE, max(pruned) if pruned else None
@@ -423,7 +423,7 @@ def rung_means(seeds: Sequence[Trial]) -> dict[int, float]:
     """A finished point's objective after each number of evaluations, as its unit reported it: the
     mean over its seeds of each one's objective then (`Known.at`; a seed pruned before any evaluation
     is left out): what asha recorded of it at its rungs."""
-    known = [known_of(t.status, t.final_val_loss, t.baseline_loss, t.history, t.steps) for t in seeds]
+    known = [known_of(t) for t in seeds]
     longest = max((len(k.evaluations) for k in known), default=0)
     means = {}
     for n in range(1, longest + 1):

@@ -215,18 +215,32 @@ def test_a_seed_finished_before_counts_as_it_stood_after_as_many_evaluations():
     """A resumed point's earlier seeds enter each round's mean as they stood after as many evaluations
     (as in one run); they entered with their final objectives from the first round on. A seed pruned
     before any evaluation counts for nothing (it counted as 10)."""
+    from types import SimpleNamespace
+
     from service.core.trial import known_of
 
     history = [{"step": s, "val_loss": v} for s, v in ((10, 1.0), (20, 0.5), (30, 0.25))]
-    done = known_of("done", 0.25, 0.5, history, 30)
+    done = known_of(
+        SimpleNamespace(status="done", final_val_loss=0.25, baseline_loss=0.5, history=history, steps=30)
+    )
     assert [done.at(n) for n in (0, 1, 2, 3, 9)] == [0.5, 2.0, 1.0, 0.5, 0.5]
-    at_last = known_of("failed", 9.0, 0.5, history, 30)  # failed with its last evaluation (a guard)
+    at_last = known_of(
+        SimpleNamespace(status="failed", final_val_loss=9.0, baseline_loss=0.5, history=history, steps=30)
+    )  # failed with its last evaluation (a guard)
     assert [at_last.at(n) for n in (2, 3)] == [1.0, 10.0]
-    later = known_of("failed", float("nan"), 0.5, history, 35)  # at a training-loss check after it
+    later = known_of(
+        SimpleNamespace(
+            status="failed", final_val_loss=float("nan"), baseline_loss=0.5, history=history, steps=35
+        )
+    )  # at a training-loss check after it
     assert [later.at(n) for n in (3, 4)] == [0.5, 10.0]
-    untrained = known_of("pruned", None, 0.5, [], 0)
+    untrained = known_of(
+        SimpleNamespace(status="pruned", final_val_loss=None, baseline_loss=0.5, history=[], steps=0)
+    )
     assert untrained.at(1) is None and untrained.pruned_at == 0
-    pruned = known_of("pruned", 0.5, 0.5, history[:2], 20)
+    pruned = known_of(
+        SimpleNamespace(status="pruned", final_val_loss=0.5, baseline_loss=0.5, history=history[:2], steps=20)
+    )
     assert (pruned.objective, pruned.pruned_at, pruned.at(1)) == (1.0, 2, 2.0)
 
 
