@@ -108,19 +108,34 @@ class Check:
     figure: str
 
 
-def ray_workers() -> list[int]:
-    """The pids of the Ray worker processes training a unit: Tune's function trainable's actor while
-    it runs (`ray::ImplicitFunc.train`), not one still in `ray::ImplicitFunc.__init__` (placed and
-    importing; killed there, its unit dies before it starts and no trial runs twice)."""
+def ray_workers(root: int) -> list[int]:
+    """The pids of the Ray worker processes training a unit under process `root` (the server, whose
+    embedded Ray's raylet forks them: another Ray on the machine, a test's beside this one, is not
+    ours to kill): Tune's function trainable's actor while it runs (`ray::ImplicitFunc.train`), not one
+    still in `ray::ImplicitFunc.__init__` (placed and importing; killed there, its unit dies before it
+    starts and no trial runs twice)."""
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        if title.startswith("ray::ImplicitFunc.train"):
+        if title.startswith("ray::ImplicitFunc.train") and descends_from(int(proc.name), root):
             pids.append(int(proc.name))
     return sorted(pids)
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether process `pid` has `root` among its ancestors."""
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rpartition(")")[2].split()[1])  # the parent, after the (command)
+        if pid == root:
+            return True
+    return False
 
 
 def evaluated(study: dict[str, Any]) -> bool:
@@ -259,7 +274,8 @@ def run(args: argparse.Namespace, checks: list[Check]) -> None:
             # on a GPU, replays its captured graph
             wait_for("a bundle has evaluated", lambda: evaluated(client.get(sid)), 300)
             time.sleep(args.kill_after)
-            workers = ray_workers()
+            assert server.proc is not None
+            workers = ray_workers(server.proc.pid)
             killed = workers[0] if workers else None
             if killed is not None:
                 os.kill(killed, signal.SIGKILL)
