@@ -136,7 +136,10 @@ class StudyRunner:
                 if stale and self.tracking_uri and server_healthy(self.tracking_uri):
                     for study_id in stale:
                         log.info("study %s: rebuilding its MLflow runs from the ledger", study_id)
-                        self.engine.sync_tracking(study_id)
+                        try:
+                            self.engine.sync_tracking(study_id)
+                        except StudyBusyError as exc:  # a run (or a sync) holds it: its turn comes later
+                            log.info("study %s: not rebuilt now (%s)", study_id, exc)
             except Exception:  # a repair that fails is tried again later
                 log.exception("MLflow repair failed; trying again in %d s", interval)
 
@@ -333,7 +336,8 @@ class StudyRunner:
         while the claim is held, so the ledger refuses it once another process took the study over."""
         ledger = self.engine.ledger
         try:
-            with StudyClaim(ledger, study_id, on_lost=a.cancel.set):  # one process runs a study at a time
+            # one process runs a study at a time; a sync of its MLflow runs holding it is waited for
+            with StudyClaim(ledger, study_id, on_lost=a.cancel.set, until=a.cancel):
                 try:
                     self._run_claimed(study_id, a)
                 except ClaimLostError:
@@ -351,8 +355,11 @@ class StudyRunner:
                         if study is not None and study.state == "cancelled":  # not by a user: to resume
                             ledger.pend_study(study_id, SHUTDOWN_NOTE)
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
-            log.warning("%s", exc)
-            self.refused[study_id] = str(exc)
+            if a.cancelled_by_user:  # cancelled while it waited for a sync to let it go
+                ledger.update_study(study_id, state="cancelled")
+            elif not a.cancel.is_set():
+                log.warning("%s", exc)
+                self.refused[study_id] = str(exc)
         except ClaimLostError as exc:  # another process took it over mid-run: its state is that one's
             log.error("%s", exc)
             self.refused[study_id] = str(exc)

@@ -50,6 +50,7 @@ from service.reports.summary import (
 from service.runner import StudyRunner, expected_trials
 from service.store.ledger import StudyHead
 from service.store.models import Study, Trial
+from service.study.claim import StudyBusyError
 from service.study.engine import Engine
 from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
@@ -223,7 +224,10 @@ class StudyService:
             raise ConflictError(
                 f"study {study_id} is {self._state_word(study)}: its runs are being written; sync it once it stops"
             )
-        summary = self.engine.sync_tracking(study_id)
+        try:
+            summary = self.engine.sync_tracking(study_id)
+        except StudyBusyError as exc:  # a run claimed it after the check above, or a sync holds it
+            raise ConflictError(str(exc)) from None
         self.runner.tracking_uri = self.runner.tracking_uri or self.engine.tracking_uri()  # its links
         if summary["mlflow_errors"]:
             raise UnavailableError(

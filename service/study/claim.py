@@ -14,6 +14,11 @@ when the run ends. A claim is taken from its owner only when that owner is gone:
 
 Refused, a run starts nothing and says which process holds the study and since when it last beat.
 
+A sync of the study's MLflow runs (`Engine.sync_tracking`) claims it too, as `OWNER/sync`: it
+rebuilds the child runs and deletes those no finished trial owns, so a run starting beside it would
+lose the runs it was writing, and a sync beside a run would mark the run's parent ended. A run that
+finds a sync holding the study waits for it (a sync takes seconds); a sync that finds a run refuses.
+
 A process that lost its claim while it still ran (paused, or cut off from the database past the lease)
 is fenced: the ledger refuses its writes of the study (`Ledger`, `ClaimLostError`), and its beat, once
 it finds the claim gone, tells the run to stop (`on_lost`).
@@ -41,16 +46,26 @@ LEASE_SECONDS = 60.0
 BEAT_SECONDS = 15.0
 
 
+#: the suffix of a sync's owner (`this_process()/sync`)
+SYNC = "sync"
+#: seconds between two tries of a run waiting for a sync to let its study go
+SYNC_POLL_SECONDS = 0.5
+
+
 @functools.cache
 def this_process() -> str:
     """This process as a study's owner: host/pid/start time."""
     return f"{socket.gethostname()}/{os.getpid()}/{processes.started(os.getpid()) or ''}"
 
 
+def syncing(owner: str) -> bool:
+    """Whether the owner is a sync of the study's MLflow runs, not a run."""
+    return owner.endswith(f"/{SYNC}")
+
+
 def gone(owner: str, beat: float | None, now: float | None = None) -> bool:
     """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`)."""
-    host, _, rest = owner.partition("/")
-    pid, _, since = rest.partition("/")
+    host, pid, since, *_ = [*owner.split("/"), "", ""]
     if host == socket.gethostname() and pid.isdigit() and since and os.path.isdir("/proc"):
         return not processes.alive(int(pid), since)  # exited (a zombie too), or its pid given to another
     return beat is None or (now if now is not None else time.time()) - beat > LEASE_SECONDS
@@ -70,22 +85,44 @@ class StudyClaim:
         study_id: str,
         owner: str | None = None,
         on_lost: Callable[[], None] | None = None,
+        until: threading.Event | None = None,
     ) -> None:
-        """`on_lost`: called (from the beat's thread) when another process took the study over."""
+        """`on_lost`: called (from the beat's thread) when another process took the study over. A run
+        finding a sync holding the study waits for it to end, or for `until` to be set (then refused)."""
         self.ledger, self.study_id, self.owner = ledger, study_id, owner or this_process()
         self.on_lost = on_lost
+        self.until = until
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
 
+    @classmethod
+    def for_sync(cls, ledger: Ledger, study_id: str) -> StudyClaim:
+        """The claim a sync of the study's MLflow runs holds while it rebuilds them."""
+        return cls(ledger, study_id, owner=f"{this_process()}/{SYNC}")
+
     def __enter__(self) -> StudyClaim:
         held = self.ledger.claim_study(self.study_id, self.owner, gone)
+        waits = not syncing(self.owner)
+        while held is not None and waits and syncing(held[0]):  # a sync takes seconds: its study after it
+            if self.until is not None and self.until.wait(SYNC_POLL_SECONDS):
+                break
+            if self.until is None:
+                time.sleep(SYNC_POLL_SECONDS)
+            held = self.ledger.claim_study(self.study_id, self.owner, gone)
         if held is not None:
             holder, beat = held
             since = f", {time.time() - beat:.0f} s ago" if beat is not None else ""
+            if syncing(holder):
+                raise StudyBusyError(
+                    f"study {self.study_id}'s MLflow runs are being rebuilt by a sync ({holder}, its last "
+                    f"beat{since}); nothing was started here. Run it again once the sync ends"
+                )
+            what = "synced" if syncing(self.owner) else "started"
             raise StudyBusyError(
                 f"study {self.study_id} is being run by another process ({holder}, its last beat{since}); "
-                f"nothing was started here. Wait for it to end, or stop it (its claim lapses when its process "
-                f"is gone, or {LEASE_SECONDS:.0f} s after its last beat on another host), then resume the study"
+                f"nothing was {what} here. Wait for it to end, or stop it (its claim lapses when its process "
+                f"is gone, or {LEASE_SECONDS:.0f} s after its last beat on another host), then "
+                + ("sync the study" if syncing(self.owner) else "resume the study")
             )
         self._beats = threading.Thread(target=self._beat, name=f"claim-{self.study_id}", daemon=True)
         self._beats.start()

@@ -38,6 +38,7 @@ from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
 from service.study.book import TrialBook
+from service.study.claim import StudyClaim
 from service.study.executor import Executor, RunRequest
 from service.study.packing import pack_study, point_key
 from service.study.plugins import NodePlugins, admit_plugins
@@ -456,7 +457,12 @@ class Engine:
         """Rebuild the study's MLflow runs from the ledger, the source of truth: the parent run (made
         again if MLflow lost it), a complete child run for every finished trial (an incomplete one, left
         by an outage, is made again; one no trial owns is deleted), and the summary. Returns the study
-        summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger)."""
+        summary, with `mlflow_errors` (empty when MLflow now agrees with the ledger). It holds the
+        study's claim while it rebuilds (`StudyClaim.for_sync`): `StudyBusyError` while a run holds it."""
+        with StudyClaim.for_sync(self.ledger, study_id):
+            return self._sync_tracking(study_id)
+
+    def _sync_tracking(self, study_id: str) -> dict[str, Any]:
         study = self.ledger.study(study_id)
         spec = study.validated_spec()
         uri = self.tracking_uri()

@@ -873,6 +873,23 @@ def test_a_sync_while_mlflow_is_down_is_a_quick_503_that_keeps_everything(client
     assert client.get(f"/studies/{study['id']}").json()["state"] == "done"
 
 
+def test_a_sync_of_a_study_another_process_runs_is_a_409_that_touches_nothing(client: TestClient) -> None:
+    """A study queued here but claimed by another process (a `memsweep run` on the same ledger) is that
+    process's to write: a sync refuses, naming it, instead of rebuilding (and deleting) the child runs
+    that process is writing, or marking its parent run ended."""
+    import time
+
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    other = f"elsewhere/7/{time.time()}"
+    assert Ledger(ledger_of(client).url).claim_study(study["id"], other, lambda owner, beat: False) is None
+    r = client.post(f"/studies/{study['id']}/sync")
+    assert r.status_code == 409, r.text
+    assert f"being run by another process ({other}" in r.text and "nothing was synced here" in r.text
+    row = ledger_of(client).study(study["id"])
+    assert row.owner == other and row.mlflow_run_id is None and row.error is None
+
+
 def test_a_huge_grid_is_refused_from_its_size_before_any_trial_is_made(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from service.core import processes
 from service.store.ledger import ClaimLostError, Ledger
-from service.study.claim import LEASE_SECONDS, StudyBusyError, StudyClaim, gone, this_process
+from service.study.claim import LEASE_SECONDS, SYNC, StudyBusyError, StudyClaim, gone, syncing, this_process
 
 
 def test_an_owner_on_this_host_is_gone_when_its_process_is():
@@ -212,3 +212,83 @@ def test_the_fences_check_and_its_write_are_one_transaction(tmp_path: Path, monk
     with pytest.raises(ClaimLostError):
         here.update_study(study.id, error="written after")
     assert here.claim_lost(study.id)
+
+
+def test_a_syncs_owner_is_gone_when_its_process_is():
+    assert syncing(f"{this_process()}/{SYNC}") and not syncing(this_process())
+    assert not gone(f"{this_process()}/{SYNC}", beat=None)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = processes.started(child.pid)
+    child.wait()
+    assert gone(f"{socket.gethostname()}/{child.pid}/{started}/{SYNC}", beat=time.time())
+
+
+def test_a_run_waits_for_a_sync_of_its_study_and_a_sync_refuses_a_run(tmp_path: Path, monkeypatch):
+    """A sync of a study's MLflow runs holds its claim: a run that comes meanwhile starts once the sync
+    lets go (a run beside a sync lost the child runs it was writing to the sync's clean-up); a sync that
+    finds a run, or another sync, refuses, naming who holds the study."""
+    import threading
+
+    import service.study.claim as claim
+
+    monkeypatch.setattr(claim, "SYNC_POLL_SECONDS", 0.05)
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    study = ledger.create_study("s", {})
+    claimed = threading.Event()
+
+    def run() -> None:
+        with StudyClaim(ledger, study.id):
+            claimed.set()
+            assert ledger.study(study.id).owner == this_process()
+
+    with StudyClaim.for_sync(ledger, study.id):
+        assert ledger.study(study.id).owner == f"{this_process()}/{SYNC}"
+        with (
+            pytest.raises(StudyBusyError, match="being rebuilt by a sync"),
+            StudyClaim.for_sync(ledger, study.id),
+        ):
+            pass
+        runner = threading.Thread(target=run)
+        runner.start()
+        assert not claimed.wait(0.5), "the run started while the sync held its study"
+        stopped = threading.Event()
+        stopped.set()
+        waiting = StudyClaim(Ledger(ledger.url), study.id, owner="here/5/6", until=stopped)
+        with (
+            pytest.raises(StudyBusyError, match=r"being rebuilt by a sync .*Run it again once the sync ends"),
+            waiting,
+        ):
+            pass
+    assert claimed.wait(10), "the run never started after the sync let its study go"
+    runner.join(10)
+    assert ledger.study(study.id).owner is None
+    other = f"elsewhere/1/{time.time()}"
+    assert Ledger(ledger.url).claim_study(study.id, other, gone) is None
+    busy = rf"study {study.id} is being run by another process \({re.escape(other)}.*nothing was synced here"
+    with pytest.raises(StudyBusyError, match=busy), StudyClaim.for_sync(ledger, study.id):
+        pass
+    assert ledger.study(study.id).owner == other
+
+
+def test_a_run_cancelled_while_it_waits_for_a_sync_ends_cancelled_having_started_nothing(tmp_path: Path):
+    from service.core.settings import Settings
+    from service.runner import StudyRunner
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri="http://127.0.0.1:9"))
+    study = engine.ledger.create_study("s", {})
+    runner = StudyRunner(engine, workers=1)
+    try:
+        with StudyClaim.for_sync(engine.ledger, study.id):
+            assert runner.submit(study.id)
+            time.sleep(0.5)
+            assert runner.is_active(study.id) and runner.cancel(study.id)
+            deadline = time.monotonic() + 10
+            while runner.is_active(study.id):
+                assert time.monotonic() < deadline, "the cancelled run still waits"
+                time.sleep(0.05)
+    finally:
+        runner.shutdown()
+    row = engine.ledger.study(study.id)
+    assert row.state == "cancelled" and row.owner is None
+    assert not runner.refused and not runner.prepared.is_set()  # nothing started: no Ray, no MLflow
