@@ -275,7 +275,9 @@ def duration(seconds: float) -> str:
 
 def plan_line(plan: dict[str, Any]) -> str:
     """A plan in one line: trials, units, and the estimate in seconds with its range."""
-    head = f"plan: {plan['to_run']} trials to run ({plan['reused']} finished already) in {plan['units']} Ray units"
+    untrained = plan.get("pruned_untrained") or 0
+    finished = f"{plan['reused']} finished already" + (f", {untrained} pruned untrained" if untrained else "")
+    head = f"plan: {plan['to_run']} trials to run ({finished}) in {plan['units']} Ray units"
     e = plan.get("estimate")
     if not e:
         return f"{head}; no estimate yet ({'; '.join(plan['notes']) or 'not calibrated'})"

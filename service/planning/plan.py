@@ -54,7 +54,7 @@ from service.planning.types import (
 from service.store.ledger import Ledger
 from service.store.models import Calibration, Trial
 from service.study.nodes import device_on_this_node, embedded
-from service.study.packing import bundle, pack_study
+from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.search import execution, first_point, grid_trials, point_trials, study_space
 from trainers import TRAINER_VERSION
 from trainers.numerics import PORTABLE_COST
@@ -132,6 +132,11 @@ def plan_study(
     rows = engine.ledger.trials(study_id)
     trials = [spec_of(r) for r in rows]
     todo = [t for t, r in zip(trials, rows, strict=True) if r.status not in FINISHED and t is not None]
+    untrained: list[TrialSpec] = []
+    if spec.scheduler == "asha":  # seeds added to points asha stopped: pruned with them, not trained
+        stopped = stopped_points(rows)
+        untrained = [t for t in todo if t is not None and point_key(t.model, t.params) in stopped]
+        todo = [t for t in todo if t is None or point_key(t.model, t.params) not in stopped]
     packed: list[Unit] | None = None
     measured: tuple[str, int] | None = None
     if spec.sampler == "grid":
@@ -153,6 +158,7 @@ def plan_study(
         False,
         calibrator,
         cancel=cancel,
+        untrained=len(untrained),
     )
     return _with_memory(planned, measured), packed
 
@@ -208,9 +214,17 @@ def _plan(
     calibrator: Calibrate | None,
     start_ray: Callable[[], None] | None = None,
     cancel: threading.Event | None = None,
+    untrained: int = 0,
 ) -> StudyPlan:
+    """`untrained`: trials of `trials` left out of `todo` because they will be recorded pruned with
+    their points, untrained (asha)."""
     cpus, gpus = spec.resources.cpus, spec.resources.gpus
     notes: list[str] = []
+    if untrained:
+        notes.append(
+            f"asha: {untrained} trials are seeds added to points it stopped before: they are recorded pruned "
+            "with their points, not trained"
+        )
     schedules = Schedules()
     node, capacity = _where(engine.settings, spec, calibrate, start_ray, notes, cancel)
     slots = max(1, min(spec.concurrency, capacity or spec.concurrency))
@@ -233,7 +247,8 @@ def _plan(
         trainer_version=TRAINER_VERSION,
         trials=len(trials) if spec.sampler == "grid" else spec.max_trials,
         to_run=len(todo) if spec.sampler == "grid" else sum(len(u.members) for u in units),
-        reused=len(trials) - len(todo),
+        reused=len(trials) - len(todo) - untrained,
+        pruned_untrained=untrained,
         by_model=model_rows(trials, todo, units, schedules),
         units=len(units),
         bundles=sum(u.fused and len(u.members) > 1 for u in units),

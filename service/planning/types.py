@@ -98,6 +98,11 @@ class StudyPlan(BaseModel):
     trials: int | None = Field(description="trials the study holds (a sampled one: max_trials)")
     to_run: int
     reused: int = Field(description="trials a study of this ledger finished already: reused, not run")
+    pruned_untrained: int = Field(
+        default=0,
+        description="asha: seeds added to points the scheduler stopped before, recorded pruned with them "
+        "without training (neither run nor reused)",
+    )
     by_model: dict[str, PlanModel]
     units: int = Field(description="Ray units: fused bundles and single trials")
     bundles: int = Field(description="units that train several trials as one fused bundle")

@@ -40,7 +40,7 @@ from service.store.models import Study, Trial
 from service.study.book import TrialBook
 from service.study.claim import StudyClaim
 from service.study.executor import Executor, RunRequest
-from service.study.packing import pack_study, point_key
+from service.study.packing import pack_study, point_key, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
@@ -423,7 +423,7 @@ class Engine:
     ) -> list[TrialSpec]:
         """Under asha, the seeds added to a point the scheduler stopped in an earlier run are pruned
         with it, untrained (as in a study that had them from its start); the rest of `todo`."""
-        stopped = {point_key(t.model, t.params) for t in self.ledger.trials(study_id, [TrialStatus.PRUNED])}
+        stopped = stopped_points(self.ledger.trials(study_id, [TrialStatus.PRUNED]))
         added = [t for t in todo if point_key(t.model, t.params) in stopped]
         if added:
             with closing(book):

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trainers
+from service.core.states import TrialStatus
 from service.core.trial import TrialSpec, Unit
 from trainers.fused import fusable_key
 
 if TYPE_CHECKING:
     from service.core.spec import StudySpec
+    from service.store.models import Trial
 
 #: members per bundle at most when the spec does not say (see the module docstring)
 MAX_BUNDLE = 32
@@ -162,6 +164,12 @@ def by_point(trials: Sequence[TrialSpec], *, fused: bool) -> list[Unit]:
 def point_key(model: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
     """A trial's point: its model and its values but the seed."""
     return model, _order({k: v for k, v in params.items() if k != "seed"})
+
+
+def stopped_points(rows: Iterable[Trial]) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """The points a scheduler stopped early (asha): those of the rows' pruned trials. Seeds added to
+    such a point later are pruned with it, untrained (`Engine`), and a plan does not count them."""
+    return {point_key(r.model, r.params) for r in rows if r.status == TrialStatus.PRUNED}
 
 
 def bundle(trials: Sequence[TrialSpec], *, fused: bool) -> Unit:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from service.core.errors import StudyError
 from service.core.spec import StudySpec
 from service.core.trial import Evaluated, Finished, Known, objective
+from service.planning.plan import plan_study
 from service.study.packing import bundle, pack_study
 from service.study.search import Draws, grid_trials, rung_means, sampling, study_space, told
 from tests.service.conftest import TINY
@@ -459,6 +460,10 @@ def test_an_extended_asha_grid_is_judged_against_its_earlier_points(engine):
     assert fates[(1e-8, 1)] == fates[(1e-8, 2)] == ("pruned", 1, 1)
     assert fates[(1e-2, 1)] == ("done", 8, 1)
     assert engine.extend_study(study.id, wider.model_copy(update={"seeds": [1, 2, 3]})) == 3
+    plan, packed = plan_study(engine, study.id, calibrate=False)  # the two pruned points' seeds: no cost
+    assert (plan.to_run, plan.reused, plan.pruned_untrained) == (1, 6, 2)
+    assert packed is not None and [[m.params["lr"] for m in u.members] for u in packed] == [[1e-2]]
+    assert any("2 trials are seeds added to points it stopped before" in n for n in plan.notes), plan.notes
     assert engine.run_study(study.id)["state"] == "done"
     trials = {(t.params["lr"], t.params["seed"]): t for t in engine.ledger.trials(study.id)}
     assert (trials[(1e-2, 3)].status, len(trials[(1e-2, 3)].history)) == ("done", 8)
