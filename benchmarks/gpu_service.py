@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from search_spaces.orhan2020 import LEARNING_RATES  # noqa: E402
+from service.core.processes import ray_workers  # noqa: E402
 
 #: what a trainer may allocate of the card during the run: 4 GB of an H100's 80 (the second study's
 #: bundle exceeds it on purpose). A unit of the first study (two share the card) is given a quarter of
@@ -106,36 +107,6 @@ class Check:
     name: str
     ok: bool
     figure: str
-
-
-def ray_workers(root: int) -> list[int]:
-    """The pids of the Ray worker processes training a unit under process `root` (the server, whose
-    embedded Ray's raylet forks them: another Ray on the machine, a test's beside this one, is not
-    ours to kill): Tune's function trainable's actor while it runs (`ray::ImplicitFunc.train`), not one
-    still in `ray::ImplicitFunc.__init__` (placed and importing; killed there, its unit dies before it
-    starts and no trial runs twice)."""
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-        except OSError:
-            continue
-        if title.startswith("ray::ImplicitFunc.train") and descends_from(int(proc.name), root):
-            pids.append(int(proc.name))
-    return sorted(pids)
-
-
-def descends_from(pid: int, root: int) -> bool:
-    """Whether process `pid` has `root` among its ancestors."""
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        pid = int(stat.rpartition(")")[2].split()[1])  # the parent, after the (command)
-        if pid == root:
-            return True
-    return False
 
 
 def evaluated(study: dict[str, Any]) -> bool:

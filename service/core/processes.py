@@ -6,7 +6,9 @@ alive only while not a zombie; and the environment a child inherits.
 - `marked_environment` / `child_environment`: a variable set in this process's environment only for the
   processes one call starts (the embedded Ray's mark: `service.study.nodes`), and never inherited by a
   process another thread starts meanwhile (a local MLflow server would have carried the mark, and been
-  killed with the Ray of a driver that died).
+  killed with the Ray of a driver that died);
+- `ray_workers` / `descends_from`: the Ray workers training units under a process (the device script
+  and the tests kill one mid-unit, as a lost node would).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def started(pid: int) -> str | None:
@@ -67,3 +70,33 @@ def child_environment(**extra: str) -> dict[str, str]:
     a `marked_environment` variable; `extra` added."""
     with _environ_lock:
         return {**os.environ, **extra}
+
+
+def ray_workers(root: int) -> list[int]:
+    """The pids of the Ray worker processes training a unit under process `root` (a server or a test, whose
+    embedded Ray's raylet forks them: another Ray on the machine, a test's beside this one, is not
+    ours to kill): Tune's function trainable's actor while it runs (`ray::ImplicitFunc.train`), not one
+    still in `ray::ImplicitFunc.__init__` (placed and importing; killed there, its unit dies before it
+    starts and no trial runs twice)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("ray::ImplicitFunc.train") and descends_from(int(proc.name), root):
+            pids.append(int(proc.name))
+    return sorted(pids)
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether process `pid` has `root` among its ancestors."""
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rpartition(")")[2].split()[1])  # the parent, after the (command)
+        if pid == root:
+            return True
+    return False

@@ -48,9 +48,11 @@ class TrialBook:
        started (1. never came: Ray's actor died while it was placed or importing) fails the same way:
        its unit's members are each one try further, and requeued or ended as error.
 
+    `failed` returns the members it sent back, for an executor that runs them again in the same run
+    (`RayTune` does for a grid: they wait for the next free slot, not for the round's last unit).
     After the executor's run, `close_unfinished` closes what no `ended`/`failed` reached. The engine
-    then runs another round of what was requeued: `begin_round` clears `requeued`, and `spent` says
-    which trials used their starts; a member may thus be `started` again under a new `run` key."""
+    then runs another round of what is still unfinished: `begin_round` clears `requeued`, and `spent`
+    says which trials used their starts; a member may thus be `started` again under a new `run` key."""
 
     def __init__(
         self,
@@ -128,11 +130,14 @@ class TrialBook:
             self._finish(run, key, result)
         self.open.pop(run, None)
 
-    def failed(self, run: str, reason: str, unit: Unit | None = None) -> None:
+    def failed(self, run: str, reason: str, unit: Unit | None = None) -> list[str]:
+        """The executor trial's worker died: its unfinished members go back to pending (or end as
+        error after `attempts`). Returns the config hashes of those sent back, which the executor may
+        run again at once (`RayTune` does, in the same run) or leave to the engine's next round."""
         if run not in self.open and unit is not None:  # its worker died before the unit started
             self._tried(run, unit)
             reason = f"{reason}, before its unit started"
-        self._close(run, "interrupted", reason)
+        return self._close(run, "interrupted", reason)
 
     def _tried(self, run: str, unit: Unit) -> None:
         """A unit that never started, counted as one try of each member not finished yet (its ledger
@@ -173,9 +178,11 @@ class TrialBook:
             record_task(result, task)
             result.budget_steps = Schedule.of(spec.resolved.config, task.train_size).budget
 
-    def _close(self, run: str, how: str, reason: str) -> None:
+    def _close(self, run: str, how: str, reason: str) -> list[str]:
         """The members an executor trial left unfinished: cancelled (with the study), pruned (by the
-        scheduler), or interrupted by an infrastructure fault (pending again, or error)."""
+        scheduler), or interrupted by an infrastructure fault (pending again, or error); the config
+        hashes of those sent back to pending."""
+        again = []
         for key in sorted(self.open.get(run, set())):
             history = self.history.pop(key, [])
             last = history[-1] if history else None
@@ -196,8 +203,10 @@ class TrialBook:
                 self.ledger.interrupt_trial(self.ids[key], "pending", note, [])
                 self.record.stopped(self.ids[key], key, note)
                 self.requeued += 1
+                again.append(key)
             else:
                 note = f"{reason} (after {self.attempts} attempts: an infrastructure fault, not a result)"
                 self.ledger.interrupt_trial(self.ids[key], "error", note, history)
                 self.record.stopped(self.ids[key], key, note)
         self.open.pop(run, None)
+        return again

@@ -371,7 +371,7 @@ class Engine:
                 )
         ran: list[list[str]] = []
         measured = None
-        for _ in range(attempts):
+        for round_ in range(attempts):
             # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
             try:
                 todo = [
@@ -385,6 +385,8 @@ class Engine:
                 todo = self._pruned_with_their_points(study.id, todo, book)
             if not todo or cancel.is_set():
                 return ran
+            if round_:  # a fault sent them back, and the executor did not run them again in its run
+                log.warning("study %s: %d trials were interrupted; they run again", study.id, len(todo))
             if packed is not None and sorted(m.config_hash for u in packed for m in u.members) == sorted(
                 t.config_hash for t in todo
             ):
@@ -405,7 +407,6 @@ class Engine:
             ran += [[m.config_hash for m in u.members] for u in units]
             if not book.requeued:
                 return ran
-            log.warning("study %s: %d trials were interrupted; they run again", study.id, book.requeued)
         return ran
 
     def _asha_history(self, spec: StudySpec, study_id: str) -> list[dict[int, float]]:

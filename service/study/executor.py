@@ -40,7 +40,9 @@ class Executor(Protocol):
 
     Lifecycle: `start` before anything else (idempotent: it may be called again, e.g. by each run);
     `unplaceable`, `node_plugins` and `node_memory` any time after; `run` once per round, the engine calling it again
-    for the members a fault sent back (with the same `TrialBook`, after `TrialBook.begin_round`). A run
+    for the members a fault sent back and the run did not train again itself (with the same
+    `TrialBook`, after `TrialBook.begin_round`; `TrialBook.failed` returns those members, and
+    `RayTune` runs a grid's again in the same run). A run
     tells the book every executor trial's start, reports and end in the order `TrialBook` states, and
     closes what is left open (`TrialBook.close_unfinished`) before it returns."""
 

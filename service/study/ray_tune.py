@@ -3,6 +3,8 @@
 - `run_unit` is the function trainable a worker runs (`service.study.worker.train_unit`: it trains
   a unit's members and only reports, through `tune.report`);
 - `BookCallback` runs in the driver and tells the study's `TrialBook` what the Ray trials do;
+- `UnitQueue` is a grid's round of units as Ray Tune's searcher, which takes back at once the members a
+  fault sent back;
 - `UnitSearcher` is a sampling's `Draws` as Ray Tune's searcher: Optuna's points, each a unit of trials;
 - `CancelStopper` ends a run once its study is cancelled;
 - `RayTune` is the engine's executor: it starts Ray, says what no node can place, measures a unit's
@@ -15,7 +17,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ray.tune import Callback, Stopper
@@ -23,9 +26,11 @@ from ray.tune.search import Searcher
 
 from service.core.settings import Settings
 from service.core.spec import ASHA_MAX_EVALUATIONS, Asha
+from service.core.trial import Unit
 from service.study.book import TrialBook
 from service.study.executor import RunRequest
 from service.study.nodes import NodeMemory, embedded, ensure_ray, node_name, unplaceable
+from service.study.packing import bundle
 from service.study.plugins import node_plugins
 from service.study.search import Draws, Sampling
 from service.study.worker import train_unit
@@ -67,8 +72,10 @@ class BookCallback(Callback):
     them in the ledger and MLflow). A Ray trial that errs (its worker, node or process died) is an
     infrastructure fault, not a result (`TrialBook.failed`)."""
 
-    def __init__(self, book: TrialBook) -> None:
+    def __init__(self, book: TrialBook, again: Callable[[Unit], None] | None = None) -> None:
+        """`again`: takes a unit of the members a fault sent back, to run them in this run."""
         self.book = book
+        self.again = again
 
     def __getstate__(self) -> dict[str, Any]:
         return {}  # see CancelStopper.__getstate__: the driver keeps the live object, restore is not used
@@ -88,9 +95,10 @@ class BookCallback(Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         # the unit too: a trial whose actor died before it started was never `started`
-        self.book.failed(
-            trial.trial_id, f"its Ray worker failed: {error_summary(trial)}", trial.config["unit"]
-        )
+        unit: Unit = trial.config["unit"]
+        back = set(self.book.failed(trial.trial_id, f"its Ray worker failed: {error_summary(trial)}", unit))
+        if back and self.again is not None:
+            self.again(bundle([m for m in unit.members if m.config_hash in back], fused=unit.fused))
 
 
 def error_summary(trial: Any) -> str:
@@ -107,6 +115,41 @@ def error_summary(trial: Any) -> str:
         text[-1] if text else "",
     )
     return f"{type(error).__name__}: {cause.strip()[:300]}"
+
+
+class UnitQueue(Searcher):
+    """A grid's round of units as Ray Tune's searcher, in order. A unit of the members a fault sent
+    back (`again`: a worker, its process or its node died) joins the queue at once and trains on the
+    next free slot; before, it waited for the round's last unit to end, however long that took. No
+    unit is taken back under asha, whose units carry their points' finished seeds: the engine's next
+    round rebuilds them from the ledger."""
+
+    def __init__(self, units: Sequence[Unit], cancel: threading.Event) -> None:
+        super().__init__(metric="objective", mode="min")
+        self.queue = deque(units)
+        self.cancel = cancel
+        self.live: set[str] = set()
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED: a str
+        if self.queue and not self.cancel.is_set():
+            self.live.add(trial_id)
+            return {"unit": self.queue.popleft()}
+        # None: Tune asks again later (a live unit may still send members back); FINISHED ends the run
+        return None if self.live and not self.cancel.is_set() else Searcher.FINISHED
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self.live.discard(trial_id)  # Tune tells this before its callbacks' `on_trial_error` (`again`)
+
+    def again(self, unit: Unit) -> None:
+        self.queue.append(unit)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing: a study resumes from the ledger, never from Tune's checkpoints."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "cancel": None}  # see UnitSearcher.__getstate__: the live object stays
 
 
 class UnitSearcher(Searcher):
@@ -199,15 +242,19 @@ class RayTune:
         trainable_name = f"memsweep-{request.name}-{time.time_ns()}"
         with _TUNE_REGISTRY_LOCK:
             tune.register_trainable(trainable_name, tune.with_resources(run_unit, dict(request.resources)))
+        searcher: UnitSearcher | UnitQueue = (
+            UnitSearcher(request.sampling) if request.sampling else UnitQueue(request.units, request.cancel)
+        )
+        again = searcher.again if isinstance(searcher, UnitQueue) and request.asha is None else None
         tuner = tune.Tuner(
             trainable_name,
-            param_space={} if request.sampling else {"unit": tune.grid_search(list(request.units))},
+            param_space={},
             tune_config=TuneConfig(
                 metric="objective",
                 mode="min",
-                search_alg=UnitSearcher(request.sampling) if request.sampling else None,
+                search_alg=searcher,
                 scheduler=scheduler,
-                num_samples=request.sampling.count if request.sampling else 1,
+                num_samples=request.sampling.count if request.sampling else -1,  # -1: until the queue ends
                 max_concurrent_trials=request.concurrency,
                 reuse_actors=True,
                 trial_dirname_creator=_trial_dirname,
@@ -215,7 +262,7 @@ class RayTune:
             run_config=RunConfig(
                 name=f"{request.name}-{int(time.time())}",
                 storage_path=str(self.settings.home / "ray_results"),
-                callbacks=[BookCallback(book)],
+                callbacks=[BookCallback(book, again)],
                 failure_config=FailureConfig(max_failures=0),
                 stop=CancelStopper(request.cancel),
                 verbose=0,

@@ -278,6 +278,44 @@ def test_a_point_drawn_again_while_it_trains_runs_once_under_ray(engine):
     assert all(t.status == "done" and t.runs == 1 for t in trials)
 
 
+def test_a_unit_whose_ray_worker_dies_trains_again_in_the_same_run(engine, monkeypatch):
+    """A unit's Ray worker killed mid-unit (as a lost node would) sends its members back, and they train
+    again in the same Tune run, on the next free slot (`UnitQueue`); before, they waited for the round's
+    last unit, then a second round. Each trial is recorded once: the killed one started twice."""
+    import threading
+
+    from service.core.processes import ray_workers
+
+    spec = grid_spec(base={**TINY, "steps": 3000, "eval_every": 500}, bundle_size=1, seeds=[1], concurrency=1,
+                     space={"dims": {"lr": [1e-3, 3e-4, 1e-4]}})  # fmt: skip
+    study = engine.create_study(spec)
+    runs, run = [], engine.executor.run
+    monkeypatch.setattr(
+        engine.executor, "run", lambda request, book: (runs.append(request), run(request, book))
+    )
+    ran = threading.Thread(target=engine.run_study, args=(study.id,))
+    ran.start()
+    killed, seen, deadline = None, None, time.monotonic() + 240
+    try:
+        while killed is None:  # a unit trains for about 3 s here: its worker is killed 1 s in
+            assert time.monotonic() < deadline and ran.is_alive(), "no unit was ever seen training"
+            running = [t for t in engine.ledger.trials(study.id) if t.status == "running"]
+            workers = ray_workers(os.getpid())
+            seen = (seen or time.monotonic()) if running and len(workers) == 1 else None
+            if seen is not None and time.monotonic() - seen > 1.0:
+                os.kill(workers[0], signal.SIGKILL)
+                killed = running[0].config_hash
+            time.sleep(0.05)
+    finally:
+        ran.join(300)
+    assert not ran.is_alive()
+    trials = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    assert len(runs) == 1  # one Tune run: no second round
+    assert all(t.status == "done" for t in trials.values()), [(t.status, t.reason) for t in trials.values()]
+    assert trials[killed].runs == 2 and all(t.runs == 1 for k, t in trials.items() if k != killed)
+    assert engine.ledger.study(study.id).state == "done"
+
+
 def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "service.cli.commands", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)  # fmt: skip

@@ -447,3 +447,33 @@ def test_a_bundle_reports_each_members_result_as_it_leaves():
     assert reports[-1]["objective"] == pytest.approx(
         math.fsum(objective(r.final_val_loss, r.baseline_loss, r.status) for r in results.values()) / 2
     )
+
+
+def test_a_grids_queue_hands_out_its_units_in_order_and_takes_a_faulted_one_back_at_once():
+    """`UnitQueue`, a grid round as Ray Tune's searcher: units in order; None (ask again) while a
+    live unit may still send members back; a unit sent back is handed out next; FINISHED once the
+    queue is empty and nothing is live, or once the study is cancelled."""
+    import threading
+
+    from ray.tune.search import Searcher
+
+    from service.core.trial import Unit
+    from service.study.ray_tune import UnitQueue
+
+    spec = StudySpec.model_validate({"base": {"task": "addition", "seq_len": 10, "steps": 20},
+                                     "space": {"dims": {"lr": [1e-3, 1e-4]}}})  # fmt: skip
+    a, b = (Unit((t,)) for t in grid_trials(study_space(spec, 50_000), {}))
+    cancel = threading.Event()
+    queue = UnitQueue([a, b], cancel)
+    assert queue.suggest("1") == {"unit": a} and queue.suggest("2") == {"unit": b}
+    assert queue.suggest("3") is None  # both live
+    queue.on_trial_complete("1", {"objective": 0.1})
+    assert queue.suggest("3") is None  # 2 is live still
+    queue.on_trial_complete("2", error=True)  # Tune tells the searcher, then the callbacks: `again`
+    queue.again(b)
+    assert queue.suggest("3") == {"unit": b} and queue.suggest("4") is None
+    queue.on_trial_complete("3", {"objective": 0.2})
+    assert queue.suggest("4") == Searcher.FINISHED
+    cancelled = UnitQueue([a, b], cancel)
+    cancel.set()
+    assert cancelled.suggest("1") == Searcher.FINISHED
