@@ -134,7 +134,7 @@ def print_success(summary: dict[str, Any]) -> None:
         table.add_row(*row)
     Console().print(table)
     for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
-        counts = ", ".join(f"{m} {c['succeeded']}/{c['trials']}" for m, c in other["by_model"].items())
+        counts = ", ".join(f"{m} {c['succeeded']}/{c['finished']}" for m, c in other["by_model"].items())
         print(f"  also under {other['criterion']['name']}: {counts}")
 
 
@@ -399,7 +399,7 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             who = f"{names[r['study_id']]['name']} [{r['study_id']}]"
             criterion = names[r["study_id"]]["criterion"]["name"]
         table.add_row(
-            *group, who, criterion, f"{r['succeeded']}/{r['trials']}",
+            *group, who, criterion, f"{r['succeeded']}/{r['finished']}" + _unfinished(r),
             f"{r['rate']:.3f}", f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
         )  # fmt: skip
     Console().print(table)
@@ -454,3 +454,9 @@ def print_failures(reasons: Mapping[str, int], study_id: str) -> None:
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
         print(f"  {n} × {reason}")
     print(f"  (memsweep trials {study_id} --status failed lists them; with --json --history, each traceback)")
+
+
+def _unfinished(cell: dict[str, Any]) -> str:
+    """ " of N" after succeeded/finished when some of the N trials have not finished (a study under way,
+    or cancelled): the rate is over the finished runs."""
+    return f" of {cell['trials']}" if cell["finished"] != cell["trials"] else ""

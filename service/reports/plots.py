@@ -25,7 +25,7 @@ def _png(fig: Any) -> bytes:
 def success_bars(table: dict[str, Any], title: str) -> bytes:
     models = list(table["by_model"])
     counts = [table["by_model"][m]["succeeded"] for m in models]
-    totals = [table["by_model"][m]["trials"] for m in models]
+    totals = [table["by_model"][m]["finished"] for m in models]  # the rate's runs
     # error bars from the Wilson interval; max(0, …) absorbs rounding at k = 0 and k = n
     lo = [
         max(0.0, c - n * table["by_model"][m]["ci95"][0])
@@ -110,8 +110,8 @@ def success_budget(table: dict[str, Any], title: str) -> bytes:
         ax.plot(steps, [r["succeeded"] for r in rows], marker=".", label=model)
         ax.fill_between(
             steps,
-            [r["ci95"][0] * r["trials"] for r in rows],
-            [r["ci95"][1] * r["trials"] for r in rows],
+            [r["ci95"][0] * r["finished"] for r in rows],
+            [r["ci95"][1] * r["finished"] for r in rows],
             alpha=0.2,
         )
     ax.set_xlabel("training steps (budget)")
@@ -186,7 +186,7 @@ def comparison_rates(comparison: dict[str, Any]) -> bytes:
         hi = [max(0.0, c["ci95"][1] - c["rate"]) for c in cells]
         ax.errorbar(xs, rates, yerr=[lo, hi], fmt="o", capsize=4, label=label)
         for x, c in zip(xs, cells, strict=True):
-            ax.annotate(f"{c['succeeded']}/{c['trials']}", (x, c["rate"]), textcoords="offset points",
+            ax.annotate(f"{c['succeeded']}/{c['finished']}", (x, c["rate"]), textcoords="offset points",
                         xytext=(4, 3), fontsize=6)  # fmt: skip
     ax.set_xticks(range(len(groups)), groups, rotation=30 if len(groups) > 4 else 0, ha="right", fontsize=7)
     ax.set_ylim(-0.05, 1.05)

@@ -56,16 +56,20 @@ class CriterionPublic(BaseModel):
 
 
 class SuccessCell(BaseModel):
-    trials: int = Field(description="runs: the trials that are not in error")
-    finished: int
+    trials: int = Field(
+        description="the trials that are not in error (pending, running and cancelled ones too)"
+    )
+    finished: int = Field(description="runs with a result (done, failed, pruned; at a budget, one there)")
     failed: int
     pruned: int = Field(
         default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
     )
     errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
     succeeded: int
-    rate: float = Field(description="succeeded / trials")
-    ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
+    rate: float = Field(description="succeeded / finished (0 when none finished)")
+    ci95: tuple[float, float] = Field(
+        description="95 % Wilson score interval of the rate, over the finished runs"
+    )
 
 
 _CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "pruned": 0, "errors": 0, "succeeded": 2, "rate": 1.0,
@@ -130,6 +134,7 @@ class BudgetCell(BaseModel):
     step: int
     succeeded: int
     trials: int
+    finished: int = Field(default=0, description="runs with a result at this budget: the rate's denominator")
     rate: float
     ci95: tuple[float, float]
 
@@ -210,18 +215,25 @@ def success_cell(
     trials: Sequence[TrialLike], criterion: Criterion = HALF_BASELINE, at_step: int | None = None
 ) -> SuccessCell:
     """One table cell: the trials, finished, failed, pruned, errors and successes among these trials under
-    `criterion` (at a budget of `at_step`), with the rate's 95 % Wilson interval. A trial in `error`
-    (its worker, node or process died: an infrastructure fault) is no run: it is counted apart, never
-    as a run that did not succeed."""
+    `criterion` (at a budget of `at_step`), with the rate's 95 % Wilson interval. The rate is over the
+    finished runs, those with a result (done, failed, pruned; at a budget, those with one there): a
+    trial still pending or running, or cancelled, is no run yet, and counting it as one that did not
+    succeed gave a study under way, or cancelled, a rate too low and an interval too narrow (0/12 for
+    a model none of whose runs had ended). A trial in `error` (its worker, node or process died: an
+    infrastructure fault) is no run either: it is counted apart."""
     runs = [t for t in trials if t.status != "error"]
-    n = len(runs)
-    k = sum(is_success(t, criterion, at_step) for t in runs)
+    states = [(t, (t.status, t.final_val_loss) if at_step is None else state_at(t, at_step)) for t in runs]
+    ended = [(t, status, loss) for t, (status, loss) in states if status in FINISHED]
+    n = len(ended)
+    k = sum(
+        criterion.judge(status, loss, t.baseline_loss, t.reference_baselines) for t, status, loss in ended
+    )
     return SuccessCell(
-        trials=n,
-        finished=sum(t.status in FINISHED for t in runs),
-        failed=sum(t.status == "failed" for t in runs),
-        pruned=sum(t.status == "pruned" for t in runs),
-        errors=len(trials) - n,
+        trials=len(runs),
+        finished=n,
+        failed=sum(status == "failed" for _, status, _ in ended),
+        pruned=sum(status == "pruned" for _, status, _ in ended),
+        errors=len(trials) - len(runs),
         succeeded=k,
         rate=k / n if n else 0.0,
         ci95=wilson_interval(k, n),
@@ -268,7 +280,7 @@ def success_table(
                 difference=c.rate - ref.rate,
                 ci95=(0.0, 0.0)  # itself: no difference to estimate
                 if m == reference
-                else newcombe_interval(c.succeeded, c.trials, ref.succeeded, ref.trials),
+                else newcombe_interval(c.succeeded, c.finished, ref.succeeded, ref.finished),
             )
             for m, c in models.items()
         }
@@ -301,7 +313,12 @@ def success_vs_budget(
             cell = success_cell(ts, criterion, step)
             rows[model].append(
                 BudgetCell(
-                    step=step, succeeded=cell.succeeded, trials=cell.trials, rate=cell.rate, ci95=cell.ci95
+                    step=step,
+                    succeeded=cell.succeeded,
+                    trials=cell.trials,
+                    finished=cell.finished,
+                    rate=cell.rate,
+                    ci95=cell.ci95,
                 )
             )
     return SuccessBudget(criterion=CriterionPublic.of(criterion), steps=list(steps), by_model=rows)

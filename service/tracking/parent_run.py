@@ -76,6 +76,7 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
             Metric(f"success_ci95_low.{model}", float(cell["ci95"][0]), ts, 0),
             Metric(f"success_ci95_high.{model}", float(cell["ci95"][1]), ts, 0),
             Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
+            Metric(f"finished.{model}", float(cell["finished"]), ts, 0),
         ]
     for model, h in summary.get("henrici_index", {}).items():
         metrics += [

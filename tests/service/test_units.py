@@ -176,6 +176,32 @@ def test_success_table_counts_by_model_and_value():
     assert table.by_value["chain"]["lr"]["0.0001"].trials == 1
 
 
+def test_a_rate_is_over_the_runs_that_finished_not_the_trials_still_to_run():
+    """A study under way, or cancelled: 2 runs done, both successes, 6 not run yet. The rate is 2/2
+    with 2/2's interval; it was 2/8 with an interval as if 6 runs had failed, and a model none of whose
+    runs had ended showed 0.000 [0, 0.24] instead of no estimate."""
+    from service.reports.summary import wilson_interval
+
+    done = [T("chain", {"seed": s}, 0.05) for s in (1, 2)]
+    waiting = [T("chain", {"seed": s}, None, status) for s, status in
+               [(3, "pending"), (4, "running"), (5, "cancelled"), (6, "pending"), (7, "pending"), (8, "pending")]]  # fmt: skip
+    never = [T("antisym", {"seed": s}, None, "cancelled") for s in (1, 2)]
+    table = success_table(done + waiting + never, reference="antisym")
+    chain = table.by_model["chain"]
+    assert (chain.trials, chain.finished, chain.succeeded, chain.rate) == (8, 2, 2, 1.0)
+    assert chain.ci95 == wilson_interval(2, 2)
+    unrun = table.by_model["antisym"]
+    assert (unrun.trials, unrun.finished, unrun.rate, unrun.ci95) == (2, 0, 0.0, (0.0, 1.0))
+    assert table.differences is not None and table.differences["chain"].ci95 == (
+        -1.0,
+        1.0,
+    )  # no runs to compare
+    slow = T("chain", {"seed": 9}, None, "running")
+    slow.history = [{"step": 10, "val_loss": 0.05}]  # at a budget it reached, a running trial has a result
+    assert success_table([slow], at_step=10).total.finished == 1
+    assert success_table([slow], at_step=5).total.finished == 0
+
+
 def test_best_configs_pool_seeds():
     trials = [T("chain", {"lr": 1e-3, "seed": 1}, 0.05), T("chain", {"lr": 1e-3, "seed": 2}, 0.15),
               T("chain", {"lr": 1e-4, "seed": 1}, 0.08)]  # fmt: skip
