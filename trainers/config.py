@@ -257,6 +257,9 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
             raise ConfigError(why)
     task_cls = TASKS.get(cfg.task)
     cell_cls = CELLS.get(cfg.cell)
+    clash = setting_clash(cfg.task, task_cls, cfg.cell, cell_cls)
+    if clash is not None:
+        raise ConfigError(clash)
     task_cfg: Any = build(task_cls.Config, cfg.task_params, where=f"task {cfg.task!r}")
     cell_cfg: Any = build(cell_cls.Config, cfg.cell_params, where=f"cell {cfg.cell!r}")
     cell_cfg = cell_cls.resolve(cell_cfg, task_cls.default_nonlinearity)
@@ -281,6 +284,29 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
         cfg, task_params=dataclasses.asdict(task_cfg), cell_params=dataclasses.asdict(cell_cfg)
     )
     return Resolved(full, task_cls, task_cfg, cell_cls, cell_cfg)
+
+
+def setting_clash(task: str, task_cls: type[Task], cell: str, cell_cls: type[Cell]) -> str | None:
+    """Why a study could not set one of this cell's or task's settings by its name, or None. A name is
+    the trial's own setting first, then the task's, then the cell's (`apply_overrides`): a plugin cell
+    with a setting `eps` had a study's `eps` sent to the optimiser, its own staying at its default while
+    the tables said it varied. No built-in cell or task shares a name with another scope."""
+    task_fields, cell_fields = set(field_names(task_cls.Config)), set(field_names(cell_cls.Config))
+    top = set(TOP_FIELDS)
+    for kind, name, shared, taker in (
+        ("cell", cell, cell_fields & top, "the trial's own"),
+        ("task", task, task_fields & top, "the trial's own"),
+        ("cell", cell, cell_fields & task_fields, f"task {task!r}'s"),
+    ):
+        if shared:
+            first = min(shared)
+            return (
+                f"{kind} {name!r} has a setting named like {taker} ({', '.join(map(repr, sorted(shared)))}): a "
+                f"study's {first!r} would set {taker} first, never the {kind}'s, which would stay at its default "
+                f"while the tables said it varied. Rename the setting (e.g. {f'{name}_{first}'!r}) in the "
+                "plugin's Config and grid"
+            )
+    return None
 
 
 #: a trial computes in float32 (torch's default dtype) and stores integers as 64-bit

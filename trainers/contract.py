@@ -97,6 +97,21 @@ def _dataclass_defaults(cls: type, what: str) -> list[Problem]:
     return []
 
 
+def _settings(cls: Any, kind: str) -> list[Problem]:
+    """Each setting reachable by its name: none named like a trial's own, nor like a setting of a
+    registered task (for a cell) or cell (for a task), which a study's value would set instead
+    (`trainers.config.setting_clash`)."""
+    from trainers.cells import CELLS, list_cells
+    from trainers.config import setting_clash
+    from trainers.tasks import TASKS, list_tasks
+
+    if kind == "cell":
+        found = [setting_clash(t, TASKS.get(t), cls.name, cls) for t in list_tasks()]
+    else:
+        found = [setting_clash(cls.name, cls, c, CELLS.get(c)) for c in list_cells()]
+    return [Problem("settings", why) for why in dict.fromkeys(w for w in found if w is not None)]
+
+
 def _class(cls: Any, base: type, what: str) -> list[Problem]:
     """A concrete subclass of `base` (a cell's or task's contract starts there), checked in this process's
     numerics mode (the first check fixes it: `trainers.numerics`)."""
@@ -124,7 +139,7 @@ def check_cell(cls: type[Cell]) -> list[Problem]:
                 f"{what}.__init__ takes {params}; the contract is (config, input_size, hidden_size, gen)",
             )
         ]
-    problems = _dataclass_defaults(cls, what)
+    problems = _dataclass_defaults(cls, what) or _settings(cls, "cell")
     if problems:
         return problems
     problems += _cell_weights(cls)
@@ -294,7 +309,7 @@ def check_task(cls: type[Task]) -> list[Problem]:
     problems = _class(cls, Task, what)
     if problems:
         return problems
-    problems = _dataclass_defaults(cls, what)
+    problems = _dataclass_defaults(cls, what) or _settings(cls, "task")
     if problems:
         return problems
     params = dict(cls.check_params)

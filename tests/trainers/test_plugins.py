@@ -93,6 +93,50 @@ def test_plugins_that_cannot_join_are_refused_by_name_and_the_built_ins_keep_wor
     assert out["lstm"] is None
 
 
+CLASHES = """
+import json
+import trainers
+from trainers import ConfigError, TrainConfig
+from trainers.cells import CELLS
+from trainers.contract import check_cell
+
+out = {}
+for cell in ("optimiser-eps", "task-seq-len"):
+    try:
+        trainers.resolve(trainers.apply_overrides(TrainConfig(task="addition", cell=cell), {"eps": 0.5}))
+        out[cell] = None
+    except ConfigError as exc:
+        out[cell] = str(exc)
+    out[cell + " check"] = [str(p) for p in check_cell(CELLS.get(cell))]
+print(json.dumps(out))
+"""
+
+
+def test_a_plugin_setting_named_like_a_trials_or_a_tasks_is_refused_not_set_in_their_place(tmp_path: Path):
+    """A plugin cell with a setting `eps` (its step size) had a study's `eps` go to the optimiser and
+    its own stay at its default, with no warning from `plugins check`, the plan or the run; one named
+    like a task's setting (`seq_len`) would have set the task's. Both are refused, by name, with the fix."""
+    root = tmp_path / "site"
+    for name, field in (("optimiser-eps", "eps: float = 0.1"), ("task-seq-len", "seq_len: int = 3")):
+        module = "memsweep_" + name.replace("-", "_")
+        source = toy_cell(name).replace(
+            '    nonlinearity: str = "tanh"\n', f'    nonlinearity: str = "tanh"\n    {field}\n'
+        )
+        write_dist(root, f"memsweep-{name}", "0.1", {"memsweep.cells": {name: f"{module}:ToyCell"}},
+                   {f"{module}/__init__.py": source})  # fmt: skip
+    out = run_python(CLASHES, root)
+    eps = out["optimiser-eps"]
+    assert eps is not None and "cell 'optimiser-eps' has a setting named like the trial's own ('eps')" in eps
+    assert "Rename the setting (e.g. 'optimiser-eps_eps')" in eps
+    assert (
+        out["task-seq-len"] is not None and "named like task 'addition''s ('seq_len')" in out["task-seq-len"]
+    )
+    assert out["optimiser-eps check"] == [f"settings: {eps}"]
+    assert [p.split(":")[0] for p in out["task-seq-len check"]] == ["settings"] * len(
+        out["task-seq-len check"]
+    )
+
+
 CHECK = """
 import json
 from trainers.cells import CELLS
