@@ -174,6 +174,32 @@ def identity(kind: str, name: str) -> str | None:
     return plugin.identity if plugin is not None and plugin.problem is None else None
 
 
+def on_disk(plugin: Plugin) -> str:
+    """The plugin's identity as installed now: its distribution's version and the digest of its files
+    as they are on disk, which a process starting now would load (`Plugin.identity` is what this one
+    loaded)."""
+    try:
+        version = importlib.metadata.version(plugin.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    return f"{plugin.distribution}=={version}+{_digest(plugin.value.split(':')[0])}"
+
+
+def edited(kind: str, name: str) -> str | None:
+    """Why this process's plugin `kind` `name` is not the one installed now (its code or version changed
+    on disk since this process loaded it), or None (the same, or no such plugin). A server that planned
+    trials under the identity it loaded would have its workers, which import the code on disk, train
+    other code under those trials' hashes."""
+    _load_all()
+    plugin = _PLUGINS.get((kind, name))
+    if plugin is None or plugin.problem is not None:
+        return None
+    now = on_disk(plugin)
+    if now == plugin.identity:
+        return None
+    return f"the {kind} plugin {name!r} changed on disk since this process loaded it ({plugin.identity}, now {now})"
+
+
 def identities(cell: str, task: str) -> dict[str, str]:
     """{"cell": identity, "task": identity} for whichever of a trial's cell and task is a plugin."""
     found = {"cell": identity("cell", cell), "task": identity("task", task)}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trainers
+from trainers import plugins
 
 #: the objective of a failed member, in units of the task's baseline loss
 FAILED_OBJECTIVE = 10.0
@@ -50,10 +51,18 @@ class TrialSpec:
         now train something else under that hash (another TRAINER_VERSION)."""
         resolved = trainers.resolve(config)
         if resolved.config_hash() != config_hash:
+            cfg = resolved.config
+            used = plugins.identities(cfg.cell, cfg.task)
+            also = (
+                f"; or with other code of the plugins it uses (now {', '.join(used.values())}): a plugin "
+                "edited or upgraded since"
+                if used
+                else ""
+            )
             raise StaleTrialError(
                 f"trial {config_hash} was made under another trainer version than this memsweep's "
                 f"(TRAINER_VERSION {trainers.TRAINER_VERSION}; or, run on several threads, before every "
-                "thread flushed denormals: THREADED_VERSION); its results would not be comparable. "
+                f"thread flushed denormals: THREADED_VERSION{also}); its results would not be comparable. "
                 "Create a new study from the same spec to run it under this version"
             )
         return cls(config_hash, model, dict(params), resolved)

@@ -58,6 +58,14 @@ def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None) -> None:
     wanted = used(space)
     if not wanted:
         return
+    edited = [why for kind, name in sorted(wanted) if (why := plugins.edited(kind, name)) is not None]
+    if edited:
+        raise StudyError(
+            "; ".join(edited)
+            + ": this process plans trials with the code it loaded, while its workers would train the code on "
+            "disk, under the old code's hashes. Restart `memsweep serve` to plan with the new code (`memsweep "
+            "run` loads it afresh each time), then submit again"
+        )
     problems = check_contracts(wanted)
     if problems:
         raise StudyError(
@@ -112,7 +120,12 @@ def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
     def inventory() -> dict[str, str]:
         from trainers import plugins as installed_here
 
-        return {f"{p.kind}:{p.name}": p.identity for p in installed_here.installed() if p.problem is None}
+        # as installed now, which a new worker loads (a pooled worker may hold what it loaded before)
+        return {
+            f"{p.kind}:{p.name}": installed_here.on_disk(p)
+            for p in installed_here.installed()
+            if p.problem is None
+        }
 
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]  # type: ignore[no-untyped-call]
     refs = {

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import trainers
-from service.core.trial import Evaluated, Event, Finished, Unit, objective
+from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
+from trainers import plugins
 from trainers.numerics import NumericsError
 from trainers.numerics import use as use_numerics
 from trainers.schedule import Ending
@@ -96,6 +97,28 @@ class Reports:
         })  # fmt: skip
 
 
+class OtherCodeError(RuntimeError):
+    """A worker whose code is not the code its trials were planned with: it trains none of them."""
+
+
+def check_code(members: Sequence[TrialSpec], node: str) -> None:
+    """Refuse to train a trial whose identity here is not the one it was planned under: a plugin's code
+    edited after the server loaded it (a worker process imports the code now on disk), or another
+    version on this node. Its result would have been stored under the hash of code that did not
+    compute it, and reused for that code later. The unit fails as an infrastructure fault: its trials
+    go back to pending, and end as `error` with this reason after their attempts."""
+    for m in members:
+        here = m.resolved.config_hash()
+        if here != m.config_hash:
+            cfg = m.resolved.config
+            raise OtherCodeError(
+                f"trial {m.config_hash} was planned with other code than node {node} runs (here its config "
+                f"hashes to {here}; plugins here: {plugins.identities(cfg.cell, cfg.task) or 'none'}): the "
+                "server and every node must run the same plugin code. After editing a plugin, restart "
+                "`memsweep serve` (it plans with the code it loaded) and install the same version on every node"
+            )
+
+
 def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) -> None:
     """Train the unit's members — as one fused bundle when the unit says so, else one after the
     other — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
@@ -107,6 +130,7 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
     if not todo:  # every member was already finished: the searcher still needs the objective
         reports.finished([])
         return
+    check_code(todo, node)
     # this worker process computes with the study's numerics mode from before its first computation
     # (the ending rules build tasks); a process that cannot fails each member with the reason
     with contextlib.suppress(NumericsError):

@@ -16,7 +16,7 @@ from service.client import MemsweepAPIError, MemsweepClient
 from service.core.spec import StudySpec
 from service.store.ledger import Ledger
 from service.study.search import grid_trials, study_space
-from tests.plugin_dists import EXAMPLES, env_with, install, memsweep, toy_dist
+from tests.plugin_dists import EXAMPLES, env_with, install, memsweep, run_python, toy_dist
 from tests.service.cluster import ray_head, ray_node
 from tests.service.servers import Server
 
@@ -98,6 +98,53 @@ def test_a_study_with_a_plugin_that_breaks_its_contract_is_refused_and_records_n
     assert "a plugin this study uses breaks its contract, so no trial runs" in done.stderr
     assert "cell 'toy-nan' (memsweep-toy-nan==0.9+" in done.stderr and "not finite" in done.stderr
     assert Ledger(f"sqlite:///{home / 'ledger.db'}").list_studies() == []
+
+
+EDITED = """
+import dataclasses, json, pathlib
+from service.core.errors import StudyError
+from service.core.spec import StudySpec
+from service.study.plugins import admit_plugins
+from service.study.search import grid_trials, study_space
+from service.study.worker import OtherCodeError, check_code
+from trainers import plugins
+
+spec = StudySpec.model_validate({{"base": {{"task": "addition", "cell": "toy", "seq_len": 10, "n_train": 32,
+                                 "n_val": 16, "hidden": 8, "steps": 4}}, "space": {{"dims": {{"lr": [1e-3]}}}},
+                                 "seeds": [1]}})
+space = study_space(spec, 100)
+(trial,) = grid_trials(space, {{}})
+out = {{"before": plugins.edited("cell", "toy")}}
+source = pathlib.Path({source!r})
+source.write_text(source.read_text() + "\\n# edited after the server loaded it\\n")
+out["after"] = plugins.edited("cell", "toy")
+try:
+    admit_plugins(space)
+    out["door"] = None
+except StudyError as exc:
+    out["door"] = str(exc)
+try:  # a worker that loaded the edited code: its hash of the trial is not the planned one
+    check_code([dataclasses.replace(trial, config_hash="0" * 16)], "elsewhere")
+    out["worker"] = None
+except OtherCodeError as exc:
+    out["worker"] = str(exc)
+check_code([trial], "here")  # the planned code: trains
+print(json.dumps(out))
+"""
+
+
+def test_a_plugin_edited_after_the_server_loaded_it_is_refused_at_the_door_and_by_the_worker(tmp_path: Path):
+    """A plugin edited under a running `memsweep serve`: the server hashed trials with the code it had
+    loaded and its workers trained the code on disk, so a new result was stored under the old code's
+    hash (and the node check said "the same plugins"). Now the door refuses the study, and a worker
+    whose code hashes a trial otherwise than it was planned trains none of it."""
+    dist = toy_dist(tmp_path / "site", "1.0")
+    out = run_python(EDITED.format(source=str(dist / "memsweep_toy" / "__init__.py")), dist)
+    assert out["before"] is None
+    assert out["after"].startswith("the cell plugin 'toy' changed on disk since this process loaded it")
+    assert "memsweep-toy==1.0+" in out["after"]
+    assert out["door"].startswith(out["after"]) and "Restart `memsweep serve`" in out["door"]
+    assert "trial 0000000000000000 was planned with other code than node elsewhere runs" in out["worker"]
 
 
 @pytest.mark.slow
