@@ -5,6 +5,7 @@ through the same study service (`service.cli.local`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -34,9 +35,13 @@ from service.cli.console import (
     pruned_part,
 )
 from service.cli.parser import build_parser
+from service.client import FINAL_STATES
 from service.core.errors import invalid_fields
 
 TRAINER_COMMANDS = ("train", "describe", "list")
+
+#: seconds `memsweep cancel` waits for the study to stop before it prints its state
+CANCEL_WAIT = 60.0
 
 
 def changes_spec(args: argparse.Namespace) -> bool:
@@ -433,10 +438,18 @@ def _change_state(args: argparse.Namespace, action: str) -> int:
     stops with Ctrl-C)."""
     with client_for(need_url(args)) as client:
         study = answer(lambda: getattr(client, action)(args.study))
+        if action == "cancel" and (study["state"] not in FINAL_STATES or study["active"]):
+            # its running units stop first (seconds): the state it ends in, not the one it had (running)
+            with contextlib.suppress(TimeoutError):
+                study = answer(lambda: client.wait(args.study, poll=0.5, timeout=CANCEL_WAIT, progress=False))
     if args.json:
         print(json.dumps(study))
     else:
         print_status(study)
+        if action == "cancel" and study["state"] not in FINAL_STATES:
+            print(
+                f"cancel requested: the study stops once its running units do (`memsweep status {args.study}`)"
+            )
     return 0
 
 

@@ -27,6 +27,7 @@ from service.core.errors import StudyError
 from service.core.spec import DEFAULT_MODEL, StudySpec
 from service.core.trial import FAILED_OBJECTIVE, Known, TrialSpec, Unit, known_of
 from service.study.packing import bundle
+from trainers import plugins
 
 if TYPE_CHECKING:
     from service.store.models import Trial
@@ -183,6 +184,11 @@ def check_schedule(spec: StudySpec, space: SearchSpace) -> None:
                 f"scheduler asha judges a point on the mean of its {len(space.seeds)} seeds at each rung, "
                 f"so it trains them side by side as one bundle; model {model.name!r} cannot: {why}. "
                 "Use one seed (`seeds: [1]`), scheduler fifo, or a cell that fuses"
+                + (
+                    " (a plugin cell fuses once it declares a `fused` form: docs/plugins.md)"
+                    if spec.fuses and plugins.identity("cell", config.cell) is not None
+                    else ""
+                )
             )
 
 

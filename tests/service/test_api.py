@@ -183,6 +183,8 @@ def test_two_studies_at_once_cancel_and_resume(server: Server, client: MemsweepC
             break
         time.sleep(0.2)
     assert cancelled_at is not None, "the study never finished two trials"
+    # `memsweep cancel` answers with the state the study stopped in (it printed "running", read before)
+    assert cancelled_at["state"] == "cancelled" and not cancelled_at["active"], cancelled_at
     assert both_running, "the two studies never ran at the same time"
     assert slowest < 2.0, f"a GET took {slowest:.2f} s while studies ran"
 
