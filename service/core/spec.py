@@ -349,7 +349,7 @@ class StudySpec(BaseModel):
             preset = get_preset(self.preset)
             models, base, seeds = list(preset.models), dict(preset.base), preset.seeds
             name, citation, description = preset.name, preset.citation, preset.description
-            arms = cell_arms(preset, self.models or [])
+            arms = cell_arms(preset, self.models or [], self.dims)
             models += arms
         if self.space is not None:
             if self.space.dims:
@@ -382,10 +382,12 @@ class StudySpec(BaseModel):
         return cell_settings_per_model(space, {m.name for m in arms}, preset_own)
 
 
-def cell_arms(preset: SearchSpace, names: list[str]) -> list[Model]:
+def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | None = None) -> list[Model]:
     """An arm for each name in `names` that is no model of the preset but a registered cell: the cell on the
     preset's protocol, spanning the dimensions every model of the preset shares with the same values (Orhan
-    & Pitkow's learning rates; not their initialisers' scales) and the cell's own `grid`."""
+    & Pitkow's learning rates; not their initialisers' scales) and the cell's own `grid`; and those of the
+    study's `dims` that are settings of its cell and no dimension of the preset (AntisymmetricRNN's γ
+    swept beside its grid's ε: refused before, "not a dimension of space")."""
     have = {m.name for m in preset.models}
     shared = {
         k: d
@@ -402,7 +404,11 @@ def cell_arms(preset: SearchSpace, names: list[str]) -> list[Model]:
             raise SpaceError(
                 f"models: {name!r} is no model of preset {preset.name!r} ({', '.join(sorted(have))}) and {exc}"
             ) from None
-        own = {k: Values(tuple(v)) for k, v in cell.grid.items()}
+        own: dict[str, Any] = {k: Values(tuple(v)) for k, v in cell.grid.items()}
+        preset_dims = {k for m in preset.models for k in m.dims}
+        for key, value in (dims or {}).items():
+            if key not in preset_dims and key not in own and key in field_names(cell.Config):
+                own[key] = dim_from_dict(value, f"dims.{key}")
         arms.append(Model(name, {"cell": name}, {**shared, **own}))
     return arms
 

@@ -71,6 +71,29 @@ def test_a_cell_beside_a_presets_models_runs_on_its_protocol_and_the_presets_tri
     assert sorted(t.config_hash for t in only) == sorted(t.config_hash for t in by_model["lstm"])
 
 
+def test_a_study_sweeps_a_setting_of_an_added_cells_arm_that_its_grid_does_not_list():
+    """`dims: {forget_bias: [0, 1]}` beside an Orhan preset's models and an lstm arm: the arm sweeps it,
+    the preset's models (whose cell has no such setting) are as alone. It was refused ("not a dimension
+    of space"), and the fix the message gave, `base`, sweeps nothing."""
+    dims = {"lr": [1e-3], "scale": [1.0], "forget_bias": [0.0, 1.0]}
+    space = study_space(StudySpec.model_validate(cut_preset(["chain", "lstm"], dims=dims)), 10_000)
+    assert space.model("lstm").dims["forget_bias"].values == (0.0, 1.0)
+    assert "forget_bias" not in space.model("chain").dims
+    trials = grid_trials(space, {})
+    lstm = sorted((t.params["forget_bias"], t.params["seed"]) for t in trials if t.model == "lstm")
+    assert lstm == [(0.0, 1), (0.0, 2), (1.0, 1), (1.0, 2)]
+    assert {t.config["cell_params"]["forget_bias"] for t in trials if t.model == "lstm"} == {0.0, 1.0}
+    alone = study_space(StudySpec.model_validate(cut_preset(["chain"])), 10_000)
+    assert sorted(t.config_hash for t in trials if t.model == "chain") == sorted(
+        t.config_hash for t in grid_trials(alone, {})
+    )
+    with pytest.raises(Exception, match=r"cannot override \['no_such_setting'\]"):
+        study_space(
+            StudySpec.model_validate(cut_preset(["chain", "lstm"], dims={**dims, "no_such_setting": [1]})),
+            10_000,
+        )
+
+
 def test_memsweep_plugins_lists_them_and_its_check_names_what_is_broken(tmp_path: Path):
     good = toy_dist(tmp_path / "good", "1.0")
     bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
