@@ -316,7 +316,11 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(listing))
     else:
-        print_plugins(listing)
+        print_plugins(listing, url)
+        if url:
+            print(
+                "(`memsweep plugins check` checks this machine's plugins; the server checks its own at the door)"
+            )
     return 0
 
 

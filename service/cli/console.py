@@ -161,19 +161,20 @@ def print_best(best: list[dict[str, Any]]) -> None:
     Console().print(table)
 
 
-def print_plugins(listing: dict[str, Any]) -> None:
-    """`memsweep plugins`: this machine's (or the server's) plugins, and which nodes differ."""
+def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
+    """`memsweep plugins`: this machine's (or the server's at `where`) plugins, and which nodes differ."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="plugin cells and tasks (docs/plugins.md)")
+    here = f"the server's at {where}" if where else "this machine's"
+    table = Table(title=f"plugin cells and tasks: {here} (docs/plugins.md)")
     for col in ("kind", "name", "distribution", "version", "code", "state"):
         table.add_column(col)
     for p in listing["server"]:
         state = "ready" if p["problem"] is None else f"refused: {p['problem']}"
         table.add_row(p["kind"], p["name"], p["distribution"], p["version"], p["digest"], state)
     console = Console()
-    console.print(table if listing["server"] else "no plugin is installed")
+    console.print(table if listing["server"] else f"no plugin is installed ({here})")
     nodes = listing.get("nodes")
     if nodes is None:
         return
