@@ -356,7 +356,7 @@ class StudyRunner:
                             ledger.pend_study(study_id, SHUTDOWN_NOTE)
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             if a.cancelled_by_user:  # cancelled while it waited for a sync to let it go
-                ledger.update_study(study_id, state="cancelled")
+                ledger.cancel_unclaimed_study(study_id)
             elif not a.cancel.is_set():
                 log.warning("%s", exc)
                 self.refused[study_id] = str(exc)

@@ -286,27 +286,33 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
     return Resolved(full, task_cls, task_cfg, cell_cls, cell_cfg)
 
 
+def own_clash(kind: str, name: str, cls: type[Cell] | type[Task]) -> str | None:
+    """Why a study could never set one of this cell's (task's) settings by its name: it is named like
+    the trial's own (`eps`, `lr`, …), which a name sets first (`apply_overrides`); None otherwise. A plugin
+    cell with a setting `eps` had a study's `eps` sent to the optimiser, its own staying at its default
+    while the tables said it varied."""
+    shared = sorted(set(field_names(cls.Config)) & set(TOP_FIELDS))
+    return _clash_message(kind, name, shared, "the trial's own") if shared else None
+
+
 def setting_clash(task: str, task_cls: type[Task], cell: str, cell_cls: type[Cell]) -> str | None:
-    """Why a study could not set one of this cell's or task's settings by its name, or None. A name is
-    the trial's own setting first, then the task's, then the cell's (`apply_overrides`): a plugin cell
-    with a setting `eps` had a study's `eps` sent to the optimiser, its own staying at its default while
-    the tables said it varied. No built-in cell or task shares a name with another scope."""
-    task_fields, cell_fields = set(field_names(task_cls.Config)), set(field_names(cell_cls.Config))
-    top = set(TOP_FIELDS)
-    for kind, name, shared, taker in (
-        ("cell", cell, cell_fields & top, "the trial's own"),
-        ("task", task, task_fields & top, "the trial's own"),
-        ("cell", cell, cell_fields & task_fields, f"task {task!r}'s"),
-    ):
-        if shared:
-            first = min(shared)
-            return (
-                f"{kind} {name!r} has a setting named like {taker} ({', '.join(map(repr, sorted(shared)))}): a "
-                f"study's {first!r} would set {taker} first, never the {kind}'s, which would stay at its default "
-                f"while the tables said it varied. Rename the setting (e.g. {f'{name}_{first}'!r}) in the "
-                "plugin's Config and grid"
-            )
-    return None
+    """Why a study of this task and cell could not set one of their settings by its name, or None: one
+    named like the trial's own (`own_clash`), or a setting the cell shares with the task, which the
+    task's takes. No built-in cell or task shares a name with another scope."""
+    shared = sorted(set(field_names(cell_cls.Config)) & set(field_names(task_cls.Config)))
+    return (
+        own_clash("cell", cell, cell_cls)
+        or own_clash("task", task, task_cls)
+        or (_clash_message("cell", cell, shared, f"task {task!r}'s") if shared else None)
+    )
+
+
+def _clash_message(kind: str, name: str, shared: list[str], taker: str) -> str:
+    return (
+        f"{kind} {name!r} has a setting named like {taker} ({', '.join(map(repr, shared))}): a study's "
+        f"{shared[0]!r} would set {taker} first, never the {kind}'s, which would stay at its default while the "
+        f"tables said it varied. Rename the setting (e.g. {f'{name}_{shared[0]}'!r}) in the plugin's Config and grid"
+    )
 
 
 #: a trial computes in float32 (torch's default dtype) and stores integers as 64-bit

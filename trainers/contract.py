@@ -98,18 +98,13 @@ def _dataclass_defaults(cls: type, what: str) -> list[Problem]:
 
 
 def _settings(cls: Any, kind: str) -> list[Problem]:
-    """Each setting reachable by its name: none named like a trial's own, nor like a setting of a
-    registered task (for a cell) or cell (for a task), which a study's value would set instead
-    (`trainers.config.setting_clash`)."""
-    from trainers.cells import CELLS, list_cells
-    from trainers.config import setting_clash
-    from trainers.tasks import TASKS, list_tasks
+    """No setting named like a trial's own, which a study's value would set instead
+    (`trainers.config.own_clash`); one a cell shares with a task is refused where a trial pairs them
+    (`setting_clash`, when the config resolves: the checks below on addition and copy among them)."""
+    from trainers.config import own_clash
 
-    if kind == "cell":
-        found = [setting_clash(t, TASKS.get(t), cls.name, cls) for t in list_tasks()]
-    else:
-        found = [setting_clash(cls.name, cls, c, CELLS.get(c)) for c in list_cells()]
-    return [Problem("settings", why) for why in dict.fromkeys(w for w in found if w is not None)]
+    why = own_clash(kind, cls.name, cls)
+    return [] if why is None else [Problem("settings", why)]
 
 
 def _class(cls: Any, base: type, what: str) -> list[Problem]:

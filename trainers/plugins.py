@@ -137,7 +137,9 @@ def plugin_message(plugin: Plugin) -> str:
 
 def _digest(module: str) -> str:
     """sha256 over the files of the entry point's top-level package (or its one module), by relative path
-    and content, without importing it; "" when it cannot be found."""
+    and content, without importing it; "" when it cannot be found. Every file but bytecode and hidden
+    ones: data a plugin ships is part of what it computes, so a plugin must not write into its package
+    (a cache there would change its identity, and a running server would refuse its studies)."""
     try:
         spec = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
@@ -147,7 +149,13 @@ def _digest(module: str) -> str:
     origin = Path(spec.origin)
     if spec.submodule_search_locations:  # a package: every file under it
         root = origin.parent
-        files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        files = sorted(  # not bytecode, nor hidden files (an editor's swap file is no code)
+            p
+            for p in root.rglob("*")
+            if p.is_file()
+            and "__pycache__" not in p.parts
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
     else:
         root, files = origin.parent, [origin]
     h = hashlib.sha256()

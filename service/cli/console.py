@@ -129,8 +129,9 @@ def print_success(summary: dict[str, Any]) -> None:
         ]
         if differences:
             d = differences[model]
-            row += ["" if model == reference else f"{d['difference']:+.3f}",
-                    "" if model == reference else f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]  # fmt: skip
+            none = model == reference or d["difference"] is None  # itself, or no finished run to set against
+            row += ["" if none else f"{d['difference']:+.3f}",
+                    "" if none else f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]  # fmt: skip
         table.add_row(*row)
     Console().print(table)
     for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's

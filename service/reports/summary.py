@@ -77,10 +77,11 @@ _CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "prune
 
 
 class Difference(BaseModel):
-    """A rate minus another's, with its 95 % interval (Newcombe's hybrid score, from the two Wilson ones)."""
+    """A rate minus another's, with its 95 % interval (Newcombe's hybrid score, from the two Wilson ones);
+    none while either has no finished run."""
 
-    difference: float
-    ci95: tuple[float, float]
+    difference: float | None
+    ci95: tuple[float, float] | None
 
 
 class SuccessTable(BaseModel):
@@ -205,8 +206,11 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
         return t.status, t.final_val_loss
     if t.status == "pruned" and t.steps is not None and t.steps < step:
         return t.status, t.final_val_loss
-    seen = [e for e in t.history or [] if int(e["step"]) <= step]
+    history = t.history or []
+    seen = [e for e in history if int(e["step"]) <= step]
     if not seen:  # no evaluation yet at that budget: no final loss
+        return "pending", None
+    if t.status not in FINISHED and int(history[-1]["step"]) < step:  # running, cancelled: not there yet
         return "pending", None
     return "done", float(seen[-1]["val_loss"])
 
@@ -276,7 +280,9 @@ def success_table(
             )
         ref = models[reference]
         differences = {
-            m: Difference(
+            m: Difference(difference=None, ci95=None)  # no run of one of them has finished yet
+            if m != reference and not (c.finished and ref.finished)
+            else Difference(
                 difference=c.rate - ref.rate,
                 ci95=(0.0, 0.0)  # itself: no difference to estimate
                 if m == reference

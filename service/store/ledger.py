@@ -217,9 +217,11 @@ class Ledger:
         `gone(owner, beat)` says the one it has no longer runs (`service.study.claim`). None when
         claimed, else (the owner that holds it, its last beat). Compare-and-set: of two processes
         claiming at once, one wins; a retry after a lost commit finds itself the owner. A study this
-        process holds already (another run of it here) is refused like another process's."""
-        if self._held.get(study_id) == owner:
-            return owner, None
+        process holds already (another run of it here, or a sync of its MLflow runs: another owner) is
+        refused like another process's: this process's fence of it is one owner's."""
+        mine = self._held.get(study_id)
+        if mine is not None and (mine == owner or not gone(mine, None)):
+            return mine, None
         with self.session() as s:
             current, beat = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
             if current not in (None, owner) and not gone(current, beat):
@@ -234,6 +236,20 @@ class Ledger:
         self._held[study_id] = owner  # committed: from here its writes are fenced
         self._lost.discard(study_id)
         return None
+
+    @outlasting
+    def cancel_unclaimed_study(self, study_id: str) -> bool:
+        """Mark a pending study no process runs (none holds it, or only a sync of its MLflow runs)
+        `cancelled`: a run cancelled before it could claim it; False when it is not so (another process
+        claimed it meanwhile: its state is that one's)."""
+        with self.session() as s:
+            unclaimed = Study.owner.is_(None) | Study.owner.like("%/sync")
+            done = s.connection().execute(
+                update(Study)
+                .where(Study.id == study_id, Study.state == "pending", unclaimed)
+                .values(state="cancelled")
+            )
+            return done.rowcount == 1
 
     @outlasting
     def beat_study(self, study_id: str, owner: str) -> bool:

@@ -64,11 +64,15 @@ def syncing(owner: str) -> bool:
 
 
 def gone(owner: str, beat: float | None, now: float | None = None) -> bool:
-    """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`)."""
+    """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`). A sync
+    that has not beaten for the lease is stuck (its release failed, say), wherever its process is."""
+    now = now if now is not None else time.time()
+    if syncing(owner) and beat is not None and now - beat > LEASE_SECONDS:
+        return True
     host, pid, since, *_ = [*owner.split("/"), "", ""]
     if host == socket.gethostname() and pid.isdigit() and since and os.path.isdir("/proc"):
         return not processes.alive(int(pid), since)  # exited (a zombie too), or its pid given to another
-    return beat is None or (now if now is not None else time.time()) - beat > LEASE_SECONDS
+    return beat is None or now - beat > LEASE_SECONDS
 
 
 class StudyBusyError(RuntimeError):
@@ -103,6 +107,10 @@ class StudyClaim:
     def __enter__(self) -> StudyClaim:
         held = self.ledger.claim_study(self.study_id, self.owner, gone)
         waits = not syncing(self.owner)
+        if held is not None and waits and syncing(held[0]):
+            log.info(
+                "study %s: waiting for a sync of its MLflow runs (%s) to let it go", self.study_id, held[0]
+            )
         while held is not None and waits and syncing(held[0]):  # a sync takes seconds: its study after it
             if self.until is not None and self.until.wait(SYNC_POLL_SECONDS):
                 break
@@ -112,14 +120,15 @@ class StudyClaim:
         if held is not None:
             holder, beat = held
             since = f", {time.time() - beat:.0f} s ago" if beat is not None else ""
+            what = "synced" if syncing(self.owner) else "started"
             if syncing(holder):
                 raise StudyBusyError(
                     f"study {self.study_id}'s MLflow runs are being rebuilt by a sync ({holder}, its last "
-                    f"beat{since}); nothing was started here. Run it again once the sync ends"
+                    f"beat{since}); nothing was {what} here. Run it again once the sync ends"
                 )
-            what = "synced" if syncing(self.owner) else "started"
+            who = "this process" if holder.startswith(f"{this_process()}") else "another process"
             raise StudyBusyError(
-                f"study {self.study_id} is being run by another process ({holder}, its last beat{since}); "
+                f"study {self.study_id} is being run by {who} ({holder}, its last beat{since}); "
                 f"nothing was {what} here. Wait for it to end, or stop it (its claim lapses when its process "
                 f"is gone, or {LEASE_SECONDS:.0f} s after its last beat on another host), then "
                 + ("sync the study" if syncing(self.owner) else "resume the study")

@@ -119,8 +119,8 @@ def error_summary(trial: Any) -> str:
 
 class UnitQueue(Searcher):
     """A grid's round of units as Ray Tune's searcher, in order. A unit of the members a fault sent
-    back (`again`: a worker, its process or its node died) joins the queue at once and trains on the
-    next free slot; before, it waited for the round's last unit to end, however long that took. No
+    back (`again`: a worker, its process or its node died) goes to the head of the queue and trains on
+    the next free slot; before, it waited for the round's last unit to end, however long that took. No
     unit is taken back under asha, whose units carry their points' finished seeds: the engine's next
     round rebuilds them from the ledger."""
 
@@ -143,7 +143,7 @@ class UnitQueue(Searcher):
         self.live.discard(trial_id)  # Tune tells this before its callbacks' `on_trial_error` (`again`)
 
     def again(self, unit: Unit) -> None:
-        self.queue.append(unit)
+        self.queue.appendleft(unit)  # first: it waits for no other queued unit, only a free slot
 
     def save(self, checkpoint_path: str) -> None:
         """Nothing: a study resumes from the ledger, never from Tune's checkpoints."""

@@ -111,11 +111,12 @@ def check_code(members: Sequence[TrialSpec], node: str) -> None:
         here = m.resolved.config_hash()
         if here != m.config_hash:
             cfg = m.resolved.config
+            used = plugins.identities(cfg.cell, cfg.task)
             raise OtherCodeError(
-                f"trial {m.config_hash} was planned with other code than node {node} runs (here its config "
-                f"hashes to {here}; plugins here: {plugins.identities(cfg.cell, cfg.task) or 'none'}): the "
-                "server and every node must run the same plugin code. After editing a plugin, restart "
-                "`memsweep serve` (it plans with the code it loaded) and install the same version on every node"
+                f"other code on node {node} than the study was planned with: restart `memsweep serve` after "
+                "editing a plugin, and run the same memsweep and plugin versions on every node (trial "
+                f"{m.config_hash} hashes to {here} here, under TRAINER_VERSION {trainers.TRAINER_VERSION}"
+                f"{', plugins ' + ', '.join(used.values()) if used else ', no plugin'})"
             )
 
 
@@ -130,11 +131,12 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
     if not todo:  # every member was already finished: the searcher still needs the objective
         reports.finished([])
         return
-    check_code(todo, node)
     # this worker process computes with the study's numerics mode from before its first computation
-    # (the ending rules build tasks); a process that cannot fails each member with the reason
+    # (the ending rules build tasks; the code check below loads the plugins, whose import may compute);
+    # a process that cannot fails each member with the reason
     with contextlib.suppress(NumericsError):
         use_numerics(todo[0].resolved.config.numerics)
+    check_code(todo, node)
     reports.learn_courses()
 
     if unit.fused and len(todo) > 1:

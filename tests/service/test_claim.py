@@ -292,3 +292,25 @@ def test_a_run_cancelled_while_it_waits_for_a_sync_ends_cancelled_having_started
     row = engine.ledger.study(study.id)
     assert row.state == "cancelled" and row.owner is None
     assert not runner.refused and not runner.prepared.is_set()  # nothing started: no Ray, no MLflow
+
+
+def test_a_stuck_sync_lapses_and_a_cancel_before_the_claim_touches_no_one_elses_study(tmp_path: Path):
+    """A sync that stopped beating for the lease (its release failed) is gone even on this host, so
+    a run waiting for it does not wait for ever. A run cancelled while it waited marks the study
+    cancelled only while no run holds it: another process that claimed it meanwhile keeps it running."""
+    now = time.time()
+    assert gone(f"{this_process()}/{SYNC}", beat=now - LEASE_SECONDS - 1, now=now)
+    assert not gone(f"{this_process()}/{SYNC}", beat=now, now=now)
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    study = ledger.create_study("s", {})
+    ledger.update_study(study.id, state="pending")
+    assert Ledger(ledger.url).claim_study(study.id, f"elsewhere/1/{now}", lambda owner, beat: False) is None
+    Ledger(ledger.url).update_study(study.id, state="running")
+    assert not ledger.cancel_unclaimed_study(study.id)
+    assert ledger.study(study.id).state == "running"
+    ledger.release_study(study.id, f"elsewhere/1/{now}")
+    Ledger(ledger.url).release_study(study.id, f"elsewhere/1/{now}")
+    ledger.update_study(study.id, state="pending")
+    with StudyClaim.for_sync(ledger, study.id):
+        assert ledger.cancel_unclaimed_study(study.id)  # held by a sync only: nobody runs it
+    assert ledger.study(study.id).state == "cancelled"
