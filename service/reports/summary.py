@@ -194,8 +194,13 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]
 
 def is_success(t: TrialLike, criterion: Criterion = HALF_BASELINE, at_step: int | None = None) -> bool:
     """Whether the trial succeeded under `criterion`, at the end of its run or at a budget of `at_step`."""
-    status, loss = (t.status, t.final_val_loss) if at_step is None else state_at(t, at_step)
+    status, loss = state_of(t, at_step)
     return criterion.judge(status, loss, t.baseline_loss, t.reference_baselines)
+
+
+def state_of(t: TrialLike, at_step: int | None) -> tuple[str, float | None]:
+    """(status, final validation loss) of the trial at the end of its run, or at a budget of `at_step`."""
+    return (t.status, t.final_val_loss) if at_step is None else state_at(t, at_step)
 
 
 def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
@@ -226,8 +231,8 @@ def success_cell(
     a model none of whose runs had ended). A trial in `error` (its worker, node or process died: an
     infrastructure fault) is no run either: it is counted apart."""
     runs = [t for t in trials if t.status != "error"]
-    states = [(t, (t.status, t.final_val_loss) if at_step is None else state_at(t, at_step)) for t in runs]
-    ended = [(t, status, loss) for t, (status, loss) in states if status in FINISHED]
+    states = [(t, *state_of(t, at_step)) for t in runs]
+    ended = [(t, status, loss) for t, status, loss in states if status in FINISHED]
     n = len(ended)
     k = sum(
         criterion.judge(status, loss, t.baseline_loss, t.reference_baselines) for t, status, loss in ended

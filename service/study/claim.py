@@ -111,11 +111,10 @@ class StudyClaim:
             log.info(
                 "study %s: waiting for a sync of its MLflow runs (%s) to let it go", self.study_id, held[0]
             )
+        stop = self.until or threading.Event()  # no `until`: wait for the sync, however long it takes
         while held is not None and waits and syncing(held[0]):  # a sync takes seconds: its study after it
-            if self.until is not None and self.until.wait(SYNC_POLL_SECONDS):
+            if stop.wait(SYNC_POLL_SECONDS):
                 break
-            if self.until is None:
-                time.sleep(SYNC_POLL_SECONDS)
             held = self.ledger.claim_study(self.study_id, self.owner, gone)
         if held is not None:
             holder, beat = held
