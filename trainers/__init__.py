@@ -7,7 +7,7 @@ result = train({"task": "addition", "task_params": {"seq_len": 100}, "steps": 50
 from trainers.cells import get_cell, list_cells
 from trainers.config import TRAINER_VERSION, Resolved, TrainConfig, apply_overrides, config_hash, resolve
 from trainers.criterion import HALF_BASELINE, Criterion
-from trainers.loop import train
+from trainers.loop import train, train_lockstep
 from trainers.params import ConfigError
 from trainers.registry import UnknownNameError
 from trainers.result import Evaluation, TrialResult
@@ -31,4 +31,5 @@ __all__ = [
     "list_tasks",
     "resolve",
     "train",
+    "train_lockstep",
 ]

@@ -13,8 +13,9 @@ reason: a trial never raises past `train` once its config has resolved.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ from trainers.config import Resolved, TrainConfig, resolve
 from trainers.model import SequenceModel, build_model, count_params
 from trainers.numerics import use as use_numerics
 from trainers.optim import make_optimizer
-from trainers.result import Evaluation, TrialResult
+from trainers.result import Evaluation, MemberReport, MembersFinished, TrialResult
 from trainers.runtime import (
     ValidationSums,
     configure_process,
@@ -59,23 +60,60 @@ def evaluate(
 def train(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | None = None) -> TrialResult:
     """Train one trial. Raises for an invalid config, and for a device fault (`runtime.device_fault`: no
     result of the trial); training problems return status `failed`."""
+    run = training(config, report)
+    while True:
+        try:
+            next(run)
+        except StopIteration as end:
+            result: TrialResult = end.value
+            return result
+
+
+Training = Generator[None, None, TrialResult]
+
+
+def training(config: TrainConfig | Mapping[str, Any] | Resolved, report: Report | None = None) -> Training:
+    """`train`, one evaluation at a time: each `next` trains up to the trial's next evaluation, reports
+    it and pauses there, and the last one returns its result (`StopIteration.value`) instead. A trial
+    pauses only after an evaluation that does not end it: the one it ends with comes with its result.
+    Its time paused is not its own (`Evaluation.seconds`, `TrialResult.seconds`)."""
     resolved = config if isinstance(config, Resolved) else resolve(config)
-    started = time.perf_counter()
+    clock = OwnClock()
     result = TrialResult()
     try:
         use_numerics(resolved.config.numerics)  # before anything computes: some tasks do as they are built
         task = resolved.make_task()  # may read data files: a missing file is a failed trial, with its fix
         record_task(result, task)
-        _run(resolved, task, result, report, started)
+        yield from _run(resolved, task, result, report, clock)
     except Exception as exc:  # a trial never takes its caller down; a broken device does
         if device_fault(exc):
             raise
         fail(result, exc)
-    result.seconds = time.perf_counter() - started
+    result.seconds = clock.elapsed()
     return result
 
 
-def _run(resolved: Resolved, task: Task, result: TrialResult, report: Report | None, started: float) -> None:
+class OwnClock:
+    """A trial's own time since it started: what it spent paused (`training`) not counted."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()  # moved on by each pause's length
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.started += time.perf_counter() - since
+
+
+def _run(
+    resolved: Resolved, task: Task, result: TrialResult, report: Report | None, clock: OwnClock
+) -> Generator[None, None, None]:
     cfg = resolved.config
     device = resolve_device(cfg.device)
     configure_process(device, cfg.threads, cfg.numerics)
@@ -118,8 +156,65 @@ def _run(resolved: Resolved, task: Task, result: TrialResult, report: Report | N
         val_loss, metric = evaluate(model, task, val_split, cfg.eval_batch_size, device)
         running.zero_()
         n_running = 0
-        evaluation = Evaluation.at(step, schedule.steps_per_epoch, train_loss, val_loss, metric, started)
+        evaluation = Evaluation.at(
+            step, schedule.steps_per_epoch, train_loss, val_loss, metric, clock.started
+        )
         if watch.evaluated(evaluation):
             break
+        with clock.paused():
+            yield
     if result.status == "done":
         keep_network(result, model, cfg.cell_params.get("nonlinearity"))
+
+
+class _Paused:
+    """One trial of `train_lockstep`, between its evaluations, with its own state of torch's global
+    random generators (CPU and CUDA: a cell may draw from them, as `train` seeds them per trial)."""
+
+    def __init__(self, run: Training) -> None:
+        self.run = run
+        self.rng: tuple[torch.Tensor, list[torch.Tensor] | None] | None = None
+
+    def go_on(self) -> TrialResult | None:
+        """Train to its next evaluation (None), or to its end (its result)."""
+        if self.rng is not None:
+            torch.set_rng_state(self.rng[0])
+            if self.rng[1] is not None:
+                torch.cuda.set_rng_state_all(self.rng[1])
+        try:
+            next(self.run)
+            return None
+        except StopIteration as end:
+            result: TrialResult = end.value
+            return result
+        finally:
+            cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
+            self.rng = (torch.get_rng_state(), cuda)
+
+
+def train_lockstep(
+    configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved],
+    report: MemberReport | None = None,
+    finished: MembersFinished | None = None,
+) -> list[TrialResult]:
+    """Train solo trials side by side, one process, one after the other up to each one's next
+    evaluation, round after round: what an early-stopping scheduler judges on their mean at each of its
+    rungs, for trials that cannot train fused (`trainers.fused.fusable_key`). Result k is what
+    `train(configs[k])` returns, bit for bit: each trial computes as it does alone, with its own
+    random state. `report` and `finished` are called as `train_fused` calls them: each evaluation once,
+    each result once, those final in the same round together (after the round's evaluations).
+    Raises ConfigError for an invalid config before anything trains, and a device fault as `train`."""
+    resolved = [c if isinstance(c, Resolved) else resolve(c) for c in configs]
+    runs = {
+        k: _Paused(training(r, None if report is None else (lambda e, k=k: report(k, e))))  # type: ignore[misc]
+        for k, r in enumerate(resolved)
+    }
+    results: dict[int, TrialResult] = {}
+    while runs:
+        ended = [(k, result) for k, run in runs.items() if (result := run.go_on()) is not None]
+        for k, result in ended:
+            del runs[k]
+            results[k] = result
+        if ended and finished is not None:
+            finished(ended)
+    return [results[k] for k in range(len(resolved))]

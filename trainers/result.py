@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -94,3 +95,9 @@ class TrialResult:
 RECORDED_FIELDS = tuple(
     f.name for f in dataclasses.fields(TrialResult) if f.name not in ("recurrent_matrix", "input_matrix")
 )
+
+#: `report(k, evaluation)`: member k's every evaluation, once (`train_fused`, `train_lockstep`)
+MemberReport = Callable[[int, Evaluation], Any]
+#: `finished([(k, result), …])`: members' final results, each once, as soon as they are final (those
+#: that became final together in one call)
+MembersFinished = Callable[[list[tuple[int, TrialResult]]], Any]

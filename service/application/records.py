@@ -169,8 +169,8 @@ class TrialPublic(BaseModel):
     budget_steps: int | None = Field(description="the budget in optimiser steps")
     early_stopped: bool | None = Field(description="stopped below early_stop_loss before the budget's end")
     seconds: float | None = Field(
-        description="training time: of its unit, a fused bundle's whole time for each of its members "
-        "(`provenance.bundle_members` says how many shared it)"
+        description="training time: a fused bundle's whole time for each of its members "
+        "(`provenance.bundle_members` says how many shared it); a trial alone or in lockstep (asha), its own"
     )
     param_count: int | None = Field(description="trainable parameters")
     henrici_index: float | None = Field(description="Henrici departure from normality d(W) of the trained W")

@@ -291,6 +291,12 @@ def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> 
             f"nothing early; lower grace_period, or evaluate more often (eval_every)"
         )
     notes.append("asha: the estimate trains every point to its end; the points asha stops cost less")
+    lockstep = sum(1 for u in units if not u.fused and len(u.members) > 1)
+    if lockstep:
+        notes.append(
+            f"asha: {lockstep} point{'s' * (lockstep > 1)} of {len(units)} cannot train fused: their seeds train in "
+            "lockstep, one after the other to each evaluation in one process (each as it trains alone)"
+        )
     if spec.bundle_size is not None:
         notes.append("bundle_size does not apply under asha: a unit is one point's seeds")
     return notes

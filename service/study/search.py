@@ -27,7 +27,6 @@ from service.core.errors import StudyError
 from service.core.spec import DEFAULT_MODEL, StudySpec
 from service.core.trial import FAILED_OBJECTIVE, Known, TrialSpec, Unit, known_of
 from service.study.packing import bundle
-from trainers import plugins
 
 if TYPE_CHECKING:
     from service.store.models import Trial
@@ -158,38 +157,7 @@ def study_space(spec: StudySpec, max_grid_size: int) -> SearchSpace:
             )
     check_execution(spec, space)
     check_space(space)
-    check_schedule(spec, space)
     return space
-
-
-def check_schedule(spec: StudySpec, space: SearchSpace) -> None:
-    """Under asha a point's seeds train side by side as one fused unit, judged at each rung on their
-    mean: refused when they cannot (a cell or task that does not fuse, or `fused: false`), rather
-    than judging a point on whichever seed ran first."""
-    if spec.scheduler != "asha" or len(space.seeds) < 2:
-        return
-    for model in space.models:
-        for point in probe_points(model):
-            trials = point_trials(space, model, point, execution(spec))
-            if bundle(trials, fused=spec.fuses).fused:
-                continue
-            config = trials[0].resolved.config
-            why = (
-                "fused is false"
-                if not spec.fuses
-                else f"cell {config.cell!r} on task {config.task!r} does not train fused "
-                "(the fused cells: trainers.fused.cells)"
-            )
-            raise StudyError(
-                f"scheduler asha judges a point on the mean of its {len(space.seeds)} seeds at each rung, "
-                f"so it trains them side by side as one bundle; model {model.name!r} cannot: {why}. "
-                "Use one seed (`seeds: [1]`), scheduler fifo, or a cell that fuses"
-                + (
-                    " (a plugin cell fuses once it declares a `fused` form: docs/plugins.md)"
-                    if spec.fuses and plugins.identity("cell", config.cell) is not None
-                    else ""
-                )
-            )
 
 
 def check_execution(spec: StudySpec, space: SearchSpace) -> None:

@@ -1,5 +1,5 @@
 """What a worker does with a unit: trains its members — as one fused bundle when the unit says so,
-else one after the other — and only reports, through a callable its executor gives it (Ray Tune's
+else side by side in lockstep — and only reports, through a callable its executor gives it (Ray Tune's
 `tune.report` on a Ray worker: `service.study.ray_tune.run_unit`). The driver records the reports
 (`service.study.book`)."""
 
@@ -121,8 +121,8 @@ def check_code(members: Sequence[TrialSpec], node: str) -> None:
 
 
 def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) -> None:
-    """Train the unit's members — as one fused bundle when the unit says so, else one after the
-    other — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
+    """Train the unit's members — as one fused bundle when the unit says so, else side by side in
+    lockstep (`trainers.train_lockstep`: each to its next evaluation in turn) — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
     as `Reports` says. A bundle reports its members' evaluations in rounds (one report per round), so
     a bundle of K costs Ray no more reports than one trial. `node` is written into each result (where
     it ran)."""
@@ -140,42 +140,36 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
     reports.learn_courses()
 
     if unit.fused and len(todo) > 1:
-        from trainers.fused import train_fused
+        from trainers.fused import train_fused as train_members
+    else:  # solo trials side by side, each to its next evaluation in turn: judged by round as a bundle
+        train_members = trainers.train_lockstep
 
-        buffer: list[tuple[int, trainers.Evaluation]] = []  # this round's evaluations so far
-        sent: set[int] = set()  # members whose result went out
+    buffer: list[tuple[int, trainers.Evaluation]] = []  # this round's evaluations so far
+    sent: set[int] = set()  # members whose result went out
 
-        def flush() -> None:
-            reports.evaluated(list(buffer))
+    def flush() -> None:
+        reports.evaluated(list(buffer))
+        buffer.clear()
+
+    def report_member(k: int, e: trainers.Evaluation) -> None:
+        # members evaluate at the same steps: a round is complete when every member without a
+        # result reported, or when a new step begins (a bundle split after running out of memory)
+        if buffer and e.step != buffer[0][1].step:
+            flush()
+        buffer.append((k, e))
+        if len(buffer) >= len(todo) - len(sent):
+            flush()
+
+    def members_finished(final: list[tuple[int, trainers.TrialResult]]) -> None:
+        # as soon as members' results are final (they stopped early or failed, or the unit ended),
+        # after their evaluations, in one report: a worker lost later in a long unit loses none
+        if buffer:  # its round (a member left at this step): held, to go out with the results
+            reports.evaluated(list(buffer), hold=True)
             buffer.clear()
+        sent.update(k for k, _ in final)
+        reports.finished(final)
 
-        def report_member(k: int, e: trainers.Evaluation) -> None:
-            # members evaluate at the same steps: a round is complete when every member without a
-            # result reported, or when a new step begins (a bundle split after running out of memory)
-            if buffer and e.step != buffer[0][1].step:
-                flush()
-            buffer.append((k, e))
-            if len(buffer) >= len(todo) - len(sent):
-                flush()
-
-        def members_finished(final: list[tuple[int, trainers.TrialResult]]) -> None:
-            # as soon as members' results are final (they stopped early or failed, or the bundle ended),
-            # after their evaluations, in one report: a worker lost later in a long bundle loses none
-            if buffer:  # its round (a member left at this step): held, to go out with the results
-                reports.evaluated(list(buffer), hold=True)
-                buffer.clear()
-            sent.update(k for k, _ in final)
-            reports.finished(final)
-
-        results = train_fused([m.resolved for m in todo], report_member, members_finished)
-        unsent = [(k, r) for k, r in enumerate(results) if k not in sent]
-        if unsent or buffer or reports.held:  # every member is settled by then: a safeguard
-            members_finished(unsent)
-        return
-
-    for k, member in enumerate(todo):
-
-        def evaluated(e: trainers.Evaluation, k: int = k) -> None:
-            reports.evaluated([(k, e)])
-
-        reports.finished([(k, trainers.train(member.resolved, evaluated))])
+    results = train_members([m.resolved for m in todo], report_member, members_finished)
+    unsent = [(k, r) for k, r in enumerate(results) if k not in sent]
+    if unsent or buffer or reports.held:  # every member is settled by then: a safeguard
+        members_finished(unsent)

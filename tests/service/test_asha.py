@@ -50,19 +50,13 @@ def test_asha_settings_belong_to_the_asha_scheduler_and_bundles_are_its_points()
     assert StudySpec.model_validate(fifo.model_dump()).scheduler == "fifo"
 
 
-def test_asha_refuses_seeds_it_cannot_train_side_by_side():
-    """A point is judged on the mean of its seeds, so they must fuse; before, a point's seeds trained
-    one after another and the rungs compared points on their first seed."""
-    lstm = asha_spec(base={**LONG, "cell": "lstm"})
-    with pytest.raises(
-        StudyError,
-        match=r"model .default. cannot: cell .lstm. on task .addition. does not train fused.*seeds: \[1\]",
-    ):
-        study_space(lstm, 10_000)
-    with pytest.raises(StudyError, match="cannot: fused is false"):
-        study_space(asha_spec(fused=False), 10_000)
-    study_space(asha_spec(base={**LONG, "cell": "lstm"}, seeds=[1]), 10_000)  # one seed: a point is a trial
-    study_space(asha_spec(scheduler="fifo", asha={}, base={**LONG, "cell": "lstm"}), 10_000)
+def test_asha_trains_the_seeds_of_a_cell_that_does_not_fuse_in_lockstep():
+    """A point is judged on the mean of its seeds at each rung, so they train side by side: fused where
+    they can, else in lockstep (`trainers.train_lockstep`). Such studies were refused: asha with several
+    seeds needed a cell that fuses (not LSTM, GRU, JANET, the NRU, a plugin without a fused form)."""
+    for spec in (asha_spec(base={**LONG, "cell": "lstm"}), asha_spec(fused=False)):
+        units = pack_study(spec, grid_trials(study_space(spec, 10_000), {}))
+        assert [(len(u.members), u.fused) for u in units] == [(2, False)] * 3
 
 
 @pytest.mark.parametrize("bundle_size", [None, 1, 4])
@@ -92,6 +86,12 @@ def test_the_plan_of_an_asha_study_packs_points_and_says_what_it_assumes(tmp_pat
         "asha: a point may be stopped after 1, 2, 4 of its 8 evaluations (grace_period 1, reduction_factor 2"
     )
     assert any(n.startswith(rungs) for n in planned.notes), planned.notes
+    assert not any("lockstep" in n for n in planned.notes)
+    lstm = plan_spec(engine, asha_spec(base={**LONG, "cell": "lstm"}), calibrate=False)
+    assert any(
+        n.startswith("asha: 3 points of 3 cannot train fused: their seeds train in lockstep")
+        for n in lstm.notes
+    )
     late = plan_spec(engine, asha_spec(asha={"grace_period": 8}), calibrate=False)
     (never,) = [n for n in late.notes if "grace_period" in n]
     assert never.startswith(
@@ -134,11 +134,12 @@ def test_a_members_last_evaluation_goes_out_with_its_result(fused):
     assert reports[-1]["objective"] == pytest.approx(
         math.fsum(objective(r.final_val_loss, r.baseline_loss, r.status) for r in results) / 2
     )
-    if fused:  # one report per round: 10, 20, then 30 with both results
-        assert [r["evaluations"] for r in reports] == [1, 2, 3]
-        first = [e.evaluation for e in reports[0]["events"]]
-        baseline = results[0].baseline_loss
-        assert reports[0]["objective"] == pytest.approx(math.fsum(e.val_loss / baseline for e in first) / 2)
+    # one report per round, fused or in lockstep: 10, 20, then 30 with both results
+    assert [r["evaluations"] for r in reports] == [1, 2, 3]
+    first = [e.evaluation for e in reports[0]["events"]]
+    assert [e.step for e in first] == [10, 10]
+    baseline = results[0].baseline_loss
+    assert reports[0]["objective"] == pytest.approx(math.fsum(e.val_loss / baseline for e in first) / 2)
 
 
 def test_an_early_stop_goes_out_with_its_result_and_the_bundle_reports_on():
@@ -406,6 +407,31 @@ def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlf
 
     parent = MlflowClient(mlflow_uri).get_run(engine.ledger.study(study.id).mlflow_run_id)
     assert parent.data.metrics["pruned"] == len(pruned) and parent.data.metrics["failed"] == 0
+
+
+@pytest.mark.slow
+def test_asha_judges_the_seeds_of_a_cell_that_does_not_fuse_together_each_as_it_trains_alone(engine):
+    """LSTM does not fuse: a point's two seeds train in lockstep in one unit, stopped together at a rung,
+    and a trial trained to its end has the numbers of the same config trained alone, bit for bit."""
+    import trainers
+
+    study = engine.create_study(asha_spec(base={**LONG, "cell": "lstm"}))
+    assert engine.run_study(study.id)["state"] == "done"
+    trials = engine.ledger.trials(study.id)
+    assert len(trials) == 6 and all(t.runs == 1 for t in trials)
+    by_lr: dict[float, list] = {}
+    for t in trials:
+        by_lr.setdefault(t.params["lr"], []).append(t)
+    for lr, seeds in by_lr.items():  # a point's seeds share their fate and their evaluations
+        assert len({(t.status, len(t.history)) for t in seeds}) == 1, lr
+    assert [t.status for t in by_lr[1e-2]] == ["done"] * 2
+    assert any(t.status == "pruned" for t in trials), "no point was stopped early"
+    for t in by_lr[1e-2]:
+        alone = trainers.train(t.config)
+        assert (alone.final_val_loss, [e.val_loss for e in alone.history]) == (
+            t.final_val_loss,
+            [e["val_loss"] for e in t.history],
+        )
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.trainers.learning import assert_learns
-from trainers import HALF_BASELINE, Criterion, resolve, train
+from trainers import HALF_BASELINE, Criterion, resolve, train, train_lockstep
 from trainers.numerics import default_mode
 from trainers.runtime import configure_process, keep_freed_memory
 from trainers.tasks.addition import AdditionTask
@@ -105,6 +105,93 @@ def test_an_exception_while_training_is_a_failed_trial(monkeypatch):
     monkeypatch.setattr(AdditionTask, "encode", boom)
     r = train(cfg(steps=5))
     assert r.status == "failed" and "out of memory (simulated)" in r.reason
+
+
+# ----- trials in lockstep: side by side, each as it trains alone (an asha point of a cell that does not fuse)
+
+
+def lockstep_calls(configs):
+    calls: list = []
+    results = train_lockstep(
+        configs, lambda k, e: calls.append((k, e.step)), lambda done: calls.append(sorted(k for k, _ in done))
+    )
+    return results, calls
+
+
+def same_numbers(a, b) -> bool:
+    """The same trial's numbers: its curve, its end and its trained matrices (those it keeps)."""
+    matrices = [(a.recurrent_matrix, b.recurrent_matrix), (a.input_matrix, b.input_matrix)]
+    return (a.status, a.steps, a.final_val_loss, [(e.train_loss, e.val_loss) for e in a.history]) == (
+        b.status,
+        b.steps,
+        b.final_val_loss,
+        [(e.train_loss, e.val_loss) for e in b.history],
+    ) and all(
+        (m is None and n is None) or (m is not None and n is not None and torch.equal(m, n))
+        for m, n in matrices
+    )
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "nru"])
+def test_trials_in_lockstep_are_their_solo_runs_bit_for_bit_evaluating_in_rounds(cell):
+    import time
+
+    configs = [cfg(cell=cell, steps=30, eval_every=10, seed=s) for s in (1, 2, 3)]
+    alone = [train(c) for c in configs]
+    started = time.perf_counter()
+    together, calls = lockstep_calls(configs)
+    wall = time.perf_counter() - started
+    assert all(same_numbers(a, b) for a, b in zip(alone, together, strict=True))
+    assert calls == [(k, step) for step in (10, 20, 30) for k in range(3)] + [[0, 1, 2]]
+    # each trial's time is its own: while paused, the others trained (their times were counted in each)
+    assert math.fsum(r.seconds for r in together) <= wall
+    assert all(math.fsum(e.seconds for e in r.history[-1:]) <= r.seconds for r in together)
+
+
+def test_trials_in_lockstep_each_draw_from_their_own_global_random_state(monkeypatch):
+    """`train` seeds torch's global generator per trial (a cell may draw from it): in lockstep each trial
+    keeps its own state across its pauses, or its draws would depend on its neighbours'."""
+    from trainers.cells.gru import GRUCell
+
+    forward = GRUCell.forward
+
+    def noisy(self, x):
+        h = forward(self, x)
+        return h + 0.1 * torch.randn_like(h)  # the global generator
+
+    monkeypatch.setattr(GRUCell, "forward", noisy)
+    configs = [cfg(cell="gru", steps=20, eval_every=5, seed=s) for s in (1, 2)]
+    alone = [train(c) for c in configs]
+    together, _ = lockstep_calls(configs)
+    assert all(same_numbers(a, b) for a, b in zip(alone, together, strict=True))
+
+
+def test_a_trial_that_ends_early_leaves_the_lockstep_with_its_result_in_its_round(monkeypatch):
+    """Seed 2's training loss is NaN from step 7 (it fails at its check at step 10, before its
+    evaluation); seed 3 stops early at its first evaluation; seed 1 trains to its end."""
+    original = AdditionTask.loss
+
+    def loss(self, out, y):
+        value = original(self, out, y)
+        return value * math.nan if self.seed == 2 and self.steps_taken > 6 else value
+
+    def counted(self, out, y):
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
+        return loss(self, out, y)
+
+    monkeypatch.setattr(AdditionTask, "loss", counted)
+    configs = [
+        cfg(cell="lstm", steps=30, eval_every=10, seed=1),
+        cfg(cell="lstm", steps=30, eval_every=10, seed=2),
+        cfg(cell="lstm", steps=30, eval_every=10, seed=3, early_stop_loss=1e9),
+    ]
+    alone = [train(c) for c in configs]
+    assert [r.status for r in alone] == ["done", "failed", "done"] and alone[2].early_stopped
+    together, calls = lockstep_calls(configs)
+    assert all(same_numbers(a, b) for a, b in zip(alone, together, strict=True))
+    # the first round: seed 1's and seed 3's evaluations, then the two that ended, in one call
+    assert calls == [(0, 10), (2, 10), [1, 2], (0, 20), (0, 30), [0]]
+    assert together[1].steps == 10 and "not finite" in together[1].reason
 
 
 STICKY = "CUDA error: an illegal memory access was encountered"

@@ -39,7 +39,6 @@ from trainers.fused.cells import FUSED_CELLS, FusedCell
 from trainers.fused.graphs import GRAPH_WARMUP, Batch, GraphedStep, GraphUnsupported, graphs_available
 from trainers.fused.keys import SHARED_FIELDS, check_fusable, fusable_key
 from trainers.fused.loop import out_of_memory, release_memory, train_fused
-from trainers.fused.members import FusedFinished, FusedReport
 from trainers.fused.model import FusedModel
 from trainers.fused.optim import FusedOptimizer
 from trainers.fused.steps import BundleSteps, forward_backward, steps_to_pace, trains_graphed
@@ -52,10 +51,8 @@ __all__ = [
     "Bundle",
     "BundleSteps",
     "FusedCell",
-    "FusedFinished",
     "FusedModel",
     "FusedOptimizer",
-    "FusedReport",
     "GraphUnsupported",
     "GraphedStep",
     "check_fusable",

@@ -20,12 +20,12 @@ import torch
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.fused.cells import FUSED_CELLS
 from trainers.fused.keys import check_fusable
-from trainers.fused.members import FusedFinished, FusedReport, Member, layout_groups, make_members
+from trainers.fused.members import Member, layout_groups, make_members
 from trainers.fused.model import FusedModel
 from trainers.fused.optim import FusedOptimizer
 from trainers.fused.steps import BundleSteps, trains_graphed
 from trainers.fused.validation import validate
-from trainers.result import Evaluation, TrialResult
+from trainers.result import Evaluation, MemberReport, MembersFinished, TrialResult
 from trainers.runtime import device_fault, fail, keep_network, training_batches
 from trainers.schedule import Schedule
 from trainers.tasks.base import Tensors
@@ -38,8 +38,8 @@ Settle = Callable[[Iterable[int]], None]
 
 def train_fused(
     configs: Sequence[TrainConfig | Mapping[str, Any] | Resolved],
-    report: FusedReport | None = None,
-    finished: FusedFinished | None = None,
+    report: MemberReport | None = None,
+    finished: MembersFinished | None = None,
 ) -> list[TrialResult]:
     """Train K fusable configs as one model; result k is what `train(configs[k])` returns.
 

@@ -12,17 +12,11 @@ from typing import Any
 
 from trainers.config import Resolved, TrainConfig
 from trainers.model import SequenceModel, build_model, count_params
-from trainers.result import Evaluation, TrialResult
+from trainers.result import Evaluation, MemberReport, TrialResult
 from trainers.runtime import configure_process, device_fault, fail, record_device, record_task, resolve_device
 from trainers.schedule import Watch
 from trainers.tasks import Task
 from trainers.tasks.base import Split
-
-#: `report(k, evaluation)`: member k's every evaluation, once
-FusedReport = Callable[[int, Evaluation], Any]
-#: `finished([(k, result), …])`: members' final results, each once, as soon as they are final (those
-#: that became final together in one call)
-FusedFinished = Callable[[list[tuple[int, TrialResult]]], Any]
 
 
 @dataclass
@@ -58,7 +52,7 @@ def layout_groups(members: list[Member]) -> list[list[Member]]:
 
 
 def make_members(
-    resolved: list[Resolved], results: list[TrialResult], report: FusedReport | None, index: list[int]
+    resolved: list[Resolved], results: list[TrialResult], report: MemberReport | None, index: list[int]
 ) -> list[Member]:
     """Members `index`: each one's task (one per seed), model and schedule watch, as `train` makes them."""
     cfg = resolved[0].config  # shared fields only
@@ -90,5 +84,5 @@ def make_members(
     return members
 
 
-def _reporter(report: FusedReport, k: int) -> Callable[[Evaluation], Any]:
+def _reporter(report: MemberReport, k: int) -> Callable[[Evaluation], Any]:
     return lambda evaluation: report(k, evaluation)
