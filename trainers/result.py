@@ -30,7 +30,7 @@ class Evaluation:
     train_loss: float  # mean training loss since the previous evaluation
     val_loss: float
     metric: float | None  # the task's metric on the validation set (e.g. accuracy)
-    seconds: float  # since the start of training
+    seconds: float  # its own training time since it started (in lockstep, its pauses not counted)
 
     @classmethod
     def at(

@@ -51,6 +51,37 @@ def changes_spec(args: argparse.Namespace) -> bool:
     )
 
 
+#: flags a resumed (or extended) study cannot take (they were dropped unsaid): flag → the spec's field
+NOT_ON_RESUME = {
+    "--concurrency": "concurrency",
+    "--scheduler": "scheduler",
+    "--success-fraction": "success_fraction",
+    "--name": "name",
+    "--cpus": "resources.cpus",
+    "--gpus": "resources.gpus",
+}
+
+
+def refuse_on_resume(args: argparse.Namespace) -> None:
+    """Refuse a flag `--study ID` cannot apply, naming what the study keeps and the way to get it."""
+    given = {
+        flag: field
+        for flag, field in NOT_ON_RESUME.items()
+        if getattr(args, field.split(".")[-1]) is not None
+    }
+    if not given:
+        return
+    fixes = ["create a new study with them (its finished trials are reused, not trained again)"]
+    if args.success_fraction is not None:
+        fixes.insert(
+            0, f"judge this one at another fraction with `memsweep success {args.study} --fraction F`"
+        )
+    raise SystemExit(
+        f"error: {', '.join(given)}: a resumed study keeps its spec's {', '.join(given.values())} (--study "
+        f"resumes it, or extends it with --set, --dim, --models, --seeds, --max-trials); {'; or '.join(fixes)}"
+    )
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from search_spaces import describe, get_preset, list_presets
 
@@ -88,6 +119,7 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
         study = engine.ledger.get_study(args.study)
         if study is None:
             raise SystemExit(f"error: no study {args.study!r}")
+        refuse_on_resume(args)
         if changes_spec(args):  # extend: only points the study does not hold yet are added
             added = engine.extend_study(study.id, build_spec(args, stored=study.spec), nodes=nodes)
             print(f"study {study.id}: extended by {added} trials", file=sys.stderr)

@@ -63,9 +63,9 @@ def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -
             raise ValueError(
                 f"--seeds {args.seeds}: give whole numbers separated by commas, e.g. --seeds 1,2,3"
             ) from None
-    if args.cpus is not None or args.gpus is not None:
-        cpus, gpus = args.cpus if args.cpus is not None else 1.0, args.gpus if args.gpus is not None else 0.0
-        data["resources"] = {"cpus": cpus, "gpus": gpus}
+    resources = {k: v for k, v in (("cpus", args.cpus), ("gpus", args.gpus)) if v is not None}
+    if resources:  # the flags given, over the spec's own: one flag leaves the other as the spec has it
+        data["resources"] = {**dict(data.get("resources") or {}), **resources}
     return StudySpec.model_validate(data)
 
 
@@ -86,16 +86,27 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         help="only these models, comma-separated; a cell's name adds an arm of it (docs/plugins.md)",
     )
     p.add_argument("--seeds", help="seeds, comma-separated")
-    p.add_argument("--sampler", choices=["grid", "random", "tpe", "cmaes", "qmc"])
-    p.add_argument("--max-trials", dest="max_trials", type=int)
-    p.add_argument("--concurrency", type=int)
+    p.add_argument(
+        "--sampler",
+        choices=["grid", "random", "tpe", "cmaes", "qmc"],
+        help="grid (default), or an Optuna sampler",
+    )
+    p.add_argument(
+        "--max-trials", dest="max_trials", type=int, help="a sampler's budget in trials (points × seeds)"
+    )
+    p.add_argument("--concurrency", type=int, help="Ray trials at once (default: what the nodes hold)")
     p.add_argument(
         "--scheduler", choices=["fifo", "asha"], help="asha: stop the worse points early (docs/studies.md)"
     )
-    p.add_argument("--success-fraction", dest="success_fraction", type=float)
-    p.add_argument("--cpus", type=float, help="CPUs per Ray trial")
-    p.add_argument("--gpus", type=float, help="GPU fraction per Ray trial")
-    p.add_argument("--name")
+    p.add_argument(
+        "--success-fraction",
+        dest="success_fraction",
+        type=float,
+        help="a run succeeds below this fraction of its baseline's loss (default 0.5, the papers')",
+    )
+    p.add_argument("--cpus", type=float, help="CPUs per Ray trial (the spec's resources.cpus)")
+    p.add_argument("--gpus", type=float, help="GPUs per Ray trial, a fraction to share one (resources.gpus)")
+    p.add_argument("--name", help="the study's name (default: the preset's, or 'custom')")
 
 
 def print_success(summary: dict[str, Any]) -> None:

@@ -52,7 +52,11 @@ def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """The commands that make and run studies."""
     p = sub.add_parser("run", help="create and run a study (or resume one with --study)")
     p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
-    p.add_argument("--study", help="resume this study: only unfinished trials run")
+    p.add_argument(
+        "--study",
+        help="resume this study: only unfinished trials run (with --set, --dim, --models, --seeds or "
+        "--max-trials, extended first)",
+    )
     add_spec_flags(p)
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p = sub.add_parser(

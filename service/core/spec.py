@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -505,6 +506,19 @@ def judged_under(
         raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
 
 
+class SpecLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """YAML read as YAML 1.2 reads a number: `1e-3` is a float. PyYAML follows YAML 1.1, where a float
+    needs a dot (`1.0e-3`) and `1e-3` is text, so `lr: [1e-3, 3e-4]` was a study of two strings (a
+    trainer reads them as numbers, but the study's tables, filters and best configs did not)."""
+
+
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def load_spec(path: str | Path) -> StudySpec:
     """A spec from a YAML or JSON file; a file that cannot be read, or is no YAML, is refused naming it."""
     try:
@@ -512,7 +526,7 @@ def load_spec(path: str | Path) -> StudySpec:
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the spec file ({exc.strerror or exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SpecLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -15,6 +15,7 @@ of final loss / baseline.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,12 +64,25 @@ def point_trials(
     space: SearchSpace, model: Model, point: Mapping[str, Any], settings: Mapping[str, Any]
 ) -> list[TrialSpec]:
     """The trials of one point of `model` (its dimensions' values): one per seed of the space."""
-    varied = {k: point[k] for k in model.dims}
     trials = []
     for seed in space.seeds:
         resolved = materialize({**space.base, **model.fixed, **point, **settings, "seed": seed})
+        varied = {k: as_trained(resolved, k, point[k]) for k in model.dims}
         trials.append(TrialSpec.of(arm(model, point), {**varied, "seed": seed}, resolved))
     return trials
+
+
+def as_trained(resolved: trainers.Resolved, name: str, value: Any) -> Any:
+    """A point's value as its trial trains it: a number given as text (JSON's `"1e-3"`, which a trainer
+    reads as 0.001) is that number, so that the tables, filters and best configs of a study see one
+    value, not two spellings of it."""
+    if not isinstance(value, str):
+        return value
+    for holder in (resolved.config, resolved.task_config, resolved.cell_config):
+        if name in {f.name for f in dataclasses.fields(holder)}:
+            trained = getattr(holder, name)
+            return trained if isinstance(trained, int | float) and not isinstance(trained, bool) else value
+    return value
 
 
 def grid_trials(space: SearchSpace, settings: Mapping[str, Any]) -> list[TrialSpec]:

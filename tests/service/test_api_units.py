@@ -726,6 +726,39 @@ def test_the_cli_names_a_bad_spec_file_and_its_unknown_fields(
     assert capsys.readouterr().err.startswith(f"error: {broken}: not YAML or JSON: expected ',' or ']'")
 
 
+def test_a_spec_files_numbers_are_numbers_and_a_number_given_as_text_is_the_number_trained(tmp_path: Path):
+    """The README's own spec file wrote `lr: [1e-3, 3e-4]`: PyYAML (YAML 1.1) read `1e-3` as text, so
+    the study's points held "1e-3" (the trainer read it as a number): a table row "1e-3" beside 0.001
+    after an extension from the CLI, `?param=lr=0.001` found nothing, the best config said '1e-3'."""
+    from service.core.spec import load_spec
+    from service.study.search import grid_trials, study_space
+
+    spec_file = tmp_path / "my-study.yaml"
+    spec_file.write_text(
+        "preset: orhan2020-copy500\nmodels: [chain]\ndims: {lr: [1e-3, 3e-4, 2E-2, 1.5e-3], scale: [1.0]}\n"
+        "base: {seq_len: 50, steps: 2000, eval_every: 500, early_stop_loss: 1e-12}\nseeds: [1]\n"
+        "name: run 1e3\n"
+    )
+    spec = load_spec(spec_file)
+    assert spec.dims == {"lr": [1e-3, 3e-4, 2e-2, 1.5e-3], "scale": [1.0]} and spec.name == "run 1e3"
+    assert spec.base["early_stop_loss"] == 1e-12
+    from_text = StudySpec.model_validate(
+        {"space": {"dims": {"lr": ["1e-3", 3e-4], "init": ["chain"]}}, "base": {"task": "addition", "seq_len": 20},
+         "seeds": [1]}
+    )  # fmt: skip
+    trials = grid_trials(study_space(from_text, 100), {})
+    assert [t.params for t in trials] == [
+        {"lr": 0.001, "init": "chain", "seed": 1},
+        {"lr": 3e-4, "init": "chain", "seed": 1},
+    ]
+    as_number = from_text.model_copy(
+        update={"space": from_text.space.model_copy(update={"dims": {"lr": [1e-3, 3e-4], "init": ["chain"]}})}
+    )
+    assert [t.config_hash for t in trials] == [
+        t.config_hash for t in grid_trials(study_space(as_number, 100), {})
+    ]
+
+
 @pytest.mark.parametrize(
     ("change", "names"),
     [

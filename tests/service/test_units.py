@@ -360,6 +360,69 @@ def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
     assert default.criterion() == HALF_BASELINE
 
 
+def test_cpus_or_gpus_on_the_command_line_leave_the_spec_files_other_resource(tmp_path):
+    """`--cpus 2` over a spec file's `resources: {cpus: 1, gpus: 0.5}` reset its GPUs to 0."""
+    import argparse
+
+    from service.cli.console import add_spec_flags, build_spec
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("target")
+    add_spec_flags(parser)
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text("preset: orhan2020-copy500\nmodels: [chain]\nresources: {cpus: 1, gpus: 0.5}\n")
+    spec = build_spec(parser.parse_args([str(spec_file), "--cpus", "2"]))
+    assert (spec.resources.cpus, spec.resources.gpus) == (2, 0.5)
+    spec = build_spec(parser.parse_args([str(spec_file), "--gpus", "0.25"]))
+    assert (spec.resources.cpus, spec.resources.gpus) == (1, 0.25)
+    spec = build_spec(parser.parse_args(["orhan2020-copy500", "--gpus", "1"]))
+    assert (spec.resources.cpus, spec.resources.gpus) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ["--success-fraction", "0.9"],
+            "--success-fraction: a resumed study keeps its spec's success_fraction",
+        ),
+        (
+            ["--concurrency", "4", "--dim", "lr=1e-4"],
+            "--concurrency: a resumed study keeps its spec's concurrency",
+        ),
+        (
+            ["--cpus", "2", "--gpus", "1"],
+            "--cpus, --gpus: a resumed study keeps its spec's resources.cpus, resources.gpus",
+        ),
+        (["--scheduler", "asha"], "--scheduler: a resumed study keeps its spec's scheduler"),
+        (["--name", "other"], "--name: a resumed study keeps its spec's name"),
+    ],
+)
+def test_run_study_refuses_the_flags_a_resumed_study_cannot_take(tmp_path, monkeypatch, request, flags, said):
+    """They were dropped without a word: `run --study ID --success-fraction 0.9` judged at 0.5."""
+    from service.cli.commands import main
+    from service.core.settings import Settings, get_settings
+    from service.study.engine import Engine
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    get_settings.cache_clear()  # the CLI's settings read again, from this home (and again after the test)
+    request.addfinalizer(get_settings.cache_clear)
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    study = engine.create_study(
+        StudySpec.model_validate(
+            {"space": {"dims": {"lr": [1e-3]}}, "base": {"task": "addition", "seq_len": 20}}
+        )
+    )
+    with pytest.raises(SystemExit) as refused:
+        main(["run", "--study", study.id, *flags])
+    message = str(refused.value.code)
+    assert message.startswith(f"error: {said}") and "create a new study with them" in message
+    if "--success-fraction" in flags:
+        assert f"memsweep success {study.id} --fraction F" in message
+    assert engine.ledger.counts(study.id)["total"] == 1  # nothing added, nothing ran
+    assert engine.ledger.study(study.id).state == "pending"
+
+
 def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
     from service.reports.summary import state_at, success_table, success_vs_budget
 
