@@ -11,28 +11,33 @@ from service.core.states import StudyState, TrialStatus
 USAGE = """`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
 
 memsweep presets [--json]
-memsweep run PRESET|SPEC.yaml [--set KEY=VALUE] [--dim lr=1e-3,3e-4] [--models a,b] [--seeds 1,2] [--json]
+memsweep run PRESET|SPEC.yaml [spec flags] [--json]   # spec flags: --set KEY=VALUE, --dim lr=1e-3,3e-4,
+    --models a,b, --seeds 1,2, --sampler S, --max-trials N, --concurrency N, --scheduler fifo|asha,
+    --success-fraction F, --cpus C, --gpus G, --name NAME (`memsweep run --help`)
 memsweep run --study ID            # resume: only unfinished trials run
 memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
-memsweep best STUDY [--k 5] [--json] [--url URL]
-memsweep success STUDY [--json | --csv] [--url URL]
-memsweep plan PRESET|SPEC.yaml [the flags of run] [--json] [--url URL]   # trials, bundles, estimate; nothing runs
-memsweep compare A B … [--by cell,seq_len] [--fraction F] [--json | --csv] [--mlflow] [--url URL]
-memsweep trials STUDY [--status done] [--json | --csv] [--url URL]
+memsweep plan PRESET|SPEC.yaml [spec flags] [--recalibrate] [--json] [--url URL]   # trials, bundles, estimate; nothing runs
+memsweep best STUDY [--k 5] [--model M] [--json] [--url URL]
+memsweep success STUDY [--fraction F | --threshold L] [--baseline B] [--at-step S] [--reference M]
+    [--json | --csv] [--url URL]
+memsweep compare A B … [--by cell,seq_len] [--fraction F | --threshold L] [--baseline B] [--at-step S]
+    [--json | --csv] [--mlflow] [--url URL]
+memsweep trials STUDY [--status done] [--history] [--json | --csv] [--url URL]
 memsweep train|describe|list …     # one trial, as `python -m trainers`
 memsweep plugins [--json] [--url URL]          # installed plugin cells and tasks (with --url: the server's and its nodes')
 memsweep plugins check [NAME …] [--json]       # run the cell / task contract over plugins (all by default)
 
 The REST service and its clients (the token, when the server sets one, comes from MEMSWEEP_API_TOKEN;
---url defaults to MEMSWEEP_API_URL, and with a URL `best` and `success` ask the server):
+--url defaults to MEMSWEEP_API_URL; every query above, `status`, `studies` and `sync` ask the server
+when they have a URL, else read this machine's ledger):
 memsweep serve [--host H] [--port P]
-memsweep submit PRESET|SPEC.yaml [the flags of run] --url URL [--wait] [--json]
+memsweep submit PRESET|SPEC.yaml [spec flags] [--idempotency-key K] --url URL [--wait] [--json]
 memsweep status STUDY [--url URL] [--json]
 memsweep studies [--state S] [--limit N] [--offset K] [--url URL] [--json]
 memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
-memsweep resume STUDY --url URL      # run a server's failed, cancelled or interrupted study on
-memsweep cancel STUDY --url URL      # stop it (its unfinished trials stay resumable)
-memsweep demo [--port P] [--keep-serving] [the flags of run]   # the README's main job, over REST
+memsweep resume STUDY --url URL [--json]   # run a server's failed, cancelled or interrupted study on
+memsweep cancel STUDY --url URL [--json]   # stop it (its unfinished trials stay resumable)
+memsweep demo [--port P] [--keep-serving] [spec flags]   # the README's main job, over REST
 """
 
 
@@ -194,7 +199,8 @@ def add_criterion_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fraction", type=float, help="judge under this fraction of the baseline")
     p.add_argument("--threshold", type=float, help="judge under this loss threshold")
     p.add_argument(
-        "--baseline", help="with --fraction: a reference baseline the task reports (copy: arjovsky)"
+        "--baseline",
+        help="judge against a reference baseline the task reports (copy: arjovsky), at --fraction or the study's",
     )
     p.add_argument("--at-step", dest="at_step", type=int, help="count at a budget of this many steps")
 

@@ -103,8 +103,9 @@ def plan_spec(
     else:
         trials, todo, units, measured = [], [], _sampled_units(spec, space, spec.max_trials or 0), None
     planned = _plan(
-        engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel
-    )
+        engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel,
+        seeds=len(space.seeds),
+    )  # fmt: skip
     return _with_memory(planned, measured)
 
 
@@ -159,6 +160,7 @@ def plan_study(
         calibrator,
         cancel=cancel,
         untrained=len(untrained),
+        seeds=len(space.seeds),
     )
     return _with_memory(planned, measured), packed
 
@@ -215,9 +217,11 @@ def _plan(
     start_ray: Callable[[], None] | None = None,
     cancel: threading.Event | None = None,
     untrained: int = 0,
+    seeds: int = 1,
 ) -> StudyPlan:
     """`untrained`: trials of `trials` left out of `todo` because they will be recorded pruned with
-    their points, untrained (asha)."""
+    their points, untrained (asha); `seeds`: the seeds of each point (a sampled study draws
+    max_trials rounded up to whole points)."""
     cpus, gpus = spec.resources.cpus, spec.resources.gpus
     notes: list[str] = []
     if untrained:
@@ -245,7 +249,7 @@ def _plan(
         name=spec.name or name,
         sampler=spec.sampler,
         trainer_version=TRAINER_VERSION,
-        trials=len(trials) if spec.sampler == "grid" else spec.max_trials,
+        trials=len(trials) if spec.sampler == "grid" else math.ceil((spec.max_trials or 0) / seeds) * seeds,
         to_run=len(todo) if spec.sampler == "grid" else sum(len(u.members) for u in units),
         reused=len(trials) - len(todo) - untrained,
         pruned_untrained=untrained,

@@ -95,7 +95,9 @@ class StudyPlan(BaseModel):
     name: str
     sampler: str
     trainer_version: str
-    trials: int | None = Field(description="trials the study holds (a sampled one: max_trials)")
+    trials: int | None = Field(
+        description="trials the study holds (a sampled one: max_trials, rounded up to whole points × seeds)"
+    )
     to_run: int
     reused: int = Field(description="trials a study of this ledger finished already: reused, not run")
     pruned_untrained: int = Field(

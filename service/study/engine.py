@@ -99,8 +99,12 @@ def retrained_message(again: int, old: StudySpec, new: StudySpec) -> str:
     return (
         f"extend would train {again} of the study's trials again beside their results: {why}, and the "
         "study's tables would count both as seeds of one point. Create a new study with the new settings "
-        "(memsweep compare sets two studies side by side; finished trials this ledger holds are reused), "
-        "or make a setting a dimension (dims: {field: [old, new]})"
+        "(memsweep compare sets two studies side by side; finished trials this ledger holds are reused)"
+        + (
+            ", or make a setting a dimension of its space (space: {dims: {field: [old, new]}})"
+            if new.preset is None
+            else ""  # a preset's dimensions are its paper's: another setting cannot become one
+        )
     )
 
 

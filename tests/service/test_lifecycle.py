@@ -609,9 +609,19 @@ def test_extend_never_trains_a_point_again_under_other_settings(make_engine: Any
     longer["base"] = {**longer["base"], "steps": 20}
     longer["seeds"] = [1, 2, 3]
     with pytest.raises(
-        StudyError, match=r"train 6 of the study's trials again .*\(steps: 10 → 20\).*new study"
+        StudyError,
+        match=r"train 6 of the study's trials again .*\(steps: 10 → 20\).*new study.*a dimension of its space",
     ):
         engine.extend_study(study.id, StudySpec.model_validate(longer))
+    # a preset's dimensions are its paper's: the fix does not tell its study to make steps one
+    preset = {"preset": "orhan2020-copy500", "models": ["chain"], "dims": {"lr": [1e-3], "scale": [1.0]},
+              "base": {"seq_len": 30, "steps": 10}, "seeds": [1]}  # fmt: skip
+    copy = engine.create_study(StudySpec.model_validate(preset))
+    with pytest.raises(StudyError, match=r"\(steps: 10 → 20\).*new study") as refused:
+        engine.extend_study(
+            copy.id, StudySpec.model_validate({**preset, "base": {"seq_len": 30, "steps": 20}})
+        )
+    assert "dimension" not in str(refused.value)
     assert len(engine.ledger.trials(study.id)) == 6
     # a trial made under another trainer version (its stored hash is not what its config gives now)
     (first, *_) = engine.ledger.trials(study.id)

@@ -58,6 +58,13 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
             "budget_steps": [20, 20],
             "fused": False,
         }
+        # a sampled study draws max_trials rounded up to whole points: its plan says what it draws
+        sampled = c.post(
+            "/studies?dry_run=true",
+            json={"space": {"dims": {"lr": {"loguniform": [1e-4, 1e-2]}}}, "base": TINY,
+                  "seeds": [1, 2], "sampler": "random", "max_trials": 5},
+        ).json()  # fmt: skip
+        assert sampled["trials"] == sampled["to_run"] == 6 and sampled["units"] == 3
         bad = c.post("/studies?dry_run=true", json=grid(success_fraction=5))
         assert bad.status_code == 422 and "success_fraction" in bad.text
         assert len(ledger_of(c).list_studies()) == 1
