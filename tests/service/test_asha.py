@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.core.errors import StudyError
 from service.core.spec import StudySpec
 from service.core.trial import Evaluated, Finished, Known, objective
 from service.planning.plan import plan_study
@@ -379,22 +378,29 @@ def _pruned(history: list[dict]):
 # ----- end to end, on a real Ray ---------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlflow_uri):
-    """lr 1e-2 learns; 1e-9 and 1e-8 do not move from their start (objective ≈ 8 against ≈ 1.4). One unit
-    at a time, each worse point is stopped at its first rung with both seeds, each trained once."""
-    study = engine.create_study(asha_spec())
+def run_by_lr(engine, spec: StudySpec) -> tuple:
+    """The study run to its end: each trial trained once, some point stopped early, a point's seeds
+    sharing their fate and their evaluations; (study, trials, trials by lr)."""
+    study = engine.create_study(spec)
     assert engine.run_study(study.id)["state"] == "done"
     trials = engine.ledger.trials(study.id)
     assert len(trials) == 6 and all(t.runs == 1 for t in trials)
     by_lr: dict[float, list] = {}
     for t in trials:
         by_lr.setdefault(t.params["lr"], []).append(t)
+    assert any(t.status == "pruned" for t in trials), "no point was stopped early"
+    for lr, seeds in by_lr.items():
+        assert len({(t.status, len(t.history)) for t in seeds}) == 1, lr
+    return study, trials, by_lr
+
+
+@pytest.mark.slow
+def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlflow_uri):
+    """lr 1e-2 learns; 1e-9 and 1e-8 do not move from their start (objective ≈ 8 against ≈ 1.4). One unit
+    at a time, each worse point is stopped at its first rung with both seeds, each trained once."""
+    study, trials, by_lr = run_by_lr(engine, asha_spec())
     assert [(t.status, len(t.history)) for t in by_lr[1e-2]] == [("done", 8)] * 2
     pruned = [t for t in trials if t.status == "pruned"]
-    assert pruned, "no point was stopped early"
-    for lr, seeds in by_lr.items():  # a point's seeds share their fate and their evaluations
-        assert len({(t.status, len(t.history)) for t in seeds}) == 1, lr
     assert all(t.baseline_loss and len(t.history) < 8 and t.final_val_loss == t.history[-1]["val_loss"]
                for t in pruned)  # fmt: skip
     total = engine.summary(study.id)["success"]["total"]
@@ -415,17 +421,8 @@ def test_asha_judges_the_seeds_of_a_cell_that_does_not_fuse_together_each_as_it_
     and a trial trained to its end has the numbers of the same config trained alone, bit for bit."""
     import trainers
 
-    study = engine.create_study(asha_spec(base={**LONG, "cell": "lstm"}))
-    assert engine.run_study(study.id)["state"] == "done"
-    trials = engine.ledger.trials(study.id)
-    assert len(trials) == 6 and all(t.runs == 1 for t in trials)
-    by_lr: dict[float, list] = {}
-    for t in trials:
-        by_lr.setdefault(t.params["lr"], []).append(t)
-    for lr, seeds in by_lr.items():  # a point's seeds share their fate and their evaluations
-        assert len({(t.status, len(t.history)) for t in seeds}) == 1, lr
+    _, _, by_lr = run_by_lr(engine, asha_spec(base={**LONG, "cell": "lstm"}))
     assert [t.status for t in by_lr[1e-2]] == ["done"] * 2
-    assert any(t.status == "pruned" for t in trials), "no point was stopped early"
     for t in by_lr[1e-2]:
         alone = trainers.train(t.config)
         assert (alone.final_val_loss, [e.val_loss for e in alone.history]) == (
