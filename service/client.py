@@ -418,10 +418,20 @@ def spec_data(spec: str | Mapping[str, Any] | Any, overrides: Mapping[str, Any])
     return data
 
 
-CELL_COLUMNS = ["trials", "finished", "failed", "succeeded", "rate", "ci95_low", "ci95_high"]
+CELL_COLUMNS = [
+    "trials",
+    "finished",
+    "failed",
+    "pruned",
+    "errors",
+    "succeeded",
+    "rate",
+    "ci95_low",
+    "ci95_high",
+]
 
 
 def _flat(cell: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: cell[k] for k in CELL_COLUMNS[:5]}
+    out = {k: cell.get(k) for k in CELL_COLUMNS[:-2]}
     out["ci95_low"], out["ci95_high"] = cell["ci95"]
     return out

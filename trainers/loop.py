@@ -159,7 +159,7 @@ def _run(
         evaluation = Evaluation.at(
             step, schedule.steps_per_epoch, train_loss, val_loss, metric, clock.started
         )
-        if watch.evaluated(evaluation):
+        if watch.evaluated(evaluation) or step == schedule.budget:  # it ends with this one: no pause
             break
         with clock.paused():
             yield

@@ -42,6 +42,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return detail(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
+        unreadable = unreadable_body(request, cast(RequestValidationError, exc))
+        if unreadable is not None:  # no JSON object to check field by field: what to send instead
+            return detail(status.HTTP_400_BAD_REQUEST, unreadable)
         content = validation_content(request, cast(RequestValidationError, exc))
         return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=content)
 
@@ -101,6 +104,28 @@ def answer(message: str) -> dict[str, Any]:
     """An error answer: every one has `message`, one line naming what went wrong and the fix; `detail`
     is the same line here, and the field-by-field list for a refused body (`errors_content`)."""
     return {"detail": message, "message": message}
+
+
+def unreadable_body(request: Request, exc: RequestValidationError) -> str | None:
+    """Why a body is no JSON object at all, and what to send: text that is not JSON (FastAPI's
+    "body.1: JSON decode error"), another content type (a form), or JSON that is not an object; None
+    when it is one (its fields are checked one by one)."""
+    for error in exc.errors():
+        loc = tuple(error.get("loc", ()))
+        if error.get("type") == "json_invalid":
+            at = f" (at character {loc[1]})" if len(loc) > 1 else ""
+            return f"the body is not JSON{at}; send a JSON object (examples: GET /docs)"
+        if loc == ("body",) and error.get("type") in ("model_attributes_type", "dict_type"):
+            kind = request.headers.get("content-type", "none")
+            if "json" not in kind:
+                return (
+                    f"the body came as content type {kind.split(';')[0]}; send the JSON object with "
+                    "`Content-Type: application/json` (examples: GET /docs)"
+                )
+            return (
+                "the body is JSON but not an object; send a JSON object of the fields (examples: GET /docs)"
+            )
+    return None
 
 
 def validation_content(request: Request, exc: RequestValidationError) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from service.store.ledger import StudyHead
 from service.store.models import Study, Trial
 from service.study.claim import StudyBusyError
 from service.study.engine import Engine
+from service.study.nodes import embedded, unplaceable_here
 from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
 
@@ -106,10 +107,19 @@ class StudyService:
         self.runner.submit(study_id)
         return self._get(study_id)
 
-    def _make(self, spec: StudySpec, idempotency_key: str | None) -> str:
-        why = self.runner.unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
-        if why is not None:  # a request the cluster can never satisfy would wait forever: refused now
+    def _placeable(self, spec: StudySpec) -> None:
+        """Refuse resources no node can ever give a trial: such a study (or its plan's calibration)
+        would wait forever. Asked of the cluster once Ray is up; an embedded Ray is this machine."""
+        resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
+        why = self.runner.unplaceable(resources)
+        if why is None and embedded(self.engine.settings):
+            why = unplaceable_here(self.engine.settings, resources)
+        if why is not None:
+            self.engine.space(spec)  # a field the resources cannot serve is named first (`check_execution`)
             raise StudyError(f"resources: {why}")
+
+    def _make(self, spec: StudySpec, idempotency_key: str | None) -> str:
+        self._placeable(spec)
         try:
             return self.engine.create_study(
                 spec, nodes=self.runner.node_plugins, idempotency_key=idempotency_key
@@ -131,6 +141,7 @@ class StudyService:
         """What the spec's study would run and cost (`service.planning.plan`), calibrating the shapes the
         cache lacks on this server's Ray (brought up for them) unless the server runs no studies;
         nothing is stored but calibrations."""
+        self._placeable(spec)
         calibrate = self.runner.workers > 0
         try:  # Ray lives in the runner's thread, started there only when the plan needs it
             planned = plan_spec(

@@ -51,7 +51,7 @@ def changes_spec(args: argparse.Namespace) -> bool:
     )
 
 
-#: flags a resumed (or extended) study cannot take (they were dropped unsaid): flag → the spec's field
+#: flags a resumed study cannot take without an extension (they were dropped unsaid): flag → its field
 NOT_ON_RESUME = {
     "--concurrency": "concurrency",
     "--scheduler": "scheduler",
@@ -78,7 +78,8 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
         )
     raise SystemExit(
         f"error: {', '.join(given)}: a resumed study keeps its spec's {', '.join(given.values())} (--study "
-        f"resumes it, or extends it with --set, --dim, --models, --seeds, --max-trials); {'; or '.join(fixes)}"
+        f"resumes it, and extends it with --set, --dim, --models, --seeds or --max-trials, whose spec takes "
+        f"these flags); {'; or '.join(fixes)}"
     )
 
 
@@ -119,7 +120,8 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
         study = engine.ledger.get_study(args.study)
         if study is None:
             raise SystemExit(f"error: no study {args.study!r}")
-        refuse_on_resume(args)
+        if not changes_spec(args):  # a resume: flags that would change its spec have nothing to apply to
+            refuse_on_resume(args)
         if changes_spec(args):  # extend: only points the study does not hold yet are added
             added = engine.extend_study(study.id, build_spec(args, stored=study.spec), nodes=nodes)
             print(f"study {study.id}: extended by {added} trials", file=sys.stderr)

@@ -109,6 +109,11 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="the study's name (default: the preset's, or 'custom')")
 
 
+def rate_text(rate: float | None) -> str:
+    """A success rate as the tables print it; "–" when no run has finished (no estimate)."""
+    return "–" if rate is None else f"{rate:.3f}"
+
+
 def print_success(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -135,7 +140,7 @@ def print_success(summary: dict[str, Any]) -> None:
             str(cell["failed"]),
             *([str(cell["pruned"])] if pruned else []),
             str(cell["succeeded"]),
-            f"{cell['rate']:.3f}",
+            rate_text(cell["rate"]),
             f"[{lo:.3f}, {hi:.3f}]",
         ]
         if differences:
@@ -413,7 +418,7 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             criterion = names[r["study_id"]]["criterion"]["name"]
         table.add_row(
             *group, who, criterion, f"{r['succeeded']}/{r['finished']}" + _unfinished(r),
-            f"{r['rate']:.3f}", f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
+            rate_text(r["rate"]), f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
         )  # fmt: skip
     Console().print(table)
     if comparison.get("mlflow"):

@@ -498,6 +498,14 @@ def judged_under(
     reference baseline, the missing one taken from `own`); `own` when it names none."""
     if fraction is None and threshold is None and baseline is None:
         return own
+    if threshold is not None and (fraction is not None or baseline is not None):
+        given = " and ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in (("fraction", fraction), ("baseline", baseline)) if v is not None)  # fmt: skip
+        raise StudyError(
+            f"threshold={threshold:g} with {given}: a run is judged under a loss threshold or under a fraction of "
+            "a baseline, not both; give one, e.g. ?threshold=0.02 "
+            "or ?fraction=0.25"
+        )
     try:
         if threshold is not None:
             return Criterion(fraction=None, threshold=threshold)
@@ -514,7 +522,7 @@ class SpecLoader(yaml.SafeLoader):  # type: ignore[misc]
 
 SpecLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
 
@@ -527,7 +535,7 @@ def load_spec(path: str | Path) -> StudySpec:
         raise ValueError(f"{path}: cannot read the spec file ({exc.strerror or exc})") from None
     try:
         data = yaml.load(text, Loader=SpecLoader)  # a SafeLoader
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a scalar its resolver took for a number
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ValueError(f"{path}: not YAML or JSON: {getattr(exc, 'problem', None) or exc}{at}") from None

@@ -75,7 +75,8 @@ class TrialSpec:
 
 @dataclass(frozen=True)
 class Unit:
-    """The trials one Ray trial runs: as one fused bundle (`fused`), else one after another.
+    """The trials one Ray trial runs: as one fused bundle (`fused`), else one after another, or side by
+    side in lockstep (`lockstep`: a point's seeds that a scheduler judges together at its rungs, asha).
 
     `known`: members already finished (a sampled point met again), by config hash; they are counted
     in the unit's objective, not trained again."""
@@ -83,6 +84,7 @@ class Unit:
     members: tuple[TrialSpec, ...]
     fused: bool = False
     known: Mapping[str, Known] = field(default_factory=dict)
+    lockstep: bool = False
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from typing import Any
 
 import trainers
 from service.core.settings import Settings
-from service.study.nodes import embedded, ensure_ray
+from service.study.nodes import embedded, embedded_resources, ensure_ray, unplaceable_here
 from trainers import TRAINER_VERSION
 
 log = logging.getLogger(__name__)
@@ -278,11 +278,13 @@ def where_trials_run(
     joining it when `start` (else a cluster not joined yet is an error), within `timeout` or until
     `cancel` is set (the study's: cancelled, or its server stopping)."""
     if embedded(settings):
-        capacity = int((settings.ray_num_cpus or os.cpu_count() or 1) // max(cpus, 1e-9))
+        why = unplaceable_here(settings, {"cpu": cpus, "gpu": gpus})
+        if why is not None:  # its calibration would wait for a slot that never comes
+            raise RuntimeError(why)
+        have_cpus, have_gpus = embedded_resources(settings)
+        capacity = int(have_cpus // max(cpus, 1e-9))
         if gpus > 0:
-            import torch
-
-            capacity = min(capacity, int(torch.cuda.device_count() // gpus))
+            capacity = min(capacity, int(have_gpus // gpus))
         return node_type(gpus > 0), capacity
     import ray
 

@@ -55,7 +55,14 @@ from service.store.ledger import Ledger
 from service.store.models import Calibration, Trial
 from service.study.nodes import device_on_this_node, embedded
 from service.study.packing import bundle, pack_study, point_key, stopped_points
-from service.study.search import execution, first_point, grid_trials, point_trials, study_space
+from service.study.search import (
+    check_numbers_as_text,
+    execution,
+    first_point,
+    grid_trials,
+    point_trials,
+    study_space,
+)
 from trainers import TRAINER_VERSION
 from trainers.numerics import PORTABLE_COST
 
@@ -94,6 +101,7 @@ def plan_spec(
     or planned from the cache, starts no Ray (issue 35); None: started here when needed. `cancel`
     stops a calibration on Ray (its shapes stay uncalibrated)."""
     space = study_space(spec, engine.settings.max_grid_size)  # a created study's checks
+    check_numbers_as_text(space)
     if spec.sampler == "grid":
         trials = grid_trials(space, execution(spec))
         reusable = engine.ledger.reusable([t.config_hash for t in trials])
@@ -295,7 +303,7 @@ def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> 
             f"nothing early; lower grace_period, or evaluate more often (eval_every)"
         )
     notes.append("asha: the estimate trains every point to its end; the points asha stops cost less")
-    lockstep = sum(1 for u in units if not u.fused and len(u.members) > 1)
+    lockstep = sum(1 for u in units if u.lockstep)
     if lockstep:
         notes.append(
             f"asha: {lockstep} point{'s' * (lockstep > 1)} of {len(units)} cannot train fused: their seeds train in "
@@ -346,8 +354,12 @@ class _Shapes:
         for ident, group in self.groups.items():
             largest = max(group, key=lambda u: len(u.members))
             fused = largest.fused and len(largest.members) > 1
-            key = shape_key(self.shapes[ident], fused, len(largest.members))
-            self.probes[key] = Probe(key, tuple(m.resolved for m in largest.members), fused)
+            # a unit that does not fuse trains its members one at a time (one after another, or in
+            # lockstep): its probe is one member, whose cost each member pays (`unit_seconds`'s share);
+            # the whole unit, of which the calibration trained only the first, was costed as one member
+            members = largest.members if fused else largest.members[:1]
+            key = shape_key(self.shapes[ident], fused, len(members))
+            self.probes[key] = Probe(key, tuple(m.resolved for m in members), fused)
             for u in group:
                 self.unit_key[id(u)] = key
 

@@ -55,7 +55,10 @@ class PlanShape(BaseModel):
     key: str = Field(description="the calibration cache's key (shape, fused, bundle size, trainer version)")
     description: str
     fused: bool
-    bundle_size: int = Field(description="members of its largest unit (the one calibrated)")
+    bundle_size: int = Field(
+        description="members calibrated together: its largest unit's when fused; 1 when a unit trains its "
+        "members one at a time (alone, one after another or in lockstep), each paying that one's cost"
+    )
     units: int
     trials: int
     cached: bool = Field(description="its calibration came from the ledger's cache")

@@ -86,7 +86,7 @@ class ComparisonRow(BaseModel):
     )
     errors: int = Field(description="trials whose worker, node or process died: no run, not counted")
     succeeded: int
-    rate: float = Field(description="succeeded / finished")
+    rate: float | None = Field(description="succeeded / finished; null when none finished (no estimate)")
     ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
     difference: float | None = Field(description="rate − the reference study's rate in this group")
     difference_ci95: tuple[float, float] | None = Field(
@@ -295,7 +295,7 @@ def _rows(
         cell = cells[s.id]
         row = ComparisonRow(scope=scope, group=group, study_id=s.id, **cell.model_dump(), difference=None,
                             difference_ci95=None, shared=None)  # fmt: skip
-        if s.id != reference and cell.finished and ref.finished:
+        if s.id != reference and cell.rate is not None and ref.rate is not None:
             row.difference = cell.rate - ref.rate
             row.difference_ci95 = newcombe_interval(
                 cell.succeeded, cell.finished, ref.succeeded, ref.finished

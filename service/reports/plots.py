@@ -179,8 +179,11 @@ def comparison_rates(comparison: dict[str, Any]) -> bytes:
     fig, ax = plt.subplots(figsize=(min(2.0 + 0.9 * len(groups) * max(len(names), 1) ** 0.5, 16.0), 3.6))
     for i, (study_id, label) in enumerate(names.items()):
         mine = {_group_label(r["group"]): r for r in rows if r["study_id"] == study_id}
-        xs = [g + (i - (len(names) - 1) / 2) * width for g, name in enumerate(groups) if name in mine]
-        cells = [mine[name] for name in groups if name in mine]
+        shown = [
+            (g, name) for g, name in enumerate(groups) if name in mine and mine[name]["rate"] is not None
+        ]
+        xs = [g + (i - (len(names) - 1) / 2) * width for g, _ in shown]  # a cell with no finished run: none
+        cells = [mine[name] for _, name in shown]
         rates = [c["rate"] for c in cells]
         lo = [max(0.0, c["rate"] - c["ci95"][0]) for c in cells]
         hi = [max(0.0, c["ci95"][1] - c["rate"]) for c in cells]

@@ -48,6 +48,8 @@ def summarise(
         "name": study.name,
         "state": study.state,
         "trainer_version": TRAINER_VERSION,
+        # the spec as it stands (an extension's too): the parent run's params are the spec it was created with
+        "spec": study.spec,
         "counts": ledger.counts(study.id, criterion),
         "success": table.model_dump(mode="json"),
         "success_other_criteria": [success_table(trials, c).model_dump(mode="json") for c in extra],

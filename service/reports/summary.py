@@ -66,7 +66,7 @@ class SuccessCell(BaseModel):
     )
     errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
     succeeded: int
-    rate: float = Field(description="succeeded / finished (0 when none finished)")
+    rate: float | None = Field(description="succeeded / finished; null when none finished (no estimate)")
     ci95: tuple[float, float] = Field(
         description="95 % Wilson score interval of the rate, over the finished runs"
     )
@@ -136,7 +136,7 @@ class BudgetCell(BaseModel):
     succeeded: int
     trials: int
     finished: int = Field(default=0, description="runs with a result at this budget: the rate's denominator")
-    rate: float
+    rate: float | None = Field(description="succeeded / finished at this budget; null when none finished")
     ci95: tuple[float, float]
 
 
@@ -215,8 +215,11 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
     seen = [e for e in history if int(e["step"]) <= step]
     if not seen:  # no evaluation yet at that budget: no final loss
         return "pending", None
-    if t.status not in FINISHED and int(history[-1]["step"]) < step:  # running, cancelled: not there yet
-        return "pending", None
+    if t.status not in FINISHED and (int(history[-1]["step"]) < step or t.baseline_loss is None):
+        return (
+            "pending",
+            None,
+        )  # running, cancelled: not there yet, or without its task's baselines to judge it
     return "done", float(seen[-1]["val_loss"])
 
 
@@ -244,7 +247,7 @@ def success_cell(
         pruned=sum(status == "pruned" for _, status, _ in ended),
         errors=len(trials) - len(runs),
         succeeded=k,
-        rate=k / n if n else 0.0,
+        rate=k / n if n else None,
         ci95=wilson_interval(k, n),
     )
 
@@ -286,7 +289,7 @@ def success_table(
         ref = models[reference]
         differences = {
             m: Difference(difference=None, ci95=None)  # no run of one of them has finished yet
-            if m != reference and not (c.finished and ref.finished)
+            if not (c.finished and ref.finished and c.rate is not None and ref.rate is not None)
             else Difference(
                 difference=c.rate - ref.rate,
                 ci95=(0.0, 0.0)  # itself: no difference to estimate

@@ -478,9 +478,25 @@ class Ledger:
             data = s.scalar(select(Trial.matrices).where(Trial.id == trial_id))
         return unpack_matrices(data) if data else None
 
-    def cancel_trial(self, trial_id: int, reason: str, history: Sequence[Evaluation]) -> None:
-        """A trial stopped with its study: cancelled, with the evaluations it made (it runs again on resume)."""
-        self.interrupt_trial(trial_id, "cancelled", reason, history)
+    def cancel_trial(
+        self, trial_id: int, reason: str, history: Sequence[Evaluation], task: TrialResult | None = None
+    ) -> None:
+        """A trial stopped with its study: cancelled, with the evaluations it made and what it records of
+        its task (`task`: its baselines and budget, which judge those evaluations at a budget they
+        reached); it runs again on resume."""
+        recorded = (
+            {"baseline_loss": task.baseline_loss, "reference_baselines": task.reference_baselines or None,
+             "budget_steps": task.budget_steps or None, "metric_name": task.metric_name}
+            if task is not None and task.baseline_loss is not None
+            else {}
+        )  # fmt: skip
+        self.update_trial(
+            trial_id,
+            status="cancelled",
+            reason=reason,
+            history=[e.to_dict() for e in history] or None,
+            **recorded,
+        )
 
     def interrupt_trial(self, trial_id: int, status: str, reason: str, history: Sequence[Evaluation]) -> None:
         """A trial that ended without a result: cancelled, back to pending (to run again), or error."""

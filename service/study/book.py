@@ -157,10 +157,13 @@ class TrialBook:
         self.open[run] = todo
 
     def close_unfinished(self, reason: str) -> None:
-        """Every executor trial still open (cancelled with the study, else interrupted)."""
-        how = "cancelled" if self.cancel.is_set() else "interrupted"
+        """Every executor trial still open: cancelled with the study (and said so), else interrupted
+        for `reason`."""
+        cancelled = self.cancel.is_set()
         for run in list(self.open):
-            self._close(run, how, reason)
+            self._close(
+                run, *(("cancelled", "the study was cancelled") if cancelled else ("interrupted", reason))
+            )
 
     def _finish(self, run: str, key: str, result: trainers.TrialResult) -> None:
         self.history.pop(key, None)
@@ -168,8 +171,8 @@ class TrialBook:
         self.open.get(run, set()).discard(key)
 
     def _with_task(self, result: trainers.TrialResult, key: str) -> None:
-        """A pruned trial's result, which its worker never sent, with what it records of its task (the
-        baselines: a pruned run's last loss stays comparable) and its budget."""
+        """A pruned (or cancelled) trial's result, which its worker never sent, with what it records of
+        its task (the baselines: its last loss stays comparable) and its budget."""
         spec = self.specs.get(key)
         if spec is None:
             return
@@ -187,7 +190,12 @@ class TrialBook:
             history = self.history.pop(key, [])
             last = history[-1] if history else None
             if how == "cancelled" or (how == "pruned" and last is None):  # pruned before its first evaluation
-                self.ledger.cancel_trial(self.ids[key], reason, history)
+                task = trainers.TrialResult()
+                if (
+                    history
+                ):  # what it records of its task: its evaluations are judged at a budget they reached
+                    self._with_task(task, key)
+                self.ledger.cancel_trial(self.ids[key], reason, history, task)
                 self.record.stopped(self.ids[key], key, reason)
             elif how == "pruned":
                 evaluations = f"{len(history)} evaluation{'s' if len(history) != 1 else ''}"

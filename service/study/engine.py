@@ -45,6 +45,7 @@ from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
 from service.study.search import (
+    check_numbers_as_text,
     execution,
     first_point,
     materialize,
@@ -184,6 +185,7 @@ class Engine:
         versions) and put the study and its trials in the ledger, bound to the request's claimed
         `idempotency_key` when it has one (one transaction)."""
         space = self.space(spec)
+        check_numbers_as_text(space)
         admit_plugins(space, nodes)
         trials = study_trials(spec, space)
         name, stored = spec.name or space.name, spec.model_dump(mode="json")

@@ -226,6 +226,28 @@ def unplaceable(resources: Mapping[str, float]) -> str | None:
     )
 
 
+def embedded_resources(settings: Settings) -> tuple[float, float]:
+    """(CPUs, GPUs) an embedded Ray offers: MEMSWEEP_RAY_NUM_CPUS or this machine's CPUs, and the GPUs
+    torch sees (Ray finds the same ones)."""
+    import torch
+
+    return float(settings.ray_num_cpus or os.cpu_count() or 1), float(torch.cuda.device_count())
+
+
+def unplaceable_here(settings: Settings, resources: Mapping[str, float]) -> str | None:
+    """`unplaceable` for an embedded Ray, before it is up: why this machine can never run a trial
+    asking these resources, naming what it has; None when it can."""
+    cpus, gpus = embedded_resources(settings)
+    wanted = {"CPU": float(resources.get("cpu", 0.0)), "GPU": float(resources.get("gpu", 0.0))}
+    if wanted["CPU"] <= cpus and wanted["GPU"] <= gpus:
+        return None
+    return (
+        f"this machine's embedded Ray cannot run a trial asking {wanted['CPU']:g} CPUs and {wanted['GPU']:g} "
+        f"GPUs (it has {cpus:g} CPUs{' (MEMSWEEP_RAY_NUM_CPUS)' if settings.ray_num_cpus else ''} and "
+        f"{gpus:g} GPUs); ask for less in `resources`, or join a Ray cluster that has them (MEMSWEEP_RAY_ADDRESS)"
+    )
+
+
 def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str, int]:
     """(device kind, bytes a unit may use) where this task runs: a unit's share of the GPU it is
     given (of what a trainer may allocate there: $MEMSWEEP_GPU_MEMORY_FRACTION of the card, when set),

@@ -158,7 +158,7 @@ def by_point(trials: Sequence[TrialSpec], *, fused: bool) -> list[Unit]:
     points: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialSpec]] = {}
     for t in trials:
         points.setdefault(point_key(t.model, t.params), []).append(t)
-    return [bundle(members, fused=fused) for members in points.values()]
+    return [bundle(members, fused=fused, lockstep=True) for members in points.values()]
 
 
 def point_key(model: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -172,11 +172,13 @@ def stopped_points(rows: Iterable[Trial]) -> set[tuple[str, tuple[tuple[str, str
     return {point_key(r.model, r.params) for r in rows if r.status == TrialStatus.PRUNED}
 
 
-def bundle(trials: Sequence[TrialSpec], *, fused: bool) -> Unit:
+def bundle(trials: Sequence[TrialSpec], *, fused: bool, lockstep: bool = False) -> Unit:
     """The trials as one unit, fused when fusing is on and they share `fusable_key` (a sampled
-    point's seeds)."""
+    point's seeds); else in `lockstep` when a scheduler judges them together (asha), else one after
+    another."""
     keys = {fusable_key(t.resolved) for t in trials}
-    return Unit(tuple(trials), fused=fused and len(trials) > 1 and len(keys) == 1 and None not in keys)
+    together = fused and len(trials) > 1 and len(keys) == 1 and None not in keys
+    return Unit(tuple(trials), fused=together, lockstep=lockstep and not together and len(trials) > 1)
 
 
 def _order(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

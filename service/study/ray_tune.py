@@ -98,7 +98,8 @@ class BookCallback(Callback):
         unit: Unit = trial.config["unit"]
         back = set(self.book.failed(trial.trial_id, f"its Ray worker failed: {error_summary(trial)}", unit))
         if back and self.again is not None:
-            self.again(bundle([m for m in unit.members if m.config_hash in back], fused=unit.fused))
+            self.again(bundle([m for m in unit.members if m.config_hash in back], fused=unit.fused,
+                              lockstep=unit.lockstep))  # fmt: skip
 
 
 def error_summary(trial: Any) -> str:

@@ -64,25 +64,52 @@ def point_trials(
     space: SearchSpace, model: Model, point: Mapping[str, Any], settings: Mapping[str, Any]
 ) -> list[TrialSpec]:
     """The trials of one point of `model` (its dimensions' values): one per seed of the space."""
+    varied = {k: point[k] for k in model.dims}
     trials = []
     for seed in space.seeds:
         resolved = materialize({**space.base, **model.fixed, **point, **settings, "seed": seed})
-        varied = {k: as_trained(resolved, k, point[k]) for k in model.dims}
         trials.append(TrialSpec.of(arm(model, point), {**varied, "seed": seed}, resolved))
     return trials
 
 
-def as_trained(resolved: trainers.Resolved, name: str, value: Any) -> Any:
-    """A point's value as its trial trains it: a number given as text (JSON's `"1e-3"`, which a trainer
-    reads as 0.001) is that number, so that the tables, filters and best configs of a study see one
-    value, not two spellings of it."""
-    if not isinstance(value, str):
-        return value
+def check_numbers_as_text(space: SearchSpace) -> None:
+    """Refuse a dimension's value given as text where its setting is a number (JSON's `"1e-3"`, or a
+    YAML value in quotes): the trainer reads it as 0.001, but the study's points, tables, filters, best
+    configs and sampler would hold the text, beside the number another study or an extension writes.
+    A new study's check (`Engine.create_study`, a plan): a stored study's points stay as they are."""
+    for model in space.models:
+        for name, dim in model.dims.items():
+            if not isinstance(dim, Values):
+                continue
+            for i, value in enumerate(dim.values):
+                if not isinstance(value, str) or not _number_text(value):
+                    continue
+                resolved = materialize(
+                    {**space.base, **model.fixed, **first_point(model), name: value, "seed": 1}
+                )
+                if _numeric_setting(resolved, name):
+                    where = "" if model.name == DEFAULT_MODEL else f"model {model.name!r}: "
+                    raise StudyError(
+                        f"{where}dims.{name}[{i}] = {value!r} is text, and {name} is a number: write it as one "
+                        f"({value}, not quoted), so that the study's tables and filters hold the number it trains"
+                    )
+
+
+def _number_text(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _numeric_setting(resolved: trainers.Resolved, name: str) -> bool:
+    """Whether the setting `name` of a resolved config holds a number (not a bool, not text)."""
     for holder in (resolved.config, resolved.task_config, resolved.cell_config):
         if name in {f.name for f in dataclasses.fields(holder)}:
-            trained = getattr(holder, name)
-            return trained if isinstance(trained, int | float) and not isinstance(trained, bool) else value
-    return value
+            value = getattr(holder, name)
+            return isinstance(value, int | float) and not isinstance(value, bool)
+    return False
 
 
 def grid_trials(space: SearchSpace, settings: Mapping[str, Any]) -> list[TrialSpec]:
@@ -295,6 +322,7 @@ class Sampling:
     fused: bool
     known: Callable[[Iterable[str]], dict[str, Known]]  # config hashes → the finished ones, as counted
     warm: Sequence[tuple[dict[str, Any], float, int | None]] = ()
+    lockstep: bool = False  # a point's seeds that cannot fuse train side by side (judged at rungs: asha)
 
     @property
     def models(self) -> dict[str, Model]:
@@ -318,8 +346,8 @@ class Sampling:
         """The unit of a drawn point: its trials, resolved here in the driver, as one unit (fused when
         they share shapes); members finished in the ledger are counted, not trained again."""
         members = point_trials(self.space, self.models[model], point, self.settings)
-        unit = bundle(members, fused=self.fused)
-        return Unit(unit.members, unit.fused, self.known([m.config_hash for m in members]))
+        unit = bundle(members, fused=self.fused, lockstep=self.lockstep)
+        return Unit(unit.members, unit.fused, self.known([m.config_hash for m in members]), unit.lockstep)
 
 
 class Draws:
@@ -441,5 +469,13 @@ def sampling(
         for (m, params), seeds in points.items()
     ]
     return Sampling(
-        space, str(spec.sampler), spec.sampler_seed, count, execution(spec), spec.fuses, known, warm
+        space,
+        str(spec.sampler),
+        spec.sampler_seed,
+        count,
+        execution(spec),
+        spec.fuses,
+        known,
+        warm,
+        lockstep=spec.scheduler == "asha",
     )

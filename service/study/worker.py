@@ -1,5 +1,5 @@
-"""What a worker does with a unit: trains its members — as one fused bundle when the unit says so,
-else side by side in lockstep — and only reports, through a callable its executor gives it (Ray Tune's
+"""What a worker does with a unit: trains its members — as one fused bundle when the unit says so, or
+side by side in lockstep, else one after the other — and only reports, through a callable its executor gives it (Ray Tune's
 `tune.report` on a Ray worker: `service.study.ray_tune.run_unit`). The driver records the reports
 (`service.study.book`)."""
 
@@ -121,8 +121,9 @@ def check_code(members: Sequence[TrialSpec], node: str) -> None:
 
 
 def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) -> None:
-    """Train the unit's members — as one fused bundle when the unit says so, else side by side in
-    lockstep (`trainers.train_lockstep`: each to its next evaluation in turn) — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
+    """Train the unit's members — as one fused bundle when the unit says so, or side by side in
+    lockstep (`trainers.train_lockstep`: each to its next evaluation in turn; a point's seeds judged
+    together at a scheduler's rungs), else one after the other — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
     as `Reports` says. A bundle reports its members' evaluations in rounds (one report per round), so
     a bundle of K costs Ray no more reports than one trial. `node` is written into each result (where
     it ran)."""
@@ -139,7 +140,15 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
     check_code(todo, node)
     reports.learn_courses()
 
-    if unit.fused and len(todo) > 1:
+    if len(todo) == 1 or not (unit.fused or unit.lockstep):  # one after another: each result as it ends
+        for k, member in enumerate(todo):
+
+            def evaluated(e: trainers.Evaluation, k: int = k) -> None:
+                reports.evaluated([(k, e)])
+
+            reports.finished([(k, trainers.train(member.resolved, evaluated))])
+        return
+    if unit.fused:
         from trainers.fused import train_fused as train_members
     else:  # solo trials side by side, each to its next evaluation in turn: judged by round as a bundle
         train_members = trainers.train_lockstep

@@ -34,8 +34,9 @@ def comparison_metrics(comparison: dict[str, Any]) -> list[Metric]:
         where = ".".join(str(v) for v in row["group"].values()) if row["scope"] == "group" else "total"
         who = row["study_id"] or "pooled"
         name = re.sub(r"[^\w\-. /]", "_", f"{who}.{where}")  # what MLflow allows in a name
+        if row["rate"] is not None:  # none finished: no estimate to log
+            metrics.append(Metric(f"success_rate.{name}", float(row["rate"]), ts, 0))
         metrics += [
-            Metric(f"success_rate.{name}", float(row["rate"]), ts, 0),
             Metric(f"success_ci95_low.{name}", float(row["ci95"][0]), ts, 0),
             Metric(f"success_ci95_high.{name}", float(row["ci95"][1]), ts, 0),
         ]

@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-#: a success table's totals among the parent run's counts as the study goes
-PROGRESS_TOTALS = ("trials", "finished", "succeeded", "failed", "pruned")
-#: the totals the summary writes again at the end (`finished` is not among them)
-SUMMARY_TOTALS = ("trials", "succeeded", "failed", "pruned")
+#: a success table's totals among the parent run's counts, as the study goes and again at its end (the
+#: summary: `finished` was left out of it, so the last count of finished runs was the last throttled
+#: progress write's, behind by up to its interval's trials)
+TOTALS = ("trials", "finished", "succeeded", "failed", "pruned")
 
 
 def create_parent(
@@ -52,7 +52,7 @@ def count_metrics(table: dict[str, Any], totals: Sequence[str], ts: int) -> list
 
 def write_progress(client: MlflowClient, parent_run_id: str, table: dict[str, Any]) -> None:
     """The parent run's counts as the study goes (a success table), each a new point of its metric."""
-    log_batches(client, parent_run_id, metrics=count_metrics(table, PROGRESS_TOTALS, now_ms()))
+    log_batches(client, parent_run_id, metrics=count_metrics(table, TOTALS, now_ms()))
 
 
 def criterion_slug(criterion: dict[str, Any]) -> str:
@@ -69,10 +69,11 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
 
     ts = now_ms()
     table = summary["success"]
-    metrics = count_metrics(table, SUMMARY_TOTALS, ts)
+    metrics = count_metrics(table, TOTALS, ts)
     for model, cell in table["by_model"].items():
+        if cell["rate"] is not None:  # none finished: no estimate to log
+            metrics.append(Metric(f"success_rate.{model}", float(cell["rate"]), ts, 0))
         metrics += [
-            Metric(f"success_rate.{model}", float(cell["rate"]), ts, 0),
             Metric(f"success_ci95_low.{model}", float(cell["ci95"][0]), ts, 0),
             Metric(f"success_ci95_high.{model}", float(cell["ci95"][1]), ts, 0),
             Metric(f"trials.{model}", float(cell["trials"]), ts, 0),

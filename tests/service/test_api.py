@@ -190,6 +190,11 @@ def test_two_studies_at_once_cancel_and_resume(server: Server, client: MemsweepC
 
     stopped = client.wait(a["id"], poll=0.5, timeout=120, progress=False)
     assert stopped["state"] == "cancelled"
+    # each trial the cancel stopped says so (it said "its Ray trial ended before this member reported"),
+    # and one stopped after an evaluation keeps its task's baseline: judged at a budget it reached
+    cut = client.trials(a["id"], status="cancelled", history=True)
+    assert all(t["reason"] == "the study was cancelled" for t in cut), [t["reason"] for t in cut]
+    assert all(t["baseline_loss"] is not None for t in cut if t["history"]), cut
     before = {t["config_hash"]: t for t in client.trials(a["id"], status="done")}
     assert 2 <= len(before) < 8, "the cancel came too late to interrupt the study"
     assert stopped["counts"]["pending"] + stopped["counts"]["cancelled"] == 8 - stopped["counts"]["finished"]

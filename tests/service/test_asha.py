@@ -55,7 +55,22 @@ def test_asha_trains_the_seeds_of_a_cell_that_does_not_fuse_in_lockstep():
     seeds needed a cell that fuses (not LSTM, GRU, JANET, the NRU, a plugin without a fused form)."""
     for spec in (asha_spec(base={**LONG, "cell": "lstm"}), asha_spec(fused=False)):
         units = pack_study(spec, grid_trials(study_space(spec, 10_000), {}))
-        assert [(len(u.members), u.fused) for u in units] == [(2, False)] * 3
+        assert [(len(u.members), u.fused, u.lockstep) for u in units] == [(2, False, True)] * 3
+    assert not any(
+        u.lockstep for u in pack_study(asha_spec(), grid_trials(study_space(asha_spec(), 10_000), {}))
+    )
+    # a sampled point's seeds: in lockstep under asha only; under fifo one after another (each seed's
+    # result recorded as it ends, one model in memory at a time)
+    from service.study.search import sampling
+
+    for scheduler, together in (("asha", True), ("fifo", False)):
+        spec = asha_spec(
+            base={**LONG, "cell": "lstm"}, sampler="random", max_trials=2, scheduler=scheduler,
+            **({} if scheduler == "asha" else {"asha": {}}),
+        )  # fmt: skip
+        drawn = sampling(spec, study_space(spec, 10_000), [], 1, lambda hashes: {})
+        unit = drawn.unit("default", {"lr": 1e-2})
+        assert (len(unit.members), unit.fused, unit.lockstep) == (2, False, together)
 
 
 @pytest.mark.parametrize("bundle_size", [None, 1, 4])
@@ -102,11 +117,12 @@ def test_the_plan_of_an_asha_study_packs_points_and_says_what_it_assumes(tmp_pat
 
 
 def reports_of(spec: StudySpec, fused: bool) -> tuple[list[dict], list]:
+    """A unit's reports: fused, or (`fused` False) its seeds in lockstep, as asha trains them."""
     from service.study.worker import train_unit
 
     trials = grid_trials(spec.search_space(), {})
     reports: list[dict] = []
-    train_unit(bundle(trials, fused=fused), reports.append, "here")
+    train_unit(bundle(trials, fused=fused, lockstep=True), reports.append, "here")
     return reports, trials
 
 
@@ -141,11 +157,12 @@ def test_a_members_last_evaluation_goes_out_with_its_result(fused):
     assert reports[0]["objective"] == pytest.approx(math.fsum(e.val_loss / baseline for e in first) / 2)
 
 
-def test_an_early_stop_goes_out_with_its_result_and_the_bundle_reports_on():
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_early_stop_goes_out_with_its_result_and_the_bundle_reports_on(fused):
     spec = StudySpec.model_validate(
         {"space": {"dims": {"early_stop_loss": [10.0, None]}}, "base": {**TINY, "steps": 30}, "seeds": [1]}
     )
-    reports, trials = reports_of(spec, True)
+    reports, trials = reports_of(spec, fused)
     stops = trials[0].config_hash
     (first,) = [
         r for r in reports if any(isinstance(e, Finished) and e.config_hash == stops for e in r["events"])
@@ -154,7 +171,8 @@ def test_an_early_stop_goes_out_with_its_result_and_the_bundle_reports_on():
     assert first["complete"] is False and reports[-1]["complete"] is True
 
 
-def test_a_seed_that_fails_its_training_check_at_a_round_goes_out_with_that_round():
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_seed_that_fails_its_training_check_at_a_round_goes_out_with_that_round(fused):
     """lr 3 without clipping: its training loss is not finite at step 5, an evaluation step, so it leaves
     before that round's validation. The round (the other seed's evaluation) was sent alone, and an ASHA
     stop on it lost the failure: recorded pruned (or cancelled, and trained again)."""
@@ -162,7 +180,7 @@ def test_a_seed_that_fails_its_training_check_at_a_round_goes_out_with_that_roun
         {"space": {"dims": {"lr": [1e-3, 3.0]}}, "base": {**TINY, "steps": 40, "eval_every": 5, "clip_norm": None},
          "seeds": [1]}
     )  # fmt: skip
-    reports, trials = reports_of(spec, True)
+    reports, trials = reports_of(spec, fused)
     diverges = trials[1].config_hash
     (out,) = [
         r for r in reports if any(isinstance(e, Finished) and e.config_hash == diverges for e in r["events"])
@@ -171,6 +189,38 @@ def test_a_seed_that_fails_its_training_check_at_a_round_goes_out_with_that_roun
     assert result.status == "failed" and "training loss is not finite" in result.reason
     assert [e.evaluation.step for e in out["events"] if isinstance(e, Evaluated)] == [5]  # its round, with it
     assert out["evaluations"] == 1 and reports.index(out) == 0
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_members_last_evaluation_goes_out_with_its_result_when_another_fails_in_that_round(
+    fused, monkeypatch
+):
+    """Seed 2's training loss is NaN from step 101: it fails at its check at 150, in the last round
+    (steps 200, evaluations at 100 and 200). In lockstep, seed 1 paused after its last evaluation, so
+    that evaluation went out with seed 2's failure but without seed 1's result: a rung there let ASHA
+    stop the unit, and seed 1 was recorded pruned after training its whole budget."""
+    from trainers.tasks.addition import AdditionTask
+
+    original = AdditionTask.loss
+
+    def loss(self, out, y):
+        self.calls = getattr(self, "calls", 0) + 1
+        value = original(self, out, y)
+        return value * math.nan if self.seed == 2 and self.calls > 101 + 2 else value  # +2: one validation
+
+    monkeypatch.setattr(AdditionTask, "loss", loss)
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3]}}, "base": {**TINY, "steps": 200, "eval_every": 100, "n_val": 16,
+         "eval_batch_size": 16}, "seeds": [1, 2]}
+    )  # fmt: skip
+    reports, trials = reports_of(spec, fused)
+    last = [
+        r for r in reports if any(isinstance(e, Evaluated) and e.evaluation.step == 200 for e in r["events"])
+    ]
+    (report,) = last
+    ended = {e.config_hash: e.result.status for e in report["events"] if isinstance(e, Finished)}
+    assert ended.get(trials[0].config_hash) == "done", [type(e).__name__ for e in report["events"]]
+    assert reports[-1]["complete"] is True
 
 
 def test_a_split_bundle_counts_evaluations_per_member_not_per_round(monkeypatch):
@@ -429,6 +479,23 @@ def test_asha_judges_the_seeds_of_a_cell_that_does_not_fuse_together_each_as_it_
             t.final_val_loss,
             [e["val_loss"] for e in t.history],
         )
+
+
+@pytest.mark.slow
+def test_a_lockstep_unit_costs_each_of_its_seeds(engine):
+    """A unit that does not fuse was calibrated on its first member alone but costed as its whole unit:
+    an asha point of 2 LSTM seeds was estimated at one seed's time. Its probe is one member now, and
+    each member pays it: the same cached calibration costs the 2-seed units' training twice the 1-seed
+    ones' beyond their set-up."""
+    from service.planning.plan import plan_spec
+
+    two = plan_spec(engine, asha_spec(base={**LONG, "cell": "lstm"}))
+    one = plan_spec(engine, asha_spec(base={**LONG, "cell": "lstm"}, seeds=[1]))
+    (shape,) = two.shapes
+    assert (shape.fused, shape.bundle_size, shape.units) == (False, 1, 3) and one.shapes[0].key == shape.key
+    assert one.shapes[0].cached  # the same shape, from the cache: one measurement prices both
+    setup = 3 * shape.calibration.setup_seconds
+    assert two.estimate.training_seconds - setup == pytest.approx(2 * (one.estimate.training_seconds - setup))
 
 
 @pytest.mark.slow

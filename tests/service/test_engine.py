@@ -78,6 +78,8 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     parent_metrics = client.get_run(parent).data.metrics
     succeeded_children = [r for r in runs if r.data.metrics.get("success") == 1.0]
     assert parent_metrics["succeeded"] == len(succeeded_children) == summary["counts"]["succeeded"] > 0
+    # the last count of finished runs is the study's end (it was the last throttled progress write's)
+    assert parent_metrics["finished"] == len(trials) == summary["success"]["total"]["finished"]
     for model in ("chain", "orth"):
         n = sum(r.data.tags["memsweep.model"] == model for r in succeeded_children)
         assert parent_metrics[f"success_count.{model}"] == n

@@ -191,7 +191,9 @@ def test_a_rate_is_over_the_runs_that_finished_not_the_trials_still_to_run():
     assert (chain.trials, chain.finished, chain.succeeded, chain.rate) == (8, 2, 2, 1.0)
     assert chain.ci95 == wilson_interval(2, 2)
     unrun = table.by_model["antisym"]
-    assert (unrun.trials, unrun.finished, unrun.rate, unrun.ci95) == (2, 0, 0.0, (0.0, 1.0))
+    # no estimate: a rate of 0.0 read as "every run failed" (the client, the CLI, MLflow's metric)
+    assert (unrun.trials, unrun.finished, unrun.rate, unrun.ci95) == (2, 0, None, (0.0, 1.0))
+    assert table.differences["antisym"].difference is None
     assert (
         table.differences is not None and table.differences["chain"].difference is None
     )  # none to set against
@@ -201,6 +203,14 @@ def test_a_rate_is_over_the_runs_that_finished_not_the_trials_still_to_run():
     assert success_table([slow], at_step=5).total.finished == 0
     # nor at a budget it has not reached yet (it counted there as a run, with its latest loss)
     assert success_table([slow], at_step=100_000).total.finished == 0
+    # a cancelled trial at a budget it reached is judged against its task's baseline; one stored without
+    # it (cancelled before its baselines were recorded) cannot be judged: no run there, not a failure
+    stopped = T("chain", {"seed": 10}, None, "cancelled")
+    stopped.history = [{"step": 10, "val_loss": 0.05}]
+    cell = success_table([stopped], at_step=10).total
+    assert (cell.finished, cell.succeeded) == (1, 1)
+    stopped.baseline_loss = None
+    assert success_table([stopped], at_step=10).total.finished == 0
 
 
 def test_best_configs_pool_seeds():
@@ -387,7 +397,7 @@ def test_cpus_or_gpus_on_the_command_line_leave_the_spec_files_other_resource(tm
             "--success-fraction: a resumed study keeps its spec's success_fraction",
         ),
         (
-            ["--concurrency", "4", "--dim", "lr=1e-4"],
+            ["--concurrency", "4"],
             "--concurrency: a resumed study keeps its spec's concurrency",
         ),
         (
@@ -421,6 +431,51 @@ def test_run_study_refuses_the_flags_a_resumed_study_cannot_take(tmp_path, monke
         assert f"memsweep success {study.id} --fraction F" in message
     assert engine.ledger.counts(study.id)["total"] == 1  # nothing added, nothing ran
     assert engine.ledger.study(study.id).state == "pending"
+
+
+def test_an_extension_takes_the_flags_a_plain_resume_refuses(tmp_path, monkeypatch, request):
+    """`run --study ID --dim … --concurrency 4` extends the study, its stored spec with the flag."""
+    from service.cli.commands import _create_or_extend, build_parser
+    from service.core.settings import Settings, get_settings
+    from service.study.engine import Engine
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    study = engine.create_study(
+        StudySpec.model_validate(
+            {"space": {"dims": {"lr": [1e-3]}}, "base": {"task": "addition", "seq_len": 20}}
+        )
+    )
+    args = build_parser().parse_args(
+        ["run", "--study", study.id, "--dim", "lr=1e-3,1e-4", "--concurrency", "4"]
+    )
+    _create_or_extend(args, engine, None)
+    assert engine.ledger.counts(study.id)["total"] == 2
+    assert engine.ledger.study(study.id).validated_spec().concurrency == 4
+
+
+def test_a_threshold_with_a_fraction_or_a_baseline_is_refused_not_half_used(tmp_path):
+    """`?fraction=0.3&threshold=0.1` answered 200 judged under the threshold alone."""
+    from fastapi.testclient import TestClient
+
+    from service.api import create_app
+    from tests.service.test_api_units import finish_all, grid, settings
+
+    with TestClient(create_app(settings(tmp_path))) as c:
+        study = c.post("/studies", json=grid()).json()["id"]
+        other = c.post("/studies", json=grid(name="other", seeds=[3])).json()["id"]
+        finish_all(c, study)
+        finish_all(c, other)
+        for query, given in (({"fraction": 0.3}, "fraction=0.3"), ({"baseline": "task"}, "baseline=task")):
+            r = c.get(f"/studies/{study}/success", params={"threshold": 0.1, **query})
+            assert r.status_code == 422 and r.json()["message"].startswith(f"threshold=0.1 with {given}: "), (
+                r.text
+            )
+            r = c.get("/compare", params={"studies": f"{study},{other}", "threshold": 0.1, **query})
+            assert r.status_code == 422 and "not both" in r.json()["message"], r.text
+        assert c.get(f"/studies/{study}/success", params={"threshold": 0.1}).status_code == 200
 
 
 def test_success_against_budget_takes_each_runs_last_evaluation_by_then():

@@ -42,7 +42,10 @@ REFUSED: dict[int | str, dict[str, Any]] = {
     422: {"description": "a field is invalid, or the trainers refuse a value, or the grid is over the limit"}
 }
 BAD_BODY: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorMessage, "description": "the body is not JSON (UTF-8)"}
+    400: {
+        "model": ErrorMessage,
+        "description": "the body is no JSON object: not JSON (UTF-8), not an object, or sent as another content type",
+    }
 }
 TOO_LARGE: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorMessage, "description": "the body is over MEMSWEEP_MAX_REQUEST_BYTES"}
