@@ -94,7 +94,8 @@ class Asha(BaseModel):
 
 
 class StudySpec(BaseModel):
-    """Everything a study needs. Give `preset` or `space` (or both: the space's models are added)."""
+    """Everything a study needs. Give `preset` or `space` (or both: the space's models are added beside
+    the preset's, and `models`, the ones a study keeps, may name them too)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -350,7 +351,12 @@ class StudySpec(BaseModel):
             preset = get_preset(self.preset)
             models, base, seeds = list(preset.models), dict(preset.base), preset.seeds
             name, citation, description = preset.name, preset.citation, preset.description
-            arms = cell_arms(preset, self.models or [], self.dims)
+            own_models = (
+                set(self.space.models) | ({DEFAULT_MODEL} if self.space.dims else set())
+                if self.space
+                else set()
+            )
+            arms = cell_arms(preset, [n for n in self.models or [] if n not in own_models], self.dims)
             models += arms
         if self.space is not None:
             if self.space.dims:

@@ -29,6 +29,18 @@ def test_wilson_interval_known_values():
     assert hi == 1.0 and 0.5 < lo < 0.6
 
 
+def test_a_preset_with_a_space_keeps_the_space_models_that_models_names():
+    """`preset` and `space` together add the space's models beside the preset's; `models: [chain, x]`
+    naming one of them was refused, "'x' is no model of preset"."""
+    spec = StudySpec.model_validate(
+        {"preset": "orhan2020-copy500", "models": ["chain", "x"], "dims": {"lr": [1e-3], "scale": [1.0]},
+         "space": {"models": {"x": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [3e-4]}}}}}
+    )  # fmt: skip
+    assert [m.name for m in spec.search_space().models] == ["chain", "x"]
+    with pytest.raises(ValueError, match="'y' is no model of preset 'orhan2020-copy500'"):
+        spec.model_copy(update={"models": ["chain", "y"]}).search_space()
+
+
 def test_spec_needs_a_space_and_max_trials_for_samplers():
     with pytest.raises(ValidationError, match="preset"):
         StudySpec()
