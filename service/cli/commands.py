@@ -199,14 +199,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def shutdown_ray() -> None:
-    """Stop the embedded Ray before exit (at interpreter exit its GCS may go first and stall the exit)."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
     """The study's bar while `runner` runs it: its counts, and the runner's ETA (the server's)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
