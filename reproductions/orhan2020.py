@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ci(cell: dict[str, Any]) -> str:
     lo, hi = cell["ci95"]
-    return f"{cell['succeeded']}/{cell['trials']} ({100 * cell['rate']:.0f} %, 95 % CI {100 * lo:.0f}–{100 * hi:.0f} %)"
+    rate = "–" if cell["rate"] is None else f"{100 * cell['rate']:.0f} %"  # none finished: no estimate
+    return f"{cell['succeeded']}/{cell['finished']} ({rate}, 95 % CI {100 * lo:.0f}–{100 * hi:.0f} %)"
 
 
 def report(result: dict[str, Any], command: str, total_seconds: float) -> str:

@@ -112,7 +112,9 @@ class StudyService:
         would wait forever. Asked of the cluster once Ray is up; an embedded Ray is this machine."""
         resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
         why = self.runner.unplaceable(resources)
-        if why is None and embedded(self.engine.settings):
+        # an embedded Ray is this machine's, when it runs studies (a server that runs none queues them
+        # for a runner elsewhere on the ledger, which may have what this one lacks)
+        if why is None and embedded(self.engine.settings) and self.runner.workers > 0:
             why = unplaceable_here(self.engine.settings, resources)
         if why is not None:
             self.engine.space(spec)  # a field the resources cannot serve is named first (`check_execution`)

@@ -207,7 +207,11 @@ def _sampled_units(spec: StudySpec, space: Any, trials: int) -> list[Unit]:
     for i in range(math.ceil(trials / seeds)):
         model = space.models[i % len(space.models)]
         units.append(
-            bundle(point_trials(space, model, first_point(model), execution(spec)), fused=spec.fuses)
+            bundle(
+                point_trials(space, model, first_point(model), execution(spec)),
+                fused=spec.fuses,
+                lockstep=spec.scheduler == "asha",
+            )
         )
     return units
 

@@ -215,12 +215,21 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
     seen = [e for e in history if int(e["step"]) <= step]
     if not seen:  # no evaluation yet at that budget: no final loss
         return "pending", None
-    if t.status not in FINISHED and (int(history[-1]["step"]) < step or t.baseline_loss is None):
-        return (
-            "pending",
-            None,
-        )  # running, cancelled: not there yet, or without its task's baselines to judge it
+    if t.status not in FINISHED and int(history[-1]["step"]) < step:  # running, cancelled: not there yet
+        return "pending", None
     return "done", float(seen[-1]["val_loss"])
+
+
+def judgeable(
+    t: TrialLike, status: str, loss: float | None, criterion: Criterion
+) -> tuple[str, float | None]:
+    """A trial's state at a budget, as a run only if `criterion` can judge it there: a trial that has not
+    ended (running, or cancelled before this version kept its baselines) reached the budget with a
+    loss, but a fraction of a baseline needs the baselines its task records with its result."""
+    unjudged = criterion.threshold_for(t.baseline_loss, t.reference_baselines) is None
+    if t.status not in FINISHED and status == "done" and unjudged:
+        return "pending", None
+    return status, loss
 
 
 def success_cell(
@@ -234,7 +243,7 @@ def success_cell(
     a model none of whose runs had ended). A trial in `error` (its worker, node or process died: an
     infrastructure fault) is no run either: it is counted apart."""
     runs = [t for t in trials if t.status != "error"]
-    states = [(t, *state_of(t, at_step)) for t in runs]
+    states = [(t, *judgeable(t, *state_of(t, at_step), criterion)) for t in runs]
     ended = [(t, status, loss) for t, status, loss in states if status in FINISHED]
     n = len(ended)
     k = sum(

@@ -227,11 +227,21 @@ def unplaceable(resources: Mapping[str, float]) -> str | None:
 
 
 def embedded_resources(settings: Settings) -> tuple[float, float]:
-    """(CPUs, GPUs) an embedded Ray offers: MEMSWEEP_RAY_NUM_CPUS or this machine's CPUs, and the GPUs
-    torch sees (Ray finds the same ones)."""
+    """(CPUs, GPUs) an embedded Ray offers: MEMSWEEP_RAY_NUM_CPUS, else the CPUs Ray counts for itself
+    (those this process may use: its affinity and its container's quota, not `os.cpu_count`), and the
+    GPUs torch sees (Ray finds the same ones)."""
     import torch
 
-    return float(settings.ray_num_cpus or os.cpu_count() or 1), float(torch.cuda.device_count())
+    if settings.ray_num_cpus is not None:
+        cpus = float(settings.ray_num_cpus)
+    else:
+        try:
+            from ray._private.utils import get_num_cpus  # Ray's own count (no public name for it)
+
+            cpus = float(get_num_cpus())
+        except Exception:  # another Ray: what this process may run on
+            cpus = float(len(os.sched_getaffinity(0)))
+    return cpus, float(torch.cuda.device_count())
 
 
 def unplaceable_here(settings: Settings, resources: Mapping[str, float]) -> str | None:

@@ -439,28 +439,33 @@ def test_a_grid_over_the_limit_is_refused_with_its_size_and_the_limit(tmp_path: 
         assert c.get("/studies").json()["total"] == 0
 
 
-def test_resources_this_machine_can_never_give_are_refused_by_the_plan_and_the_door(
-    client: TestClient,
-) -> None:
-    """An embedded Ray is this machine: a dry run asking 100 CPUs (here: 2) calibrated for 180 s, then answered 200
-    with the reason buried in a shape's error; a study asking them was accepted while Ray was not up yet,
-    to fail when it started. Both are refused at once, naming what the machine has."""
-    import os
+def test_resources_this_machine_can_never_give_are_refused_by_the_plan_and_the_door(tmp_path: Path) -> None:
+    """An embedded Ray is this machine: a dry run asking 100 CPUs (here: 2) calibrated for 180 s, then
+    answered 200 with the reason buried in a shape's error; a study asking them was accepted while Ray
+    was not up yet, to fail when it started. Both are refused at once, naming what the machine has."""
     import time
 
-    import torch
+    from service.study.nodes import embedded_resources
 
-    cpus, gpus = os.cpu_count() or 1, torch.cuda.device_count()
-    for resources in ({"cpus": cpus + 1}, {"cpus": 1, "gpus": gpus + 1}):
-        for dry_run in ("true", "false"):
-            began = time.monotonic()
-            r = client.post("/studies", params={"dry_run": dry_run}, json=grid(resources=resources))
-            assert r.status_code == 422, r.text
-            assert time.monotonic() - began < 30
-            detail = r.json()["detail"]
-            assert detail.startswith("resources: this machine's embedded Ray cannot run a trial asking")
-            assert f"(it has {cpus} CPUs and {gpus} GPUs)" in detail and "MEMSWEEP_RAY_ADDRESS" in detail
-    assert client.get("/studies").json()["total"] == 0
+    runs = settings(tmp_path, max_parallel_studies=1)  # a server that runs its studies on this machine
+    have_cpus, have_gpus = embedded_resources(runs)
+    cpus, gpus = int(have_cpus), int(have_gpus)
+    with TestClient(create_app(runs)) as client:
+        for resources in ({"cpus": cpus + 1}, {"cpus": 1, "gpus": gpus + 1}):
+            for dry_run in ("true", "false"):
+                began = time.monotonic()
+                r = client.post("/studies", params={"dry_run": dry_run}, json=grid(resources=resources))
+                assert r.status_code == 422, r.text
+                assert time.monotonic() - began < 30
+                detail = r.json()["detail"]
+                assert detail.startswith("resources: this machine's embedded Ray cannot run a trial asking")
+                assert f"(it has {cpus} CPUs" in detail and f"and {gpus} GPUs)" in detail
+                assert "MEMSWEEP_RAY_ADDRESS" in detail
+        assert client.get("/studies").json()["total"] == 0
+    # a server that runs no studies queues them for a runner elsewhere on its ledger: not judged here
+    with TestClient(create_app(settings(tmp_path / "queue"))) as queue:
+        r = queue.post("/studies", json=grid(resources={"cpus": 1, "gpus": gpus + 1}))
+        assert r.status_code == 201, r.text
 
 
 def test_where_a_trial_runs_is_its_resources_and_a_setting_they_cannot_serve_is_refused(

@@ -101,6 +101,9 @@ def test_the_plan_of_an_asha_study_packs_points_and_says_what_it_assumes(tmp_pat
     )
     assert any(n.startswith(rungs) for n in planned.notes), planned.notes
     assert not any("lockstep" in n for n in planned.notes)
+    sampled = plan_spec(engine, asha_spec(base={**LONG, "cell": "lstm"}, sampler="random", max_trials=4),
+                        calibrate=False)  # fmt: skip
+    assert any("cannot train fused: their seeds train in lockstep" in n for n in sampled.notes), sampled.notes
     lstm = plan_spec(engine, asha_spec(base={**LONG, "cell": "lstm"}), calibrate=False)
     assert any(
         n.startswith("asha: 3 points of 3 cannot train fused: their seeds train in lockstep")

@@ -18,7 +18,7 @@ from service.reports.summary import (
 )
 from service.store.ledger import Ledger
 from service.study.search import check_space, grid_trials, materialize, study_space
-from trainers import HALF_BASELINE
+from trainers import HALF_BASELINE, Criterion
 
 
 def test_wilson_interval_known_values():
@@ -223,6 +223,10 @@ def test_a_rate_is_over_the_runs_that_finished_not_the_trials_still_to_run():
     assert (cell.finished, cell.succeeded) == (1, 1)
     stopped.baseline_loss = None
     assert success_table([stopped], at_step=10).total.finished == 0
+    # a threshold needs no baseline: a running trial (which carries none) that reached it is judged there
+    slow.baseline_loss = None
+    at_threshold = success_table([slow, stopped], Criterion(fraction=None, threshold=0.1), at_step=10).total
+    assert (at_threshold.finished, at_threshold.succeeded) == (2, 2)
 
 
 def test_best_configs_pool_seeds():

@@ -145,6 +145,9 @@ def test_trials_in_lockstep_are_their_solo_runs_bit_for_bit_evaluating_in_rounds
     assert calls == [(k, step) for step in (10, 20, 30) for k in range(3)] + [[0, 1, 2]]
     # each trial's time is its own: while paused, the others trained (their times were counted in each)
     assert math.fsum(r.seconds for r in together) <= wall
+    assert all(
+        r.history[-1].seconds <= r.seconds for r in together
+    )  # an evaluation's time is the trial's own
 
 
 def test_trials_in_lockstep_each_draw_from_their_own_global_random_state(monkeypatch):
