@@ -24,7 +24,7 @@ from trainers.config import Resolved, TrainConfig, resolve
 from trainers.model import SequenceModel, build_model, count_params
 from trainers.numerics import use as use_numerics
 from trainers.optim import make_optimizer
-from trainers.result import Evaluation, MemberReport, MembersFinished, TrialResult
+from trainers.result import Evaluation, MemberReport, MembersFinished, TrialResult, member_reporter
 from trainers.runtime import (
     ValidationSums,
     configure_process,
@@ -205,10 +205,7 @@ def train_lockstep(
     each result once, those final in the same round together (after the round's evaluations).
     Raises ConfigError for an invalid config before anything trains, and a device fault as `train`."""
     resolved = [c if isinstance(c, Resolved) else resolve(c) for c in configs]
-    runs = {
-        k: _Paused(training(r, None if report is None else (lambda e, k=k: report(k, e))))  # type: ignore[misc]
-        for k, r in enumerate(resolved)
-    }
+    runs = {k: _Paused(training(r, member_reporter(report, k))) for k, r in enumerate(resolved)}
     results: dict[int, TrialResult] = {}
     while runs:
         ended = [(k, result) for k, run in runs.items() if (result := run.go_on()) is not None]

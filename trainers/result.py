@@ -101,3 +101,8 @@ MemberReport = Callable[[int, Evaluation], Any]
 #: `finished([(k, result), …])`: members' final results, each once, as soon as they are final (those
 #: that became final together in one call)
 MembersFinished = Callable[[list[tuple[int, TrialResult]]], Any]
+
+
+def member_reporter(report: MemberReport | None, k: int) -> Callable[[Evaluation], Any] | None:
+    """Member k's own `report(evaluation)`, from the members' `report(k, evaluation)` (None: none)."""
+    return None if report is None else (lambda evaluation: report(k, evaluation))

@@ -1,7 +1,7 @@
 """What a worker does with a unit: trains its members — as one fused bundle when the unit says so, or
-side by side in lockstep, else one after the other — and only reports, through a callable its executor gives it (Ray Tune's
-`tune.report` on a Ray worker: `service.study.ray_tune.run_unit`). The driver records the reports
-(`service.study.book`)."""
+side by side in lockstep, else one after the other — and only reports, through a callable its
+executor gives it (Ray Tune's `tune.report` on a Ray worker: `service.study.ray_tune.run_unit`). The
+driver records the reports (`service.study.book`)."""
 
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ def check_code(members: Sequence[TrialSpec], node: str) -> None:
 def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) -> None:
     """Train the unit's members — as one fused bundle when the unit says so, or side by side in
     lockstep (`trainers.train_lockstep`: each to its next evaluation in turn; a point's seeds judged
-    together at a scheduler's rungs), else one after the other — reporting its rounds of evaluations and its results to `report` (Ray Tune's, on a worker)
-    as `Reports` says. A bundle reports its members' evaluations in rounds (one report per round), so
+    together at a scheduler's rungs), else one after the other — reporting its rounds of evaluations
+    and its results to `report` (Ray Tune's, on a worker) as `Reports` says. A bundle reports its members' evaluations in rounds (one report per round), so
     a bundle of K costs Ray no more reports than one trial. `node` is written into each result (where
     it ran)."""
     reports = Reports(report, unit, node)

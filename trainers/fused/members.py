@@ -6,13 +6,11 @@ its result), its result and its schedule's watch; and the groups of members that
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from trainers.config import Resolved, TrainConfig
 from trainers.model import SequenceModel, build_model, count_params
-from trainers.result import Evaluation, MemberReport, TrialResult
+from trainers.result import MemberReport, TrialResult, member_reporter
 from trainers.runtime import configure_process, device_fault, fail, record_device, record_task, resolve_device
 from trainers.schedule import Watch
 from trainers.tasks import Task
@@ -79,10 +77,6 @@ def make_members(
             fail(result, exc)
             result.seconds = time.perf_counter() - started
             continue
-        member_report = None if report is None else _reporter(report, i)
+        member_report = member_reporter(report, i)
         members.append(Member(i, c, result, data[c.seed], model, Watch(c, result, member_report)))
     return members
-
-
-def _reporter(report: MemberReport, k: int) -> Callable[[Evaluation], Any]:
-    return lambda evaluation: report(k, evaluation)
