@@ -162,7 +162,9 @@ class Engine:
 
     def _tracker(self, uri: str) -> Tracker:
         s = self.settings
-        return Tracker(uri, s.mlflow_experiment, live_interval=s.mlflow_live_interval)
+        return Tracker(
+            uri, s.mlflow_experiment, live_interval=s.mlflow_live_interval, artifacts=s.home / "mlflow" / "mlartifacts"
+        )
 
     @property
     def executor(self) -> Executor:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from service.tracking.child_run import ChildRuns
 from service.tracking.comparison import write_comparison
@@ -36,6 +38,11 @@ MLFLOW_FAIL_FAST = {
 }
 
 
+def is_server(tracking_uri: str) -> bool:
+    """Whether the URI names a tracking server (which keeps the artifacts itself), not a store."""
+    return urlsplit(tracking_uri).scheme in ("http", "https", "databricks")
+
+
 class Tracker:
     """Parent/child runs of studies; writes are queued to a small pool of writer threads.
 
@@ -46,7 +53,12 @@ class Tracker:
     """
 
     def __init__(
-        self, tracking_uri: str, experiment: str, writers: int = 4, live_interval: float = 2.0
+        self,
+        tracking_uri: str,
+        experiment: str,
+        writers: int = 4,
+        live_interval: float = 2.0,
+        artifacts: Path | None = None,
     ) -> None:
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         # MLflow is a projection of the ledger, repaired by a sync: a write to a server that is down
@@ -57,6 +69,10 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
+        #: where a new experiment keeps its artifacts when the URI is a store, not a server: MLflow's
+        #: default, `./mlruns`, is relative to the working directory of whichever process creates the
+        #: experiment (a Ray worker's session folder, a test's checkout)
+        self.artifacts = artifacts if artifacts is not None and not is_server(tracking_uri) else None
         self.client = MlflowClient(tracking_uri)
         self.experiment_name = experiment
         self.children = ChildRuns(self.client, tracking_uri)
@@ -70,7 +86,9 @@ class Tracker:
             return str(exp.experiment_id)
         return str(
             self.client.create_experiment(
-                self.experiment_name, tags={EXPERIMENT_KIND_TAG: "custom_model_development"}
+                self.experiment_name,
+                artifact_location=self.artifacts.resolve().as_uri() if self.artifacts else None,
+                tags={EXPERIMENT_KIND_TAG: "custom_model_development"},
             )
         )
 

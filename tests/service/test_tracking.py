@@ -172,6 +172,24 @@ def test_a_trial_stopped_before_its_end_ends_its_live_run_killed_with_the_reason
     assert sorted(m.step for m in tracker.client.get_metric_history(run.info.run_id, "val_loss")) == [1, 2]
 
 
+def test_a_store_uri_keeps_the_artifacts_in_the_home_not_in_the_working_directory(tmp_path, monkeypatch):
+    """With a database as the tracking URI (no server), MLflow put each experiment's artifacts in
+    `./mlruns` of whichever process made it: a test's checkout, a Ray worker's session folder."""
+    workdir, home = tmp_path / "cwd", tmp_path / "home" / "mlartifacts"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "store-tests", artifacts=home)
+    try:
+        _exp_id, parent = tracker.start_study("s1", "s", {}, None)
+        tracker.client.log_text(parent, "kept", "note.txt")
+    finally:
+        tracker.close()
+    assert list(home.rglob("note.txt")) and not list(workdir.iterdir())
+    server = Tracker("http://127.0.0.1:1", "unused", artifacts=home)  # a server keeps its own artifacts
+    assert server.artifacts is None
+    server.close()
+
+
 def test_a_deleted_run_is_never_left_running(tmp_path, mlflow_uri):
     """The engine deletes a child run an outage left incomplete (and makes it again whole): deleted, it
     is ended KILLED first, so a restored one is not counted as running; a finished one keeps its status."""
