@@ -163,7 +163,10 @@ class Engine:
     def _tracker(self, uri: str) -> Tracker:
         s = self.settings
         return Tracker(
-            uri, s.mlflow_experiment, live_interval=s.mlflow_live_interval, artifacts=s.home / "mlflow" / "mlartifacts"
+            uri,
+            s.mlflow_experiment,
+            live_interval=s.mlflow_live_interval,
+            artifacts=s.home / "mlflow" / "mlartifacts",
         )
 
     @property
