@@ -30,7 +30,11 @@ class StudyExtend(BaseModel):
         json_schema_extra={"examples": [{"seeds": [1, 2, 3]}, {"dims": {"lr": [3e-4, 1e-4, 3e-5]}}]},
     )
     seeds: list[int] | None = Field(default=None, description="the new list of seeds (a superset)")
-    dims: dict[str, Any] | None = Field(default=None, description="dimensions whose values to replace")
+    dims: dict[str, Any] | None = Field(
+        default=None,
+        description="dimensions whose values to replace: each one's values so far and the new ones (an extension "
+        "that leaves out values the study's trials hold is refused)",
+    )
     models: list[str] | None = Field(default=None, description="the preset's models to run")
     base: dict[str, Any] | None = Field(
         default=None,

@@ -79,7 +79,11 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         help="a trial setting for every trial (e.g. steps=500)",
     )
     p.add_argument(
-        "--dim", action="append", default=[], metavar="KEY=V1,V2", help="replace a dimension's values"
+        "--dim",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="replace a dimension's values (extending a study: its values so far and the new ones)",
     )
     p.add_argument(
         "--models",

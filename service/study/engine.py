@@ -34,6 +34,7 @@ from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED, TrialStatus
 from service.core.trial import Known, StaleTrialError, TrialSpec, Unit, known_of
+from service.core.values import repr_value, value_sort_key
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
@@ -73,6 +74,36 @@ def retrained_points(rows: Sequence[Any], trials: Sequence[Any]) -> int:
     held = {r.config_hash for r in rows}
     points = {(r.model, _values(r.params)) for r in rows}
     return sum(t.config_hash not in held and (t.model, _values(t.params)) in points for t in trials)
+
+
+def dropped_values(rows: Sequence[Any], trials: Sequence[Any]) -> dict[str, list[str]]:
+    """What a grid extension's `trials` leave out of the study's points (`rows`): per field (`model`,
+    a dimension, `seed`), the values the study holds that no trial of the extension has, as tables
+    print them. A spec without them no longer describes the study: its trials would stay in its
+    tables and resume, unlisted in its spec."""
+
+    def fields(model: str, params: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        return [("model", model), *params.items()]
+
+    points = {(t.model, _values(t.params)) for t in trials}
+    kept = {(k, repr(v)) for t in trials for k, v in fields(t.model, t.params)}
+    dropped: dict[str, set[str]] = {}
+    for r in rows:
+        if (r.model, _values(r.params)) not in points:
+            for k, v in fields(r.model, r.params):
+                if (k, repr(v)) not in kept:
+                    dropped.setdefault(k, set()).add(repr_value(v))
+    return {k: sorted(v, key=value_sort_key) for k, v in dropped.items()}
+
+
+def dropped_message(dropped: Mapping[str, Sequence[str]]) -> str:
+    said = "; ".join(f"{k}: {', '.join(v)}" for k, v in dropped.items())
+    return (
+        f"extend adds points and keeps the study's; this one leaves out values its trials hold ({said}). "
+        "Give each dimension, model list or seed list its values so far with the new ones (e.g. "
+        "dims: {lr: [old values…, new]}, or --dim lr=OLD,…,NEW), or create a new study for the other "
+        "values (finished trials this ledger holds are reused)"
+    )
 
 
 def _values(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -213,9 +244,13 @@ class Engine:
         space = self.space(spec)
         admit_plugins(space, nodes)
         trials = study_trials(spec, space)
-        again = retrained_points(self.ledger.trials(study.id), trials)
+        rows = self.ledger.trials(study.id)
+        again = retrained_points(rows, trials)
         if again:
             raise StudyError(retrained_message(again, old, spec))
+        dropped = dropped_values(rows, trials) if spec.sampler == "grid" else {}
+        if dropped:
+            raise StudyError(dropped_message(dropped))
         if spec.sampler != "grid" and list(self.space(old).seeds) != list(space.seeds):
             raise StudyError(
                 f"extend keeps a sampled study's seeds ({', '.join(map(str, self.space(old).seeds))}): each "

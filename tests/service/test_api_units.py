@@ -833,6 +833,28 @@ def test_extending_with_nothing_new_changes_nothing(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"seeds": [2, 3]}, "seed: 1"),
+        ({"dims": {"lr": [0.1]}}, "lr: 0.001, 0.01"),  # a value to add, given alone
+    ],
+)
+def test_an_extension_that_leaves_out_the_studys_points_is_refused(
+    client: TestClient, change: dict[str, Any], said: str
+) -> None:
+    """`extend {"seeds": [2, 3]}` made the spec say seeds 2 and 3 while the study still held seed 1's
+    trials: its tables and resume kept them, its spec no longer listed them."""
+    study = client.post("/studies", json=grid(space={"dims": {"lr": [1e-3, 1e-2]}})).json()
+    finish_all(client, study["id"])
+    before = client.get(f"/studies/{study['id']}").json()
+    r = client.post(f"/studies/{study['id']}/extend", json=change)
+    assert r.status_code == 422, r.text
+    assert f"leaves out values its trials hold ({said})" in r.json()["message"], r.text
+    after = client.get(f"/studies/{study['id']}").json()
+    assert after["spec"] == before["spec"] and after["counts"] == before["counts"]
+
+
+@pytest.mark.parametrize(
     ("body", "message"),
     [
         ('{"dims": {"lr": [NaN]}}', "dims.lr[0] is not a finite number; give a finite value"),
