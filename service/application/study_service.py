@@ -34,6 +34,7 @@ from service.application.records import (
 from service.core.errors import StudyError
 from service.core.spec import StudySpec
 from service.core.states import FINISHED, StudyState
+from service.core.values import repr_value, value_matches, value_sort_key
 from service.planning.plan import plan_spec
 from service.planning.record import record_plan
 from service.planning.types import StudyPlan
@@ -280,7 +281,8 @@ class StudyService:
         models: list[str] | None = None,
         params: list[str] | None = None,
     ) -> TrialPage:
-        criterion = self.criterion(self._get(study_id))
+        study = self._get(study_id)
+        criterion = self.criterion(study)
         values = {}
         for item in params or []:
             key, sep, value = item.partition("=")
@@ -290,7 +292,9 @@ class StudyService:
                 )
             values[key] = value
         if models or values:
-            self._check_filters(study_id, models or [], values)
+            # a grid holds its points from the start; a sampled study once it draws no more
+            complete = study.validated_spec().sampler == "grid" or study.state not in ("pending", "running")
+            self._check_filters(study_id, models or [], values, values_known=complete)
         total, rows = self.ledger.page_trials(
             study_id,
             statuses,
@@ -396,9 +400,14 @@ class StudyService:
         return criterion
 
     # ----- helpers -----------------------------------------------------------------------------------
-    def _check_filters(self, study_id: str, models: list[str], params: dict[str, str]) -> None:
-        """A filter names a model and fields the study's trials have (a typo would filter to nothing)."""
-        known_models, known_names = self.ledger.point_fields(study_id)
+    def _check_filters(
+        self, study_id: str, models: list[str], params: dict[str, str], values_known: bool = False
+    ) -> None:
+        """A filter names a model and fields the study's trials have (a typo would filter to nothing),
+        and, where the study holds all its points (`values_known`), a value one of them holds
+        (`lr=abc`, `lr=0.002` would answer nothing)."""
+        known_models, known_values = self.ledger.point_fields(study_id)
+        known_names = set(known_values)
         if not known_models:  # a sampled study before its first draw: nothing to check against
             return
         for name in models:
@@ -410,6 +419,14 @@ class StudyService:
             if name not in known_names:
                 raise StudyError(
                     f"param={name}=…: this study's points do not set {name!r}; valid: {', '.join(sorted(known_names))}"
+                )
+            held = known_values[name]
+            if values_known and not any(value_matches(v, params[name]) for v in held):
+                shown = sorted({repr_value(v) for v in held}, key=value_sort_key)
+                more = f" … ({len(shown)} in all)" if len(shown) > 12 else ""
+                raise StudyError(
+                    f"param={name}={params[name]}: no trial of this study has it; its values: "
+                    f"{', '.join(shown[:12])}{more} (numbers match as numbers: lr=1e-3 finds 0.001)"
                 )
 
     def _get(self, study_id: str) -> Study:

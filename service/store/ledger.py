@@ -410,17 +410,19 @@ class Ledger:
             return len(ids), [found[i] for i in page]
 
     @outlasting
-    def point_fields(self, study_id: str) -> tuple[set[str], set[str]]:
-        """The study's models and the names its points set (seed included): what filters may name."""
+    def point_fields(self, study_id: str) -> tuple[set[str], dict[str, list[Any]]]:
+        """The study's models, and each name its points set (seed included) with the values they set:
+        what filters may name."""
         models: set[str] = set()
-        names: set[str] = set()
+        values: dict[str, dict[str, Any]] = {}
         with self.session() as s:
             for model, params in s.execute(
                 select(Trial.model, Trial.params).where(Trial.study_id == study_id)
             ):
                 models.add(model)
-                names.update(params)
-        return models, names
+                for k, v in params.items():
+                    values.setdefault(k, {}).setdefault(repr(v), v)
+        return models, {k: list(v.values()) for k, v in values.items()}
 
     @outlasting
     def trial(self, trial_id: int) -> Trial:

@@ -271,6 +271,11 @@ def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> 
     assert r.status_code == 422 and "'orthh'" in r.json()["detail"] and "chain, orth" in r.json()["detail"]
     r = client.get(base, params={"param": "lrr=0.001"})
     assert r.status_code == 422 and "'lrr'" in r.json()["detail"] and "lr, seed" in r.json()["detail"]
+    # a value no trial holds is named, with the study's values (`lr=abc` answered 200 and nothing)
+    for value in ("abc", "0.002"):
+        r = client.get(base, params={"param": f"lr={value}"})
+        assert r.status_code == 422 and f"param=lr={value}: no trial of this study has it" in r.json()["detail"]
+        assert "its values: 0.001, 0.01 " in r.json()["detail"]
 
 
 def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
