@@ -173,13 +173,13 @@ class MemsweepClient(TrialPages):
         result: dict[str, Any] = self._call("GET", f"/studies/{study_id}")
         return result
 
-    def studies(self, state: str | None = None, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+    def studies(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         """The studies, newest first, each as a summary (id, name, state, counts, times); `get` has a
         study's full record (spec, plan, ETA, MLflow links)."""
-        items: list[dict[str, Any]] = self.studies_page(state, offset, limit)["items"]
+        items: list[dict[str, Any]] = self.studies_page(state, offset=offset, limit=limit)["items"]
         return items
 
-    def studies_page(self, state: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+    def studies_page(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> dict[str, Any]:
         """One page of `GET /studies`: `total` (studies in `state`, or all), `offset`, `limit`, `items`."""
         params: dict[str, Any] = {"offset": offset, "limit": limit, **({"state": state} if state else {})}
         page: dict[str, Any] = self._call("GET", "/studies", params=params)

@@ -40,11 +40,11 @@ class LocalStudies(TrialPages):
     def get(self, study_id: str) -> dict[str, Any]:
         return _json(self.service.get(study_id))
 
-    def studies(self, state: str | None = None, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.studies_page(state, offset, limit)["items"]
+    def studies(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.studies_page(state, offset=offset, limit=limit)["items"]
         return items
 
-    def studies_page(self, state: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+    def studies_page(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> dict[str, Any]:
         return _json(self.service.list_studies(state, offset, limit))
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> dict[str, Any]:
