@@ -22,6 +22,7 @@ from service.application.study_service import StudyService
 from service.core.settings import Settings, get_settings
 from service.runner import StudyRunner
 from service.study.engine import Engine
+from service.study.nodes import prepare_ray_process
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def _version() -> str:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app over these settings (default: the environment's, `get_settings()`)."""
     settings = settings or get_settings()
+    prepare_ray_process(settings)  # before anything imports Ray: its token, its signal handler
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

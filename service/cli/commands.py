@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +35,8 @@ from service.cli.console import (
 from service.cli.parser import build_parser
 from service.client import FINAL_STATES
 from service.core.errors import invalid_fields
+from service.core.settings import get_settings
+from service.study.nodes import prepare_ray_process
 
 TRAINER_COMMANDS = ("train", "describe", "list")
 
@@ -524,24 +524,6 @@ def criterion_query(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("fraction", "threshold", "baseline", "at_step")}
 
 
-def lock_embedded_ray() -> None:
-    """Ray's token authentication, with a token made for this process, for the embedded Ray: its
-    GCS, raylet and workers listen on every interface (Ray 2.60 binds its gRPC servers to 0.0.0.0 and
-    has no setting for it; a node address of 127.0.0.1 is replaced by the host's), so without a token
-    anyone who reaches this machine could join it and run code. Ray reads the mode when it is first
-    imported: set before anything imports it. A cluster (MEMSWEEP_RAY_ADDRESS, RAY_ADDRESS) keeps its
-    own settings, and an explicit RAY_AUTH_MODE wins."""
-    from service.core.settings import get_settings
-
-    if "ray" in sys.modules:  # too late: Ray read its mode at import (a caller that runs main in-process)
-        return
-    if get_settings().ray_address or os.environ.get("RAY_ADDRESS"):
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    if os.environ["RAY_AUTH_MODE"] == "token":
-        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-
-
 #: each subcommand's function (its flags: `service.cli.parser`)
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "presets": cmd_presets, "run": cmd_run, "best": cmd_best, "success": cmd_success, "plan": cmd_plan,
@@ -552,11 +534,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Ray's C++ failure-signal handler (absl) arms a 3-second alarm on SIGTERM that then kills the
-    # process: `memsweep serve` stopped gracefully (docker stop, Ctrl-C) died mid-shutdown and left its
-    # studies "running". Ray reads this when it is first imported, so it is set before anything is.
-    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-    lock_embedded_ray()
+    prepare_ray_process(get_settings())  # before anything imports Ray
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in TRAINER_COMMANDS:
         from trainers.cli import main as trainers_main

@@ -18,6 +18,7 @@ import os
 import queue
 import secrets
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -66,6 +67,29 @@ class _NoSigtermNotice(logging.Filter):
         return "SIGTERM handler is not set" not in record.getMessage()
 
 
+def prepare_ray_process(settings: Settings) -> None:
+    """What this process's Ray must be started with, set before anything imports Ray (it reads both
+    when first imported): every entry point that may start Ray calls it (`memsweep`'s main, the app,
+    `_start_ray`), so none depends on another having run first.
+
+    - Ray's C++ failure-signal handler (absl) arms a 3-second alarm on SIGTERM that then kills the
+      process: a server stopped gracefully (docker stop, Ctrl-C) died mid-shutdown and left its
+      studies "running". Off here; the workers keep it (crash traces).
+    - Token authentication for the embedded Ray, with a token made for this process: its GCS, raylet
+      and workers listen on every interface (Ray 2.60 binds its gRPC servers to 0.0.0.0 and has no
+      setting for it; a node address of 127.0.0.1 is replaced by the host's), so without a token
+      anyone who reaches this machine could join it and run code. A cluster (MEMSWEEP_RAY_ADDRESS,
+      RAY_ADDRESS) keeps its own settings, and an explicit RAY_AUTH_MODE wins."""
+    if "ray" in sys.modules:  # too late: Ray read both at import (`_start_ray` warns where it matters)
+        return
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    if not embedded(settings):
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if os.environ["RAY_AUTH_MODE"] == "token":
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
 def _start_ray(settings: Settings) -> None:
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
@@ -81,6 +105,14 @@ def _start_ray(settings: Settings) -> None:
     worker_log = logging.getLogger("ray._private.worker")
     if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):
         worker_log.addFilter(_NoSigtermNotice())
+    prepare_ray_process(settings)
+    if embedded(settings) and "RAY_AUTH_MODE" not in os.environ:  # Ray came in before memsweep could
+        log.warning(
+            "the embedded Ray starts without token authentication: Ray was imported before memsweep "
+            "could set RAY_AUTH_MODE=token, and its servers listen on every interface; start this "
+            "process through `memsweep` or `service.api.app.create_app`, or set RAY_AUTH_MODE=token "
+            "and RAY_AUTH_TOKEN before importing Ray"
+        )
     import ray
 
     if ray.is_initialized():

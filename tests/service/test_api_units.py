@@ -274,7 +274,9 @@ def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> 
     # a value no trial holds is named, with the study's values (`lr=abc` answered 200 and nothing)
     for value in ("abc", "0.002"):
         r = client.get(base, params={"param": f"lr={value}"})
-        assert r.status_code == 422 and f"param=lr={value}: no trial of this study has it" in r.json()["detail"]
+        assert (
+            r.status_code == 422 and f"param=lr={value}: no trial of this study has it" in r.json()["detail"]
+        )
         assert "its values: 0.001, 0.01 " in r.json()["detail"]
 
 

@@ -173,7 +173,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     for name in ("MEMSWEEP_API_URL", "MEMSWEEP_MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # what `main` sets, undone after
-    monkeypatch.setattr(commands, "lock_embedded_ray", lambda: None)  # these commands start no Ray
+    monkeypatch.setattr(commands, "prepare_ray_process", lambda settings: None)  # these commands start no Ray
     get_settings.cache_clear()  # the settings read again, from this home (and again after the test)
     request.addfinalizer(get_settings.cache_clear)
 

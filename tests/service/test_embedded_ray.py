@@ -83,32 +83,47 @@ def wait_for(check, what: str, timeout: float = 120):  # type: ignore[no-untyped
     return found
 
 
-def locked(**env: str) -> str:
-    """What `lock_embedded_ray` sets in a fresh process (before Ray is imported)."""
+def locked(entry: str = "main", **env: str) -> str:
+    """What an entry point sets in a fresh process (before Ray is imported): `memsweep`'s main (a
+    command that starts no Ray), or the app made without the CLI (`uvicorn.run(create_app())`)."""
+    start = {
+        "main": "from service.cli.commands import main; main(['presets'])",
+        "app": "from service.api.app import create_app; create_app()",
+    }[entry]
     code = (
-        "import os, sys; from service.cli.commands import lock_embedded_ray; lock_embedded_ray(); "
-        "print(os.environ.get('RAY_AUTH_MODE'), len(os.environ.get('RAY_AUTH_TOKEN', '')), 'ray' in sys.modules)"
+        f"import os, sys; {start}; "
+        "print(os.environ.get('RAY_AUTH_MODE'), len(os.environ.get('RAY_AUTH_TOKEN', '')), 'ray' in sys.modules, "
+        "os.environ.get('RAY_DISABLE_FAILURE_SIGNAL_HANDLER'), file=sys.stderr)"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_RAY"))}
     done = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return done.stderr.strip().splitlines()[-1]
 
 
-def test_the_cli_locks_only_an_embedded_ray_and_only_before_ray_is_imported(monkeypatch: pytest.MonkeyPatch):
-    from service.cli.commands import lock_embedded_ray
+@pytest.mark.parametrize("entry", ["main", "app"])
+def test_every_entry_locks_only_an_embedded_ray_and_only_before_ray_is_imported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, entry: str
+):
+    """Only `memsweep`'s main set the token and the signal setting: a server made as the app's
+    docstring says (`uvicorn.run(create_app())`) ran its embedded Ray open to the network."""
+    from service.core.settings import Settings
+    from service.study.nodes import prepare_ray_process
 
-    assert locked() == "token 64 False"  # a token of its own, 32 random bytes
-    assert locked(RAY_AUTH_TOKEN="given") == "token 5 False"
-    assert locked(MEMSWEEP_RAY_ADDRESS="head:6379") == "None 0 False"  # a cluster keeps its own
-    assert locked(RAY_AUTH_MODE="disabled") == "disabled 0 False"  # an explicit choice wins
+    home = {"MEMSWEEP_HOME": str(tmp_path)}
+    assert locked(entry, **home) == "token 64 False 1"  # a token of its own, 32 random bytes
+    assert locked(entry, RAY_AUTH_TOKEN="given", **home) == "token 5 False 1"
+    assert (
+        locked(entry, MEMSWEEP_RAY_ADDRESS="head:6379", **home) == "None 0 False 1"
+    )  # a cluster keeps its own
+    assert locked(entry, RAY_AUTH_MODE="disabled", **home) == "disabled 0 False 1"  # an explicit choice wins
     # in a process that already imported Ray (main called in-process), the mode is left alone: Ray
     # read it at import, and a GCS started in token mode would refuse this process's own driver
     import ray  # noqa: F401
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    lock_embedded_ray()
+    prepare_ray_process(Settings(home=tmp_path))
     assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
 
 
