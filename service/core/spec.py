@@ -41,10 +41,27 @@ class ModelSpec(BaseModel):
     dims: dict[str, Any] = Field(default_factory=dict, description="field → list of values or a range")
 
 
+#: a model's name: it names the model's MLflow params and metrics (`success_rate.NAME`), whose keys
+#: MLflow limits to letters, digits and a few marks, and a ledger column of 100 characters
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+
+
 class SpaceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dims: dict[str, Any] = Field(default_factory=dict, description="a single model's dimensions (shorthand)")
     models: dict[str, ModelSpec] = Field(default_factory=dict, description="several named models")
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for name in models:
+            if not MODEL_NAME.fullmatch(name):
+                raise ValueError(
+                    f"model name {name!r}: use letters, digits, '_', '.' and '-', at most 64, starting with "
+                    "a letter or digit (it names the model's MLflow params and metrics); e.g. "
+                    f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_.-')[:64] or 'model1'!r}"
+                )
+        return models
 
 
 class CriterionSpec(BaseModel):

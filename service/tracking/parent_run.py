@@ -3,6 +3,7 @@ figures and final status."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -34,7 +35,13 @@ def create_parent(
         tags={"memsweep.study_id": study_id, "memsweep.kind": "study"},
     )
     params = [Param(k, v) for k, v in flatten({"spec": spec}).items()]
-    log_batches(client, run.info.run_id, params=params)
+    try:
+        log_batches(client, run.info.run_id, params=params)
+    except Exception:  # the run is made again at the next try: this one would stay RUNNING, unowned
+        with contextlib.suppress(Exception):
+            client.set_terminated(run.info.run_id, status="FAILED")
+            client.delete_run(run.info.run_id)
+        raise
     return str(run.info.run_id)
 
 

@@ -190,6 +190,38 @@ def test_a_store_uri_keeps_the_artifacts_in_the_home_not_in_the_working_director
     server.close()
 
 
+def test_a_parent_run_mlflow_refuses_is_not_left_running(tmp_path):
+    """A spec MLflow refuses as params (a model named `lstm(64)`, taken before the door checked names)
+    left a RUNNING parent run at each try: the engine's repair tries again every minute."""
+    from mlflow.entities import ViewType
+    from mlflow.exceptions import MlflowException
+
+    from service.tracking.parent_run import create_parent
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "refused", artifacts=tmp_path / "artifacts")
+    try:
+        exp_id = tracker.experiment_id()
+        bad = {"space": {"models": {"lstm(64)": {"fixed": {"cell": "lstm"}}}}}
+        for _ in range(2):
+            with pytest.raises(MlflowException):
+                create_parent(tracker.client, exp_id, "s1", "s", bad)
+        runs = tracker.client.search_runs([exp_id], run_view_type=ViewType.ALL)
+        assert runs and {(r.info.status, r.info.lifecycle_stage) for r in runs} == {("FAILED", "deleted")}
+    finally:
+        tracker.close()
+
+
+def test_a_model_name_mlflow_cannot_hold_is_refused_at_the_door():
+    from pydantic import ValidationError
+
+    from service.core.spec import StudySpec
+
+    base = {"base": {"task": "addition", "seq_len": 20}}
+    with pytest.raises(ValidationError, match=r"model name 'lstm\(64\)': use letters.*e.g. 'lstm_64'"):
+        StudySpec.model_validate({"space": {"models": {"lstm(64)": {"fixed": {"cell": "lstm"}}}}, **base})
+    StudySpec.model_validate({"space": {"models": {"lstm-64.v2": {"fixed": {"cell": "lstm"}}}}, **base})
+
+
 def test_a_deleted_run_is_never_left_running(tmp_path, mlflow_uri):
     """The engine deletes a child run an outage left incomplete (and makes it again whole): deleted, it
     is ended KILLED first, so a restored one is not counted as running; a finished one keeps its status."""
