@@ -33,7 +33,7 @@ class LocalServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli.commands", "serve", "--port", str(self.port)],
+                [sys.executable, "-P", "-m", "service.cli.commands", "serve", "--port", str(self.port)],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout

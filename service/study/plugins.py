@@ -97,7 +97,7 @@ def check_contracts(wanted: Mapping[tuple[str, str], str], timeout: float = 600.
 
 def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
     """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems."""
-    cmd = [sys.executable, "-m", "service.cli", "plugins", "check", *names, "--json"]
+    cmd = [sys.executable, "-P", "-m", "service.cli", "plugins", "check", *names, "--json"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:

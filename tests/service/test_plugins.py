@@ -6,6 +6,8 @@ are distributions made on disk (`tests.plugin_dists`), seen by the processes tha
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -108,6 +110,20 @@ def test_memsweep_plugins_lists_them_and_its_check_names_what_is_broken(tmp_path
     assert "cell 'toy-nan'" in checked.stdout and "loss: on task 'addition'" in checked.stdout
     missing = memsweep("plugins", "check", "other", paths=(good,))
     assert missing.returncode == 1 and "no plugin 'other'; installed: cell:toy" in missing.stderr
+
+
+def test_the_contract_check_runs_memsweeps_code_whatever_the_working_directory_holds(tmp_path: Path):
+    """`python -m service.cli plugins check` put the working directory first on its path: a server
+    started beside a `service.py` or `trainers.py` of the user's refused every plugin study with
+    "the contract check crashed", naming the plugin."""
+    for name in ("service", "trainers"):
+        (tmp_path / f"{name}.py").write_text("shadow = True\n")
+    code = "from service.study.plugins import run_check; import json; print(json.dumps(run_check(['nonesuch'], 120)))"
+    # -P as a console script (`memsweep serve`) runs: the working directory is not on the server's path
+    done = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (problem,) = json.loads(done.stdout.strip().splitlines()[-1])["nonesuch"]
+    assert "no plugin 'nonesuch'" in problem and "ModuleNotFoundError" not in problem, problem
 
 
 @pytest.mark.slow
