@@ -70,6 +70,14 @@ class Settings(BaseSettings):
         default=2, ge=0, description="studies the server runs at once (0: accept and queue, run none)"
     )
 
+    @field_validator("home")
+    @classmethod
+    def _absolute_home(cls, v: Path) -> Path:
+        """`~/msw` (quoted in a .env or compose file, so no shell expands it) and a relative home were
+        taken as written: a literal `./~` folder, a ledger that moved with the working directory, and
+        the MLflow server (started in its folder) resolving the path a second time."""
+        return v.expanduser().resolve()
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, v: Any) -> Any:

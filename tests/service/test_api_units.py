@@ -627,6 +627,22 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert TOKEN not in repr(s) and TOKEN not in str(s.model_dump())
 
 
+def test_the_home_is_made_absolute_whatever_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`MEMSWEEP_HOME=~/msw` from a .env made a literal `./~` folder; a relative home moved with the
+    working directory (and the MLflow server, started in its folder, resolved it a second time)."""
+    tmp_path = tmp_path.resolve()
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSWEEP_HOME", "~/msw")
+    assert Settings().home == tmp_path / "user" / "msw"
+    monkeypatch.setenv("MEMSWEEP_HOME", "rel/home")
+    home = Settings().home
+    assert home == tmp_path / "rel" / "home" and home.is_absolute()
+    assert Settings().resolved_database_url() == f"sqlite:///{tmp_path}/rel/home/ledger.db"
+
+
 def test_openapi_documents_examples_errors_and_schema_families(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     create = schema["paths"]["/studies"]["post"]
