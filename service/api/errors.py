@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.application.errors import (
@@ -21,6 +21,7 @@ from service.application.errors import (
     UnavailableError,
 )
 from service.core.errors import StudyError, invalid_fields
+from service.store.database import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +67,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=exc.status_code, content=answer(str(message)), headers=exc.headers)
 
     async def ledger_unavailable(request: Request, exc: Exception) -> JSONResponse:
-        cause = cast(DBAPIError, exc).orig
-        said = (
-            str(cause).strip().splitlines()[0]
-            if cause is not None and str(cause).strip()
-            else type(exc).__name__
-        )
-        log.warning("%s %s: the ledger's database: %s", request.method, request.url.path, said)
-        return detail(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            f"the ledger's database did not take the request ({said}); nothing was stored. Check that it "
-            "runs and that its file, directory and disk take writes (MEMSWEEP_DATABASE_URL, MEMSWEEP_HOME); "
-            "GET /ready says when it does again",
-        )
+        said = unreachable(exc)
+        log.warning("%s %s: %s", request.method, request.url.path, said)
+        return detail(status.HTTP_503_SERVICE_UNAVAILABLE, f"{said}; GET /ready says when it does again")
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)

@@ -556,6 +556,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # StudyError, ConfigError
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # the ledger's database, from a local command (SQLAlchemy was imported)
+        if "sqlalchemy" in sys.modules:
+            from sqlalchemy.exc import InterfaceError, OperationalError
+
+            from service.store.database import unreachable
+
+            if isinstance(exc, (OperationalError, InterfaceError)):
+                print(f"error: {unreachable(exc)}", file=sys.stderr)
+                return 1
+        raise
 
 
 if __name__ == "__main__":

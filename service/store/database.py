@@ -21,6 +21,19 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 
+def unreachable(exc: Exception) -> str:
+    """A database error the ledger met (SQLAlchemy's OperationalError or InterfaceError) in one line:
+    the driver's first line, nothing stored, and what to check. The REST answer's and the CLI's."""
+    cause = getattr(exc, "orig", None)
+    said = (
+        str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else type(exc).__name__
+    )
+    return (
+        f"the ledger's database did not take the request ({said}); nothing was stored. Check that it "
+        "runs and that its file, directory and disk take writes (MEMSWEEP_DATABASE_URL, MEMSWEEP_HOME)"
+    )
+
+
 def connect(url: str) -> Engine:
     """An engine on the ledger's database, migrated to this version's schema. A pooled connection
     the database dropped (a restart) is replaced before it is used (pre-ping); SQLite in WAL mode."""
@@ -111,7 +124,12 @@ def _wal(path: str | None, wait: float = 60.0) -> None:
                 db.execute("PRAGMA journal_mode=WAL")  # a file system without WAL keeps its mode: fine
                 return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+            if "locked" not in str(exc):  # a folder that is missing or takes no writes
+                raise ValueError(
+                    f"the ledger's SQLite file {path} cannot be opened ({exc}): its folder must exist and "
+                    "take writes; set MEMSWEEP_DATABASE_URL (or MEMSWEEP_HOME) to one that does"
+                ) from None
+            if time.monotonic() > deadline:
                 raise
         time.sleep(0.05)
 

@@ -449,6 +449,36 @@ def test_run_study_refuses_the_flags_a_resumed_study_cannot_take(tmp_path, monke
     assert engine.ledger.study(study.id).state == "pending"
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (
+            "postgresql://u@127.0.0.1:1/db",
+            "error: the ledger's database did not take the request (connection",
+        ),
+        (
+            "sqlite:////nonexistent/dir/x.db",
+            "error: the ledger's SQLite file /nonexistent/dir/x.db cannot be opened",
+        ),
+    ],
+)
+def test_a_ledger_the_cli_cannot_reach_is_one_line_naming_the_setting(
+    tmp_path, monkeypatch, request, capsys, url, said
+):
+    """`memsweep studies` printed 136 lines of SQLAlchemy's traceback (the REST answer was one line)."""
+    from service.cli.commands import main
+    from service.core.settings import get_settings
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    monkeypatch.setenv("MEMSWEEP_DATABASE_URL", url)
+    monkeypatch.delenv("MEMSWEEP_API_URL", raising=False)
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    assert main(["studies"]) in (1, 2)
+    err = capsys.readouterr().err
+    assert err.startswith(said) and "MEMSWEEP_DATABASE_URL" in err and "Traceback" not in err, err
+
+
 def test_an_extension_takes_the_flags_a_plain_resume_refuses(tmp_path, monkeypatch, request):
     """`run --study ID --dim … --concurrency 4` extends the study, its stored spec with the flag."""
     from service.cli.commands import _create_or_extend, build_parser
