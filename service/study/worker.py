@@ -5,7 +5,6 @@ driver records the reports (`service.study.book`)."""
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 import trainers
 from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
 from trainers import plugins
-from trainers.numerics import NumericsError
 from trainers.numerics import use as use_numerics
 from trainers.schedule import Ending
 
@@ -133,10 +131,11 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
         reports.finished([])
         return
     # this worker process computes with the study's numerics mode from before its first computation
-    # (the ending rules build tasks; the code check below loads the plugins, whose import may compute);
-    # a process that cannot fails each member with the reason
-    with contextlib.suppress(NumericsError):
-        use_numerics(todo[0].resolved.config.numerics)
+    # (the ending rules build tasks; the code check below loads the plugins, whose import may compute).
+    # A process that cannot (it computed under another mode first) fails the unit as a fault, as a
+    # lost worker does: its members run again in a new process. Failed each with the reason, they were
+    # counted as failed runs of their points and never run again, for this process's state.
+    use_numerics(todo[0].resolved.config.numerics)
     check_code(todo, node)
     reports.learn_courses()
 

@@ -691,3 +691,22 @@ def test_a_worker_trains_no_trial_whose_hash_its_code_does_not_give():
     assert reports == []  # nothing trained, nothing reported
     train_unit(bundle([good], fused=True), reports.append, "n1")
     assert [e.result.status for e in reports[-1]["events"] if isinstance(e, Finished)] == ["done"]
+
+
+def test_a_worker_that_cannot_compute_in_the_studys_numerics_fails_the_unit_as_a_fault():
+    """A pooled worker process that computed under another numerics mode first failed every member
+    `failed` with the reason: counted as failed runs of their points, and never run again. The unit
+    now fails as a lost worker's does (no report), and its members run again in a new process."""
+    from service.study.packing import bundle
+    from service.study.worker import train_unit
+    from trainers import numerics
+
+    numerics.use(numerics.current() or numerics.default_mode())  # this process computes in one mode
+    other = "native" if numerics.current() == "portable" else "portable"
+    spec = StudySpec(space={"dims": {"lr": [1e-3, 1e-4]}},
+                     base={"task": "addition", "seq_len": 10, "n_train": 32, "n_val": 16, "hidden": 8,
+                           "steps": 4, "numerics": other})  # fmt: skip
+    reports: list[dict] = []
+    with pytest.raises(numerics.NumericsError, match="must train in a new process"):
+        train_unit(bundle(grid_trials(spec.search_space(), {}), fused=True), reports.append, "n1")
+    assert reports == []
