@@ -242,23 +242,33 @@ def use(name: str) -> None:
             f"numerics {name!r} is defined for x86-64 CPUs with AVX2; this machine is {platform.machine()}: "
             "use numerics=native (set it per trial, or MEMSWEEP_NUMERICS=native)"
         )
-    for var, value in (
-        ("ATEN_CPU_CAPABILITY", mode.aten_capability),
-        ("ONEDNN_MAX_CPU_ISA", mode.onednn_isa),
-    ):
-        if value is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
-    _set_mkl(mode)
-    capability = torch.backends.cpu.get_cpu_capability()  # fixed from here on
-    if mode.aten_capability is not None and capability != mode.aten_capability.upper():
-        raise NumericsError(
-            f"numerics {name!r} needs ATen's {mode.aten_capability.upper()} kernels, but this process "
-            f"computes with {capability} ("
-            + ("this CPU lacks AVX2" if capability == "DEFAULT" else "torch computed here before")
-            + "): use numerics=native, or train this trial in a new process"
-        )
+    told = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")  # what the processes it starts read
+    before = {var: os.environ.get(var) for var in told}
+    try:
+        for var, value in (
+            ("ATEN_CPU_CAPABILITY", mode.aten_capability),
+            ("ONEDNN_MAX_CPU_ISA", mode.onednn_isa),
+        ):
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        _set_mkl(mode)
+        capability = torch.backends.cpu.get_cpu_capability()  # fixed from here on
+        if mode.aten_capability is not None and capability != mode.aten_capability.upper():
+            raise NumericsError(
+                f"numerics {name!r} needs ATen's {mode.aten_capability.upper()} kernels, but this process "
+                f"computes with {capability} ("
+                + ("this CPU lacks AVX2" if capability == "DEFAULT" else "torch computed here before")
+                + "): use numerics=native, or train this trial in a new process"
+            )
+    except NumericsError:  # the processes this one starts are not told a mode it does not compute with
+        for var, value in before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        raise
     _current = name
 
 

@@ -112,10 +112,14 @@ def test_a_mode_is_refused_once_mkl_has_computed_without_it():
             numerics.use("portable")
             print(json.dumps("accepted"))
         except numerics.NumericsError as exc:
-            print(json.dumps(str(exc)))
+            import os
+            told = [v for v in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if v in os.environ]
+            print(json.dumps(f"{exc} / told: {told}"))
     """
     message = run_python(code)
     assert "MKL already ran in this process" in message and "new process" in message, message
+    # the processes it starts are not told a mode it does not compute with (it was, before)
+    assert message.endswith(" / told: []"), message
 
 
 def test_a_trial_of_another_mode_fails_with_the_reason_and_one_of_this_mode_records_its_provenance():
