@@ -3,22 +3,18 @@ REST API serves them (`service.api.schemas` re-exports them): one family per res
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.core.states import StudyState, TrialStatus
 from service.reports.summary import CriterionPublic
+from service.store.models import utc
 from service.tracking.links import MlflowLinks
 from trainers.result import Evaluation
 
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # SQLite drops the zone
-
-
-UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+UtcDatetime = Annotated[datetime, AfterValidator(utc)]
 
 
 # ----- studies -------------------------------------------------------------------------------------

@@ -50,14 +50,19 @@ from service.reports.summary import (
 )
 from service.runner import StudyRunner, expected_trials
 from service.store.ledger import StudyHead
-from service.store.models import Study, Trial
-from service.study.claim import StudyBusyError
+from service.store.models import Study, Trial, utc
+from service.study.claim import StudyBusyError, gone, this_process
 from service.study.engine import Engine
 from service.study.nodes import embedded, unplaceable_here
 from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
 
 log = logging.getLogger(__name__)
+
+#: seconds after which a key claimed on another host (or before keys named their process) whose study
+#: was never made is taken over: creating a study takes at most minutes (its plugins' contract check
+#: is bounded by 10)
+KEY_LEASE_SECONDS = 900.0
 
 #: what `studies.plan` keeps for `service.planning.record.record_actual` only (trial ids), not served
 PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
@@ -77,7 +82,7 @@ class StudyService:
         if idempotency_key is None:
             return self.public(self._create(spec)), True
         digest = spec_digest(spec)
-        claimed, row = self.ledger.claim_key(idempotency_key, digest)
+        claimed, row = self.ledger.claim_key(idempotency_key, digest, this_process())
         if not claimed:
             if row.request_hash != digest:
                 raise IdempotencyMismatchError(
@@ -85,9 +90,16 @@ class StudyService:
                     "send a new key for a new study, or repeat the first request unchanged"
                 )
             if row.study_id is None:
-                raise ConflictError(
-                    "a request with this Idempotency-Key is still being processed; retry in a moment"
-                )
+                # its creator died before the study was made (a server killed mid-request): this retry
+                # makes it, else every retry was refused for ever
+                if not (
+                    gone(row.owner or "", utc(row.created_at).timestamp(), lease=KEY_LEASE_SECONDS)
+                    and self.ledger.take_over_key(idempotency_key, row.owner, this_process())
+                ):
+                    raise ConflictError(
+                        "a request with this Idempotency-Key is still being processed; retry in a moment"
+                    )
+                return self.public(self._create(spec, idempotency_key)), True
             return self.public(self._get(row.study_id)), False
         return self.public(self._create(spec, idempotency_key)), True
 

@@ -39,6 +39,7 @@ from service.store.models import (
     IdempotencyKey,
     Study,
     Trial,
+    now,
     pack_matrices,
     unpack_matrices,
 )
@@ -589,19 +590,38 @@ class Ledger:
 
     # ----- idempotency keys ------------------------------------------------------------------------
     @outlasting
-    def claim_key(self, key: str, request_hash: str) -> tuple[bool, IdempotencyKey]:
-        """(True, row) when this call claimed the key; (False, the existing row) when it was taken."""
+    def claim_key(self, key: str, request_hash: str, owner: str | None = None) -> tuple[bool, IdempotencyKey]:
+        """(True, row) when this call claimed the key for `owner`, the process that creates its study;
+        (False, the existing row) when it was taken."""
         try:
             with self.session() as s:
-                row = IdempotencyKey(key=key, request_hash=request_hash)
+                row = IdempotencyKey(key=key, request_hash=request_hash, owner=owner)
                 s.add(row)
             return True, row
         except IntegrityError:
             with self.session() as s:
                 existing = s.get(IdempotencyKey, key)
             if existing is None:  # released between the two statements: claim again
-                return self.claim_key(key, request_hash)
+                return self.claim_key(key, request_hash, owner)
             return False, existing
+
+    @outlasting
+    def take_over_key(self, key: str, gone_owner: str | None, owner: str) -> bool:
+        """Claim a key whose study was never made, from `gone_owner` (a process that died creating it):
+        True when this call took it (no other retry did first)."""
+        with self.session() as s:
+            claimed = s.execute(
+                update(IdempotencyKey)
+                .where(
+                    IdempotencyKey.key == key,
+                    IdempotencyKey.study_id.is_(None),
+                    IdempotencyKey.owner.is_(None)
+                    if gone_owner is None
+                    else IdempotencyKey.owner == gone_owner,
+                )
+                .values(owner=owner, created_at=now())
+            )
+            return bool(getattr(claimed, "rowcount", 0) == 1)
 
     @outlasting
     def release_key(self, key: str) -> None:

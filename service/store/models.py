@@ -37,6 +37,11 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def utc(value: datetime) -> datetime:
+    """A time the database gave back, in UTC: SQLite drops the zone of what it stores."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -138,6 +143,7 @@ class IdempotencyKey(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     study_id: Mapped[str | None] = mapped_column(String(32), default=None)  # None while being created
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    owner: Mapped[str | None] = mapped_column(String(200), default=None)  # the creating process
 
 
 class Calibration(Base):

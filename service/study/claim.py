@@ -63,16 +63,17 @@ def syncing(owner: str) -> bool:
     return owner.endswith(f"/{SYNC}")
 
 
-def gone(owner: str, beat: float | None, now: float | None = None) -> bool:
-    """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`). A sync
-    that has not beaten for the lease is stuck (its release failed, say), wherever its process is."""
+def gone(owner: str, beat: float | None, now: float | None = None, lease: float = LEASE_SECONDS) -> bool:
+    """Whether the process `owner` no longer runs the study it claimed (its last beat at `beat`, on
+    another host gone `lease` seconds after it). A sync that has not beaten for the lease is stuck (its
+    release failed, say), wherever its process is."""
     now = now if now is not None else time.time()
-    if syncing(owner) and beat is not None and now - beat > LEASE_SECONDS:
+    if syncing(owner) and beat is not None and now - beat > lease:
         return True
     host, pid, since, *_ = [*owner.split("/"), "", ""]
     if host == socket.gethostname() and pid.isdigit() and since and os.path.isdir("/proc"):
         return not processes.alive(int(pid), since)  # exited (a zombie too), or its pid given to another
-    return beat is None or now - beat > LEASE_SECONDS
+    return beat is None or now - beat > lease
 
 
 class StudyBusyError(RuntimeError):

@@ -5,6 +5,7 @@ engine would write them. The real server under uvicorn, with Ray and MLflow, is 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -369,6 +370,43 @@ def test_idempotency_key_gives_the_same_study_back(client: TestClient) -> None:
     fixed = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-2"})
     assert fixed.status_code == 201  # a refused request does not hold on to its key
     assert client.get("/studies").json()["total"] == 3
+
+
+def test_a_key_whose_creator_died_before_its_study_was_made_is_taken_over_by_a_retry(
+    client: TestClient,
+) -> None:
+    """A server killed while it made a study (minutes, for a big grid or a plugin's check) left its
+    key claimed with no study: every retry was answered 409 "still being processed" for ever."""
+    import subprocess
+    import sys
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from service.application.study_service import KEY_LEASE_SECONDS, spec_digest
+    from service.core import processes
+    from service.store.models import IdempotencyKey
+
+    ledger = ledger_of(client)
+    digest = spec_digest(StudySpec.model_validate(grid()))
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = processes.started(child.pid)
+    child.wait()
+    dead = f"{socket.gethostname()}/{child.pid}/{started}"
+    assert ledger.claim_key("k-dead", digest, dead)[0]
+    retry = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-dead"})
+    assert retry.status_code == 201, retry.text
+    again = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-dead"})
+    assert again.status_code == 200 and again.json()["id"] == retry.json()["id"]
+    # on another host: its creator counts as alive for the lease, then as gone
+    assert ledger.claim_key("k-far", digest, "elsewhere/12/34")[0]
+    busy = client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-far"})
+    assert busy.status_code == 409 and "still being processed" in busy.json()["detail"]
+    long_ago = datetime.now(UTC) - timedelta(seconds=KEY_LEASE_SECONDS + 60)
+    with ledger.session() as s:
+        s.execute(update(IdempotencyKey).where(IdempotencyKey.key == "k-far").values(created_at=long_ago))
+    assert client.post("/studies", json=grid(), headers={"Idempotency-Key": "k-far"}).status_code == 201
+    assert client.get("/studies").json()["total"] == 2
 
 
 def test_a_request_whose_answer_failed_after_its_study_was_made_gives_that_study_on_retry(
