@@ -378,16 +378,21 @@ class StudyService:
 
     def _log_comparison(self, comparison: Comparison) -> MlflowLinks:
         from service.tracking.server import server_healthy
+        from service.tracking.tracker import is_server
 
         uri = self.runner.tracking_uri or self.engine.settings.mlflow_tracking_uri
         if uri is None:
             uri = self.engine.tracking_uri()  # starts the local MLflow server, as a study would
-        if not server_healthy(uri):
+        if is_server(uri) and not server_healthy(uri):
             raise UnavailableError(
                 f"MLflow at {uri} does not answer, so the comparison was not logged; ask again without "
                 "log=true for the table, or when MLflow is up (GET /ready)"
             )
-        exp_id, run_id = log_comparison(comparison, uri, self.engine.settings.mlflow_experiment)
+        tracker = self.engine.new_tracker(uri)
+        try:
+            exp_id, run_id = log_comparison(comparison, tracker)
+        finally:
+            tracker.close()
         return self.links_of(exp_id, run_id)
 
     def criterion(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +38,9 @@ from service.store.ledger import Ledger
 from service.store.models import Study, Trial
 from service.tracking.links import MlflowLinks
 from trainers import TRAINER_VERSION, Criterion
+
+if TYPE_CHECKING:
+    from service.tracking.tracker import Tracker
 
 #: what a trial config holds beside its own fields (its task's and cell's fields are looked up in them)
 NESTED = {"task": "task_params", "cell": "cell_params"}
@@ -263,19 +266,14 @@ def numerics_notes(studies: Sequence[tuple[str, list[str], list[str]]]) -> list[
     return notes
 
 
-def log_comparison(comparison: Comparison, tracking_uri: str, experiment: str) -> tuple[str, str]:
+def log_comparison(comparison: Comparison, tracker: Tracker) -> tuple[str, str]:
     """A comparison as its own MLflow run (its table as CSV and JSON, its figure): (experiment id,
     run id). The REST `GET /compare?log=true` and `memsweep compare --mlflow` both log through here."""
     from service.reports.plots import comparison_rates
     from service.reports.tables import comparison_csv
-    from service.tracking.tracker import Tracker
 
     data = comparison.model_dump(mode="json", exclude={"mlflow"})  # the run's own links are not in it
-    tracker = Tracker(tracking_uri, experiment)
-    try:
-        return tracker.log_comparison(data, comparison_csv(data), comparison_rates(data))
-    finally:
-        tracker.close()
+    return tracker.log_comparison(data, comparison_csv(data), comparison_rates(data))
 
 
 def _rows(

@@ -260,6 +260,23 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     assert "criterion" in json.loads(cli("success", copy, "--baseline", "arjovsky", "--json"))
 
 
+def test_a_comparison_logged_to_a_database_uri_keeps_its_artifacts_in_the_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a database as the tracking URI, `?log=true` was refused as "MLflow does not answer" (it
+    probed the URI as a server), and its artifacts would have gone to `./mlruns`."""
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with TestClient(create_app(settings(tmp_path / "home", mlflow_tracking_uri=uri))) as c:
+        a, b = two_studies(c)
+        r = c.get("/compare", params={"studies": f"{a},{b}", "by": "model", "log": "true"})
+    assert r.status_code == 200, r.text
+    assert list((tmp_path / "home" / "mlflow" / "mlartifacts").rglob("comparison.csv"))
+    assert not list(workdir.iterdir())
+
+
 def test_a_comparison_is_logged_to_a_real_mlflow_over_rest_and_from_the_cli(
     tmp_path: Path, mlflow_uri: str
 ) -> None:
