@@ -308,7 +308,20 @@ def device_on_this_node(gpus_per_unit: float, cpus_per_unit: float) -> tuple[str
                 free = min(free, int(fraction * total))
             return "cuda", unit_share(free, 1.0 / gpus_per_unit)
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return "cpu", unit_share(available, (os.cpu_count() or 1) / max(cpus_per_unit, 1.0))
+    return "cpu", unit_share(available, node_cpus() / max(cpus_per_unit, 1.0))
+
+
+def node_cpus() -> float:
+    """The CPUs Ray schedules on this node (what sets how many units run here at once: an embedded
+    Ray's MEMSWEEP_RAY_NUM_CPUS, a container's quota), or, outside Ray, those this process may use."""
+    import ray
+
+    if ray.is_initialized():
+        here = ray.get_runtime_context().get_node_id()
+        for n in ray.nodes():  # type: ignore[no-untyped-call]
+            if n.get("NodeID") == here and n.get("Resources", {}).get("CPU"):
+                return float(n["Resources"]["CPU"])
+    return float(len(os.sched_getaffinity(0)))
 
 
 def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[str, int] | None:

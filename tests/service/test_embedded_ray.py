@@ -392,3 +392,22 @@ def test_a_cluster_that_refuses_this_process_says_what_to_check(
     assert said.startswith("Failed to connect to Ray cluster at head:6379. ")
     assert "ray status --address head:6379" in said and "RAY_AUTH_TOKEN" in said
     assert ("has RAY_AUTH_MODE=token and the cluster's token" in said) == (mode is None)
+
+
+def test_a_units_memory_is_shared_among_the_units_ray_runs_at_once_not_the_hosts_cpus(tmp_path: Path):
+    """A unit's share of a node's memory divided it among `os.cpu_count() / cpus` units: on a host with
+    64 CPUs whose Ray schedules 2 (MEMSWEEP_RAY_NUM_CPUS, a container's quota), each unit was planned
+    with a 32nd of the memory, and bundles were cut small for nothing."""
+    code = (
+        "import json, os, ray; from service.study.nodes import node_cpus; "
+        "outside = node_cpus(); ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False); "
+        "print(json.dumps([outside, len(os.sched_getaffinity(0)), node_cpus()])); ray.shutdown()"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_RAY"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**clean, "RAY_AUTH_MODE": "disabled"}, cwd=tmp_path,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    outside, usable, in_ray = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outside == usable and in_ray == 1.0
