@@ -281,6 +281,17 @@ def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> 
         assert "its values: 0.001, 0.01 " in r.json()["detail"]
 
 
+def test_two_sampled_values_that_agree_in_six_digits_are_two_labels():
+    """Tables printed floats in six digits: two sampled learning rates 3.172841e-4 and 3.172838e-4
+    were one row of the by-value table, and `param=lr=0.000317284` matched both."""
+    from service.core.values import repr_value, value_matches
+
+    a, b = 3.172841e-4, 3.172838e-4
+    assert repr_value(a) != repr_value(b) and float(repr_value(a)) == a
+    assert value_matches(a, repr_value(a)) and not value_matches(b, repr_value(a))
+    assert [repr_value(v) for v in (1.0, 1e-3, 3e-5, 1.02, 100.0)] == ["1", "0.001", "3e-05", "1.02", "100"]
+
+
 def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
     study = client.post("/studies", json=grid()).json()
     finish_all(client, study["id"])
