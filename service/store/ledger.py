@@ -62,6 +62,17 @@ class StudyHead(NamedTuple):
     updated_at: datetime
 
 
+class Holder(NamedTuple):
+    """Another running study that holds a trial still to train (`Ledger.holders`)."""
+
+    config_hash: str
+    status: str  # the trial's there: pending or running
+    study_id: str
+    created_at: datetime
+    owner: str | None
+    owner_beat: float | None
+
+
 class TrialSort(StrEnum):
     ID = "id"
     FINAL_VAL_LOSS = "final_val_loss"
@@ -333,12 +344,68 @@ class Ledger:
             )
             prior = reusable.get(spec.config_hash)
             if prior is not None:
-                for f in (*RECORDED_FIELDS, "matrices"):
-                    setattr(trial, f, getattr(prior, f))
-                trial.reused_from = prior.id
+                _take_result(trial, prior)
             s.add(trial)
             added += 1
         return added
+
+    @outlasting
+    def holders(self, study_id: str, hashes: Sequence[str]) -> list[Holder]:
+        """The other running studies that hold one of these trials still to train (pending or
+        running): who may be training it now (`service.study.elsewhere` decides whether to wait)."""
+        out: list[Holder] = []
+        with self.session() as s:
+            for chunk in _chunks(hashes, 500):
+                rows = s.execute(
+                    select(
+                        Trial.config_hash, Trial.status, Study.id, Study.created_at, Study.owner,
+                        Study.owner_beat,
+                    )
+                    .join(Study, Study.id == Trial.study_id)
+                    .where(
+                        Trial.config_hash.in_(chunk),
+                        Trial.study_id != study_id,
+                        Trial.status.in_((TrialStatus.PENDING, TrialStatus.RUNNING)),
+                        Study.state == "running",
+                    )
+                )  # fmt: skip
+                out += [Holder(*r) for r in rows]
+        return out
+
+    @outlasting
+    def statuses(self, study_id: str, hashes: Sequence[str]) -> dict[str, str]:
+        """The study's trials of these hashes: config hash → status."""
+        out: dict[str, str] = {}
+        with self.session() as s:
+            for chunk in _chunks(hashes, 500):
+                q = select(Trial.config_hash, Trial.status).where(
+                    Trial.study_id == study_id, Trial.config_hash.in_(chunk)
+                )
+                out.update({h: st for h, st in s.execute(q)})
+        return out
+
+    @outlasting
+    def take_results(self, study_id: str, hashes: Sequence[str]) -> list[str]:
+        """The study's unfinished trials of these hashes that another study has finished `done` since
+        take that result (as `add_trials` does at their creation); the hashes that did."""
+        taken = []
+        with self.session() as s:
+            self._fence(s, study_id)
+            for chunk in _chunks(hashes, 500):
+                done: dict[str, Trial] = {}
+                for t in s.scalars(_reusable(select(Trial), chunk).where(Trial.study_id != study_id)):
+                    done.setdefault(t.config_hash, t)
+                mine = s.scalars(
+                    select(Trial).where(
+                        Trial.study_id == study_id,
+                        Trial.config_hash.in_(list(done)),
+                        Trial.status.not_in(FINISHED),
+                    )
+                )
+                for trial in mine:
+                    _take_result(trial, done[trial.config_hash])
+                    taken.append(trial.config_hash)
+        return taken
 
     @outlasting
     def reusable(self, hashes: Sequence[str]) -> set[str]:
@@ -629,6 +696,13 @@ class Ledger:
             row = s.get(IdempotencyKey, key)
             if row is not None and row.study_id is None:
                 s.delete(row)
+
+
+def _take_result(trial: Trial, prior: Trial) -> None:
+    """`trial` takes `prior`'s finished result, naming it (`reused_from`)."""
+    for f in (*RECORDED_FIELDS, "matrices"):
+        setattr(trial, f, getattr(prior, f))
+    trial.reused_from = prior.id
 
 
 def _reusable(query: Select[Any], hashes: Sequence[str]) -> Select[Any]:

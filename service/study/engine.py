@@ -40,6 +40,7 @@ from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
 from service.study.book import TrialBook
 from service.study.claim import StudyClaim
+from service.study.elsewhere import trained_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
 from service.study.packing import pack_study, point_key, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
@@ -417,43 +418,74 @@ class Engine:
                 )
         ran: list[list[str]] = []
         measured = None
-        for round_ in range(attempts):
+        rounds = 0  # rounds that ran units (a wait for another study's trials is none)
+        while rounds < attempts:
             # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
             try:
-                todo = [
-                    t.spec()
-                    for t in self.ledger.trials(study.id, UNFINISHED)
-                    if not book.spent(t.config_hash)
-                ]
+                rows = [t for t in self.ledger.trials(study.id, UNFINISHED) if not book.spent(t.config_hash)]
+                todo = [t.spec() for t in rows]
             except StaleTrialError as exc:
                 raise StudyError(str(exc)) from None
+            todo, waits = self._not_trained_elsewhere(study, spec, rows, todo, record)
             if spec.scheduler == "asha":
                 todo = self._pruned_with_their_points(study.id, todo, book)
-            if not todo or cancel.is_set():
+            if (not todo and not waits) or cancel.is_set():
                 return ran
-            if round_:  # a fault sent them back, and the executor did not run them again in its run
-                log.warning("study %s: %d trials were interrupted; they run again", study.id, len(todo))
-            if packed is not None and sorted(m.config_hash for u in packed for m in u.members) == sorted(
-                t.config_hash for t in todo
-            ):
-                units = list(packed)  # packed by the plan just before, as this run packs them
-            else:
-                if measured is None and spec.sizes_bundles:
-                    measured = self.node_memory(resources)
-                units = pack_study(spec, todo, measured)
-            if spec.scheduler == "asha":
-                units = self._with_finished_seeds(study.id, units)
-            packed = None
-            log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
-            record.expect(todo)
-            book.begin_round()
-            self._execute(
-                replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
-            )
-            ran += [[m.config_hash for m in u.members] for u in units]
+            if todo:
+                if book.requeued:  # a fault sent them back, and the executor did not run them again
+                    log.warning("study %s: %d trials were interrupted; they run again", study.id, len(todo))
+                if packed is not None and sorted(m.config_hash for u in packed for m in u.members) == sorted(
+                    t.config_hash for t in todo
+                ):
+                    units = list(packed)  # packed by the plan just before, as this run packs them
+                else:
+                    if measured is None and spec.sizes_bundles:
+                        measured = self.node_memory(resources)
+                    units = pack_study(spec, todo, measured)
+                if spec.scheduler == "asha":
+                    units = self._with_finished_seeds(study.id, units)
+                packed = None
+                log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
+                record.expect(todo)
+                book.begin_round()
+                self._execute(
+                    replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
+                )
+                rounds += 1
+                ran += [[m.config_hash for m in u.members] for u in units]
+            if waits:  # then what they leave unfinished is this study's to train, next round
+                wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
+                continue
             if not book.requeued:
                 return ran
         return ran
+
+    def _not_trained_elsewhere(
+        self,
+        study: Study,
+        spec: StudySpec,
+        rows: Sequence[Trial],
+        todo: list[TrialSpec],
+        record: StudyRecorder,
+    ) -> tuple[list[TrialSpec], dict[str, str]]:
+        """(the trials this round trains, those it waits for: config hash → the study training them)
+        (`service.study.elsewhere`): a trial another study finished `done` since this one made it
+        takes that result; under fifo, one another running study trains is waited for. (Under asha a
+        point's seeds train as one unit and are judged together: it waits for none.)"""
+        if not todo:
+            return todo, {}
+        taken = set(self.ledger.take_results(study.id, [t.config_hash for t in todo]))
+        if taken:
+            log.info(
+                "study %s: %d trials take the results another study has since finished", study.id, len(taken)
+            )
+            record.progress(force=True)
+            todo = [t for t in todo if t.config_hash not in taken]
+        if spec.scheduler != "fifo" or not todo:
+            return todo, {}
+        mine = {r.config_hash: r.status for r in rows}
+        waits = trained_elsewhere(study, mine, self.ledger.holders(study.id, [t.config_hash for t in todo]))
+        return [t for t in todo if t.config_hash not in waits], waits
 
     def _asha_history(self, spec: StudySpec, study_id: str) -> list[dict[int, float]]:
         """Under asha, the study's points whose every seed has finished, each its objective by
