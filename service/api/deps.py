@@ -88,3 +88,49 @@ async def require_token(
 
 
 Authorized = Depends(require_token)
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def query_names(route: object) -> frozenset[str]:
+    """The query parameters a route takes (its own and its dependencies'), by the names a URL uses."""
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        found: set[str] = set()
+        todo = [getattr(route, "dependant", None)]
+        while todo:
+            dependant = todo.pop()
+            if dependant is not None:
+                found.update(p.alias for p in dependant.query_params)
+                todo += dependant.dependencies
+        names = _QUERY_NAMES[id(route)] = frozenset(found)
+    return names
+
+
+async def known_query(request: Request) -> None:
+    """422 for a query parameter the route does not take: FastAPI ignores one, so a misspelled filter
+    (`?state=failed` on /trials, `?params=lr=0.1`) answered every trial as if it had filtered them."""
+    if not request.query_params:
+        return
+    taken = query_names(request.scope.get("route"))
+    unknown = [k for k in dict.fromkeys(request.query_params.keys()) if k not in taken]
+    if not unknown:
+        return
+    import difflib
+
+    from fastapi.exceptions import RequestValidationError
+
+    takes = f"{request.method} {request.url.path} takes " + (", ".join(sorted(taken)) or "none")
+    errors = []
+    for k in unknown:
+        near = difflib.get_close_matches(k, taken, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        errors.append(
+            {"type": "extra_forbidden", "loc": ("query", k), "msg": f"not a query parameter here; {hint}{takes}",
+             "input": request.query_params.get(k)}
+        )  # fmt: skip
+    raise RequestValidationError(errors)
+
+
+KnownQuery = Depends(known_query)

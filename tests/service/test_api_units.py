@@ -292,6 +292,26 @@ def test_two_sampled_values_that_agree_in_six_digits_are_two_labels():
     assert [repr_value(v) for v in (1.0, 1e-3, 3e-5, 1.02, 100.0)] == ["1", "0.001", "3e-05", "1.02", "100"]
 
 
+def test_a_query_parameter_a_route_does_not_take_is_refused_naming_what_it_takes(client: TestClient) -> None:
+    """FastAPI ignores a query parameter a route does not declare: `?state=failed` on /trials (the
+    name /studies uses) or `?params=lr=0.1` answered every trial, as if they had been filtered."""
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    base = f"/studies/{study['id']}/trials"
+    for query, said in (
+        ({"state": "failed"}, "query.state: not a query parameter here; did you mean 'status'? GET"),
+        ({"params": "lr=0.1"}, "query.params: not a query parameter here; did you mean 'param'? GET"),
+        ({"foo": "1"}, "query.foo: not a query parameter here; GET"),
+    ):
+        r = client.get(base, params=query)
+        assert r.status_code == 422 and r.json()["message"].startswith(said), r.text
+        assert "/trials takes format, history, limit, model" in r.json()["message"]
+        assert r.json()["detail"][0]["loc"] == ["query", next(iter(query))]
+    assert client.get(base, params={"status": "done"}).status_code == 200
+    assert client.get("/studies", params={"state": "done"}).status_code == 200
+    assert client.get("/health", params={"x": "1"}).status_code == 422  # "it takes none"
+
+
 def test_best_and_success_are_the_ledger_summaries(client: TestClient) -> None:
     study = client.post("/studies", json=grid()).json()
     finish_all(client, study["id"])
@@ -1144,7 +1164,7 @@ def test_a_request_validates_its_studys_spec_once(
         return validate(data, **kw)
 
     monkeypatch.setattr(StudySpec, "model_validate", counted)
-    for path in ("", "/success", "/best", "/trials", "/success?fraction=0.3", "/trials?lr=1e-3"):
+    for path in ("", "/success", "/best", "/trials", "/success?fraction=0.3", "/trials?param=lr=0.001"):
         validated.clear()
         r = client.get(f"/studies/{study['id']}{path}")
         assert r.status_code == 200, r.text

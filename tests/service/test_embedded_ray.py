@@ -400,7 +400,7 @@ def test_a_units_memory_is_shared_among_the_units_ray_runs_at_once_not_the_hosts
     with a 32nd of the memory, and bundles were cut small for nothing."""
     code = (
         "import json, os, ray; from service.study.nodes import node_cpus; "
-        "outside = node_cpus(); ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False); "
+        "outside = node_cpus(); ray.init(address='local', num_cpus=1, include_dashboard=False, log_to_driver=False); "
         "print(json.dumps([outside, len(os.sched_getaffinity(0)), node_cpus()])); ray.shutdown()"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_RAY"))}
