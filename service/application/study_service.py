@@ -54,6 +54,7 @@ from service.store.models import Study, Trial, utc
 from service.study.claim import StudyBusyError, gone, this_process
 from service.study.engine import Engine
 from service.study.nodes import embedded, unplaceable_here
+from service.study.plugins import admit_plugins
 from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
 
@@ -159,6 +160,9 @@ class StudyService:
         self._placeable(spec)
         calibrate = self.runner.workers > 0
         try:  # Ray lives in the runner's thread, started there only when the plan needs it
+            # the plugins' checks a study made of this spec meets (a plan that said it would run, or
+            # reuse results of a plugin's old code, for a study the door then refused)
+            admit_plugins(self.engine.space(spec), self.runner.node_plugins)
             planned = plan_spec(
                 self.engine,
                 spec,

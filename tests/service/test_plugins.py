@@ -132,10 +132,11 @@ def test_a_study_with_a_plugin_that_breaks_its_contract_is_refused_and_records_n
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(cut_preset(["chain", "toy-nan"])))
     home = tmp_path / "home"
-    done = memsweep("run", str(spec), paths=(bad,), environ={"MEMSWEEP_HOME": str(home)})
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert "a plugin this study uses breaks its contract, so no trial runs" in done.stderr
-    assert "cell 'toy-nan' (memsweep-toy-nan==0.9+" in done.stderr and "not finite" in done.stderr
+    for command in ("plan", "run"):  # a plan said it would run the trials the door then refused
+        done = memsweep(command, str(spec), paths=(bad,), environ={"MEMSWEEP_HOME": str(home)})
+        assert done.returncode == {"plan": 1, "run": 2}[command], done.stderr[-2000:]
+        assert "a plugin this study uses breaks its contract, so no trial runs" in done.stderr
+        assert "cell 'toy-nan' (memsweep-toy-nan==0.9+" in done.stderr and "not finite" in done.stderr
     assert Ledger(f"sqlite:///{home / 'ledger.db'}").list_studies() == []
 
 
