@@ -207,7 +207,7 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
     """(status, final validation loss) the trial would have had with a budget of `step` steps."""
     # a failed run has no result at or after its failure; a pruned one has its evaluations up to where
     # the scheduler stopped it (at that budget the run would have ended with them)
-    if t.status == "failed" and t.steps is not None and t.steps <= step:
+    if t.status == "failed" and t.steps is not None and failed_at(t) <= step:
         return t.status, t.final_val_loss
     if t.status == "pruned" and t.steps is not None and t.steps < step:
         return t.status, t.final_val_loss
@@ -218,6 +218,18 @@ def state_at(t: TrialLike, step: int) -> tuple[str, float | None]:
     if t.status not in FINISHED and int(history[-1]["step"]) < step:  # running, cancelled: not there yet
         return "pending", None
     return "done", float(seen[-1]["val_loss"])
+
+
+def failed_at(t: TrialLike) -> int:
+    """The step a failed run failed at: its `steps`, the last step it trained, where the failure rule
+    judged that step (a loss not finite, or above an opted-in divergence guard), or an exception came
+    before an evaluation there; the step after, where an exception came after its evaluation at
+    `steps` (a budget of `steps` would have ended the run there, with that evaluation). An exception
+    leaves its traceback."""
+    assert t.steps is not None
+    last = t.history[-1] if t.history else None
+    raised_after = getattr(t, "traceback", None) and last is not None and int(last["step"]) == t.steps
+    return t.steps + 1 if raised_after else t.steps
 
 
 def judgeable(

@@ -540,6 +540,13 @@ def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
     trials = [fast, slow, stopped, broke]
     assert state_at(broke, 100) == ("done", 0.05) and state_at(broke, 150)[0] == "failed"
     assert state_at(slow, 50) == ("pending", None)
+    # raised in the step after a finite evaluation at its last step (`steps`): at that budget it had
+    # ended with that evaluation (it was counted failed, as a run that went NaN by then is)
+    raised = run("orth", [(100, 0.05)], status="failed", steps=100)
+    raised.traceback = "Traceback (most recent call last): …"
+    went_nan = run("orth", [(100, 0.05), (200, float("nan"))], status="failed", steps=200)
+    assert state_at(raised, 100) == ("done", 0.05) and state_at(raised, 101)[0] == "failed"
+    assert state_at(went_nan, 200)[0] == "failed" and state_at(went_nan, 199) == ("done", 0.05)
     assert success_table(trials, at_step=100).by_model == {
         "chain": success_table([fast, slow, stopped], at_step=100).by_model["chain"],
         "orth": success_table([broke], at_step=100).by_model["orth"],
