@@ -240,6 +240,12 @@ class StudyService:
             raise ConflictError(
                 f"study {study_id} is done: every trial finished. POST /studies/{study_id}/extend adds points"
             )
+        # refused here, as an extension is, not accepted and then failed by the run
+        admit_plugins(
+            self.engine.space(study.validated_spec()),
+            self.runner.node_plugins,
+            again=f"resume study {study_id} again",
+        )
         previous = {"state": study.state, "error": study.error}
         self.ledger.update_study(study_id, state="pending", error=None)
         if not self.runner.submit(study_id):

@@ -52,9 +52,10 @@ def used(space: SearchSpace) -> dict[tuple[str, str], str]:
     return out
 
 
-def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None) -> None:
+def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None, again: str = "submit again") -> None:
     """Raise StudyError when a plugin the space uses breaks its contract, or (with `nodes`: the Ray
-    cluster's inventory) when a node lacks it or has another version."""
+    cluster's inventory) when a node lacks it or has another version. `again`: what the user does
+    once it is fixed."""
     wanted = used(space)
     if not wanted:
         return
@@ -64,14 +65,14 @@ def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None) -> None:
             "; ".join(edited)
             + ": this process plans trials with the code it loaded, while its workers would train the code on "
             "disk, under the old code's hashes. Restart `memsweep serve` to plan with the new code (`memsweep "
-            "run` loads it afresh each time), then submit again"
+            "run` loads it afresh each time), then " + again
         )
     problems = check_contracts(wanted)
     if problems:
         raise StudyError(
             "a plugin this study uses breaks its contract, so no trial runs: "
             + "; ".join(problems)
-            + ". Fix the plugin (`memsweep plugins check` runs the same checks; docs/plugins.md) and submit again"
+            + f". Fix the plugin (`memsweep plugins check` runs the same checks; docs/plugins.md) and {again}"
         )
     found = nodes() if nodes is not None else None
     why = version_mismatch(wanted, found) if found else None

@@ -582,6 +582,28 @@ def test_where_a_trial_runs_is_its_resources_and_a_setting_they_cannot_serve_is_
     assert client.post("/studies", json=grid(base={**base, "threads": 1, "device": "cpu"})).status_code == 201
 
 
+def test_a_resume_meets_the_plugin_checks_at_the_door(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume after a plugin the study uses was edited answered 200 `queued`, then the study failed
+    with "… then submit again"; an extension was refused at once. The resume is too, in its words."""
+    from service.application import study_service
+    from service.core.errors import StudyError
+
+    sid = client.post("/studies", json=grid()).json()["id"]
+    client.post(f"/studies/{sid}/cancel")
+    seen: list[str] = []
+
+    def refused(space: Any, nodes: Any = None, again: str = "submit again") -> None:
+        seen.append(again)
+        raise StudyError(f"the cell plugin 'x' changed on disk …, then {again}")
+
+    monkeypatch.setattr(study_service, "admit_plugins", refused)
+    r = client.post(f"/studies/{sid}/resume")
+    assert r.status_code == 422 and r.json()["detail"].endswith(f"then resume study {sid} again"), r.text
+    assert seen and client.get(f"/studies/{sid}").json()["state"] == "cancelled"  # left as it was
+
+
 def test_illegal_state_changes_are_409(client: TestClient) -> None:
     sid = client.post("/studies", json=grid()).json()["id"]
     r = client.post(f"/studies/{sid}/resume")
