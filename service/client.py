@@ -263,16 +263,26 @@ class MemsweepClient(TrialPages):
         self, study_id: str, by: Literal["model", "value"] = "model", **criterion: Any
     ) -> pd.DataFrame:
         """Successes with 95 % Wilson intervals: one row per model, or per (model, field, value);
-        `criterion`: fraction / threshold / baseline / at_step as for `success`. The frame's `attrs`
-        name the criterion and the budget."""
+        `criterion`: fraction / threshold / baseline / at_step / reference as for `success` (by model,
+        `reference=MODEL` adds each model's rate minus its, with Newcombe's interval). The frame's
+        `attrs` name the criterion, the budget and the reference."""
         import pandas as pd
 
         table = self.success(study_id, **criterion)
         rows: list[dict[str, Any]] = []
         if by == "model":
+            differences = table.get("differences") or {}
+            extra = DIFFERENCE_COLUMNS if differences else []
             for model, cell in table["by_model"].items():
-                rows.append({"model": model, **_flat(cell)})
-            frame = pd.DataFrame(rows, columns=["model", *CELL_COLUMNS]).set_index("model")
+                row = {"model": model, **_flat(cell)}
+                if differences:  # `reference=MODEL`: each model's rate minus its, Newcombe's interval
+                    d = differences.get(model) or {}
+                    low, high = d.get("ci95") or (None, None)
+                    row.update(
+                        difference=d.get("difference"), difference_ci95_low=low, difference_ci95_high=high
+                    )
+                rows.append(row)
+            frame = pd.DataFrame(rows, columns=["model", *CELL_COLUMNS, *extra]).set_index("model")
         else:
             for model, fields in table["by_value"].items():
                 for field, values in fields.items():
@@ -280,7 +290,9 @@ class MemsweepClient(TrialPages):
                         rows.append({"model": model, "field": field, "value": value, **_flat(cell)})
             frame = pd.DataFrame(rows, columns=["model", "field", "value", *CELL_COLUMNS])
             frame = frame.set_index(["model", "field", "value"])
-        frame.attrs.update(criterion=table["criterion"]["name"], at_step=table["at_step"])
+        frame.attrs.update(
+            criterion=table["criterion"]["name"], at_step=table["at_step"], reference=table.get("reference")
+        )
         return frame
 
     def comparison(
@@ -429,6 +441,10 @@ CELL_COLUMNS = [
     "ci95_low",
     "ci95_high",
 ]
+
+
+#: a success table's columns against a reference model (`success_table(..., reference=MODEL)`)
+DIFFERENCE_COLUMNS = ["difference", "difference_ci95_low", "difference_ci95_high"]
 
 
 def _flat(cell: Mapping[str, Any]) -> dict[str, Any]:

@@ -798,6 +798,15 @@ def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
         )
         by_value = client.success_table(study["id"], by="value")
         assert by_value.loc[("orth", "lr", "0.01"), "failed"] == 2
+        # against a reference model: the differences REST gives (the frame dropped them)
+        against = client.success_table(study["id"], reference="chain")
+        rest = client.success(study["id"], reference="chain")["differences"]["orth"]
+        assert against.attrs["reference"] == "chain" and against.loc["chain", "difference"] == 0.0
+        assert against.loc["orth", "difference"] == rest["difference"] == -0.5
+        assert (
+            against.loc["orth", "difference_ci95_low"],
+            against.loc["orth", "difference_ci95_high"],
+        ) == tuple(rest["ci95"])
         with pytest.raises(MemsweepAPIError) as err:
             client.submit({"preset": "nope"})
         assert err.value.status == 422 and "presets:" in str(err.value)
