@@ -26,7 +26,8 @@ def where_plugins_are(what: str = "a plugin") -> str:
     """Where plugins are looked for, and how to install one there (for the message of a name not found)."""
     return (
         f"{what} is found in the Python environment that runs memsweep, {sys.prefix}: install it there, "
-        f"`{Path(sys.executable).name} -m pip install -e PATH` (docs/plugins.md)"
+        f"`{Path(sys.executable).name} -m pip install -e PATH` (docs/plugins.md); a process that was "
+        "running when it was installed (`memsweep serve`) sees it once restarted"
     )
 
 
