@@ -141,6 +141,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from service.study.nodes import embedded
 
     engine = Engine(get_settings())
+    if args.study and engine.ledger.get_study(args.study) is not None:
+        from service.study.claim import StudyBusyError, StudyClaim
+
+        try:  # a study another process runs: refused before a plan, a progress bar or an extension
+            with StudyClaim(engine.ledger, args.study):
+                pass
+        except StudyBusyError as exc:
+            raise SystemExit(f"error: {exc}") from None
     runner = StudyRunner(engine, workers=1)  # the server's runner: planned, run, costed the same way
     nodes = None
     if not embedded(engine.settings):  # a cluster: its nodes' plugins are checked before anything is recorded

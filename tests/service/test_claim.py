@@ -314,3 +314,36 @@ def test_a_stuck_sync_lapses_and_a_cancel_before_the_claim_touches_no_one_elses_
     with StudyClaim.for_sync(ledger, study.id):
         assert ledger.cancel_unclaimed_study(study.id)  # held by a sync only: nobody runs it
     assert ledger.study(study.id).state == "cancelled"
+
+
+def test_memsweep_run_of_a_study_another_process_runs_is_refused_before_anything_else(
+    tmp_path: Path, monkeypatch, request, capsys
+):
+    """It printed the plan of the other process's run and a progress bar of it, then its refusal
+    twice: the refusal comes first now, and alone."""
+    from service.cli.commands import main
+    from service.core.settings import Settings, get_settings
+    from service.core.spec import StudySpec
+    from service.study.engine import Engine
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    monkeypatch.delenv("MEMSWEEP_API_URL", raising=False)
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    engine = Engine(Settings(home=tmp_path))
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3]}}, "base": {"task": "addition", "seq_len": 10}}
+    )
+    study = engine.create_study(spec)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    request.addfinalizer(other.kill)
+    owner = f"{socket.gethostname()}/{other.pid}/{processes.started(other.pid)}"
+    assert engine.ledger.claim_study(study.id, owner, gone) is None
+    engine.ledger.update_study(study.id, state="running")
+    with pytest.raises(SystemExit) as refused:
+        main(["run", "--study", study.id])
+    assert str(refused.value.code).startswith(
+        f"error: study {study.id} is being run by another process ({owner}"
+    )
+    assert capsys.readouterr().err == ""  # no plan, no progress, no second refusal
+    assert engine.ledger.study(study.id).owner == owner  # its claim untouched
