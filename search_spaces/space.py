@@ -11,6 +11,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -182,11 +183,22 @@ class SearchSpace:
                         f"would be ignored; choose models that share it (`models`), or leave {key} out of base"
                     )
         if dims:
-            unknown = set(dims) - {k for m in chosen for k in m.dims}
+            varied = sorted({k for m in chosen for k in m.dims})
+            unknown = sorted(set(dims) - set(varied))
             if unknown:
+                hints = []
+                for key in unknown:
+                    others = [m.name for m in self.models if key in m.dims and m not in chosen]
+                    near = difflib.get_close_matches(key, varied, n=1)
+                    if others:
+                        hints.append(f"{key} is a dimension of {', '.join(others)}, not of the models chosen")
+                    elif near:
+                        hints.append(f"did you mean {near[0]!r}?")
+                    else:
+                        hints.append(f"to give {key} one value for every trial, set it in base")
                 raise SpaceError(
-                    f"cannot override {sorted(unknown)}: not a dimension of space {self.name!r} "
-                    f"(dimensions: {sorted({k for m in chosen for k in m.dims})}); set fixed values through base"
+                    f"cannot override {unknown}: not a dimension of space {self.name!r}'s models "
+                    f"{', '.join(m.name for m in chosen)} (dimensions: {varied}); {'; '.join(hints)}"
                 )
             chosen = tuple(
                 Model(m.name, m.fixed, {k: dims.get(k, d) for k, d in m.dims.items()}) for m in chosen

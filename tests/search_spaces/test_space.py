@@ -149,10 +149,15 @@ def test_with_overrides_models() -> None:
 
 
 def test_with_overrides_unknown_dim() -> None:
-    with pytest.raises(SpaceError, match=r"cannot override \['hidden'\].*set fixed values through base"):
+    with pytest.raises(
+        SpaceError, match=r"cannot override \['hidden'\].*one value for every trial, set it in base"
+    ):
         small_space().with_overrides(dims={"hidden": Values((8,))})
-    with pytest.raises(SpaceError, match="scale"):  # b alone has no scale
+    # b alone has no scale: said so, not "set it in base" (b's cell has no scale to set)
+    with pytest.raises(SpaceError, match="scale is a dimension of a, not of the models chosen"):
         small_space().with_overrides(models=["b"], dims={"scale": Values((1.0,))})
+    with pytest.raises(SpaceError, match="did you mean 'scale'"):
+        small_space().with_overrides(dims={"scal": Values((1.0,))})
 
 
 def test_with_overrides_leaves_the_preset_alone() -> None:
