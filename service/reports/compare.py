@@ -232,8 +232,28 @@ def compare_studies(
             for s in studies
         ],
         rows=rows,
-        notes=numerics_notes([(s.id, *where[s.id]) for s in studies]),
+        notes=numerics_notes([(s.id, *where[s.id]) for s in studies]) + plugin_notes(trials),
     )
+
+
+def plugin_notes(trials: Mapping[str, Sequence[Trial]]) -> list[str]:
+    """A plugin whose trials in these studies ran different versions of its code (their provenance's
+    `plugin.cell` / `plugin.task`): their rows set one code's runs beside another's under one name."""
+    seen: dict[str, dict[str, set[str]]] = defaultdict(
+        lambda: defaultdict(set)
+    )  # plugin → identity → studies
+    for sid, rows in trials.items():
+        for t in rows:
+            for key, identity in (t.provenance or {}).items():
+                if key.startswith("plugin."):
+                    seen[f"{key.removeprefix('plugin.')} {identity.split('==')[0]}"][identity].add(sid)
+    return [
+        f"the {plugin} plugin ran different code in these studies ("
+        + "; ".join(f"{identity}: {', '.join(sorted(sids))}" for identity, sids in sorted(versions.items()))
+        + "): its rows set one version's runs beside another's, and the pooled rows count both"
+        for plugin, versions in sorted(seen.items())
+        if len(versions) > 1
+    ]
 
 
 def numerics_of(trials: Sequence[Trial]) -> tuple[list[str], list[str]]:

@@ -383,3 +383,21 @@ def test_a_model_set_against_another_in_one_study(client: TestClient) -> None:
     assert frame.attrs["reference"].startswith("orth")
     row = frame[(frame.table == "by_model") & (frame.model == "chain")].iloc[0]
     assert row.difference == pytest.approx(d["difference"])
+
+
+def test_a_comparison_says_when_a_plugins_code_differs_between_its_studies():
+    """Two studies of one plugin cell at two versions: their rows set one code's runs beside the other's
+    under one name, and nothing said so."""
+    from types import SimpleNamespace
+
+    from service.reports.compare import plugin_notes
+
+    def trial(identity: str | None) -> Any:
+        return SimpleNamespace(provenance={"cpu": "x"} | ({"plugin.cell": identity} if identity else {}))
+
+    same = {"a": [trial("memsweep-leaky==1.0+aa"), trial(None)], "b": [trial("memsweep-leaky==1.0+aa")]}
+    assert plugin_notes(same) == []
+    edited = {"a": [trial("memsweep-leaky==1.0+aa")], "b": [trial("memsweep-leaky==1.0+bb")]}
+    (note,) = plugin_notes(edited)
+    assert note.startswith("the cell memsweep-leaky plugin ran different code in these studies (")
+    assert "memsweep-leaky==1.0+aa: a; memsweep-leaky==1.0+bb: b" in note
