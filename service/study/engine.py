@@ -80,20 +80,27 @@ def retrained_points(rows: Sequence[Any], trials: Sequence[Any]) -> int:
 def dropped_values(rows: Sequence[Any], trials: Sequence[Any]) -> dict[str, list[str]]:
     """What a grid extension's `trials` leave out of the study's points (`rows`): per field (`model`,
     a dimension, `seed`), the values the study holds that no trial of the extension has, as tables
-    print them. A spec without them no longer describes the study: its trials would stay in its
-    tables and resume, unlisted in its spec."""
+    print them; a dimension the extension adds that the left-out trials do not set (they ran at its
+    default) is named with the value "(its default)". A spec without them no longer describes the
+    study: its trials would stay in its tables and resume, unlisted in its spec. A number matches its
+    other spelling (1 and 1.0: one config hash)."""
 
     def fields(model: str, params: Mapping[str, Any]) -> list[tuple[str, Any]]:
         return [("model", model), *params.items()]
 
+    hashes = {t.config_hash for t in trials}
     points = {(t.model, _values(t.params)) for t in trials}
-    kept = {(k, repr(v)) for t in trials for k, v in fields(t.model, t.params)}
+    kept = {(k, _key(v)) for t in trials for k, v in fields(t.model, t.params)}
+    names = {k for t in trials for k in t.params}
     dropped: dict[str, set[str]] = {}
     for r in rows:
-        if (r.model, _values(r.params)) not in points:
-            for k, v in fields(r.model, r.params):
-                if (k, repr(v)) not in kept:
-                    dropped.setdefault(k, set()).add(repr_value(v))
+        if r.config_hash in hashes or (r.model, _values(r.params)) in points:
+            continue
+        for k, v in fields(r.model, r.params):
+            if (k, _key(v)) not in kept:
+                dropped.setdefault(k, set()).add(repr_value(v))
+        for k in names - set(r.params):
+            dropped.setdefault(k, set()).add("(its default)")
     return {k: sorted(v, key=value_sort_key) for k, v in dropped.items()}
 
 
@@ -102,13 +109,19 @@ def dropped_message(dropped: Mapping[str, Sequence[str]]) -> str:
     return (
         f"extend adds points and keeps the study's; this one leaves out values its trials hold ({said}). "
         "Give each dimension, model list or seed list its values so far with the new ones (e.g. "
-        "dims: {lr: [old values…, new]}, or --dim lr=OLD,…,NEW), or create a new study for the other "
-        "values (finished trials this ledger holds are reused)"
+        "dims: {lr: [old values…, new]}, or --dim lr=OLD,…,NEW; a new dimension with the value its "
+        "trials ran at), or create a new study for the other values (finished trials this ledger holds "
+        "are reused)"
     )
 
 
+def _key(v: Any) -> str:
+    """A value as points compare: a number as a float (1 and 1.0 are one value), else its repr."""
+    return repr(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+
+
 def _values(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+    return tuple(sorted((k, _key(v)) for k, v in params.items()))
 
 
 def changed_settings(old: StudySpec, new: StudySpec) -> str:
@@ -455,6 +468,7 @@ class Engine:
                 ran += [[m.config_hash for m in u.members] for u in units]
             if waits:  # then what they leave unfinished is this study's to train, next round
                 wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
+                rounds = min(rounds, attempts - 1)  # a round for what they left, whatever this one spent
                 continue
             if not book.requeued:
                 return ran

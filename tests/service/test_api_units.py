@@ -977,6 +977,34 @@ def test_an_extension_that_leaves_out_the_studys_points_is_refused(
     assert after["spec"] == before["spec"] and after["counts"] == before["counts"]
 
 
+def test_an_extension_may_write_a_number_the_study_holds_in_its_other_spelling(client: TestClient) -> None:
+    """`scale: [1.0, 1.02]` extended with `[1, 1.02, 1.05]` (JavaScript's JSON writes 1.0 as 1) was
+    refused as leaving out scale 1: one config hash, one value."""
+    study = client.post("/studies", json=grid(space={"dims": {"lr": [1e-3], "scale": [1.0, 1.02]}})).json()
+    finish_all(client, study["id"])
+    r = client.post(f"/studies/{study['id']}/extend", json={"dims": {"scale": [1, 1.02, 1.05]}})
+    assert r.status_code == 200 and r.json()["added"] == 2, r.text
+
+
+def test_an_extension_that_adds_a_dimension_its_trials_do_not_set_names_it():
+    """A spec given a new dimension (through the engine: REST and the CLI replace only a space's own
+    dimensions) left the trials that ran at its default out of the spec."""
+    from types import SimpleNamespace
+
+    from service.study.engine import dropped_values
+
+    def trial(h: str, **params: Any) -> Any:
+        return SimpleNamespace(config_hash=h, model="m", params=params)
+
+    held = [trial("a", lr=1e-3, seed=1)]
+    assert dropped_values(held, [trial("b", lr=1e-3, hidden=16, seed=1)]) == {"hidden": ["(its default)"]}
+    # the default written as a value: the same config, so the same hash: kept
+    assert (
+        dropped_values(held, [trial("a", lr=1e-3, hidden=64, seed=1), trial("b", lr=1e-3, hidden=16, seed=1)])
+        == {}
+    )
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

@@ -99,7 +99,10 @@ def test_a_study_takes_the_result_of_a_trial_an_older_running_study_trains(engin
 
 
 def test_a_study_trains_the_trial_itself_when_the_study_it_waited_for_stops(engine, monkeypatch):
+    """With one round to spend (`trial_attempts` 1), the round that trained its own trial was its last:
+    the trial the other study left was never trained, and the study ended `done` with it pending."""
     monkeypatch.setattr(elsewhere, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(engine.settings, "trial_attempts", 1)
     ledger = engine.ledger
     a, b, shared, own = two_studies(engine)
     thread, summary = run_in_thread(engine, b.id)
