@@ -51,17 +51,16 @@ class SpaceSpec(BaseModel):
     dims: dict[str, Any] = Field(default_factory=dict, description="a single model's dimensions (shorthand)")
     models: dict[str, ModelSpec] = Field(default_factory=dict, description="several named models")
 
-    @field_validator("models")
-    @classmethod
-    def _model_names(cls, models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
-        for name in models:
+    def check_model_names(self) -> None:
+        """Refuse a model name MLflow cannot hold as a key: asked of a new study or extension (a study
+        stored before the rule still loads, so it can be read, resumed and synced)."""
+        for name in self.models:
             if not MODEL_NAME.fullmatch(name):
-                raise ValueError(
-                    f"model name {name!r}: use letters, digits, '_', '.' and '-', at most 64, starting with "
-                    "a letter or digit (it names the model's MLflow params and metrics); e.g. "
+                raise StudyError(
+                    f"space.models: model name {name!r}: use letters, digits, '_', '.' and '-', at most 64, "
+                    "starting with a letter or digit (it names the model's MLflow params and metrics); e.g. "
                     f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_.-')[:64] or 'model1'!r}"
                 )
-        return models
 
 
 class CriterionSpec(BaseModel):

@@ -234,6 +234,8 @@ class Engine:
         """Check the spec (its space, the plugins it uses: their contracts, and with `nodes` each Ray node's
         versions) and put the study and its trials in the ledger, bound to the request's claimed
         `idempotency_key` when it has one (one transaction)."""
+        if spec.space is not None:
+            spec.space.check_model_names()
         space = self.space(spec)
         check_numbers_as_text(space)
         admit_plugins(space, nodes)

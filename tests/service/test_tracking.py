@@ -211,15 +211,24 @@ def test_a_parent_run_mlflow_refuses_is_not_left_running(tmp_path):
         tracker.close()
 
 
-def test_a_model_name_mlflow_cannot_hold_is_refused_at_the_door():
-    from pydantic import ValidationError
-
+def test_a_model_name_mlflow_cannot_hold_is_refused_at_the_door_and_a_stored_one_still_loads(tmp_path):
+    from service.core.errors import StudyError
+    from service.core.settings import Settings
     from service.core.spec import StudySpec
+    from service.study.engine import Engine
 
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     base = {"base": {"task": "addition", "seq_len": 20}}
-    with pytest.raises(ValidationError, match=r"model name 'lstm\(64\)': use letters.*e.g. 'lstm_64'"):
-        StudySpec.model_validate({"space": {"models": {"lstm(64)": {"fixed": {"cell": "lstm"}}}}, **base})
-    StudySpec.model_validate({"space": {"models": {"lstm-64.v2": {"fixed": {"cell": "lstm"}}}}, **base})
+    bad = StudySpec.model_validate({"space": {"models": {"lstm(64)": {"fixed": {"cell": "lstm"}}}}, **base})
+    with pytest.raises(StudyError, match=r"model name 'lstm\(64\)': use letters.*e.g. 'lstm_64'"):
+        engine.create_study(bad)
+    assert engine.ledger.list_studies() == []
+    engine.create_study(
+        StudySpec.model_validate({"space": {"models": {"lstm-64.v2": {"fixed": {"cell": "lstm"}}}}, **base})
+    )
+    # a study stored before the rule still loads: read, resumed, synced (its spec is not refused)
+    stored = engine.ledger.create_study("old", bad.model_dump(mode="json"), [])
+    assert engine.ledger.study(stored.id).validated_spec().space is not None
 
 
 def test_a_deleted_run_is_never_left_running(tmp_path, mlflow_uri):
