@@ -224,11 +224,18 @@ def failed_at(t: TrialLike) -> int:
     """The step a failed run failed at: its `steps`, the last step it trained, where the failure rule
     judged that step (a loss not finite, or above an opted-in divergence guard), or an exception came
     before an evaluation there; the step after, where an exception came after its evaluation at
-    `steps` (a budget of `steps` would have ended the run there, with that evaluation). An exception
-    leaves its traceback."""
+    `steps` (a budget of `steps` would have ended the run there, with that evaluation), unless the run
+    ended there anyway (its budget, its early stop: it failed in what follows the last evaluation, as
+    the end-of-run table counts it). An exception leaves its traceback."""
     assert t.steps is not None
     last = t.history[-1] if t.history else None
-    raised_after = getattr(t, "traceback", None) and last is not None and int(last["step"]) == t.steps
+    ended_there = getattr(t, "early_stopped", None) or t.steps == getattr(t, "budget_steps", None)
+    raised_after = (
+        getattr(t, "traceback", None)
+        and last is not None
+        and int(last["step"]) == t.steps
+        and not ended_there
+    )
     return t.steps + 1 if raised_after else t.steps
 
 

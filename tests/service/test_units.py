@@ -546,6 +546,8 @@ def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
     raised.traceback = "Traceback (most recent call last): …"
     went_nan = run("orth", [(100, 0.05), (200, float("nan"))], status="failed", steps=200)
     assert state_at(raised, 100) == ("done", 0.05) and state_at(raised, 101)[0] == "failed"
+    raised.budget_steps = 100  # raised after its last evaluation, at its budget: failed there, as at its end
+    assert state_at(raised, 100)[0] == "failed"
     assert state_at(went_nan, 200)[0] == "failed" and state_at(went_nan, 199) == ("done", 0.05)
     assert success_table(trials, at_step=100).by_model == {
         "chain": success_table([fast, slow, stopped], at_step=100).by_model["chain"],
