@@ -92,6 +92,11 @@ class NumericsError(RuntimeError):
     """A mode this process cannot compute with: another mode already ran here, or the CPU lacks it."""
 
 
+class ProcessNumericsError(NumericsError):
+    """A mode this process cannot compute with because of what it computed before (another mode, MKL or
+    ATen already fixed): a new process on the same machine can."""
+
+
 def default_mode() -> Numerics:
     """The mode of a trial that names none: $MEMSWEEP_NUMERICS, else ``portable`` (a value that names
     no mode is refused where a trial config is resolved)."""
@@ -205,7 +210,7 @@ def _set_mkl(mode: Mode) -> None:
     if code == 0 or mkl_cbwr() == wanted:
         return
     other = next(m for m in MODES if m != mode.name)
-    raise NumericsError(
+    raise (ProcessNumericsError if code == -8 else NumericsError)(
         f"numerics {mode.name!r} needs MKL_CBWR={wanted}, but MKL answered "
         f"{_CBWR_ERRORS.get(code, code)!r} (it computes with {mkl_cbwr()}): "
         + ("MKL fixes its setting at its first call, so train this trial in a new process"
@@ -233,7 +238,7 @@ def use(name: str) -> None:
     if _current == name:
         return
     if _current is not None:
-        raise NumericsError(
+        raise ProcessNumericsError(
             f"this process computes with numerics {_current!r}; a trial with numerics {name!r} must train "
             "in a new process (MKL and ATen fix their kernels at their first use)"
         )
@@ -256,7 +261,7 @@ def use(name: str) -> None:
         _set_mkl(mode)
         capability = torch.backends.cpu.get_cpu_capability()  # fixed from here on
         if mode.aten_capability is not None and capability != mode.aten_capability.upper():
-            raise NumericsError(
+            raise (NumericsError if capability == "DEFAULT" else ProcessNumericsError)(
                 f"numerics {name!r} needs ATen's {mode.aten_capability.upper()} kernels, but this process "
                 f"computes with {capability} ("
                 + ("this CPU lacks AVX2" if capability == "DEFAULT" else "torch computed here before")

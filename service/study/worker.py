@@ -12,6 +12,7 @@ from typing import Any
 import trainers
 from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
 from trainers import plugins
+from trainers.numerics import NumericsError, ProcessNumericsError
 from trainers.numerics import use as use_numerics
 from trainers.schedule import Ending
 
@@ -132,10 +133,16 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
         return
     # this worker process computes with the study's numerics mode from before its first computation
     # (the ending rules build tasks; the code check below loads the plugins, whose import may compute).
-    # A process that cannot (it computed under another mode first) fails the unit as a fault, as a
-    # lost worker does: its members run again in a new process. Failed each with the reason, they were
-    # counted as failed runs of their points and never run again, for this process's state.
-    use_numerics(todo[0].resolved.config.numerics)
+    # A process that cannot because of what it computed before (another mode first) fails the unit as
+    # a fault, as a lost worker does: its members run again in a new process (failed each with the
+    # reason, they were counted as failed runs of their points and never run again, for this process's
+    # state). A machine that cannot (no AVX2, not x86-64) fails each member with the reason, once.
+    try:
+        use_numerics(todo[0].resolved.config.numerics)
+    except ProcessNumericsError:
+        raise
+    except NumericsError:
+        pass  # the machine's: each member meets it again in `trainers.train` and fails with it
     check_code(todo, node)
     reports.learn_courses()
 

@@ -716,6 +716,29 @@ def test_a_worker_that_cannot_compute_in_the_studys_numerics_fails_the_unit_as_a
                      base={"task": "addition", "seq_len": 10, "n_train": 32, "n_val": 16, "hidden": 8,
                            "steps": 4, "numerics": other})  # fmt: skip
     reports: list[dict] = []
-    with pytest.raises(numerics.NumericsError, match="must train in a new process"):
+    with pytest.raises(numerics.ProcessNumericsError, match="must train in a new process"):
         train_unit(bundle(grid_trials(spec.search_space(), {}), fused=True), reports.append, "n1")
     assert reports == []
+
+
+def test_a_worker_on_a_machine_that_cannot_compute_in_the_studys_numerics_fails_each_member_once(monkeypatch):
+    """A machine that cannot run the mode (no AVX2, not x86-64) is no fault a new process mends: its
+    members fail with the reason, once, instead of being retried as a lost worker's."""
+    from service.study import worker
+    from service.study.packing import bundle
+    from service.study.worker import train_unit
+    from trainers import numerics, runtime
+
+    def refuses(name: str) -> None:
+        raise numerics.NumericsError(
+            "numerics 'portable' is defined for x86-64 CPUs with AVX2; this machine is z"
+        )
+
+    monkeypatch.setattr(worker, "use_numerics", refuses)
+    monkeypatch.setattr(runtime, "use_numerics", refuses)  # what `trainers.train` meets in its turn
+    spec = StudySpec(space={"dims": {"lr": [1e-3]}},
+                     base={"task": "addition", "seq_len": 10, "n_train": 32, "n_val": 16, "hidden": 8, "steps": 4})  # fmt: skip
+    reports: list[dict] = []
+    train_unit(bundle(grid_trials(spec.search_space(), {}), fused=False), reports.append, "n1")
+    (result,) = [e.result for r in reports for e in r["events"] if isinstance(e, Finished)]
+    assert result.status == "failed" and "defined for x86-64 CPUs with AVX2" in (result.reason or "")
