@@ -112,7 +112,7 @@ class StudyService:
             study_id = self._make(spec, idempotency_key)
         except BaseException:
             if idempotency_key is not None:
-                self.ledger.release_key(idempotency_key)
+                self.ledger.release_key(idempotency_key, this_process())
             raise
         try:
             record_plan(self.engine, study_id, calibrate=False)  # from the cache; the run calibrates the rest

@@ -62,6 +62,10 @@ class StudyHead(NamedTuple):
     updated_at: datetime
 
 
+class _KeyBound(Exception):
+    """Another creation under the same Idempotency-Key bound it first (`Ledger.create_study`)."""
+
+
 class Holder(NamedTuple):
     """Another running study that holds a trial still to train (`Ledger.holders`)."""
 
@@ -148,17 +152,31 @@ class Ledger:
         transaction: never a study without the trials it holds (which a resume would have ended `done`
         with nothing run), nor one its request's retry cannot find."""
         study = Study(id=uuid.uuid4().hex[:12], name=name, spec=spec, state="pending")
-        with self.session() as s:
-            claimed = s.get(IdempotencyKey, key) if key is not None else None
-            if claimed is not None and claimed.study_id is not None:  # this call's commit, retried
-                made = s.get(Study, claimed.study_id)
-                if made is not None:
-                    return made
-            s.add(study)
-            s.flush()  # the row before its trials' foreign keys
-            self._add_trials(s, study.id, trials)
-            if claimed is not None:
-                claimed.study_id = study.id
+        try:
+            with self.session() as s:
+                claimed = s.get(IdempotencyKey, key) if key is not None else None
+                if claimed is not None and claimed.study_id is not None:  # this call's commit, retried
+                    made = s.get(Study, claimed.study_id)
+                    if made is not None:
+                        return made
+                s.add(study)
+                s.flush()  # the row before its trials' foreign keys
+                self._add_trials(s, study.id, trials)
+                if claimed is not None:  # compare-and-set: of two creations under one key, one binds it
+                    bound = s.execute(
+                        update(IdempotencyKey)
+                        .where(IdempotencyKey.key == key, IdempotencyKey.study_id.is_(None))
+                        .values(study_id=study.id)
+                    )
+                    if getattr(bound, "rowcount", 1) != 1:
+                        raise _KeyBound()
+        except _KeyBound:  # the other creation's study, this one's rolled back
+            with self.session() as s:
+                row = s.get(IdempotencyKey, key)
+                made = s.get(Study, row.study_id) if row is not None and row.study_id else None
+            if made is None:
+                raise
+            return made
         return study
 
     @outlasting
@@ -691,10 +709,12 @@ class Ledger:
             return bool(getattr(claimed, "rowcount", 0) == 1)
 
     @outlasting
-    def release_key(self, key: str) -> None:
+    def release_key(self, key: str, owner: str | None = None) -> None:
+        """Let go of a key whose study was not made, where `owner` still holds it (a retry may have
+        taken it over meanwhile)."""
         with self.session() as s:
             row = s.get(IdempotencyKey, key)
-            if row is not None and row.study_id is None:
+            if row is not None and row.study_id is None and (owner is None or row.owner == owner):
                 s.delete(row)
 
 

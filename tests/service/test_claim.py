@@ -347,3 +347,19 @@ def test_memsweep_run_of_a_study_another_process_runs_is_refused_before_anything
     )
     assert capsys.readouterr().err == ""  # no plan, no progress, no second refusal
     assert engine.ledger.study(study.id).owner == owner  # its claim untouched
+
+
+def test_a_key_taken_over_is_not_released_by_its_first_owner_and_is_bound_once(tmp_path: Path):
+    """The first creator of a key, slow rather than dead, failed after a retry had taken its key over:
+    its release deleted the retry's claim, and a third request made a third study."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    assert ledger.claim_key("k", "digest", "first/1/1")[0]
+    assert ledger.take_over_key("k", "first/1/1", "retry/2/2")
+    assert not ledger.take_over_key("k", "first/1/1", "third/3/3")  # one takeover wins
+    ledger.release_key("k", "first/1/1")  # the first owner's failure lets go of nothing now
+    claimed, row = ledger.claim_key("k", "digest", "third/3/3")
+    assert not claimed and row.owner == "retry/2/2"
+    made = ledger.create_study("s", {}, [], key="k")
+    assert ledger.create_study("s", {}, [], key="k").id == made.id  # bound once: the same study
+    assert len(ledger.list_studies()) == 1
+
