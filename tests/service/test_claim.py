@@ -362,4 +362,3 @@ def test_a_key_taken_over_is_not_released_by_its_first_owner_and_is_bound_once(t
     made = ledger.create_study("s", {}, [], key="k")
     assert ledger.create_study("s", {}, [], key="k").id == made.id  # bound once: the same study
     assert len(ledger.list_studies()) == 1
-
