@@ -20,12 +20,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.core.spec import expected_trials
 from service.core.states import FINISHED, RESUMABLE
 from service.planning.record import plan_run, record_actual
 from service.store.ledger import ClaimLostError
@@ -56,15 +57,6 @@ def run_planned(
     summary = engine.run_study(study_id, cancel=cancel, units=units)
     record_actual(engine.ledger, study_id, summary["seconds"], summary.pop("units"))
     return summary
-
-
-def expected_trials(spec: Mapping[str, Any], total: int) -> int:
-    """How many trials a study will have run: the `total` its ledger holds, or a sampled study's
-    `max_trials` while its points are still being drawn."""
-    max_trials = spec.get("max_trials")
-    if spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
-        return max(total, max_trials)
-    return total
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Heavy dependencies stay at the edges: the trainers pull in torch, never ray / mlflow / fastapi."""
 
 import ast
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,15 @@ def loaded_by(modules: str, heavy: tuple[str, ...]) -> list[str]:
 
 def test_trainers_import_no_service_stack():
     assert loaded_by("trainers, trainers.cli", ("ray", "mlflow", "fastapi", "optuna", "sqlalchemy")) == []
+
+
+def test_the_trainers_leaves_a_ledger_reader_needs_import_no_torch():
+    """The success rule, a result and the config schema (TRAINER_VERSION) need no torch, and `import
+    trainers` loads its names on first use (PEP 562): every one of them resolves."""
+    assert loaded_by("trainers, trainers.criterion, trainers.result, trainers.config", ("torch",)) == []
+    import trainers
+
+    assert [name for name in trainers.__all__ if getattr(trainers, name, None) is None] == []
 
 
 def test_the_gpu_check_imports_only_torch_and_the_leaves():
@@ -51,6 +61,46 @@ def test_the_cli_in_front_of_a_server_imports_no_torch():
         "print(sorted(m for m in ('torch', 'ray', 'sqlalchemy', 'mlflow') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ast.literal_eval(out.stdout) == []
+
+
+def test_the_cli_on_its_own_ledger_reads_without_torch(tmp_path):
+    """`memsweep studies|status|trials|success|best|compare` without a server read this machine's ledger
+    through the service's reads: no torch, Ray or MLflow (importing torch was 2 of their 5 s). Two studies
+    whose trials finished, written as the engine writes them; `success --json`, since the plain table
+    lists the study's other criteria, whose reference baselines the task registry knows."""
+    from service.core.settings import Settings
+    from service.core.spec import StudySpec
+    from service.study.engine import Engine
+    from trainers.result import Evaluation, TrialResult
+
+    engine = Engine(Settings(home=tmp_path, database_url=None))  # creating a study trains nothing
+    ledger, ids = engine.ledger, []
+    for name, seeds in (("a", [1, 2]), ("b", [3])):
+        spec = {"name": name, "space": {"dims": {"lr": [1e-3]}}, "base": {"task": "addition", "seq_len": 20}}
+        study = engine.create_study(StudySpec.model_validate({**spec, "seeds": seeds}))
+        for t in ledger.trials(study.id):
+            loss = 0.05 * t.params["seed"]
+            ledger.start_trial(study.id, t.config_hash)
+            ledger.finish_trial(
+                t.id, TrialResult(final_val_loss=loss, baseline_loss=1 / 6, history=[Evaluation(20, 1.0, loss, loss, None, 0.1)])
+            )  # fmt: skip
+        ledger.update_study(study.id, state="done")
+        ids.append(study.id)
+    a, b = ids
+    commands = [["studies"], ["status", a], ["trials", a], ["success", a, "--json"], ["best", a],
+                ["compare", a, b]]  # fmt: skip
+    code = (
+        "import contextlib, io, sys; from service.cli import commands\n"
+        f"for argv in {commands!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        assert commands.main(argv) == 0, argv\n"
+        "print(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMSWEEP_API_URL", "MEMSWEEP_DATABASE_URL")}
+    env["MEMSWEEP_HOME"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert ast.literal_eval(out.stdout) == []
 

@@ -17,13 +17,17 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainers import plugins
-from trainers.cells import CELLS, Cell
-from trainers.numerics import ENV, MODES, default_mode
+from trainers.numerics_modes import ENV, MODES, default_mode
 from trainers.params import ConfigError, build, field_names, unhashed_defaults
-from trainers.tasks import TASKS, Task
+
+# The registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a config meets them, so the
+# schema, its defaults and TRAINER_VERSION import without torch (a study spec, the service's ledger reads).
+if TYPE_CHECKING:
+    from trainers.cells import Cell
+    from trainers.tasks import Task
 
 #: Bumped whenever a change alters what a given config computes (results keyed by hash + version).
 #: 2: elu as TensorFlow computes it, exp(a) − 1 (torch's elu uses expm1; ~1e-7 apart), in every kernel.
@@ -142,6 +146,9 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     plugin version is never taken for this one. A trial of built-ins hashes as it always did: a task's or
     cell's field added since (`trainers.params.UNHASHED_DEFAULT`) is left out while it holds its default.
     A `ROUNDING_FIELDS` value other than its default then joins the identity (`with_rounding`)."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
     ident = {k: v for k, v in resolved.items() if k not in EXECUTION_FIELDS}
     for kind, registry in (("task", TASKS), ("cell", CELLS)):
         name, params = resolved.get(kind), resolved.get(f"{kind}_params")
@@ -250,6 +257,9 @@ def check_task_config(task_cfg: Any, where: str) -> None:
 
 def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
     """Check every name and value against the registries and fill every default."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
     cfg = config if isinstance(config, TrainConfig) else from_dict(config)
     for kind, name in (("task", cfg.task), ("cell", cfg.cell)):
         # a plugin of this name that could not join, or one that shadows a built-in
@@ -340,6 +350,9 @@ def check_representable(values: Mapping[str, Any], where: str) -> None:
 
 def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
     """Set fields by name: a trial field, else the task's, else the cell's (`task.x` / `cell.x` force one)."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
     top: dict[str, Any] = {}
     task_params = dict(cfg.task_params)
     cell_params = dict(cfg.cell_params)

@@ -48,36 +48,19 @@ import functools
 import math
 import os
 import platform
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
 
 import torch
 
-#: the environment variable that names the mode of a trial that names none
-ENV = "MEMSWEEP_NUMERICS"
-#: the modes' names, as a type
-Numerics = Literal["portable", "native"]
+# the modes by name, what each sets, the default (no torch: a study spec names its mode without it)
+from trainers.numerics_modes import DEFAULT as DEFAULT
+from trainers.numerics_modes import ENV as ENV
+from trainers.numerics_modes import MODES as MODES
+from trainers.numerics_modes import Mode as Mode
+from trainers.numerics_modes import Numerics as Numerics
+from trainers.numerics_modes import default_mode as default_mode
+from trainers.numerics_modes import environment as environment
 
-
-@dataclass(frozen=True)
-class Mode:
-    """What a numerics mode sets: MKL's branch (MKL_CBWR), ATen's capability and oneDNN's ISA limit
-    (None: the CPU's own)."""
-
-    name: str
-    mkl_cbwr: str  # MKL_CBWR: its branch, and STRICT where MKL supports it
-    aten_capability: str | None  # ATEN_CPU_CAPABILITY's value (torch then reports it upper-case)
-    onednn_isa: str | None  # ONEDNN_MAX_CPU_ISA's value
-
-
-MODES = {
-    # the same numbers on any x86-64 CPU with AVX2
-    "portable": Mode("portable", "COMPATIBLE", "avx2", "AVX2"),
-    # the same numbers on the same kind of machine; this CPU's fastest kernels
-    "native": Mode("native", "AUTO,STRICT", None, None),
-}
-DEFAULT: Numerics = "portable"
 #: what the portable mode costs, as `memsweep plan` says it (the figures: docs/reproducibility.md,
 #: measured side by side with benchmarks/numerics.py)
 PORTABLE_COST = (
@@ -95,24 +78,6 @@ class NumericsError(RuntimeError):
 class ProcessNumericsError(NumericsError):
     """A mode this process cannot compute with because of what it computed before (another mode, MKL or
     ATen already fixed): a new process on the same machine can."""
-
-
-def default_mode() -> Numerics:
-    """The mode of a trial that names none: $MEMSWEEP_NUMERICS, else ``portable`` (a value that names
-    no mode is refused where a trial config is resolved)."""
-    return cast(Numerics, os.environ.get(ENV) or DEFAULT)
-
-
-def environment(name: str) -> dict[str, str]:
-    """The environment a new process needs to compute with mode `name` from its start (what `use`
-    sets; a Ray worker's runtime environment, so that workers of different modes are never shared)."""
-    mode = MODES[name]
-    env = {ENV: name, "MKL_CBWR": mode.mkl_cbwr}
-    if mode.aten_capability is not None:
-        env["ATEN_CPU_CAPABILITY"] = mode.aten_capability
-    if mode.onednn_isa is not None:
-        env["ONEDNN_MAX_CPU_ISA"] = mode.onednn_isa
-    return env
 
 
 # ----- MKL's conditional numerical reproducibility (mkl_cbwr.h), reached in torch's own library -----

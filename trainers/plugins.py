@@ -171,7 +171,11 @@ def installed() -> list[Plugin]:
 
 
 def _load_all() -> None:
-    """Every pluggable registry's plugins loaded (the cells' and the tasks': their first look-up would)."""
+    """Every pluggable registry's plugins loaded (the cells' and the tasks': their first look-up would).
+    The registries are imported here, as `import trainers` does not import them (its names load on use)."""
+    import trainers.cells
+    import trainers.tasks  # noqa: F401  (importing each makes its registry, `trainers.registry._PLUGGABLE`)
+
     load_all_plugins()
 
 

@@ -12,9 +12,10 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
+if TYPE_CHECKING:  # the trained matrices' type only: a result is read (ledger, REST) without torch
+    import torch
 
 #: how a trial ended: trained to the end of its budget or to its early stop (`done`), stopped by a
 #: training failure with its reason (`failed`), or stopped by a study's scheduler (`pruned`)

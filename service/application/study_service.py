@@ -1,62 +1,41 @@
-"""The study service: what the REST routes and the CLI without a server both do, one method per route,
-over the engine (creation, extension), the runner (background runs) and the ledger (every read).
-Errors are the exceptions below, which the API turns into 404 / 409 / 422 / 503 answers that say what
-to do next (`service.api.errors`) and the CLI into its messages."""
+"""The study service: what the REST routes and the CLI without a server both do, one method per route.
+Its reads (`StudyReads`: a study, the list, trials, success, comparisons) answer from the ledger; this adds
+what goes through the engine (creation, extension, a plan, a sync of MLflow) and the runner (background
+runs, cancel, resume). Errors are the exceptions of `service.application.errors`, which the API turns
+into 404 / 409 / 422 / 503 answers that say what to do next (`service.api.errors`) and the CLI into its
+messages."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from service.application.coalesce import Coalesced
 from service.application.errors import (
     ConflictError,
     IdempotencyMismatchError,
-    NotFoundError,
     SpecInvalidError,
     UnavailableError,
 )
-from service.application.records import (
-    StudyExtend,
-    StudyExtended,
-    StudyList,
-    StudyPublic,
-    StudySummary,
-    TrialCounts,
-    TrialPage,
-    TrialPublic,
-)
+from service.application.reads import StudyReads
+from service.application.records import StudyExtend, StudyExtended, StudyPublic
 from service.core.errors import StudyError
 from service.core.spec import StudySpec
-from service.core.states import FINISHED, StudyState
-from service.core.values import repr_value, value_matches, value_sort_key
+from service.core.states import FINISHED
 from service.planning.plan import plan_spec
 from service.planning.record import record_plan
 from service.planning.types import StudyPlan
-from service.reports.compare import Comparison, UnknownStudiesError, compare_studies, log_comparison
-from service.reports.summary import (
-    BestConfig,
-    CriterionPublic,
-    SuccessBudget,
-    SuccessTable,
-    best_configs,
-    success_table,
-    success_vs_budget,
-)
-from service.runner import StudyRunner, expected_trials
-from service.store.ledger import StudyHead
-from service.store.models import Study, Trial, utc
+from service.reports.compare import Comparison, log_comparison
+from service.runner import StudyRunner
+from service.store.models import Study, utc
 from service.study.claim import StudyBusyError, gone, this_process
 from service.study.engine import Engine
 from service.study.nodes import embedded, unplaceable_here
 from service.study.plugins import admit_plugins
 from service.tracking.links import MlflowLinks
-from trainers.criterion import Criterion
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +44,13 @@ log = logging.getLogger(__name__)
 #: is bounded by 10)
 KEY_LEASE_SECONDS = 900.0
 
-#: what `studies.plan` keeps for `service.planning.record.record_actual` only (trial ids), not served
-PLAN_BOOKKEEPING = ("unfinished_ids", "last_id")
 
+class StudyService(StudyReads):
+    runner: StudyRunner  # the reads ask it only what `Runs` names
 
-class StudyService:
     def __init__(self, engine: Engine, runner: StudyRunner) -> None:
+        super().__init__(engine.ledger, engine.settings, runner)
         self.engine = engine
-        self.runner = runner
-        self.ledger = engine.ledger
-        self._criteria: dict[tuple[str, datetime], Criterion] = {}  # `listed_criterion`'s
-        self._pages: Coalesced[StudyList] = Coalesced()  # `list_studies`'
 
     # ----- creation ----------------------------------------------------------------------------------
     def create(self, spec: StudySpec, idempotency_key: str | None = None) -> tuple[StudyPublic, bool]:
@@ -272,100 +247,7 @@ class StudyService:
             )
         return self.public(self._get(study_id))
 
-    # ----- reads -------------------------------------------------------------------------------------
-    def get(self, study_id: str) -> StudyPublic:
-        return self.public(self._get(study_id))
-
-    def list_studies(self, state: str | None, offset: int, limit: int) -> StudyList:
-        """A page of studies, newest first, as summaries: one transaction of two queries (the page's
-        studies with their count, their trials' statuses and losses), whatever its size; the same
-        page asked for many times at once is computed once for the calls that came while the one
-        before ran (`Coalesced`)."""
-
-        def page() -> StudyList:
-            total, found = self.ledger.page_studies(state, offset, limit, self.listed_criterion)
-            return StudyList(
-                total=total, offset=offset, limit=limit, items=[self.summary(s, c) for s, c in found]
-            )
-
-        return self._pages.run((state, offset, limit), page)
-
-    def trials(
-        self,
-        study_id: str,
-        statuses: list[str] | None,
-        success: bool | None,
-        sort: str,
-        descending: bool,
-        offset: int,
-        limit: int,
-        history: bool,
-        models: list[str] | None = None,
-        params: list[str] | None = None,
-    ) -> TrialPage:
-        study = self._get(study_id)
-        criterion = self.criterion(study)
-        values = {}
-        for item in params or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise StudyError(
-                    f"param={item!r}: write FIELD=VALUE, e.g. param=lr=0.001 (as tables print values)"
-                )
-            values[key] = value
-        if models or values:
-            # a grid holds its points from the start; a sampled study once it draws no more
-            complete = study.validated_spec().sampler == "grid" or study.state not in ("pending", "running")
-            self._check_filters(study_id, models or [], values, values_known=complete)
-        total, rows = self.ledger.page_trials(
-            study_id,
-            statuses,
-            success,
-            criterion,
-            sort,
-            descending,
-            offset,
-            limit,
-            models=models,
-            params=values,
-        )
-        return TrialPage(
-            total=total,
-            offset=offset,
-            limit=limit,
-            criterion=CriterionPublic.of(criterion),
-            items=[trial_public(t, criterion, history) for t in rows],
-        )
-
-    def best(self, study_id: str, k: int, model: str | None) -> list[BestConfig]:
-        criterion = self.criterion(self._get(study_id))
-        self._check_filters(study_id, [model] if model else [], {})  # a typo would answer nothing
-        return best_configs(self.ledger.trials(study_id), k=k, model=model, criterion=criterion)
-
-    def success(
-        self,
-        study_id: str,
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-        at_step: int | None = None,
-        reference: str | None = None,
-    ) -> SuccessTable:
-        """Successes under the study's criterion, or under the one the query names (a recount: nothing
-        trains), at the end of each run or at a budget of `at_step` steps; with a `reference` model,
-        each model's rate minus its own, with Newcombe's interval."""
-        criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
-        if reference is not None:
-            self._check_filters(study_id, [reference], {})  # a typo: refused, naming the models
-        try:
-            return success_table(self.ledger.trials(study_id), criterion, at_step, reference)
-        except ValueError as exc:  # a reference in a study with no trial yet (a sampler's, before its draws)
-            raise StudyError(str(exc)) from None
-
-    def success_vs_budget(self, study_id: str) -> SuccessBudget:
-        criterion = self.criterion(self._get(study_id))
-        return success_vs_budget(self.ledger.trials(study_id), criterion)
-
+    # ----- a comparison logged to MLflow -------------------------------------------------------------
     def compare(
         self,
         study_ids: list[str],
@@ -378,10 +260,7 @@ class StudyService:
     ) -> Comparison:
         """Success counts of the studies side by side (`service.reports.compare`); with `log`, also an MLflow
         run holding the table and its figure."""
-        try:
-            comparison = compare_studies(self.ledger, study_ids, by, fraction, threshold, baseline, at_step)
-        except UnknownStudiesError as exc:
-            raise NotFoundError(str(exc)) from None
+        comparison = super().compare(study_ids, by, fraction, threshold, baseline, at_step)
         if log:
             comparison.mlflow = self._log_comparison(comparison)
         return comparison
@@ -405,120 +284,13 @@ class StudyService:
             tracker.close()
         return self.links_of(exp_id, run_id)
 
-    def criterion(
-        self,
-        study: Study,
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-    ) -> Criterion:
-        """The study's success criterion, or the one a request names instead."""
-        return study.validated_spec().criterion_for(fraction, threshold, baseline)
-
-    def listed_criterion(self, study: StudyHead) -> Criterion:
-        """A listed study's criterion, its spec validated once per version of its row (a spec changes
-        only with its row's `updated_at`): a list of 500 studies validates none again."""
-        key = (study.id, study.updated_at)
-        criterion = self._criteria.get(key)
-        if criterion is None:
-            if len(self._criteria) >= 4096:
-                self._criteria.clear()
-            criterion = self._criteria[key] = StudySpec.model_validate(study.spec).criterion()
-        return criterion
-
     # ----- helpers -----------------------------------------------------------------------------------
-    def _check_filters(
-        self, study_id: str, models: list[str], params: dict[str, str], values_known: bool = False
-    ) -> None:
-        """A filter names a model and fields the study's trials have (a typo would filter to nothing),
-        and, where the study holds all its points (`values_known`), a value one of them holds
-        (`lr=abc`, `lr=0.002` would answer nothing)."""
-        known_models, known_values = self.ledger.point_fields(study_id)
-        known_names = set(known_values)
-        if not known_models:  # a sampled study before its first draw: nothing to check against
-            return
-        for name in models:
-            if name not in known_models:
-                raise StudyError(
-                    f"model={name!r}: no such model in this study; valid: {', '.join(sorted(known_models))}"
-                )
-        for name in params:
-            if name not in known_names:
-                raise StudyError(
-                    f"param={name}=…: this study's points do not set {name!r}; valid: {', '.join(sorted(known_names))}"
-                )
-            held = known_values[name]
-            if values_known and not any(value_matches(v, params[name]) for v in held):
-                shown = sorted({repr_value(v) for v in held}, key=value_sort_key)
-                more = f" … ({len(shown)} in all)" if len(shown) > 12 else ""
-                raise StudyError(
-                    f"param={name}={params[name]}: no trial of this study has it; its values: "
-                    f"{', '.join(shown[:12])}{more} (numbers match as numbers: lr=1e-3 finds 0.001)"
-                )
-
-    def _get(self, study_id: str) -> Study:
-        study = self.ledger.get_study(study_id)
-        if study is None:
-            raise NotFoundError(
-                f"no study {study_id!r}; `memsweep studies` (or GET /studies) lists the studies"
-            )
-        return study
-
     def _unfinished(self, study_id: str) -> bool:
         c = self.ledger.counts(study_id)
         return c["total"] > sum(c[s] for s in FINISHED)
 
     def _state_word(self, study: Study) -> str:
         return "queued" if self.runner.is_queued(study.id) else "running"
-
-    def summary(self, study: Study | StudyHead, c: dict[str, int]) -> StudySummary:
-        """The study as `GET /studies` lists it, with its trials' counts `c` (`Ledger.counts`)."""
-        return StudySummary(
-            id=study.id,
-            name=study.name,
-            state=StudyState(study.state),
-            error=study.error,
-            queued=self.runner.is_queued(study.id),
-            active=self.runner.is_active(study.id),
-            counts=TrialCounts(**c, finished=sum(c[s] for s in FINISHED)),
-            expected_trials=expected_trials(study.spec, c["total"]),
-            created_at=study.created_at,
-            updated_at=study.updated_at,
-        )
-
-    def public(self, study: Study) -> StudyPublic:
-        summary = self.summary(study, self.ledger.counts(study.id, self.criterion(study)))
-        return StudyPublic(
-            **dict(summary),
-            spec=study.spec,
-            eta_seconds=self.runner.eta(study.id) if study.state == "running" else None,
-            mlflow=self.links(study),
-            plan={k: v for k, v in study.plan.items() if k not in PLAN_BOOKKEEPING} if study.plan else None,
-        )
-
-    def links(self, study: Study) -> MlflowLinks:
-        return self.links_of(study.mlflow_experiment_id, study.mlflow_run_id)
-
-    def links_of(self, exp: str | None, run: str | None) -> MlflowLinks:
-        """An MLflow run's ids and its links in the UI."""
-        return MlflowLinks.at(self.engine.settings.mlflow_ui_url or self.runner.tracking_uri, exp, run)
-
-
-def trial_public(t: Trial, criterion: Criterion, history: bool = False) -> TrialPublic:
-    """A ledger row as REST serves it: every column under its own name, its success judged under the
-    study's criterion; the series with `history`."""
-    judged = {
-        "success": t.succeeded(criterion) if t.status in FINISHED else None,
-        "success_threshold": criterion.threshold_for(t.baseline_loss, t.reference_baselines),
-    }
-    fields: dict[str, Any] = {
-        name: judged[name] if name in judged else getattr(t, name) for name in TrialPublic.model_fields
-    }
-    if history:
-        fields["history"] = t.history or []
-    else:
-        fields["history"] = fields["profile"] = fields["traceback"] = None
-    return TrialPublic.model_validate(fields)
 
 
 def spec_digest(spec: StudySpec) -> str:

@@ -1,33 +1,63 @@
-"""The CLI without a server: this machine's ledger answered by the same `StudyService` the REST
-server calls, behind the methods of the Python client that the CLI calls when it has a server
+"""The CLI without a server: this machine's ledger answered by the same study service the REST server
+calls, behind the methods of the Python client that the CLI calls when it has a server
 (`MemsweepClient`), in the same JSON. So each command has one path: `memsweep success ID` reads the
-same table from a server (`--url`) and from the local ledger, and nothing is computed twice."""
+same table from a server (`--url`) and from the local ledger, and nothing is computed twice. A read
+goes through the service's reads (`StudyReads`) on the ledger alone, importing no torch, Ray or MLflow;
+a plan, a sync and a comparison logged to MLflow build the whole service (engine and runner) first."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from service.application.study_service import StudyService
+from service.application.reads import NoRuns, StudyReads
 from service.client import TrialPages, param_filters
 from service.core.settings import Settings
 from service.core.spec import StudySpec
-from service.runner import StudyRunner
-from service.study.engine import Engine
+from service.store.ledger import Ledger
+
+if TYPE_CHECKING:
+    from service.application.study_service import StudyService
 
 
 class LocalStudies(TrialPages):
     """`MemsweepClient`'s reads over this machine's ledger. A plan calibrates on an embedded Ray
     (or the configured cluster), started in the runner's thread as the server starts it, and shut
-    down on exit; nothing else starts Ray or MLflow but `sync` (which rebuilds MLflow's runs)."""
+    down on exit; nothing else starts Ray or MLflow but `sync` (which rebuilds MLflow's runs) and a
+    comparison logged to MLflow."""
 
     def __init__(self, settings: Settings) -> None:
-        self.engine = Engine(settings)
-        self.runner = StudyRunner(self.engine, workers=1)  # runs nothing: it holds Ray for a plan
-        self.service = StudyService(self.engine, self.runner)
+        self.settings = settings
+        self._reads: StudyReads | None = None
+        self._service: StudyService | None = None
+
+    @property
+    def reads(self) -> StudyReads:
+        """The reads: the whole service's once it is built, else the ledger's alone (opened as the
+        engine opens it)."""
+        if self._service is not None:
+            return self._service
+        if self._reads is None:
+            self.settings.home.mkdir(parents=True, exist_ok=True)
+            ledger = Ledger(self.settings.resolved_database_url())
+            self._reads = StudyReads(ledger, self.settings, NoRuns(self.settings.mlflow_tracking_uri))
+        return self._reads
+
+    @property
+    def service(self) -> StudyService:
+        """The whole study service, built on first use: a plan, a sync, a comparison logged to MLflow."""
+        if self._service is None:
+            from service.application.study_service import StudyService
+            from service.runner import StudyRunner
+            from service.study.engine import Engine
+
+            engine = Engine(self.settings)
+            runner = StudyRunner(engine, workers=1)  # runs nothing: it holds Ray for a plan
+            self._service = StudyService(engine, runner)
+        return self._service
 
     def __enter__(self) -> LocalStudies:
         return self
@@ -35,17 +65,18 @@ class LocalStudies(TrialPages):
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.runner.shutdown()
+        if self._service is not None:
+            self._service.runner.shutdown()
 
     def get(self, study_id: str) -> dict[str, Any]:
-        return _json(self.service.get(study_id))
+        return _json(self.reads.get(study_id))
 
     def studies(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.studies_page(state, offset=offset, limit=limit)["items"]
         return items
 
     def studies_page(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> dict[str, Any]:
-        return _json(self.service.list_studies(state, offset, limit))
+        return _json(self.reads.list_studies(state, offset, limit))
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> dict[str, Any]:
         return _json(self.service.plan(spec, recalibrate=recalibrate))
@@ -54,7 +85,7 @@ class LocalStudies(TrialPages):
         return _json(self.service.sync(study_id))
 
     def best(self, study_id: str, k: int = 5, model: str | None = None) -> list[dict[str, Any]]:
-        return [_json(b) for b in self.service.best(study_id, k, model)]
+        return [_json(b) for b in self.reads.best(study_id, k, model)]
 
     def success(
         self,
@@ -65,7 +96,7 @@ class LocalStudies(TrialPages):
         at_step: int | None = None,
         reference: str | None = None,
     ) -> dict[str, Any]:
-        return _json(self.service.success(study_id, fraction, threshold, baseline, at_step, reference))
+        return _json(self.reads.success(study_id, fraction, threshold, baseline, at_step, reference))
 
     def comparison(
         self,
@@ -77,8 +108,10 @@ class LocalStudies(TrialPages):
         at_step: int | None = None,
         log: bool = False,
     ) -> dict[str, Any]:
-        fields = by.split(",") if isinstance(by, str) else list(by)
-        return _json(self.service.compare(list(studies), fields, fraction, threshold, baseline, at_step, log))
+        ids, fields = list(studies), by.split(",") if isinstance(by, str) else list(by)
+        if log:  # an MLflow run of its own, through the engine's tracker
+            return _json(self.service.compare(ids, fields, fraction, threshold, baseline, at_step, log=True))
+        return _json(self.reads.compare(ids, fields, fraction, threshold, baseline, at_step))
 
     def trials_page(
         self,
@@ -93,7 +126,7 @@ class LocalStudies(TrialPages):
         model: str | list[str] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        page = self.service.trials(
+        page = self.reads.trials(
             study_id,
             [status] if isinstance(status, str) else status,
             success,

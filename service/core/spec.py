@@ -18,13 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
 from service.core.errors import StudyError
-from trainers.cells import CELLS
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
-from trainers.numerics import Numerics, default_mode
+from trainers.numerics_modes import Numerics, default_mode
 from trainers.params import field_names
 from trainers.registry import UnknownNameError
-from trainers.tasks import TASKS
+
+# The trainers' registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a spec's space
+# meets them, so a stored spec is read and judged without torch (the CLI's reads of its ledger).
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
@@ -333,6 +334,8 @@ class StudySpec(BaseModel):
     def baselines(self) -> list[str]:
         """What a criterion may measure against: `task` (each task's random baseline), then the
         reference baselines the study's tasks report (copy: `arjovsky`)."""
+        from trainers.tasks import TASKS
+
         space = self.search_space()
         tasks: set[str] = set()
         for m in space.models:
@@ -411,6 +414,8 @@ def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | N
     & Pitkow's learning rates; not their initialisers' scales) and the cell's own `grid`; and those of the
     study's `dims` that are settings of its cell and no dimension of the preset (AntisymmetricRNN's γ
     swept beside its grid's ε: refused before, "not a dimension of space")."""
+    from trainers.cells import CELLS
+
     have = {m.name for m in preset.models}
     shared = {
         k: d
@@ -448,6 +453,9 @@ def cell_settings_per_model(
     `preset_own` settings (the preset's, for its own cell: Orhan's `nonlinearity`), so an arm's cell runs at
     its own defaults but for what the study sets. A space of one cell is returned as it is, unless its
     models are all arms (a preset's models left out: its own settings go with them)."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
     default = str(space.base.get("cell", TrainConfig.cell))
     cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
     only_arms = bool(arms) and all(m.name in arms for m in space.models)
@@ -534,6 +542,15 @@ def judged_under(
         return Criterion(fraction=fraction or own.fraction or 0.5, baseline=baseline or "task")
     except ValueError as exc:
         raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
+
+
+def expected_trials(spec: Mapping[str, Any], total: int) -> int:
+    """How many trials a study will have run: the `total` its ledger holds, or a sampled study's
+    `max_trials` while its points are still being drawn (`spec`: as the ledger stores it)."""
+    max_trials = spec.get("max_trials")
+    if spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
+        return max(total, max_trials)
+    return total
 
 
 class SpecLoader(yaml.SafeLoader):  # type: ignore[misc]
