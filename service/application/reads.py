@@ -287,6 +287,7 @@ def trial_public(t: Trial, criterion: Criterion, history: bool = False) -> Trial
     judged = {
         "success": t.succeeded(criterion) if t.status in FINISHED else None,
         "success_threshold": criterion.threshold_for(t.baseline_loss, t.reference_baselines),
+        "last_evaluation": t.history[-1] if t.history else None,
     }
     fields: dict[str, Any] = {
         name: judged[name] if name in judged else getattr(t, name) for name in TrialPublic.model_fields

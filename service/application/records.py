@@ -178,7 +178,14 @@ class TrialPublic(BaseModel):
         default=None, description="weight profile of the trained W over i − j (with ?history=true)"
     )
     history: list[Evaluation] | None = Field(
-        default=None, description="every evaluation (with ?history=true)"
+        default=None,
+        description="every evaluation (with ?history=true); a running trial's so far (the ledger takes "
+        "them as it trains, some seconds behind)",
+    )
+    last_evaluation: Evaluation | None = Field(
+        default=None,
+        description="its latest evaluation: where a running trial has got to (some seconds behind, as "
+        "`history`), or a finished one's last",
     )
     device: str | None = Field(description="what it trained on: cpu, cuda:0, …")
     node: str | None = Field(description="the Ray node it trained on")

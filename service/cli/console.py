@@ -435,11 +435,14 @@ def print_trials(page: dict[str, Any]) -> None:
 
     table = Table(title=f"{page['total']} trials (success: {page['criterion']['name']})")
     why = any(t.get("reason") for t in page["items"])  # a failed, pruned or interrupted trial's reason
+    # where a running trial has got to: its latest evaluation's step and validation loss
+    now = any(t["status"] == "running" and t.get("last_evaluation") for t in page["items"])
     for col in (
         "id",
         "model",
         "params",
         "status",
+        *(["latest (step: val loss)"] if now else []),
         "final loss",
         "success",
         "seconds",
@@ -450,10 +453,13 @@ def print_trials(page: dict[str, Any]) -> None:
         loss = "" if t["final_val_loss"] is None else f"{t['final_val_loss']:.5g}"
         seconds = "" if t["seconds"] is None else f"{t['seconds']:.1f}"
         params = " ".join(f"{k}={v}" for k, v in t["params"].items())
+        latest = t.get("last_evaluation") if t["status"] == "running" else None
+        progress = [f"{latest['step']}: {latest['val_loss']:.5g}" if latest else ""] if now else []
         reason = [short(t.get("reason") or "")] if why else []
         table.add_row(
-            str(t["id"]), t["model"], params, t["status"], loss, str(t["success"]), seconds, *reason
-        )
+            str(t["id"]), t["model"], params, t["status"], *progress, loss, str(t["success"]), seconds,
+            *reason,
+        )  # fmt: skip
     Console().print(table)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     Select,
@@ -46,6 +46,8 @@ from service.store.models import (
 from service.store.patience import outlasting
 from trainers.criterion import HALF_BASELINE, Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -543,7 +545,22 @@ class Ledger:
             self._fence(s, study_id)
             trial.status = "running"
             trial.runs = (trial.runs or 0) + 1
+            trial.history = None  # it trains from its first step: an earlier run's evaluations are not its
             return trial.id
+
+    @outlasting
+    def record_evaluations(self, study_id: str, histories: Mapping[int, Sequence[Evaluation]]) -> None:
+        """Running trials' evaluations so far (trial id → its evaluations), in one transaction: what a
+        trial shows while it trains. A trial no longer running keeps what its end wrote."""
+        with self.session() as s:
+            self._fence(s, study_id)
+            for chunk in _chunks(sorted(histories), 500):
+                for trial in s.scalars(
+                    select(Trial).where(
+                        Trial.id.in_(chunk), Trial.study_id == study_id, Trial.status == "running"
+                    )
+                ):
+                    trial.history = [e.to_dict() for e in histories[trial.id]] or None
 
     @outlasting
     def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:
@@ -730,6 +747,6 @@ def _reusable(query: Select[Any], hashes: Sequence[str]) -> Select[Any]:
     return query.where(Trial.config_hash.in_(hashes), Trial.status == "done")
 
 
-def _chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:
+def _chunks(items: Sequence[T], n: int) -> Iterator[Sequence[T]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import trainers
@@ -24,7 +24,9 @@ class Recorder(Protocol):
 
     def started(self, trial_id: int, spec: TrialSpec) -> None: ...
 
-    def evaluated(self, trial_id: int, config_hash: str, evaluation: trainers.Evaluation) -> None: ...
+    def evaluated(self, trial_id: int, config_hash: str, history: Sequence[trainers.Evaluation]) -> None: ...
+
+    def write_evaluations(self, force: bool = False) -> None: ...
 
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None: ...
 
@@ -39,7 +41,8 @@ class TrialBook:
 
     1. `started(run, unit)` once, when the unit's worker starts: each member not finished yet is
        started in the ledger and counted (`starts`);
-    2. `reported(run, events)` any number of times: evaluations and finished members, in order;
+    2. `reported(run, events)` any number of times: evaluations and finished members, in order
+       (and `tick()` between them, as often as the executor's loop turns);
     3. then exactly one of `ended(run)` (the executor trial returned or was stopped: the members it
        did not finish are cancelled with the study, else pruned by the scheduler) or
        `failed(run, reason, unit)` (its worker, process or node died: an infrastructure fault, not a
@@ -110,9 +113,14 @@ class TrialBook:
                 continue
             if isinstance(event, Evaluated):
                 self.history[key].append(event.evaluation)
-                self.record.evaluated(self.ids[key], key, event.evaluation)
+                self.record.evaluated(self.ids[key], key, self.history[key])
             else:
                 self._finish(run, key, event.result)
+
+    def tick(self) -> None:
+        """The executor's loop turned: the running trials' evaluations the recorder held back are
+        written once they are due (`Recorder.write_evaluations`), also when no report comes."""
+        self.record.write_evaluations()
 
     def ended(self, run: str) -> None:
         if self.cancel.is_set():

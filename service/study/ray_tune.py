@@ -90,6 +90,9 @@ class BookCallback(Callback):
         # events (trained matrices among them) are recorded by the book, once
         self.book.reported(trial.trial_id, result.pop("events", []))
 
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.book.tick()
+
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.book.ended(trial.trial_id)
 

@@ -4,6 +4,7 @@ running trials (the study's ETA)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,9 @@ from trainers import Evaluation, TrialResult
 
 #: seconds between two updates of a study's live counts on its parent run
 PROGRESS_INTERVAL = 10.0
+#: seconds between two writes of the running trials' evaluations into the ledger (each write is one
+#: transaction for all of them, each trial's evaluations in full)
+LIVE_INTERVAL = 10.0
 
 
 class StudyRecorder:
@@ -30,6 +34,8 @@ class StudyRecorder:
         self._running: dict[str, tuple[int, int, float]] = {}  # config hash → (budget, step, seconds)
         self._expected: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
         self._last_progress = 0.0
+        self._unwritten: dict[int, Sequence[Evaluation]] = {}  # trial id → its evaluations so far
+        self._last_written = -math.inf
 
     def expect(self, trials: Sequence[TrialSpec]) -> None:
         """The trials a round will run (their budgets count in the ETA until they start)."""
@@ -44,13 +50,32 @@ class StudyRecorder:
             budget = self._expected.pop(spec.config_hash, None)
             self._running[spec.config_hash] = (budget if budget is not None else budget_steps(spec), 0, 0.0)
 
-    def evaluated(self, trial_id: int, config_hash: str, evaluation: Evaluation) -> None:
+    def evaluated(self, trial_id: int, config_hash: str, history: Sequence[Evaluation]) -> None:
+        """A running trial evaluated (`history`: its evaluations so far, the new one last): its live
+        child run's curve, its pace, and its row's evaluations (`write_evaluations`)."""
+        evaluation = history[-1]
         self.tracker.trial_evaluated(config_hash, [evaluation])
         with self._lock:
             budget = self._running.get(config_hash, (evaluation.step, 0, 0.0))[0]
             self._running[config_hash] = (budget, evaluation.step, evaluation.seconds)
+            self._unwritten[trial_id] = history
+        self.write_evaluations()
+
+    def write_evaluations(self, force: bool = False) -> None:
+        """The running trials' evaluations into their ledger rows, in one write at most every
+        LIVE_INTERVAL seconds (or now: `force`): what REST, the client and the CLI show of a trial while
+        it trains. A trial's end writes all of its own."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._unwritten or (not force and now - self._last_written < LIVE_INTERVAL):
+                return
+            unwritten, self._unwritten = self._unwritten, {}
+            self._last_written = now
+        self.ledger.record_evaluations(self.study_id, unwritten)
 
     def finished(self, trial_id: int, result: TrialResult) -> None:
+        with self._lock:
+            self._unwritten.pop(trial_id, None)
         row = self.ledger.finish_trial(trial_id, result)
         matrices = None
         if result.recurrent_matrix is not None:
@@ -67,6 +92,7 @@ class StudyRecorder:
         self.tracker.trial_stopped(config_hash, reason)
         with self._lock:
             self._running.pop(config_hash, None)
+            self._unwritten.pop(trial_id, None)
 
     def progress(self, force: bool = False) -> None:
         """The parent run's live counts, at most every PROGRESS_INTERVAL seconds (or now: `force`)."""

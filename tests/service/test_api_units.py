@@ -249,6 +249,36 @@ def test_trials_filter_sort_and_paginate(client: TestClient) -> None:
     assert with_history["runs"] == 1 and with_history["config"]["task"] == "addition"
 
 
+def test_a_running_trial_answers_where_it_has_got_to(
+    client: TestClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its evaluations so far, as the engine writes them while it trains: the latest in every answer
+    (`last_evaluation`), all of them with ?history=true, and a column of the CLI's table."""
+    from service.cli.console import print_trials
+
+    study = client.post("/studies", json=grid()).json()
+    client.app.state.runner.cancel(study["id"])  # type: ignore[attr-defined]  # this server runs nothing
+    ledger = ledger_of(client)
+    row = ledger.trials(study["id"])[0]
+    ledger.start_trial(study["id"], row.config_hash)
+    evaluations = [Evaluation(10, 1.0, 0.4, 0.3, None, 0.5), Evaluation(20, 2.0, 0.2, 0.125, None, 1.0)]
+    ledger.record_evaluations(study["id"], {row.id: evaluations})
+    base = f"/studies/{study['id']}/trials"
+    page = client.get(base, params={"status": "running"}).json()
+    (running,) = page["items"]
+    assert running["last_evaluation"]["step"] == 20 and running["last_evaluation"]["val_loss"] == 0.125
+    assert running["history"] is None and running["final_val_loss"] is None
+    full = client.get(base, params={"status": "running", "history": "true"}).json()["items"][0]
+    assert [e["step"] for e in full["history"]] == [10, 20]
+    pending = client.get(base, params={"status": "pending", "limit": 1}).json()["items"][0]
+    assert pending["last_evaluation"] is None
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    print_trials(client.get(base).json())
+    table = capsys.readouterr().out
+    assert "latest (step: val loss)" in table and "20: 0.125" in table
+
+
 def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> None:
     study = client.post("/studies", json=grid()).json()
     finish_all(client, study["id"])

@@ -318,6 +318,40 @@ def test_a_unit_whose_ray_worker_dies_trains_again_in_the_same_run(engine, monke
     assert engine.ledger.study(study.id).state == "done"
 
 
+def test_a_running_trial_shows_its_evaluations_as_it_trains(engine, monkeypatch):
+    """REST, the client and the CLI read the ledger: a trial's evaluations reach its row while it trains
+    (at most every LIVE_INTERVAL seconds, here 0.2), not only at its end. What it showed was its curve so
+    far: the finished row holds every evaluation, those first."""
+    import threading
+
+    from service.application.reads import trial_public
+    from service.study import recorder
+    from trainers import HALF_BASELINE
+
+    monkeypatch.setattr(recorder, "LIVE_INTERVAL", 0.2)
+    spec = grid_spec(base={**TINY, "steps": 4000, "eval_every": 250}, bundle_size=1, seeds=[1],
+                     space={"dims": {"lr": [1e-3]}})  # fmt: skip
+    study = engine.create_study(spec)
+    ran = threading.Thread(target=engine.run_study, args=(study.id,))
+    ran.start()
+    shown: list[list[int]] = []  # the steps of the evaluations its row held, each time they grew
+    try:
+        while ran.is_alive():
+            (row,) = engine.ledger.trials(study.id)
+            if row.status == "running" and row.history and (not shown or len(row.history) > len(shown[-1])):
+                shown.append([e["step"] for e in row.history])
+                latest = trial_public(row, HALF_BASELINE).last_evaluation
+                assert latest is not None and latest.step == shown[-1][-1]
+            time.sleep(0.02)
+    finally:
+        ran.join(300)
+    (row,) = engine.ledger.trials(study.id)
+    assert row.status == "done", row.reason
+    steps = [e["step"] for e in row.history]
+    assert len(shown) >= 2 and len(shown[-1]) < len(steps), (shown, steps)  # live, and more than once
+    assert all(seen == steps[: len(seen)] for seen in shown)
+
+
 def memsweep(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "service.cli.commands", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -443,7 +443,10 @@ class Recorded:
     def started(self, trial_id: int, spec: Any) -> None:
         pass
 
-    def evaluated(self, trial_id: int, config_hash: str, evaluation: trainers.Evaluation) -> None:
+    def evaluated(self, trial_id: int, config_hash: str, history: Sequence[trainers.Evaluation]) -> None:
+        pass
+
+    def write_evaluations(self, force: bool = False) -> None:
         pass
 
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None:

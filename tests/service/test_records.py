@@ -23,7 +23,8 @@ def test_the_result_fields_keep_their_names_in_the_ledger_rest_and_mlflow() -> N
     columns = set(Trial.__table__.columns.keys())
     assert set(RECORDED_FIELDS) <= columns
     assert set(RECORDED_FIELDS) <= set(TrialPublic.model_fields)
-    assert set(TrialPublic.model_fields) <= columns | set(JUDGED_FIELDS)  # REST invents no other name
+    # REST invents no other name (but the last of `history`, a view of its column: where a running trial is)
+    assert set(TrialPublic.model_fields) <= columns | set(JUDGED_FIELDS) | {"last_evaluation"}
     assert not set(JUDGED_FIELDS) & columns  # success is judged under the study's criterion, not stored
     assert set(METRIC_FIELDS) <= set(RECORDED_FIELDS) | set(JUDGED_FIELDS)
     evaluation = {f.name for f in dataclasses.fields(trainers.Evaluation)}
@@ -59,6 +60,29 @@ def test_a_result_goes_through_the_ledger_unchanged(tmp_path: Path) -> None:
     ledger.add_trials(other.id, [planned])  # reused: its result and matrices come along
     (reused,) = ledger.trials(other.id)
     assert reused.reused_from == row.id and ledger.matrices(reused.id) == ledger.matrices(row.id)
+
+
+def test_a_running_trials_evaluations_are_its_own_runs_and_never_overwrite_a_result(tmp_path: Path) -> None:
+    """What a running trial shows (`record_evaluations`) is its current run's: a start clears what an
+    earlier run left (a run a crash cut short), and a trial that has ended keeps what its end wrote."""
+    from service.core.spec import StudySpec
+    from service.study.search import grid_trials
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3, 1e-4]}}, "base": {"task": "addition"}})
+    study = ledger.create_study("s", {})
+    ledger.add_trials(study.id, grid_trials(spec.search_space(), {}))
+    a, b = ledger.trials(study.id)
+    first, second = (trainers.Evaluation(s, s / 10, 0.3, 0.2, None, s / 100) for s in (10, 20))
+    for row in (a, b):
+        ledger.start_trial(study.id, row.config_hash)
+    ledger.record_evaluations(study.id, {a.id: [first], b.id: [first, second]})
+    assert [[e["step"] for e in t.history] for t in ledger.trials(study.id)] == [[10], [10, 20]]
+    ledger.start_trial(study.id, a.config_hash)  # started again (its last run's process died)
+    ledger.finish_trial(b.id, trainers.TrialResult(final_val_loss=0.2, steps=20, history=[second]))
+    ledger.record_evaluations(study.id, {a.id: [], b.id: [first, second]})  # b's arrives after its end
+    a, b = ledger.trials(study.id)
+    assert a.history is None and [e["step"] for e in b.history] == [20]
 
 
 def test_a_fresh_ledger_has_the_schema_of_the_orm(tmp_path: Path) -> None:
