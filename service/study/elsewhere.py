@@ -2,16 +2,20 @@
 a second time (two studies that hold one trial, run at once: a researcher's own cells beside a
 paper's model, posted while the paper's study runs).
 
-A study waits for a trial (`trained_elsewhere`) held by another study that runs now, whose process is
-alive (`service.study.claim.gone`), and that holds it still to train, when that study is the older of
-the two (it created its trials first) or is training it now while this study's own is not running. It
-then takes that study's result once it is `done` (`Ledger.take_results`, as a trial made after it
-would have at its creation); a trial the other study ends otherwise (failed, pruned, cancelled, or its
-process died) it trains itself. A study never waits on a trial its own earlier run left running (a
-crash): that one is its own to take up again.
+The first study to start a shared trial trains it. A study looks elsewhere (`look_elsewhere`) when a
+round begins and again as each unit leaves its queue (`service.study.ray_tune.UnitQueue`): a trial
+another study has finished `done` since takes that result (`Ledger.take_results`, as a trial made
+after it would have at its creation); a trial another study trains at that moment, whose process is
+alive (`service.study.claim.gone`), is left out of the unit and waited for (`trained_elsewhere`,
+`wait_for_others`); what that study ends otherwise than `done` (failed, pruned, cancelled, or its
+process died) this one trains itself. A trial another study only holds still to train is this
+study's to train when it comes to it: the other takes the result, or waits for it, when it comes to
+that trial in turn. A study never waits on a trial its own earlier run left running (a crash): that
+one is its own to take up again.
 
-The waits go one way, so no two studies wait on each other: a study waits on an older one, or on one
-training the trial now, and a study training it now waits on no one for it."""
+A study waits only for trials being trained, and a study training a trial waits on no one for it, so
+no two studies wait on each other. Two studies that start one trial within the same moment (between
+one's look and its worker's start) both train it: the same numbers, twice the compute."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+from service.core.states import FINISHED
 from service.store.ledger import Holder, Ledger
 from service.store.models import Study, utc
 from service.study.claim import gone
@@ -29,19 +34,29 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 
 
-def trained_elsewhere(study: Study, mine: Mapping[str, str], holders: Sequence[Holder]) -> dict[str, str]:
-    """Config hash → the study this one waits for, among its trials still to train (`mine`: hash →
-    status) that `holders` (`Ledger.holders`) hold."""
-    order = (utc(study.created_at), study.id)
+def trained_elsewhere(mine: Mapping[str, str], holders: Sequence[Holder]) -> dict[str, str]:
+    """Config hash → the study training it now, among this study's trials still to train (`mine`: hash
+    → status) that `holders` (`Ledger.holders`) hold running in a process that is alive."""
     waits: dict[str, str] = {}
     for h in sorted(holders, key=lambda h: (utc(h.created_at), h.study_id)):
-        if h.config_hash in waits or mine.get(h.config_hash, "running") == "running":
+        status = mine.get(h.config_hash)
+        if h.config_hash in waits or h.status != "running" or status in (None, "running", *FINISHED):
             continue
         if h.owner is None or gone(h.owner, h.owner_beat):
             continue
-        if (utc(h.created_at), h.study_id) < order or h.status == "running":
-            waits[h.config_hash] = h.study_id
+        waits[h.config_hash] = h.study_id
     return waits
+
+
+def look_elsewhere(ledger: Ledger, study_id: str, hashes: Sequence[str]) -> tuple[set[str], dict[str, str]]:
+    """Among the study's trials of `hashes`: (those that took a result another study has finished `done`
+    since, those another study trains now: config hash → that study). The waits are read before the
+    results are taken, so a trial that finishes elsewhere in between is taken, not trained again."""
+    if not hashes:
+        return set(), {}
+    waits = trained_elsewhere(ledger.statuses(study_id, hashes), ledger.holders(study_id, hashes))
+    taken = set(ledger.take_results(study_id, hashes))
+    return taken, {h: other for h, other in waits.items() if h not in taken}
 
 
 def wait_for_others(
@@ -60,11 +75,9 @@ def wait_for_others(
         study.id, len(left), ", ".join(sorted(set(waits.values()))),
     )  # fmt: skip
     while left and not cancel.is_set():
-        mine = ledger.statuses(study.id, sorted(left))
-        still = set(trained_elsewhere(study, mine, ledger.holders(study.id, sorted(left))))
-        done = set(ledger.take_results(study.id, sorted(left)))  # after: a result that came between
+        done, still = look_elsewhere(ledger, study.id, sorted(left))
         if done:
             taken(len(done))
-        left = still - done
+        left = set(still)
         if left:
             cancel.wait(POLL_SECONDS)

@@ -40,9 +40,9 @@ from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
 from service.study.book import TrialBook
 from service.study.claim import StudyClaim
-from service.study.elsewhere import trained_elsewhere, wait_for_others
+from service.study.elsewhere import look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
-from service.study.packing import pack_study, point_key, stopped_points
+from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
@@ -434,6 +434,9 @@ class Engine:
         ran: list[list[str]] = []
         measured = None
         rounds = 0  # rounds that ran units (a wait for another study's trials is none)
+        deferred: set[str] = set()  # left out of a unit as it left the queue: another study trains them
+        if spec.scheduler == "fifo":
+            request = replace(request, dispatch=self._dispatch(study, record, deferred))
         while rounds < attempts:
             # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
             try:
@@ -441,7 +444,8 @@ class Engine:
                 todo = [t.spec() for t in rows]
             except StaleTrialError as exc:
                 raise StudyError(str(exc)) from None
-            todo, waits = self._not_trained_elsewhere(study, spec, rows, todo, record)
+            todo, waits = self._not_trained_elsewhere(study, spec, todo, record)
+            deferred.clear()
             if spec.scheduler == "asha":
                 todo = self._pruned_with_their_points(study.id, todo, book)
             if (not todo and not waits) or cancel.is_set():
@@ -470,38 +474,55 @@ class Engine:
                 ran += [[m.config_hash for m in u.members] for u in units]
             if waits:  # then what they leave unfinished is this study's to train, next round
                 wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
-                rounds = min(rounds, attempts - 1)  # a round for what they left, whatever this one spent
+            if waits or deferred:  # a round for what the others leave, whatever this one spent
+                rounds = min(rounds, attempts - 1)
                 continue
             if not book.requeued:
                 return ran
         return ran
 
     def _not_trained_elsewhere(
-        self,
-        study: Study,
-        spec: StudySpec,
-        rows: Sequence[Trial],
-        todo: list[TrialSpec],
-        record: StudyRecorder,
+        self, study: Study, spec: StudySpec, todo: list[TrialSpec], record: StudyRecorder
     ) -> tuple[list[TrialSpec], dict[str, str]]:
         """(the trials this round trains, those it waits for: config hash → the study training them)
         (`service.study.elsewhere`): a trial another study finished `done` since this one made it
-        takes that result; under fifo, one another running study trains is waited for. (Under asha a
-        point's seeds train as one unit and are judged together: it waits for none.)"""
-        if not todo:
-            return todo, {}
-        taken = set(self.ledger.take_results(study.id, [t.config_hash for t in todo]))
+        takes that result; under fifo, one another study trains now is waited for. (Under asha a
+        point's seeds train as one unit and are judged together: it takes results, and waits for none.)"""
+        hashes = [t.config_hash for t in todo]
+        if spec.scheduler == "fifo":
+            taken, waits = look_elsewhere(self.ledger, study.id, hashes)
+        else:
+            taken, waits = set(self.ledger.take_results(study.id, hashes)) if hashes else set(), {}
         if taken:
             log.info(
                 "study %s: %d trials take the results another study has since finished", study.id, len(taken)
             )
             record.progress(force=True)
-            todo = [t for t in todo if t.config_hash not in taken]
-        if spec.scheduler != "fifo" or not todo:
-            return todo, {}
-        mine = {r.config_hash: r.status for r in rows}
-        waits = trained_elsewhere(study, mine, self.ledger.holders(study.id, [t.config_hash for t in todo]))
-        return [t for t in todo if t.config_hash not in waits], waits
+        return [t for t in todo if t.config_hash not in taken and t.config_hash not in waits], waits
+
+    def _dispatch(
+        self, study: Study, record: StudyRecorder, deferred: set[str]
+    ) -> Callable[[Unit], Unit | None]:
+        """A unit as it leaves the queue (`RunRequest.dispatch`): without the members another study has
+        finished since the round began (they take its result) or trains now (added to `deferred`,
+        waited for after the round); None when none is left. The first study to start a trial trains
+        it (`service.study.elsewhere`)."""
+
+        def dispatch(unit: Unit) -> Unit | None:
+            taken, waits = look_elsewhere(self.ledger, study.id, [m.config_hash for m in unit.members])
+            if not taken and not waits:
+                return unit
+            if taken:
+                record.progress(force=True)
+            deferred.update(waits)
+            log.info(
+                "study %s: of a unit's %d trials, %d took another study's results, %d are trained by %s now",
+                study.id, len(unit.members), len(taken), len(waits), ", ".join(sorted(set(waits.values()))) or "none",
+            )  # fmt: skip
+            keep = [m for m in unit.members if m.config_hash not in taken and m.config_hash not in waits]
+            return bundle(keep, fused=unit.fused, lockstep=unit.lockstep) if keep else None
+
+        return dispatch
 
     def _asha_history(self, spec: StudySpec, study_id: str) -> list[dict[int, float]]:
         """Under asha, the study's points whose every seed has finished, each its objective by

@@ -5,7 +5,7 @@ executor builds its framework's objects (Ray Tune's: `service.study.ray_tune.Ray
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,7 +22,9 @@ class RunRequest:
     `concurrency` at once, until `cancel` is set; `asha`: the ASHA scheduler's settings, when it may
     stop units (a point's seeds each) early on their reported objectives, and `asha_history` the
     study's points finished before this run, each its objective by evaluations (`rung_means`), which
-    its rungs start with."""
+    its rungs start with. `dispatch`: a grid's unit as it leaves the queue, without the members this
+    study no longer trains (another study finished them, or trains them now: `service.study.elsewhere`),
+    None when none is left."""
 
     name: str
     resources: Mapping[str, float]
@@ -32,6 +34,7 @@ class RunRequest:
     asha_history: Sequence[Mapping[int, float]] = ()
     units: Sequence[Unit] = ()
     sampling: Sampling | None = None
+    dispatch: Callable[[Unit], Unit | None] | None = None
 
 
 class Executor(Protocol):
@@ -39,12 +42,13 @@ class Executor(Protocol):
     tests, an in-process executor.
 
     Lifecycle: `start` before anything else (idempotent: it may be called again, e.g. by each run);
-    `unplaceable`, `node_plugins` and `node_memory` any time after; `run` once per round, the engine calling it again
-    for the members a fault sent back and the run did not train again itself (with the same
-    `TrialBook`, after `TrialBook.begin_round`; `TrialBook.failed` returns those members, and
-    `RayTune` runs a grid's again in the same run). A run
-    tells the book every executor trial's start, reports and end in the order `TrialBook` states, and
-    closes what is left open (`TrialBook.close_unfinished`) before it returns."""
+    `unplaceable`, `node_plugins` and `node_memory` any time after; `run` once per round, the engine
+    calling it again for the members a fault sent back and the run did not train again itself (with
+    the same `TrialBook`, after `TrialBook.begin_round`; `TrialBook.failed` returns those members, and
+    `RayTune` runs a grid's again in the same run). A run starts each of a grid's units as
+    `RunRequest.dispatch` leaves it, at the moment it starts it (not before: another study may take up
+    a member meanwhile), tells the book every executor trial's start, reports and end in the order
+    `TrialBook` states, and closes what is left open (`TrialBook.close_unfinished`) before it returns."""
 
     def start(self) -> None:
         """Start (or join) the cluster that runs the units."""

@@ -122,22 +122,32 @@ def error_summary(trial: Any) -> str:
 
 
 class UnitQueue(Searcher):
-    """A grid's round of units as Ray Tune's searcher, in order. A unit of the members a fault sent
-    back (`again`: a worker, its process or its node died) goes to the head of the queue and trains on
-    the next free slot; before, it waited for the round's last unit to end, however long that took. No
-    unit is taken back under asha, whose units carry their points' finished seeds: the engine's next
-    round rebuilds them from the ledger."""
+    """A grid's round of units as Ray Tune's searcher, in order, each as `dispatch` leaves it when it
+    leaves the queue (`RunRequest.dispatch`). A unit of the members a fault sent back (`again`: a
+    worker, its process or its node died) goes to the head of the queue and trains on the next free
+    slot; before, it waited for the round's last unit to end, however long that took. No unit is taken
+    back under asha, whose units carry their points' finished seeds: the engine's next round rebuilds
+    them from the ledger."""
 
-    def __init__(self, units: Sequence[Unit], cancel: threading.Event) -> None:
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        cancel: threading.Event,
+        dispatch: Callable[[Unit], Unit | None] | None = None,
+    ) -> None:
         super().__init__(metric="objective", mode="min")
         self.queue = deque(units)
         self.cancel = cancel
+        self.dispatch = dispatch
         self.live: set[str] = set()
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED: a str
-        if self.queue and not self.cancel.is_set():
-            self.live.add(trial_id)
-            return {"unit": self.queue.popleft()}
+        while self.queue and not self.cancel.is_set():
+            queued = self.queue.popleft()
+            unit = queued if self.dispatch is None else self.dispatch(queued)
+            if unit is not None:
+                self.live.add(trial_id)
+                return {"unit": unit}
         # None: Tune asks again later (a live unit may still send members back); FINISHED ends the run
         return None if self.live and not self.cancel.is_set() else Searcher.FINISHED
 
@@ -153,7 +163,8 @@ class UnitQueue(Searcher):
         """Nothing: a study resumes from the ledger, never from Tune's checkpoints."""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "cancel": None}  # see UnitSearcher.__getstate__: the live object stays
+        # see UnitSearcher.__getstate__: the live object stays (its dispatch holds the ledger)
+        return {**self.__dict__, "cancel": None, "dispatch": None}
 
 
 class UnitSearcher(Searcher):
@@ -247,7 +258,9 @@ class RayTune:
         with _TUNE_REGISTRY_LOCK:
             tune.register_trainable(trainable_name, tune.with_resources(run_unit, dict(request.resources)))
         searcher: UnitSearcher | UnitQueue = (
-            UnitSearcher(request.sampling) if request.sampling else UnitQueue(request.units, request.cancel)
+            UnitSearcher(request.sampling)
+            if request.sampling
+            else UnitQueue(request.units, request.cancel, request.dispatch)
         )
         again = searcher.again if isinstance(searcher, UnitQueue) and request.asha is None else None
         tuner = tune.Tuner(

@@ -1,12 +1,11 @@
-"""Two studies that hold one trial, run at once: the later one waits for the earlier one's result
-instead of training the trial a second time (`service.study.elsewhere`)."""
+"""Two studies that hold one trial, run at once: the first to start it trains it, and the other takes
+its result instead of training the trial a second time (`service.study.elsewhere`)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import trainers
@@ -24,41 +23,51 @@ def holder(h: str, status: str, study: str, minutes: int, owner: str | None = No
     return Holder(h, status, study, T0 + timedelta(minutes=minutes), owner or this_process(), time.time())
 
 
-def test_a_study_waits_on_an_older_study_or_on_one_training_the_trial_now_and_never_in_a_circle():
-    me = SimpleNamespace(id="me", created_at=T0 + timedelta(minutes=5))
-    mine = {h: "pending" for h in "abcdefg"} | {"own": "running"}
+def test_a_study_waits_only_for_a_trial_another_live_study_trains_now():
+    mine = {h: "pending" for h in "abcdefg"} | {"own": "running", "fin": "done"}
     gone = "elsewhere/1/1"  # another host's process that has not beaten for the lease
     holders = [
-        holder("a", "pending", "older", 1),  # older, still to train: waited for
-        holder("b", "pending", "newer", 9),  # newer, not started: this one trains it
-        holder("c", "running", "newer", 9),  # newer, training it now: waited for
-        Holder("d", "pending", "dead", T0, gone, time.time() - 3600),  # its process is gone
-        Holder("e", "pending", "unowned", T0, None, None),  # no process holds that study
-        holder("own", "pending", "older", 1),  # this study's own, left running by its crash
+        holder("a", "pending", "older", 1),  # older, still to train: this one trains it if it comes first
+        holder("b", "pending", "newer", 9),  # newer, not started: the same
+        holder("c", "running", "newer", 9),  # training it now: waited for
+        holder("d", "running", "older", 1),  # training it now: waited for
+        Holder("e", "running", "dead", T0, gone, time.time() - 3600),  # its process is gone
+        Holder("f", "running", "unowned", T0, None, None),  # no process holds that study
+        holder("own", "running", "older", 1),  # this study's own, left running by its crash: its own
+        holder("fin", "running", "older", 1),  # this study has it already
     ]
-    assert trained_elsewhere(me, mine, holders) == {"a": "older", "c": "newer"}  # type: ignore[arg-type]
-    # the older study does not wait on this one for a trial it holds and neither trains yet
-    older = SimpleNamespace(id="older", created_at=T0 + timedelta(minutes=1))
-    assert trained_elsewhere(older, {"a": "pending"}, [holder("a", "pending", "me", 5)]) == {}  # type: ignore[arg-type]
-    # a study training the trial now waits on no one for it
-    assert trained_elsewhere(me, {"c": "running"}, [holder("c", "running", "x", 1)]) == {}  # type: ignore[arg-type]
+    assert trained_elsewhere(mine, holders) == {"c": "newer", "d": "older"}
+    # a study training the trial now waits on no one for it: no two studies wait on each other
+    assert trained_elsewhere({"c": "running"}, [holder("c", "running", "x", 1)]) == {}
 
 
-def two_studies(engine: Any) -> tuple[Any, Any, str, str]:
-    """A (older): lr 1e-3 and 1e-2, marked running in this process; B: lr 1e-3 (A's trial) and 3e-3."""
+def two_studies(engine: Any, a_lrs: list[float], b_lrs: list[float], **both: Any) -> tuple[Any, Any]:
+    """A (older) and B, studies of `TINY` over these learning rates (`both`: more of their specs); A
+    marked running in this process, as a server running it would be."""
 
     def spec(lrs: list[float]) -> StudySpec:
-        return StudySpec.model_validate({"space": {"dims": {"lr": lrs}}, "base": TINY, "seeds": [1]})
+        return StudySpec.model_validate({"space": {"dims": {"lr": lrs}}, "base": TINY, "seeds": [1], **both})
 
-    a = engine.create_study(spec([1e-3, 1e-2]))
-    b = engine.create_study(spec([1e-3, 3e-3]))
-    shared = {t.config_hash for t in engine.ledger.trials(a.id)} & {
-        t.config_hash for t in engine.ledger.trials(b.id)
-    }
-    (h,) = shared
-    (own,) = {t.config_hash for t in engine.ledger.trials(b.id)} - shared
+    a, b = engine.create_study(spec(a_lrs)), engine.create_study(spec(b_lrs))
     engine.ledger.update_study(a.id, state="running", owner=this_process(), owner_beat=time.time())
-    return a, b, h, own
+    return a, b
+
+
+def hashes(engine: Any, study_id: str) -> dict[float, str]:
+    return {t.params["lr"]: t.config_hash for t in engine.ledger.trials(study_id)}
+
+
+def row_of(engine: Any, study_id: str, config_hash: str) -> Any:
+    (row,) = [t for t in engine.ledger.trials(study_id) if t.config_hash == config_hash]
+    return row
+
+
+def train_in(engine: Any, study_id: str, config_hash: str) -> Any:
+    """The trial trained by that study, as its own run would (started, trained, finished)."""
+    row = row_of(engine, study_id, config_hash)
+    engine.ledger.start_trial(study_id, config_hash)
+    engine.ledger.finish_trial(row.id, trainers.train(row.config))
+    return row
 
 
 def run_in_thread(engine: Any, study_id: str) -> tuple[threading.Thread, dict[str, Any]]:
@@ -72,23 +81,23 @@ def wait_until(check: Any, what: str, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(0.05)
 
 
-def test_a_study_takes_the_result_of_a_trial_an_older_running_study_trains(engine, monkeypatch):
+def test_a_study_takes_the_result_of_a_trial_another_study_trains_now(engine, monkeypatch):
     """It trained it a second time (the same numbers, twice the compute): a researcher's own cell swept
     beside a paper's model, posted while the paper's study ran. It trains its own trials, waits for the
-    shared one, and takes the older study's result: trained once, by the older study."""
+    one another study is training, and takes that result: trained once."""
     monkeypatch.setattr(elsewhere, "POLL_SECONDS", 0.2)
     ledger = engine.ledger
-    a, b, shared, own = two_studies(engine)
+    a, b = two_studies(engine, [1e-3, 1e-2], [1e-3, 3e-3])
+    shared, own = hashes(engine, b.id)[1e-3], hashes(engine, b.id)[3e-3]
+    ledger.start_trial(a.id, shared)  # A trains it now
     thread, summary = run_in_thread(engine, b.id)
     wait_until(lambda: ledger.statuses(b.id, [own])[own] == "done", "B to train its own trial")
     time.sleep(1.0)
     assert ledger.statuses(b.id, [shared])[shared] == "pending"  # waiting for A, not training it
-    # A trains the shared trial (as its own run would)
-    (row,) = [t for t in ledger.trials(a.id) if t.config_hash == shared]
-    ledger.start_trial(a.id, shared)
+    row = row_of(engine, a.id, shared)
     ledger.finish_trial(row.id, trainers.train(row.config))
     thread.join(timeout=180)
     assert not thread.is_alive() and summary["state"] == "done"
@@ -104,26 +113,69 @@ def test_a_study_trains_the_trial_itself_when_the_study_it_waited_for_stops(engi
     monkeypatch.setattr(elsewhere, "POLL_SECONDS", 0.2)
     monkeypatch.setattr(engine.settings, "trial_attempts", 1)
     ledger = engine.ledger
-    a, b, shared, own = two_studies(engine)
+    a, b = two_studies(engine, [1e-3, 1e-2], [1e-3, 3e-3])
+    shared, own = hashes(engine, b.id)[1e-3], hashes(engine, b.id)[3e-3]
+    ledger.start_trial(a.id, shared)
     thread, summary = run_in_thread(engine, b.id)
     wait_until(lambda: ledger.statuses(b.id, [own])[own] == "done", "B to train its own trial")
     assert ledger.statuses(b.id, [shared])[shared] == "pending"
-    ledger.update_study(a.id, state="cancelled", owner=None)  # A stops before training it
+    ledger.update_study(a.id, state="cancelled", owner=None)  # A stops before it ends the trial
     thread.join(timeout=180)
     assert not thread.is_alive() and summary["state"] == "done"
     trained = {t.config_hash: t for t in ledger.trials(b.id)}[shared]
     assert trained.status == "done" and trained.reused_from is None and trained.runs == 1
 
 
+def test_the_first_study_to_start_a_shared_trial_trains_it_and_the_other_takes_its_result(engine):
+    """A trial another study only holds still to train (a paper's study of thousands of trials, which
+    will come to it in hours) is trained by the study that comes to it first: the newer study waited
+    for the older one's queue before, holding its server slot. The older one, coming to it, takes
+    that result."""
+    ledger = engine.ledger
+    a, b = two_studies(engine, [1e-3, 1e-2], [1e-3, 3e-3])
+    shared = hashes(engine, b.id)[1e-3]
+    assert engine.run_study(b.id)["state"] == "done"  # A holds the shared trial pending all along
+    mine = row_of(engine, b.id, shared)
+    assert mine.status == "done" and mine.runs == 1 and mine.reused_from is None
+    ledger.update_study(a.id, state="pending", owner=None)
+    assert engine.run_study(a.id)["state"] == "done"
+    theirs = row_of(engine, a.id, shared)
+    assert theirs.reused_from == mine.id and theirs.runs == 0
+    assert row_of(engine, a.id, hashes(engine, a.id)[1e-2]).runs == 1
+
+
+def test_a_unit_leaves_out_a_trial_another_study_started_after_the_round_began(engine, monkeypatch):
+    """The round's units are packed when it begins, and each is started later, as a slot frees: a
+    trial another study has started meanwhile is left out of its unit as the unit leaves the queue
+    (`RunRequest.dispatch`), waited for, and its result taken; before, both trained it."""
+    monkeypatch.setattr(elsewhere, "POLL_SECONDS", 0.2)
+    ledger = engine.ledger
+    lrs = [1e-3, 1e-2]
+    a, b = two_studies(engine, lrs, lrs, base={**TINY, "steps": 3000, "eval_every": 1000}, bundle_size=1,
+                       concurrency=1)  # fmt: skip
+    thread, summary = run_in_thread(engine, b.id)
+    wait_until(lambda: any(t.status == "running" for t in ledger.trials(b.id)), "B to start its first unit")
+    (first,) = [t.config_hash for t in ledger.trials(b.id) if t.status == "running"]
+    (second,) = set(hashes(engine, b.id).values()) - {first}
+    ledger.start_trial(a.id, second)  # A starts the trial B's next unit holds, while B trains its first
+    wait_until(lambda: ledger.statuses(b.id, [first])[first] == "done", "B to finish its first unit")
+    time.sleep(1.0)
+    assert ledger.statuses(b.id, [second])[second] == "pending"  # left out of its unit: A trains it
+    row = row_of(engine, a.id, second)
+    ledger.finish_trial(row.id, trainers.train(row.config))
+    thread.join(timeout=180)
+    assert not thread.is_alive() and summary["state"] == "done"
+    taken = {t.config_hash: t for t in ledger.trials(b.id)}
+    assert taken[second].reused_from == row.id and taken[second].runs == 0 and taken[first].runs == 1
+
+
 def test_a_trial_another_study_finished_since_this_one_was_made_takes_its_result(engine):
     """Reuse was decided once, when the study was made: a trial another study finished while this one
     waited in the queue was trained again."""
-    ledger = engine.ledger
-    a, b, shared, _own = two_studies(engine)
-    (row,) = [t for t in ledger.trials(a.id) if t.config_hash == shared]
-    ledger.start_trial(a.id, shared)
-    ledger.finish_trial(row.id, trainers.train(row.config))
-    ledger.update_study(a.id, state="done", owner=None)
+    a, b = two_studies(engine, [1e-3, 1e-2], [1e-3, 3e-3])
+    shared = hashes(engine, b.id)[1e-3]
+    row = train_in(engine, a.id, shared)
+    engine.ledger.update_study(a.id, state="done", owner=None)
     assert engine.run_study(b.id)["state"] == "done"
-    taken = {t.config_hash: t for t in ledger.trials(b.id)}[shared]
+    taken = row_of(engine, b.id, shared)
     assert taken.reused_from == row.id and taken.runs == 0

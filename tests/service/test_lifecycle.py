@@ -60,10 +60,12 @@ class InProcess:
         if request.sampling is None:
             units = list(request.units)
             self.rounds.append([[m.config_hash for m in u.members] for u in units])
-            for i, unit in enumerate(units):
+            for i, queued in enumerate(units):
                 if request.cancel.is_set():
                     break
-                self._unit(f"{request.name}-{len(self.rounds)}-{i}", unit, book)
+                unit = queued if request.dispatch is None else request.dispatch(queued)
+                if unit is not None:
+                    self._unit(f"{request.name}-{len(self.rounds)}-{i}", unit, book)
         else:
             draws, drawn = Draws(request.sampling), list[list[str]]()
             self.rounds.append(drawn)
@@ -553,9 +555,9 @@ def test_a_refused_write_that_ray_rewraps_still_ends_the_run_refused(tmp_path: P
     from service.store.ledger import ClaimLostError
 
     class Rewraps(InProcess):
-        def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
-            try:
-                return super()._unit(run, unit, book)
+        def run(self, request: RunRequest, book: TrialBook) -> None:
+            try:  # a callback's write, or the searcher's look as it starts a unit (`dispatch`)
+                super().run(request, book)
             except ClaimLostError as exc:
                 raise RuntimeError(f"TuneError: Traceback ... {exc}") from None  # its type lost
 
