@@ -30,7 +30,7 @@ class Recorder(Protocol):
 
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None: ...
 
-    def stopped(self, trial_id: int, config_hash: str, reason: str) -> None: ...
+    def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None: ...
 
 
 class TrialBook:
@@ -204,7 +204,7 @@ class TrialBook:
                 ):  # what it records of its task: its evaluations are judged at a budget they reached
                     self._with_task(task, key)
                 self.ledger.cancel_trial(self.ids[key], reason, history, task)
-                self.record.stopped(self.ids[key], key, reason)
+                self.record.stopped(self.ids[key], key, "cancelled", reason)
             elif how == "pruned":
                 evaluations = f"{len(history)} evaluation{'s' if len(history) != 1 else ''}"
                 result = trainers.TrialResult(
@@ -217,12 +217,12 @@ class TrialBook:
             elif self.starts.get(key, 0) < self.attempts:
                 note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"
                 self.ledger.interrupt_trial(self.ids[key], "pending", note, [])
-                self.record.stopped(self.ids[key], key, note)
+                self.record.stopped(self.ids[key], key, "pending", note)
                 self.requeued += 1
                 again.append(key)
             else:
                 note = f"{reason} (after {self.attempts} attempts: an infrastructure fault, not a result)"
                 self.ledger.interrupt_trial(self.ids[key], "error", note, history)
-                self.record.stopped(self.ids[key], key, note)
+                self.record.stopped(self.ids[key], key, "error", note)
         self.open.pop(run, None)
         return again

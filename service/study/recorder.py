@@ -86,10 +86,10 @@ class StudyRecorder:
             self._running.pop(row.config_hash, None)
         self.progress()
 
-    def stopped(self, trial_id: int, config_hash: str, reason: str) -> None:
-        """A trial stopped before its end (cancelled, or interrupted to run again): its live child run
-        ends KILLED with the reason; it no longer counts in the ETA."""
-        self.tracker.trial_stopped(config_hash, reason)
+    def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None:
+        """A trial stopped before its end (cancelled, or interrupted: pending to run again, or error):
+        its live child run ends KILLED with its `status` and the reason; it no longer counts in the ETA."""
+        self.tracker.trial_stopped(config_hash, status, reason)
         with self._lock:
             self._running.pop(config_hash, None)
             self._unwritten.pop(trial_id, None)

@@ -144,17 +144,35 @@ class ChildRuns:
             self.write_artifact(artifact_uri, matrix, "recurrent_matrix.json")
         self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.status, "FINISHED"))
 
-    def stop(self, live: LiveRun, reason: str) -> None:
+    def stop(self, live: LiveRun, status: str, reason: str) -> None:
         """A trial stopped before its end (see `Tracker.trial_stopped`): its live run, if made, gets what
-        its curve has not had, the reason and ends KILLED."""
+        its curve has not had, the trial's status in the ledger and the reason, and ends KILLED."""
         from mlflow.entities import RunTag
 
         if live.run is None:
             return
         run_id = live.run[0]
-        tags = [RunTag("memsweep.status", "stopped"), RunTag("memsweep.reason", reason[:4000])]
+        tags = [RunTag("memsweep.status", status), RunTag("memsweep.reason", reason[:4000])]
         log_batches(self.client, run_id, [], curve_metrics(live.curve), tags)
         self.client.set_terminated(run_id, status="KILLED")
+
+    def end_earlier(self, run_id: str) -> None:
+        """An earlier child run of a trial that starts again: ended KILLED, pending with the reason, when
+        the process that trained it died and left it RUNNING (a crash, a SIGKILL); the UI counted it
+        running beside the new one until the study ended. (No trial owns it once the new run is made:
+        the study's end, or a sync, deletes it.)"""
+        from mlflow.entities import RunTag
+        from mlflow.exceptions import MlflowException
+
+        try:
+            running = self.client.get_run(run_id).info.status == "RUNNING"
+        except MlflowException:  # deleted, or never made: nothing to end
+            return
+        if running:
+            reason = "the process training it died before it ended; the trial trains again in a new run"
+            tags = [RunTag("memsweep.status", "pending"), RunTag("memsweep.reason", reason)]
+            log_batches(self.client, run_id, [], [], tags)
+            self.client.set_terminated(run_id, status="KILLED")
 
     def write_artifact(self, artifact_uri: str, text: str, name: str) -> None:
         """`text` as the artifact `name` of the run at `artifact_uri`."""

@@ -152,7 +152,10 @@ class Tracker:
     def trial_started(self, study: StudyContext, trial: Trial, on_run_id: Callable[[str], None]) -> None:
         """A trial starts training: its child run is made `live_interval` seconds from now (with its
         params; the UI lists it then), unless the trial has ended by then (`log_trial` writes it whole);
-        `on_run_id` gets its run id as soon as it is made."""
+        `on_run_id` gets its run id as soon as it is made. An earlier run of the trial that a process
+        which died left RUNNING ends KILLED (`ChildRuns.end_earlier`)."""
+        if trial.mlflow_run_id is not None:
+            self._pool.submit(partial(self.children.end_earlier, trial.mlflow_run_id), key=trial.config_hash)
         self._live.started(study, trial, on_run_id)
 
     def trial_evaluated(self, config_hash: str, evaluations: Sequence[Evaluation]) -> None:
@@ -175,14 +178,15 @@ class Tracker:
         finish = partial(self.children.finish, study, trial, matrices, on_run_id, live)
         self._pool.submit(finish, key=trial.config_hash)
 
-    def trial_stopped(self, config_hash: str, reason: str) -> None:
-        """A trial stopped before its end (cancelled, or interrupted to run again): its live child run,
-        if one was made, ends KILLED with the reason (tags `memsweep.status` stopped, `memsweep.reason`), after its queued writes;
+    def trial_stopped(self, config_hash: str, status: str, reason: str) -> None:
+        """A trial stopped before its end (cancelled, or interrupted: pending to run again, or error):
+        its live child run, if one was made, ends KILLED with the trial's `status` in the ledger and the
+        reason (tags `memsweep.status`, `memsweep.reason`), after its queued writes;
         before, it stayed RUNNING for ever, and the UI counted it running. A later run of the trial
         makes a new child run; a sync deletes the stopped one, which no trial owns then."""
         live = self._live.ended(config_hash)
         if live is not None:
-            self._pool.submit(partial(self.children.stop, live, reason), key=config_hash)
+            self._pool.submit(partial(self.children.stop, live, status, reason), key=config_hash)
 
     # ----- queued: the parent run ----------------------------------------------------------------
     def study_progress(self, parent_run_id: str, table: dict[str, Any]) -> None:

@@ -125,10 +125,10 @@ class MemoryTracker:
     def trial_evaluated(self, config_hash: str, evaluations: Any) -> None:
         pass
 
-    def trial_stopped(self, config_hash: str, reason: str) -> None:
+    def trial_stopped(self, config_hash: str, status: str, reason: str) -> None:
         for run in self.runs.values():
             if run.get("trial") == config_hash and run["status"] == "RUNNING":
-                run.update(status="KILLED", reason=reason)
+                run.update(status="KILLED", reason=reason, trial_status=status)
 
     def log_trial(self, study: Any, row: Any, matrices: Any, set_run_id: Callable[[str], None]) -> None:
         run_id = (
@@ -237,6 +237,7 @@ def test_a_worker_that_dies_sends_its_members_back_once_then_they_end_as_error(m
     assert not [r for r in children if r["status"] == "RUNNING"]
     (killed,) = [r for r in children if r["status"] == "KILLED"]
     assert killed["trial"] == by[("chain", 1e-3, 2)].config_hash and "after 2 attempts" in killed["reason"]
+    assert killed["trial_status"] == "error"  # the ledger's status, as MLflow tags it
     assert by[("chain", 1e-3, 1)].status == "done" and by[("chain", 1e-3, 1)].runs == 2
     assert by[("chain", 1e-3, 2)].status == "error" and "after 2 attempts" in by[("chain", 1e-3, 2)].reason
     others = [t for k, t in by.items() if k[:2] != ("chain", 1e-3)]
@@ -454,7 +455,7 @@ class Recorded:
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None:
         self.engine.ledger.finish_trial(trial_id, result)
 
-    def stopped(self, trial_id: int, config_hash: str, reason: str) -> None:
+    def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None:
         pass
 
 

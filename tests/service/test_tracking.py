@@ -158,8 +158,10 @@ def test_a_trial_stopped_before_its_end_ends_its_live_run_killed_with_the_reason
             time.sleep(0.05)
         tracker.trial_started(study, never, lambda run_id: None)  # its run is due an interval from now
         tracker.trial_evaluated(trial.config_hash, [evaluation(1), evaluation(2)])
-        tracker.trial_stopped(trial.config_hash, "the study was cancelled")
-        tracker.trial_stopped(never.config_hash, "the study was cancelled")  # stopped before its run was made
+        tracker.trial_stopped(trial.config_hash, "cancelled", "the study was cancelled")
+        tracker.trial_stopped(
+            never.config_hash, "cancelled", "the study was cancelled"
+        )  # stopped before its run was made
         tracker.flush()
     finally:
         tracker.close()
@@ -167,9 +169,44 @@ def test_a_trial_stopped_before_its_end_ends_its_live_run_killed_with_the_reason
     assert set(runs) == {trial.config_hash}
     run = runs[trial.config_hash]
     assert run.info.status == "KILLED"
-    assert run.data.tags["memsweep.status"] == "stopped"
+    assert run.data.tags["memsweep.status"] == "cancelled"  # the ledger's word for it
     assert run.data.tags["memsweep.reason"] == "the study was cancelled"
     assert sorted(m.step for m in tracker.client.get_metric_history(run.info.run_id, "val_loss")) == [1, 2]
+
+
+def test_a_run_a_dead_process_left_running_ends_killed_when_its_trial_starts_again(tmp_path, mlflow_uri):
+    """A server SIGKILLed mid-study leaves its trials' child runs RUNNING; on resume each trial made a
+    new one, and the UI showed two running runs per trial until the study ended. The earlier one now
+    ends KILLED, pending with the reason, as the trial starts again; a run already ended is left alone."""
+    ledger, (trial, other) = two_trials(tmp_path)
+    crashed = Tracker(mlflow_uri, "tracking-tests", live_interval=0.0)
+    exp_id, parent = crashed.start_study(trial.study_id, "s", {}, None)
+    study = StudyContext(exp_id, parent, Criterion())
+    for t in (trial, other):
+        crashed.trial_started(study, t, lambda run_id, t=t: ledger.update_trial(t.id, mlflow_run_id=run_id))
+        crashed.trial_evaluated(t.config_hash, [evaluation(1)])
+    deadline = time.monotonic() + 30
+    while len(children(crashed.client, exp_id, parent)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # both runs made (live)
+    crashed.trial_stopped(other.config_hash, "cancelled", "the study was cancelled")  # ended: KILLED
+    crashed.flush()
+    crashed.close()  # and then the process dies: `trial`'s run stays RUNNING
+    before = {h: r.info.status for h, r in children(crashed.client, exp_id, parent).items()}
+    assert before == {trial.config_hash: "RUNNING", other.config_hash: "KILLED"}
+    tracker = Tracker(mlflow_uri, "tracking-tests", live_interval=INTERVAL)
+    try:
+        for t in ledger.trials(trial.study_id):  # the resumed run starts both again
+            assert t.mlflow_run_id is not None
+            tracker.trial_started(study, t, lambda run_id: None)
+        tracker.flush()
+    finally:
+        tracker.close()
+    runs = {r.info.run_id: r for r in tracker.client.search_runs([exp_id])}
+    earlier = runs[ledger.trial(trial.id).mlflow_run_id]
+    assert earlier.info.status == "KILLED" and earlier.data.tags["memsweep.status"] == "pending"
+    assert "died before it ended" in earlier.data.tags["memsweep.reason"]
+    kept = runs[ledger.trial(other.id).mlflow_run_id]
+    assert kept.data.tags["memsweep.status"] == "cancelled"  # its own end, not overwritten
 
 
 def test_a_store_uri_keeps_the_artifacts_in_the_home_not_in_the_working_directory(tmp_path, monkeypatch):
