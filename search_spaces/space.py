@@ -175,7 +175,8 @@ class SearchSpace:
                 if key in m.dims:
                     raise SpaceError(
                         f"base.{key}: model {m.name!r} varies {key} over {dim_to_dict(m.dims[key])}, so a "
-                        f"base value would be ignored; to run one value write dims: {{{key}: [{value!r}]}}"
+                        f"base value would be ignored; to run one value write dims: {{{key}: "
+                        f"[{as_written(value)!r}]}}"
                     )
                 if key in m.fixed and m.fixed[key] != value:
                     raise SpaceError(
@@ -195,7 +196,9 @@ class SearchSpace:
                     elif near:
                         hints.append(f"did you mean {near[0]!r}?")
                     else:
-                        hints.append(f"to give {key} one value for every trial, set it in base")
+                        hints.append(
+                            f"if {key} is a setting of these trials, give it one value for every trial in base"
+                        )
                 raise SpaceError(
                     f"cannot override {unknown}: not a dimension of space {self.name!r}'s models "
                     f"{', '.join(m.name for m in chosen)} (dimensions: {varied}); {'; '.join(hints)}"
@@ -250,6 +253,20 @@ DIMENSION_HELP = (
 )
 
 
+def as_written(value: Any) -> Any:
+    """`value` as a spec should write it: text that reads as a number (`"1e-3"`) as that number, else
+    itself."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return (
+            int(number) if number.is_integer() and "." not in value and "e" not in value.lower() else number
+        )
+    return value
+
+
 def dim_from_dict(raw: Any, where: str) -> Dimension:
     """A dimension from JSON/YAML: a list → Values; {"values": [...]}; {"uniform": [lo, hi], "log": b};
     {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}. Anything else — an unknown key, a `log` that is
@@ -280,8 +297,16 @@ def dim_from_dict(raw: Any, where: str) -> Dimension:
             )
         return Values(tuple(values) if isinstance(values, (list, tuple)) else (values,))
     bounds = raw[kind]
-    try:  # numbers, or text that reads as one (YAML 1.1 reads 1e-5, without a dot, as text)
-        if isinstance(bounds, (str, bytes)) or any(isinstance(b, bool) for b in bounds) or len(bounds) != 2:
+    # two numbers (text is refused as in a list of values: a spec file reads 1e-5 as a number)
+    for i, b in enumerate(bounds if isinstance(bounds, (list, tuple)) else ()):
+        if isinstance(b, str) and as_written(b) is not b:
+            raise SpaceError(f"{where}.{kind}[{i}] = {b!r} is text: write it as a number, {as_written(b)!r}")
+    try:
+        if (
+            isinstance(bounds, (str, bytes))
+            or any(isinstance(b, (bool, str)) for b in bounds)
+            or len(bounds) != 2
+        ):
             raise TypeError
         lo, hi = float(bounds[0]), float(bounds[1])
     except (TypeError, ValueError):

@@ -223,7 +223,10 @@ class MemsweepClient(TrialPages):
         return result
 
     def extend(self, study_id: str, **changes: Any) -> dict[str, Any]:
-        """Add seeds / dims values / models / max_trials; returns {"added", "study"}."""
+        """Grow a study: `seeds`, a dimension of `dims`, `models` are each given whole, the study's values
+        with the new ones (`extend(id, seeds=[1, 2, 3])` adds seed 3 to a study of [1, 2]; one leaving
+        out values the study holds is refused); `max_trials` a sampled study's new budget. Returns
+        {"added", "study"}."""
         result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/extend", json=changes)
         return result
 
@@ -268,6 +271,11 @@ class MemsweepClient(TrialPages):
         `attrs` name the criterion, the budget and the reference."""
         import pandas as pd
 
+        if by not in ("model", "value"):  # "lr" gave every field's rows, as if it chose one
+            raise ValueError(
+                f"by={by!r}: give 'model' (a row per model) or 'value' (a row per model, field and value; "
+                "select a field's rows with frame.xs(FIELD, level='field'))"
+            )
         table = self.success(study_id, **criterion)
         rows: list[dict[str, Any]] = []
         if by == "model":

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -105,7 +107,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="presets (trials = points × seeds)")
-    for col in ("name", "trials", "per model", "citation"):
+    # a name whole, on one line, whatever the terminal's width: it is what `memsweep run` takes
+    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    for col in ("trials", "per model", "citation"):
         table.add_column(col)
     for r in rows:
         per = ", ".join(f"{m} {n}" for m, n in (r["size_per_model"] or {}).items())
@@ -551,7 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     fn = COMMANDS[args.command]
     try:
-        return int(fn(args))
+        code = int(fn(args))
+        sys.stdout.flush()  # here, where a reader gone away is answered (not at the interpreter's exit)
+        return code
+    except BrokenPipeError:  # `memsweep trials ID | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own exit flush too
+        return 128 + signal.SIGPIPE  # as a shell reports a command a closed pipe stopped
     except ValidationError as exc:  # a spec's fields, named as the REST answer names them
         model = None
         if exc.title == "StudySpec":

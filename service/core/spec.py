@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
 from service.core.errors import StudyError
@@ -147,7 +147,9 @@ class StudySpec(BaseModel):
         "(a built-in or a plugin: `memsweep plugins`) adds an arm of that cell on the preset's protocol: "
         "its shared dimensions (the learning rates), the cell's own `grid`, the same seeds and budget",
     )
-    seeds: list[int] | None = Field(default=None, description="seeds every point repeats over")
+    seeds: list[StrictInt] | None = Field(
+        default=None, description="seeds every point repeats over (whole numbers, not text)"
+    )
     sampler: Sampler = "grid"
     sampler_seed: int = Field(
         default=0,

@@ -123,7 +123,8 @@ class StudyPlan(BaseModel):
     estimate: PlanEstimate | None
     unit_memory: UnitMemory | None = Field(
         default=None,
-        description="the memory a unit may use, measured on a node that runs them (None: not measured; "
+        description="the memory each unit may use: its share of a node's free memory (measured on a node "
+        "that runs them), the budget its bundle is sized to, not what it will use (None: not measured; "
         "packing assumed a device's memory)",
     )
     notes: list[str]

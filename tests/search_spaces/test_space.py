@@ -150,7 +150,8 @@ def test_with_overrides_models() -> None:
 
 def test_with_overrides_unknown_dim() -> None:
     with pytest.raises(
-        SpaceError, match=r"cannot override \['hidden'\].*one value for every trial, set it in base"
+        SpaceError,
+        match=r"cannot override \['hidden'\].*if hidden is a setting of these trials, give it one value for every trial in base",
     ):
         small_space().with_overrides(dims={"hidden": Values((8,))})
     # b alone has no scale: said so, not "set it in base" (b's cell has no scale to set)
@@ -182,7 +183,6 @@ def test_unknown_preset_lists_the_presets() -> None:
         ("relu", Values(("relu",))),
         ({"values": [True, False]}, Values((True, False))),
         ({"uniform": [0.5, 1.5]}, Uniform(0.5, 1.5)),
-        ({"uniform": ["1e-5", 1e-2], "log": True}, Uniform(1e-5, 1e-2, True)),
         ({"loguniform": [1e-5, 1e-2]}, Uniform(1e-5, 1e-2, True)),
         ({"int": [2, 14]}, IntRange(2, 14)),
         ({"int": [1, 64], "log": True}, IntRange(1, 64, True)),
@@ -219,6 +219,7 @@ def test_dim_from_dict_unknown_form_says_what_to_write() -> None:
         {"uniform": [1.0]},
         {"uniform": [2.0, 1.0]},
         {"int": ["a", 3]},
+        {"uniform": ["1e-5", 1e-2], "log": True},  # text, where a list of values refuses it too
         {"loguniform": [0.0, 1.0]},
         {"values": []},
         {"uniform": [1e-4, 1e-2], "lgo": True},  # a typo: was linear, without a word
@@ -254,3 +255,14 @@ def test_an_empty_dimension_names_its_place_and_the_fix(raw: object) -> None:
         "space.models.a.dims.lr is empty: give at least one value to try (a list, e.g. lr: [value1, value2]), "
         "or leave space.models.a.dims.lr out"
     )
+
+
+def test_text_that_reads_as_a_number_is_refused_with_the_number_to_write() -> None:
+    """A range's text bound was read as its number while a list's text value was refused: both are
+    refused now, with the number to write; and a fix a message proposes is one the door takes."""
+    with pytest.raises(
+        SpaceError, match=r"dims\.lr\.loguniform\[1\] = '1e-2' is text: write it as a number, 0\.01"
+    ):
+        dim_from_dict({"loguniform": [1e-4, "1e-2"]}, "dims.lr")
+    with pytest.raises(SpaceError, match=r"to run one value write dims: \{lr: \[0\.001\]\}"):
+        get_preset("orhan2020-copy500").with_overrides(base={"lr": "1e-3"})

@@ -519,6 +519,8 @@ def test_bad_input_is_422_naming_the_field_the_allowed_values_and_the_fix(client
     assert r.status_code == 422 and "spiral" in r.json()["detail"]
     r = client.post("/studies", json={"preset": "orhan2020-copy500", "sampler": "tpe"})
     assert r.status_code == 422 and "max_trials" in r.json()["message"]
+    r = client.post("/studies", json={"preset": "orhan2020-copy500", "seeds": [1, "2"]})  # was read as 2
+    assert r.status_code == 422 and "body.seeds.1: Input should be a valid integer" in r.json()["message"]
     r = client.get("/studies/x/trials", params={"status": "finished"})
     assert r.status_code == 422 and "'pending', 'running', 'done'" in r.json()["message"]
     assert client.get("/studies/x/best", params={"k": 0}).status_code == 422
@@ -828,6 +830,8 @@ def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
         )
         by_value = client.success_table(study["id"], by="value")
         assert by_value.loc[("orth", "lr", "0.01"), "failed"] == 2
+        with pytest.raises(ValueError, match=r"by='lr': give 'model'.*or 'value'.*frame\.xs\(FIELD"):
+            client.success_table(study["id"], by="lr")  # type: ignore[arg-type]  # was every field's rows
         # against a reference model: the differences REST gives (the frame dropped them)
         against = client.success_table(study["id"], reference="chain")
         rest = client.success(study["id"], reference="chain")["differences"]["orth"]
@@ -849,6 +853,24 @@ def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
 
 
 # ----- the CLI ---------------------------------------------------------------------------------------------
+def test_a_reader_that_goes_away_ends_the_cli_quietly(tmp_path: Path) -> None:
+    """`memsweep status ID | head -1` ended with a BrokenPipeError traceback; it ends as a command a
+    closed pipe stopped does, 128 + SIGPIPE, saying nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MEMSWEEP_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli.commands", "studies"], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the command writes
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141 and "Traceback" not in err and "Exception ignored" not in err, err
+
+
 def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str]) -> None:
     from service.cli.commands import main
 
@@ -859,6 +881,20 @@ def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str])
     assert all(cmd in out for cmd in ("serve", "submit", "status", "studies", "best", "success", "run"))
     with pytest.raises(SystemExit, match="--url"):
         main(["submit", "orhan2020-copy500"])  # submitting needs a server
+
+
+def test_the_preset_list_names_each_preset_whole_on_a_narrow_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 80 columns the names were cut (`orhan2020-addition7…`): what `memsweep run` takes could not be
+    copied from the list."""
+    from search_spaces import list_presets
+    from service.cli.commands import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert all(f" {name} " in out for name in list_presets()), out
 
 
 @pytest.mark.parametrize(
