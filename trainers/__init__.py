@@ -11,6 +11,7 @@ ledger (judges, tabulates and prints results) without loading torch.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,15 +63,17 @@ def __getattr__(name: str) -> Any:
     """A name of `__all__` from its module, or a submodule (`trainers.fused`), imported on first use."""
     if name in _HOME:
         value = getattr(importlib.import_module(_HOME[name]), name)
+    elif name in _submodules():  # never `__main__`, which would run the trainers' CLI
+        value = importlib.import_module(f"{__name__}.{name}")
     else:
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":  # the submodule exists but an import of its own failed
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # looked up once
     return value
+
+
+def _submodules() -> set[str]:
+    """The package's own modules and packages, by name (but `__main__`)."""
+    return {m.name for m in pkgutil.iter_modules(__path__)} - {"__main__"}
 
 
 def __dir__() -> list[str]:

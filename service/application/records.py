@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from service.core.spec import whole_seeds
 from service.core.states import StudyState, TrialStatus
 from service.reports.summary import CriterionPublic
 from service.store.models import utc
@@ -26,6 +27,12 @@ class StudyExtend(BaseModel):
         json_schema_extra={"examples": [{"seeds": [1, 2, 3]}, {"dims": {"lr": [3e-4, 1e-4, 3e-5]}}]},
     )
     seeds: list[int] | None = Field(default=None, description="the new list of seeds (a superset)")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_are_numbers(cls, v: Any) -> Any:
+        return whole_seeds(v)
+
     dims: dict[str, Any] | None = Field(
         default=None,
         description="dimensions whose values to replace: each one's values so far and the new ones (an extension "

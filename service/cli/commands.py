@@ -108,7 +108,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
     table = Table(title="presets (trials = points × seeds)")
     # a name whole, on one line, whatever the terminal's width: it is what `memsweep run` takes
-    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    table.add_column("name", no_wrap=True, min_width=max((len(r["name"]) for r in rows), default=4))
     for col in ("trials", "per model", "citation"):
         table.add_column(col)
     for r in rows:

@@ -433,7 +433,8 @@ def print_trials(page: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{page['total']} trials (success: {page['criterion']['name']})")
+    total = page["total"]
+    table = Table(title=f"{total} trial{'' if total == 1 else 's'} (success: {page['criterion']['name']})")
     why = any(t.get("reason") for t in page["items"])  # a failed, pruned or interrupted trial's reason
     # where a running trial has got to: its latest evaluation's step and validation loss
     now = any(t["status"] == "running" and t.get("last_evaluation") for t in page["items"])
@@ -456,9 +457,9 @@ def print_trials(page: dict[str, Any]) -> None:
         latest = t.get("last_evaluation") if t["status"] == "running" else None
         progress = [f"{latest['step']}: {latest['val_loss']:.5g}" if latest else ""] if now else []
         reason = [short(t.get("reason") or "")] if why else []
+        success = "" if t["success"] is None else str(t["success"])  # not judged until it finishes
         table.add_row(
-            str(t["id"]), t["model"], params, t["status"], *progress, loss, str(t["success"]), seconds,
-            *reason,
+            str(t["id"]), t["model"], params, t["status"], *progress, loss, success, seconds, *reason,
         )  # fmt: skip
     Console().print(table)
 

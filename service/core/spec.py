@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
 from service.core.errors import StudyError
@@ -147,7 +147,7 @@ class StudySpec(BaseModel):
         "(a built-in or a plugin: `memsweep plugins`) adds an arm of that cell on the preset's protocol: "
         "its shared dimensions (the learning rates), the cell's own `grid`, the same seeds and budget",
     )
-    seeds: list[StrictInt] | None = Field(
+    seeds: list[int] | None = Field(
         default=None, description="seeds every point repeats over (whole numbers, not text)"
     )
     sampler: Sampler = "grid"
@@ -257,6 +257,11 @@ class StudySpec(BaseModel):
                 "seed of the study's `seeds`; write `seeds: [1, 2, 3]` (on the command line: --seeds 1,2,3)"
             )
         return self
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_are_numbers(cls, v: Any) -> Any:
+        return whole_seeds(v)
 
     @field_validator("seeds")
     @classmethod
@@ -544,6 +549,17 @@ def judged_under(
         return Criterion(fraction=fraction or own.fraction or 0.5, baseline=baseline or "task")
     except ValueError as exc:
         raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
+
+
+def whole_seeds(v: Any) -> Any:
+    """Seeds as given, refusing what would be read as a seed only by conversion: text (`"2"`, which
+    pydantic reads as 2), a boolean, a fraction. (A NaN or an infinity is refused as every number is,
+    as not finite.)"""
+    for i, s in enumerate(v if isinstance(v, list) else ()):
+        if isinstance(s, (str, bool)) or (isinstance(s, float) and math.isfinite(s) and not s.is_integer()):
+            kind = "text" if isinstance(s, str) else f"a {type(s).__name__}"
+            raise ValueError(f"seed [{i}] = {s!r} is {kind}: a seed is a whole number, e.g. seeds: [1, 2, 3]")
+    return v
 
 
 def expected_trials(spec: Mapping[str, Any], total: int) -> int:

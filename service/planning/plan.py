@@ -141,6 +141,10 @@ def plan_study(
     rows = engine.ledger.trials(study_id)
     trials = [spec_of(r) for r in rows]
     todo = [t for t, r in zip(trials, rows, strict=True) if r.status not in FINISHED and t is not None]
+    # a trial another study has finished since this one made it takes that result as the run begins
+    # (`service.study.elsewhere`): reused, as at a study's creation, not run
+    done = engine.ledger.reusable([t.config_hash for t in todo])
+    todo = [t for t in todo if t.config_hash not in done]
     untrained: list[TrialSpec] = []
     if spec.scheduler == "asha":  # seeds added to points asha stopped: pruned with them, not trained
         stopped = stopped_points(rows)

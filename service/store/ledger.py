@@ -21,6 +21,8 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     Select,
+    Table,
+    bindparam,
     delete,
     func,
     select,
@@ -428,6 +430,61 @@ class Ledger:
         return taken
 
     @outlasting
+    def reserve_trials(
+        self, study_id: str, hashes: Sequence[str], alive: Callable[[str, float | None], bool]
+    ) -> set[str]:
+        """The study's unfinished trials of these hashes that no other running study holds `running`
+        (reserved, or training) in a process that is `alive(owner, beat)`, marked `running` in the same
+        transaction: a unit about to start holds them, so that another study's look sees them trained
+        here from now on, not only once the unit's worker starts (it may wait for a free slot). The
+        hashes it reserved (its own rows running already among them). The rows of every study with these
+        hashes are locked while it looks (PostgreSQL; SQLite's writer lock, taken by the fence, holds
+        every other writer): two studies reserve one trial one after the other, never both."""
+        reserved: set[str] = set()
+        with self.session() as s:
+            self._fence(s, study_id)
+            for chunk in _chunks(sorted(hashes), 500):
+                rows = s.execute(
+                    select(Trial, Study.state, Study.owner, Study.owner_beat)
+                    .join(Study, Study.id == Trial.study_id)
+                    .where(Trial.config_hash.in_(chunk))
+                    .with_for_update(of=Trial)
+                ).all()
+                elsewhere = {
+                    t.config_hash
+                    for t, state, owner, beat in rows
+                    if t.study_id != study_id and t.status == TrialStatus.RUNNING and state == "running"
+                    and owner is not None and alive(owner, beat)
+                }  # fmt: skip
+                for t, *_ in rows:
+                    if t.study_id == study_id and t.status not in FINISHED and t.config_hash not in elsewhere:
+                        t.status = TrialStatus.RUNNING
+                        reserved.add(t.config_hash)
+        return reserved
+
+    @outlasting
+    def pend_running(
+        self, study_id: str, hashes: Sequence[str] | None, reason: str | None, forget_history: bool = True
+    ) -> list[str]:
+        """The study's trials of these hashes (None: all) still `running` back to `pending`: those a
+        process that died left running (at the start of the study's next run, which holds its claim:
+        no other process trains them), with `reason` and without that run's evaluations; or those its
+        run reserved and never started (`forget_history` False: what an earlier run left, a cancelled
+        one's evaluations, stays; `reason` None: as it was). The hashes it sent back."""
+        with self.session() as s:
+            self._fence(s, study_id)
+            q = select(Trial).where(Trial.study_id == study_id, Trial.status == TrialStatus.RUNNING)
+            wanted = None if hashes is None else set(hashes)
+            rows = [t for t in s.scalars(q) if wanted is None or t.config_hash in wanted]
+            for t in rows:
+                t.status = TrialStatus.PENDING
+                if reason is not None:
+                    t.reason = reason
+                if forget_history:
+                    t.history = None
+            return [t.config_hash for t in rows]
+
+    @outlasting
     def reusable(self, hashes: Sequence[str]) -> set[str]:
         """The hashes some study finished `done`: a trial of one of them that a study adds takes that
         result instead of running (`add_trials`)."""
@@ -548,19 +605,30 @@ class Ledger:
             trial.history = None  # it trains from its first step: an earlier run's evaluations are not its
             return trial.id
 
-    @outlasting
-    def record_evaluations(self, study_id: str, histories: Mapping[int, Sequence[Evaluation]]) -> None:
-        """Running trials' evaluations so far (trial id → its evaluations), in one transaction: what a
-        trial shows while it trains. A trial no longer running keeps what its end wrote."""
-        with self.session() as s:
-            self._fence(s, study_id)
-            for chunk in _chunks(sorted(histories), 500):
-                for trial in s.scalars(
-                    select(Trial).where(
-                        Trial.id.in_(chunk), Trial.study_id == study_id, Trial.status == "running"
-                    )
-                ):
-                    trial.history = [e.to_dict() for e in histories[trial.id]] or None
+    def record_evaluations(self, study_id: str, histories: Mapping[int, Sequence[Evaluation]]) -> bool:
+        """Running trials' evaluations so far (trial id → its evaluations), in one transaction of one
+        statement (no row loaded): what a trial shows while it trains. A trial no longer running keeps
+        what its end wrote. Best effort: False, at once, while the database does not answer (the
+        caller writes them later; a result is what must outlast an outage, and its end writes it whole).
+        A study this process no longer holds raises `ClaimLostError`, as every write does."""
+        trials = cast(Table, Trial.__table__)
+        write = (
+            update(trials)
+            .where(
+                trials.c.id == bindparam("b_id"), trials.c.study_id == study_id, trials.c.status == "running"
+            )
+            .values(history=bindparam("b_history", type_=trials.c.history.type))
+        )
+        rows = [{"b_id": i, "b_history": [e.to_dict() for e in h] or None} for i, h in histories.items()]
+        try:
+            with self.session() as s:
+                self._fence(s, study_id)
+                if rows:
+                    s.connection().execute(write, rows)
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("ledger: the running trials' evaluations wait (%s)", str(exc).splitlines()[0])
+            return False
+        return True
 
     @outlasting
     def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:

@@ -40,7 +40,7 @@ from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
 from service.study.book import TrialBook
 from service.study.claim import StudyClaim
-from service.study.elsewhere import look_elsewhere, wait_for_others
+from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
 from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
@@ -415,6 +415,8 @@ class Engine:
             raise StudyError(why)
         admit_plugins(space, self.executor.node_plugins)  # the nodes may have changed since the door
         attempts = self.settings.trial_attempts
+        # what a process that died left running is this run's to train (its claim says no other runs it)
+        self.ledger.pend_running(study.id, None, "the process running it died before it ended; it runs again")
         book = TrialBook(
             self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts
         )
@@ -433,22 +435,21 @@ class Engine:
                 )
         ran: list[list[str]] = []
         measured = None
-        rounds = 0  # rounds that ran units (a wait for another study's trials is none)
-        deferred: set[str] = set()  # left out of a unit as it left the queue: another study trains them
+        idle = 0  # rounds in a row that moved no trial on
+        held = Held()  # what a round's dispatches reserved, took and left to others
         if spec.scheduler == "fifo":
-            request = replace(request, dispatch=self._dispatch(study, record, deferred))
-        while rounds < attempts:
-            # pending, interrupted by a crash (running) or by a fault (pending again), cancelled, error
+            request = replace(request, dispatch=self._dispatch(study, record, held))
+        while not cancel.is_set():
+            # pending, interrupted by a fault (pending again), cancelled, error
             try:
                 rows = [t for t in self.ledger.trials(study.id, UNFINISHED) if not book.spent(t.config_hash)]
                 todo = [t.spec() for t in rows]
             except StaleTrialError as exc:
                 raise StudyError(str(exc)) from None
             todo, waits = self._not_trained_elsewhere(study, spec, todo, record)
-            deferred.clear()
             if spec.scheduler == "asha":
                 todo = self._pruned_with_their_points(study.id, todo, book)
-            if (not todo and not waits) or cancel.is_set():
+            if not todo and not waits:
                 return ran
             if todo:
                 if book.requeued:  # a fault sent them back, and the executor did not run them again
@@ -467,18 +468,28 @@ class Engine:
                 log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
                 record.expect(todo)
                 book.begin_round()
+                held.clear()
+                starts = sum(book.starts.values())
                 self._execute(
                     replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
                 )
-                rounds += 1
-                ran += [[m.config_hash for m in u.members] for u in units]
+                if held.reserved:  # reserved by units that never started (the study was cancelled)
+                    self.ledger.pend_running(study.id, sorted(held.reserved), None, forget_history=False)
+                dropped = held.taken | held.deferred
+                ran += [
+                    kept
+                    for u in units
+                    if (kept := [m.config_hash for m in u.members if m.config_hash not in dropped])
+                ]
+                moved = sum(book.starts.values()) > starts or held.taken or held.deferred
+                idle = 0 if moved else idle + 1
+                if idle >= 2:  # nothing started, nothing taken or left to others: it would go round for ever
+                    raise StudyError(
+                        f"study {study.id}: {len(todo)} trials were packed in two rounds and none started; "
+                        "resume it once the cluster can run its units (`memsweep resume ID`)"
+                    )
             if waits:  # then what they leave unfinished is this study's to train, next round
                 wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
-            if waits or deferred:  # a round for what the others leave, whatever this one spent
-                rounds = min(rounds, attempts - 1)
-                continue
-            if not book.requeued:
-                return ran
         return ran
 
     def _not_trained_elsewhere(
@@ -500,26 +511,34 @@ class Engine:
             record.progress(force=True)
         return [t for t in todo if t.config_hash not in taken and t.config_hash not in waits], waits
 
-    def _dispatch(
-        self, study: Study, record: StudyRecorder, deferred: set[str]
-    ) -> Callable[[Unit], Unit | None]:
-        """A unit as it leaves the queue (`RunRequest.dispatch`): without the members another study has
-        finished since the round began (they take its result) or trains now (added to `deferred`,
-        waited for after the round); None when none is left. The first study to start a trial trains
-        it (`service.study.elsewhere`)."""
+    def _dispatch(self, study: Study, record: StudyRecorder, held: Held) -> Callable[[Unit], Unit | None]:
+        """A unit as it leaves the queue (`RunRequest.dispatch`), holding only the members it reserved:
+        a member another study has finished since the round began takes that result, one another live
+        study holds running (reserved, or training) is left to it (waited for after the round), and
+        the rest are marked running here at once (`Ledger.reserve_trials`), before the unit's worker
+        starts; None when none is left. The first study to reserve a trial trains it
+        (`service.study.elsewhere`). What each dispatch did is added to `held`."""
 
         def dispatch(unit: Unit) -> Unit | None:
-            taken, waits = look_elsewhere(self.ledger, study.id, [m.config_hash for m in unit.members])
-            if not taken and not waits:
+            hashes = [m.config_hash for m in unit.members]
+            taken = set(self.ledger.take_results(study.id, hashes))
+            reserved = self.ledger.reserve_trials(study.id, [h for h in hashes if h not in taken], alive)
+            deferred = set(hashes) - taken - reserved
+            held.reserved |= reserved
+            held.taken |= taken
+            held.deferred |= deferred
+            if taken or deferred:
+                record.unexpect(taken | deferred)
+                if taken:
+                    record.progress(force=True)
+                log.info(
+                    "study %s: of a unit's %d trials, %d took another study's results and %d are another "
+                    "study's to train now",
+                    study.id, len(hashes), len(taken), len(deferred),
+                )  # fmt: skip
+            keep = [m for m in unit.members if m.config_hash in reserved]
+            if len(keep) == len(unit.members):
                 return unit
-            if taken:
-                record.progress(force=True)
-            deferred.update(waits)
-            log.info(
-                "study %s: of a unit's %d trials, %d took another study's results, %d are trained by %s now",
-                study.id, len(unit.members), len(taken), len(waits), ", ".join(sorted(set(waits.values()))) or "none",
-            )  # fmt: skip
-            keep = [m for m in unit.members if m.config_hash not in taken and m.config_hash not in waits]
             return bundle(keep, fused=unit.fused, lockstep=unit.lockstep) if keep else None
 
         return dispatch

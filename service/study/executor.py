@@ -22,8 +22,8 @@ class RunRequest:
     `concurrency` at once, until `cancel` is set; `asha`: the ASHA scheduler's settings, when it may
     stop units (a point's seeds each) early on their reported objectives, and `asha_history` the
     study's points finished before this run, each its objective by evaluations (`rung_means`), which
-    its rungs start with. `dispatch`: a grid's unit as it leaves the queue, without the members this
-    study no longer trains (another study finished them, or trains them now: `service.study.elsewhere`),
+    its rungs start with. `dispatch`: a grid's unit as it leaves the queue, holding only the members it
+    reserved (another study finished the others, or holds them running: `service.study.elsewhere`),
     None when none is left."""
 
     name: str
@@ -45,9 +45,10 @@ class Executor(Protocol):
     `unplaceable`, `node_plugins` and `node_memory` any time after; `run` once per round, the engine
     calling it again for the members a fault sent back and the run did not train again itself (with
     the same `TrialBook`, after `TrialBook.begin_round`; `TrialBook.failed` returns those members, and
-    `RayTune` runs a grid's again in the same run). A run starts each of a grid's units as
-    `RunRequest.dispatch` leaves it, at the moment it starts it (not before: another study may take up
-    a member meanwhile), tells the book every executor trial's start, reports and end in the order
+    `RayTune` runs a grid's again in the same run). A run hands each of a grid's units to
+    `RunRequest.dispatch` as it takes it from its queue to start it (not before: another study may take
+    up a member meanwhile; the members dispatch keeps are reserved for it while it waits for a slot),
+    tells the book every executor trial's start, reports and end in the order
     `TrialBook` states, and closes what is left open (`TrialBook.close_unfinished`) before it returns."""
 
     def start(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from service.core.trial import TrialSpec
 from service.reports.summary import success_table
@@ -19,8 +19,11 @@ from trainers import Evaluation, TrialResult
 #: seconds between two updates of a study's live counts on its parent run
 PROGRESS_INTERVAL = 10.0
 #: seconds between two writes of the running trials' evaluations into the ledger (each write is one
-#: transaction for all of them, each trial's evaluations in full)
+#: transaction for all of them, each trial's evaluations in full), at the least
 LIVE_INTERVAL = 10.0
+#: the most of the driver's time those writes take: a write that took d seconds is followed by the next
+#: d / LIVE_SHARE seconds later at the soonest
+LIVE_SHARE = 0.05
 
 
 class StudyRecorder:
@@ -35,13 +38,20 @@ class StudyRecorder:
         self._expected: dict[str, int] = {}  # config hash → budget in steps, of trials not yet started
         self._last_progress = 0.0
         self._unwritten: dict[int, Sequence[Evaluation]] = {}  # trial id → its evaluations so far
-        self._last_written = -math.inf
+        self._next_write = -math.inf  # when the next write of them falls due (time.monotonic)
 
     def expect(self, trials: Sequence[TrialSpec]) -> None:
         """The trials a round will run (their budgets count in the ETA until they start)."""
         with self._lock:
             for t in trials:
                 self._expected.setdefault(t.config_hash, budget_steps(t))
+
+    def unexpect(self, hashes: Iterable[str]) -> None:
+        """Expected trials this run will not start (another study's result taken, or another study
+        trains them): they leave the ETA."""
+        with self._lock:
+            for h in hashes:
+                self._expected.pop(h, None)
 
     def started(self, trial_id: int, spec: TrialSpec) -> None:
         row = self.ledger.trial(trial_id)
@@ -61,17 +71,24 @@ class StudyRecorder:
             self._unwritten[trial_id] = history
         self.write_evaluations()
 
-    def write_evaluations(self, force: bool = False) -> None:
-        """The running trials' evaluations into their ledger rows, in one write at most every
-        LIVE_INTERVAL seconds (or now: `force`): what REST, the client and the CLI show of a trial while
-        it trains. A trial's end writes all of its own."""
+    def write_evaluations(self) -> None:
+        """The running trials' evaluations into their ledger rows, in one write when it falls due: what
+        REST, the client and the CLI show of a trial while it trains. A write is due LIVE_INTERVAL
+        seconds after the last, or LIVE_SHARE⁻¹ times as long as the last took, whichever is later:
+        each write carries every running trial's whole curve, so a bundle of hundreds of members with
+        long curves spends at most that share of the driver's time on them. A trial's end writes all of
+        its own; what a database outage held back goes with the next write."""
         now = time.monotonic()
         with self._lock:
-            if not self._unwritten or (not force and now - self._last_written < LIVE_INTERVAL):
+            if not self._unwritten or now < self._next_write:
                 return
             unwritten, self._unwritten = self._unwritten, {}
-            self._last_written = now
-        self.ledger.record_evaluations(self.study_id, unwritten)
+        written = self.ledger.record_evaluations(self.study_id, unwritten)
+        took = time.monotonic() - now
+        with self._lock:
+            self._next_write = now + max(LIVE_INTERVAL, took / LIVE_SHARE)
+            if not written:  # newer evaluations of a trial, if any came meanwhile, are its whole curve too
+                self._unwritten = {**unwritten, **self._unwritten}
 
     def finished(self, trial_id: int, result: TrialResult) -> None:
         with self._lock:

@@ -519,8 +519,13 @@ def test_bad_input_is_422_naming_the_field_the_allowed_values_and_the_fix(client
     assert r.status_code == 422 and "spiral" in r.json()["detail"]
     r = client.post("/studies", json={"preset": "orhan2020-copy500", "sampler": "tpe"})
     assert r.status_code == 422 and "max_trials" in r.json()["message"]
-    r = client.post("/studies", json={"preset": "orhan2020-copy500", "seeds": [1, "2"]})  # was read as 2
-    assert r.status_code == 422 and "body.seeds.1: Input should be a valid integer" in r.json()["message"]
+    study = client.post("/studies", json=grid()).json()["id"]
+    for seeds, said in (([1, "2"], "seed [1] = '2' is text"), ([True], "seed [0] = True is a bool"),
+                        ([1.5], "seed [0] = 1.5 is a float")):  # fmt: skip
+        r = client.post("/studies", json={"preset": "orhan2020-copy500", "seeds": seeds})  # "2" was read as 2
+        assert r.status_code == 422 and f"body.seeds: {said}: a seed is a whole number" in r.json()["message"]
+        r = client.post(f"/studies/{study}/extend", json={"seeds": seeds})  # the same refusal
+        assert r.status_code == 422 and said in r.json()["message"], r.text
     r = client.get("/studies/x/trials", params={"status": "finished"})
     assert r.status_code == 422 and "'pending', 'running', 'done'" in r.json()["message"]
     assert client.get("/studies/x/best", params={"k": 0}).status_code == 422

@@ -449,7 +449,7 @@ class Recorded:
     def evaluated(self, trial_id: int, config_hash: str, history: Sequence[trainers.Evaluation]) -> None:
         pass
 
-    def write_evaluations(self, force: bool = False) -> None:
+    def write_evaluations(self) -> None:
         pass
 
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.api import create_app
 from service.core.spec import StudySpec
 from service.planning.estimate import makespan, unit_seconds
-from service.planning.plan import plan_spec
+from service.planning.plan import plan_spec, plan_study
 from service.planning.record import plan_run, record_plan
 from service.runner import run_planned
 from service.store.models import Calibration
@@ -48,7 +48,11 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
         assert PORTABLE_COST not in native["notes"]
         # a finished study's done runs are reused by the next one; its 2 failed ones run again
         study = c.post("/studies", json=grid(concurrency=2)).json()["id"]
+        made_before = c.post("/studies", json=grid(name="made before", concurrency=2)).json()["id"]
         finish_all(c, study)
+        # and by one made before they finished, as its run begins: its plan says so (it said 8 to run)
+        stored, _ = plan_study(engine, made_before, calibrate=False)
+        assert stored.reused == 6 and stored.to_run == 2
         again = c.post("/studies?dry_run=true", json=grid(name="again", concurrency=2)).json()
         assert again["reused"] == 6 and again["to_run"] == 2 and again["units"] == 2 and again["bundles"] == 0
         assert again["by_model"]["orth"] == {
@@ -67,7 +71,7 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
         assert sampled["trials"] == sampled["to_run"] == 6 and sampled["units"] == 3
         bad = c.post("/studies?dry_run=true", json=grid(success_fraction=5))
         assert bad.status_code == 422 and "success_fraction" in bad.text
-        assert len(ledger_of(c).list_studies()) == 1
+        assert len(ledger_of(c).list_studies()) == 2  # the two made above, no dry run
 
 
 def test_a_unit_costs_its_calibrated_steps_and_units_fill_the_slots() -> None:

@@ -76,13 +76,43 @@ def test_a_running_trials_evaluations_are_its_own_runs_and_never_overwrite_a_res
     first, second = (trainers.Evaluation(s, s / 10, 0.3, 0.2, None, s / 100) for s in (10, 20))
     for row in (a, b):
         ledger.start_trial(study.id, row.config_hash)
-    ledger.record_evaluations(study.id, {a.id: [first], b.id: [first, second]})
+    assert ledger.record_evaluations(study.id, {a.id: [first], b.id: [first, second]})
     assert [[e["step"] for e in t.history] for t in ledger.trials(study.id)] == [[10], [10, 20]]
     ledger.start_trial(study.id, a.config_hash)  # started again (its last run's process died)
+    assert ledger.trial(a.id).history is None
     ledger.finish_trial(b.id, trainers.TrialResult(final_val_loss=0.2, steps=20, history=[second]))
-    ledger.record_evaluations(study.id, {a.id: [], b.id: [first, second]})  # b's arrives after its end
-    a, b = ledger.trials(study.id)
-    assert a.history is None and [e["step"] for e in b.history] == [20]
+    assert ledger.record_evaluations(study.id, {b.id: [first, second]})  # b's arrives after its end
+    assert [e["step"] for e in ledger.trial(b.id).history] == [20]
+
+
+def test_a_trial_is_reserved_by_one_study_and_what_a_dead_run_left_running_goes_back(tmp_path: Path) -> None:
+    """Two studies holding one trial: the first to reserve it (a unit about to start) holds it running,
+    and the other's reservation leaves it while the first's process lives; a reservation a run did not
+    use, and what a dead process left running, go back to pending (`pend_running`)."""
+    from service.core.spec import StudySpec
+    from service.study.search import grid_trials
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3, 1e-4]}}, "base": {"task": "addition"}})
+    a, b = ledger.create_study("a", {}), ledger.create_study("b", {})
+    for study in (a, b):
+        ledger.add_trials(study.id, grid_trials(spec.search_space(), {}))
+        ledger.update_study(study.id, state="running", owner=f"{study.id}-owner")
+    x, y = (t.config_hash for t in ledger.trials(a.id))
+    living = lambda owner, beat: True  # noqa: E731
+    assert ledger.reserve_trials(a.id, [x], living) == {x}
+    assert ledger.reserve_trials(b.id, [x, y], living) == {y}  # x is a's now
+    assert ledger.reserve_trials(b.id, [x], lambda owner, beat: owner != f"{a.id}-owner") == {x}  # a died
+    assert ledger.statuses(a.id, [x, y]) == {x: "running", y: "pending"}
+    ledger.record_evaluations(a.id, {ledger.trials(a.id)[0].id: [trainers.Evaluation(5, 1, 1, 1, None, 1)]})
+    assert ledger.pend_running(a.id, [x], None, forget_history=False) == [x]  # its unit never started
+    assert ledger.trials(a.id)[0].history is not None and ledger.statuses(a.id, [x]) == {x: "pending"}
+    assert ledger.reserve_trials(a.id, [x], living) == set()  # b holds it now
+    assert sorted(ledger.pend_running(b.id, None, None, forget_history=False)) == sorted([x, y])  # b ends
+    assert ledger.reserve_trials(a.id, [x, y], living) == {x, y}
+    assert sorted(ledger.pend_running(a.id, None, "its process died")) == sorted([x, y])  # a's next run
+    (row,) = [t for t in ledger.trials(a.id) if t.config_hash == x]
+    assert row.status == "pending" and row.reason == "its process died" and row.history is None
 
 
 def test_a_fresh_ledger_has_the_schema_of_the_orm(tmp_path: Path) -> None:
