@@ -21,6 +21,7 @@ from service.cli.console import (
     api_url,
     build_spec,
     client_for,
+    console,
     failure_reasons,
     plan_line,
     print_best,
@@ -103,7 +104,6 @@ def cmd_presets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="presets (trials = points × seeds)")
@@ -114,7 +114,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
     for r in rows:
         per = ", ".join(f"{m} {n}" for m, n in (r["size_per_model"] or {}).items())
         table.add_row(r["name"], str(r["size"]), per, r["citation"])
-    Console().print(table)
+    console().print(table)
     return 0
 
 

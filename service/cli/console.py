@@ -5,12 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
+
+#: the width of a table written to a pipe or a file: wide enough that no value is cut (rich's default
+#: there, 80 columns, printed `lr=0.00…` for 0.001 and 0.0003 alike, so `| grep` found neither)
+PIPE_WIDTH = 240
+
+
+def console() -> Console:
+    """Where tables are printed: stdout at its terminal's width, or PIPE_WIDTH when it is no terminal
+    (COLUMNS, when set, wins either way)."""
+    from rich.console import Console
+
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=PIPE_WIDTH if piped else None)
 
 
 def parse_value(raw: str) -> Any:
@@ -119,7 +137,6 @@ def rate_text(rate: float | None) -> str:
 
 
 def print_success(summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     success = summary["success"]
@@ -153,7 +170,7 @@ def print_success(summary: dict[str, Any]) -> None:
             row += ["" if none else f"{d['difference']:+.3f}",
                     "" if none else f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]  # fmt: skip
         table.add_row(*row)
-    Console().print(table)
+    console().print(table)
     for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
         counts = ", ".join(f"{m} {c['succeeded']}/{c['finished']}" for m, c in other["by_model"].items())
         print(f"  also under {other['criterion']['name']}: {counts}")
@@ -163,7 +180,6 @@ def print_best(best: list[dict[str, Any]]) -> None:
     if not best:
         print("no finished trial yet")
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="best configurations (mean final validation loss over seeds)")
@@ -179,12 +195,11 @@ def print_best(best: list[dict[str, Any]]) -> None:
             str(len(r["seeds"])),
             f"{r['succeeded']}/{r['trials']}",
         )
-    Console().print(table)
+    console().print(table)
 
 
 def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
     """`memsweep plugins`: this machine's (or the server's at `where`) plugins, and which nodes differ."""
-    from rich.console import Console
     from rich.table import Table
 
     here = f"the server's at {where}" if where else "this machine's"
@@ -194,15 +209,15 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
     for p in listing["server"]:
         state = "ready" if p["problem"] is None else f"refused: {p['problem']}"
         table.add_row(p["kind"], p["name"], p["distribution"], p["version"], p["digest"], state)
-    console = Console()
-    console.print(table if listing["server"] else f"no plugin is installed ({here})")
+    screen = console()
+    screen.print(table if listing["server"] else f"no plugin is installed ({here})")
     nodes = listing.get("nodes")
     if nodes is None:
         return
     ours = {f"{p['kind']}:{p['name']}": p["identity"] for p in listing["server"] if p["problem"] is None}
     for node, there in sorted(nodes.items()):
         differ = sorted(k for k in {*ours, *there} if ours.get(k) != there.get(k))
-        console.print(
+        screen.print(
             f"node {node}: "
             + (
                 "the same plugins"
@@ -312,10 +327,9 @@ def plan_line(plan: dict[str, Any]) -> str:
 
 
 def print_plan(plan: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    screen = console()
     table = Table(title=f"plan of {plan['name']} ({plan['sampler']}): nothing runs")
     for col in ("model", "trials", "to run", "units", "trains", "steps a trial"):
         table.add_column(col, justify="left" if col in ("model", "trains") else "right")
@@ -330,10 +344,10 @@ def print_plan(plan: dict[str, Any]) -> None:
         )
         trains = "in bundles" if row.get("fused") else "solo"
         table.add_row(model, str(row["trials"]), str(row["to_run"]), str(row["units"]), trains, span)
-    console.print(table)
+    screen.print(table)
     sizes = ", ".join(f"{n} × {k}" for k, n in plan["bundle_sizes"].items())
     budget = plan["budget"]
-    console.print(
+    screen.print(
         f"units: {plan['units']} ({plan['bundles']} fused bundles; units × members: {sizes or 'none'}) · "
         f"steps: {budget['trial_steps']:,} over the trials, {budget['unit_steps']:,} over the units · "
         f"{plan['slots']} slots (concurrency {plan['concurrency']}) on {plan['node_type'] or '?'}"
@@ -367,24 +381,23 @@ def print_plan(plan: dict[str, Any]) -> None:
         shapes.add_row(
             s["description"], f"{'yes' if s['fused'] else 'no'} × {s['bundle_size']}", str(s["units"]), *cells
         )
-    console.print(shapes)
+    screen.print(shapes)
     e = plan.get("estimate")
     if e:
         lo, hi = e["wall_seconds_range"]
         tlo, thi = e["trial_hours_range"]
-        console.print(
+        screen.print(
             f"estimate: wall-clock {e['wall_seconds']:,.0f} s (range {lo:,.0f}–{hi:,.0f} s; ≈ "
             f"{duration(e['wall_seconds'])}) · {e['trial_hours']:,.3g} trial-hours ({tlo:,.3g}–{thi:,.3g}; × "
             f"{plan['resources']['cpus']:g} CPU per unit)"
             + ("" if e["complete"] else " · INCOMPLETE: see notes")
         )
     for note in plan["notes"]:
-        console.print(f"note: {note}")
-    console.print(plan_line(plan))
+        screen.print(f"note: {note}")
+    screen.print(plan_line(plan))
 
 
 def print_comparison(comparison: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     names = {s["study_id"]: s for s in comparison["studies"]}
@@ -424,13 +437,12 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             *group, who, criterion, f"{r['succeeded']}/{r['finished']}" + _unfinished(r),
             rate_text(r["rate"]), f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
         )  # fmt: skip
-    Console().print(table)
+    console().print(table)
     if comparison.get("mlflow"):
         print(f"MLflow run: {comparison['mlflow'].get('run_url') or comparison['mlflow'].get('run_id')}")
 
 
 def print_trials(page: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     total = page["total"]
@@ -461,7 +473,7 @@ def print_trials(page: dict[str, Any]) -> None:
         table.add_row(
             str(t["id"]), t["model"], params, t["status"], *progress, loss, success, seconds, *reason,
         )  # fmt: skip
-    Console().print(table)
+    console().print(table)
 
 
 def short(text: str, width: int = 100) -> str:

@@ -279,6 +279,24 @@ def test_a_running_trial_answers_where_it_has_got_to(
     assert "latest (step: val loss)" in table and "20: 0.125" in table
 
 
+def test_a_table_written_to_a_pipe_cuts_no_value(
+    client: TestClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped (`memsweep trials ID | grep`), rich's 80 columns cut the params (`lr=0.00…`) and a failed
+    trial's reason: a table written to no terminal is PIPE_WIDTH wide."""
+    from service.cli.console import print_trials
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    study = client.post("/studies", json=grid()).json()
+    finish_all(client, study["id"])
+    capsys.readouterr()
+    print_trials(client.get(f"/studies/{study['id']}/trials").json())
+    table = capsys.readouterr().out
+    for t in ledger_of(client).trials(study["id"]):
+        assert " ".join(f"{k}={v}" for k, v in t.params.items()) in table, table
+    assert "…" not in table and "training loss diverged (nan) at step 10" in table
+
+
 def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> None:
     study = client.post("/studies", json=grid()).json()
     finish_all(client, study["id"])
