@@ -38,6 +38,7 @@ from service.core.values import repr_value, value_sort_key
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
+from service.study import elsewhere
 from service.study.book import TrialBook
 from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
@@ -438,7 +439,11 @@ class Engine:
         idle = 0  # rounds in a row that moved no trial on
         held = Held()  # what a round's dispatches reserved, took and left to others
         if spec.scheduler == "fifo":
-            request = replace(request, dispatch=self._dispatch(study, record, held))
+            request = replace(
+                request,
+                dispatch=self._dispatch(study, record, held),
+                tick=self._take_meanwhile(study, record, held),
+            )
         while not cancel.is_set():
             # pending, interrupted by a fault (pending again), cancelled, error
             try:
@@ -542,6 +547,30 @@ class Engine:
             return bundle(keep, fused=unit.fused, lockstep=unit.lockstep) if keep else None
 
         return dispatch
+
+    def _take_meanwhile(self, study: Study, record: StudyRecorder, held: Held) -> Callable[[], None]:
+        """`RunRequest.tick`: at most every POLL_SECONDS, the trials a round's units left to other
+        studies (`held.deferred`) take the results those studies have finished since, while the round
+        runs (they stayed pending until it ended)."""
+        due = [0.0]
+
+        def tick() -> None:
+            now = time.monotonic()
+            if not held.deferred or now < due[0]:
+                return
+            due[0] = now + elsewhere.POLL_SECONDS
+            taken = set(self.ledger.take_results(study.id, sorted(held.deferred)))
+            if taken:
+                held.deferred -= taken
+                held.taken |= taken
+                log.info(
+                    "study %s: %d trials took the results another study has just finished",
+                    study.id,
+                    len(taken),
+                )
+                record.progress(force=True)
+
+        return tick
 
     def _asha_history(self, spec: StudySpec, study_id: str) -> list[dict[int, float]]:
         """Under asha, the study's points whose every seed has finished, each its objective by

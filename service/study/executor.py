@@ -24,7 +24,8 @@ class RunRequest:
     study's points finished before this run, each its objective by evaluations (`rung_means`), which
     its rungs start with. `dispatch`: a grid's unit as it leaves the queue, holding only the members it
     reserved (another study finished the others, or holds them running: `service.study.elsewhere`),
-    None when none is left."""
+    None when none is left; `tick`: called as the run goes (each turn of the executor's loop), to take
+    meanwhile the results of the trials dispatch left to other studies."""
 
     name: str
     resources: Mapping[str, float]
@@ -35,6 +36,7 @@ class RunRequest:
     units: Sequence[Unit] = ()
     sampling: Sampling | None = None
     dispatch: Callable[[Unit], Unit | None] | None = None
+    tick: Callable[[], None] | None = None
 
 
 class Executor(Protocol):

@@ -72,10 +72,17 @@ class BookCallback(Callback):
     them in the ledger and MLflow). A Ray trial that errs (its worker, node or process died) is an
     infrastructure fault, not a result (`TrialBook.failed`)."""
 
-    def __init__(self, book: TrialBook, again: Callable[[Unit], None] | None = None) -> None:
-        """`again`: takes a unit of the members a fault sent back, to run them in this run."""
+    def __init__(
+        self,
+        book: TrialBook,
+        again: Callable[[Unit], None] | None = None,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """`again`: takes a unit of the members a fault sent back, to run them in this run; `tick`:
+        called at each turn of Tune's loop (`RunRequest.tick`)."""
         self.book = book
         self.again = again
+        self.tick = tick
 
     def __getstate__(self) -> dict[str, Any]:
         return {}  # see CancelStopper.__getstate__: the driver keeps the live object, restore is not used
@@ -92,6 +99,8 @@ class BookCallback(Callback):
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         self.book.tick()
+        if self.tick is not None:
+            self.tick()
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.book.ended(trial.trial_id)
@@ -279,7 +288,7 @@ class RayTune:
             run_config=RunConfig(
                 name=f"{request.name}-{int(time.time())}",
                 storage_path=str(self.settings.home / "ray_results"),
-                callbacks=[BookCallback(book, again)],
+                callbacks=[BookCallback(book, again, request.tick)],
                 failure_config=FailureConfig(max_failures=0),
                 stop=CancelStopper(request.cancel),
                 verbose=0,

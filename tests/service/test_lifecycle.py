@@ -66,6 +66,8 @@ class InProcess:
                 unit = queued if request.dispatch is None else request.dispatch(queued)
                 if unit is not None:
                     self._unit(f"{request.name}-{len(self.rounds)}-{i}", unit, book)
+                if request.tick is not None:
+                    request.tick()
         else:
             draws, drawn = Draws(request.sampling), list[list[str]]()
             self.rounds.append(drawn)
@@ -457,6 +459,40 @@ class Recorded:
 
     def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None:
         pass
+
+
+def test_a_trial_left_to_another_study_takes_its_result_while_the_round_runs(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit's member another study held running was left to it, and stayed `pending` until this
+    study's whole round ended (hours, for a paper's grid) although the other had finished it: the
+    round's ticks take its result as soon as it is there (`RunRequest.tick`)."""
+    from service.study import elsewhere
+    from service.study.claim import this_process
+
+    monkeypatch.setattr(elsewhere, "POLL_SECONDS", 0.0)
+    engine, ex, _ = make_engine()
+    a = engine.create_study(grid(name="a", bundle_size=1))
+    b = engine.create_study(grid(name="b", bundle_size=1))  # the same trials, made before a ran any
+    engine.ledger.update_study(a.id, state="running", owner=this_process(), owner_beat=time.time())
+    held: list[str] = []
+    seen: list[str] = []
+
+    def meanwhile() -> None:  # after each of b's units
+        done = len(seen) + 1
+        if done == 1:  # a starts the trial b's second unit holds
+            held.append(ex.rounds[-1][1][0])
+            engine.ledger.start_trial(a.id, held[0])
+        elif done == 2:  # b left it to a, trained its third unit; a finishes it
+            (row,) = [t for t in engine.ledger.trials(a.id) if t.config_hash == held[0]]
+            engine.ledger.finish_trial(row.id, trainers.train(row.config))
+        seen.append(engine.ledger.statuses(b.id, held)[held[0]])
+
+    ex.after_unit = meanwhile
+    assert engine.run_study(b.id)["state"] == "done"
+    assert seen[:3] == ["pending", "pending", "done"]  # taken while units were still to run
+    (taken,) = [t for t in engine.ledger.trials(b.id) if t.config_hash == held[0]]
+    assert taken.runs == 0 and taken.reused_from is not None and len(ex.rounds) == 1
 
 
 def test_a_member_open_in_one_unit_is_neither_started_nor_recorded_by_another(make_engine: Any) -> None:
