@@ -552,13 +552,14 @@ class Engine:
         """`RunRequest.tick`: at most every POLL_SECONDS, the trials a round's units left to other
         studies (`held.deferred`) take the results those studies have finished since, while the round
         runs (they stayed pending until it ended)."""
-        due = [0.0]
+        due = 0.0
 
         def tick() -> None:
+            nonlocal due
             now = time.monotonic()
-            if not held.deferred or now < due[0]:
+            if not held.deferred or now < due:
                 return
-            due[0] = now + elsewhere.POLL_SECONDS
+            due = now + elsewhere.POLL_SECONDS
             taken = set(self.ledger.take_results(study.id, sorted(held.deferred)))
             if taken:
                 held.deferred -= taken
