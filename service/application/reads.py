@@ -36,6 +36,7 @@ from service.reports.summary import (
 )
 from service.store.ledger import Ledger, StudyHead
 from service.store.models import Study, Trial
+from service.study.elsewhere import trained_elsewhere
 from service.tracking.links import MlflowLinks
 from trainers.criterion import Criterion
 
@@ -137,13 +138,22 @@ class StudyReads:
             models=models,
             params=values,
         )
+        trained_by = self.trained_by(study, rows)
         return TrialPage(
             total=total,
             offset=offset,
             limit=limit,
             criterion=CriterionPublic.of(criterion),
-            items=[trial_public(t, criterion, history) for t in rows],
+            items=[trial_public(t, criterion, history, trained_by.get(t.config_hash)) for t in rows],
         )
+
+    def trained_by(self, study: Study, rows: list[Trial]) -> dict[str, str]:
+        """Among `rows`, the running study's pending trials another running study trains now: config
+        hash → that study (what the study waits for, `service.study.elsewhere`)."""
+        pending = {t.config_hash: t.status for t in rows if t.status == "pending"}
+        if study.state != "running" or not pending:
+            return {}
+        return trained_elsewhere(pending, self.ledger.holders(study.id, sorted(pending)))
 
     def best(self, study_id: str, k: int, model: str | None) -> list[BestConfig]:
         criterion = self.criterion(self._get(study_id))
@@ -281,13 +291,17 @@ class StudyReads:
         return MlflowLinks.at(self.settings.mlflow_ui_url or self.runner.tracking_uri, exp, run)
 
 
-def trial_public(t: Trial, criterion: Criterion, history: bool = False) -> TrialPublic:
+def trial_public(
+    t: Trial, criterion: Criterion, history: bool = False, trained_by: str | None = None
+) -> TrialPublic:
     """A ledger row as REST serves it: every column under its own name, its success judged under the
-    study's criterion; the series with `history`."""
+    study's criterion; the series with `history`; `trained_by`: the study training it now, when this
+    one waits for its result (`StudyReads.trained_by`)."""
     judged = {
         "success": t.succeeded(criterion) if t.status in FINISHED else None,
         "success_threshold": criterion.threshold_for(t.baseline_loss, t.reference_baselines),
         "last_evaluation": t.history[-1] if t.history else None,
+        "trained_by": trained_by,
     }
     fields: dict[str, Any] = {
         name: judged[name] if name in judged else getattr(t, name) for name in TrialPublic.model_fields

@@ -203,6 +203,11 @@ class TrialPublic(BaseModel):
     )
     runs: int = Field(description="times the trial was started (1 for a trial run once, 0 when reused)")
     reused_from: int | None = Field(description="the trial whose finished result this one reuses")
+    trained_by: str | None = Field(
+        default=None,
+        description="a pending trial another running study trains now (the same config): that study's id; "
+        "this one takes its result when it finishes (`reused_from`), instead of training it a second time",
+    )
     mlflow_run_id: str | None
     updated_at: UtcDatetime
     config: dict[str, Any] = Field(description="the full resolved trial config")

@@ -447,7 +447,8 @@ def print_trials(page: dict[str, Any]) -> None:
 
     total = page["total"]
     table = Table(title=f"{total} trial{'' if total == 1 else 's'} (success: {page['criterion']['name']})")
-    why = any(t.get("reason") for t in page["items"])  # a failed, pruned or interrupted trial's reason
+    # a failed, pruned or interrupted trial's reason; a pending one's, when another study trains it
+    why = any(t.get("reason") or t.get("trained_by") for t in page["items"])
     # where a running trial has got to: its latest evaluation's step and validation loss
     now = any(t["status"] == "running" and t.get("last_evaluation") for t in page["items"])
     for col in (
@@ -468,12 +469,17 @@ def print_trials(page: dict[str, Any]) -> None:
         params = " ".join(f"{k}={v}" for k, v in t["params"].items())
         latest = t.get("last_evaluation") if t["status"] == "running" else None
         progress = [f"{latest['step']}: {latest['val_loss']:.5g}" if latest else ""] if now else []
-        reason = [short(t.get("reason") or "")] if why else []
+        reason = [short(t.get("reason") or _trained_by(t))] if why else []
         success = "" if t["success"] is None else str(t["success"])  # not judged until it finishes
         table.add_row(
             str(t["id"]), t["model"], params, t["status"], *progress, loss, success, seconds, *reason,
         )  # fmt: skip
     console().print(table)
+
+
+def _trained_by(trial: Mapping[str, Any]) -> str:
+    other = trial.get("trained_by")
+    return f"study {other} trains it now; this study takes its result" if other else ""
 
 
 def short(text: str, width: int = 100) -> str:

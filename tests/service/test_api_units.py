@@ -279,6 +279,34 @@ def test_a_running_trial_answers_where_it_has_got_to(
     assert "latest (step: val loss)" in table and "20: 0.125" in table
 
 
+def test_a_pending_trial_names_the_study_that_trains_it_now(
+    client: TestClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study waiting for a trial another running study trains (the same config) showed it only as
+    pending, 0 runs, for as long as the other took: its trials now name that study (`trained_by`)."""
+    from service.cli.console import print_trials
+    from service.study.claim import this_process
+
+    ledger = ledger_of(client)
+    a, b = (client.post("/studies", json=grid()).json() for _ in range(2))
+    for study in (a, b):
+        client.app.state.runner.cancel(study["id"])  # type: ignore[attr-defined]  # this server runs nothing
+        ledger.update_study(study["id"], state="running", owner=this_process(), owner_beat=time.time())
+    shared, *_ = ledger.trials(a["id"])
+    ledger.start_trial(a["id"], shared.config_hash)  # A trains it now
+    base = f"/studies/{b['id']}/trials"
+    named = {t["config_hash"]: t["trained_by"] for t in client.get(base).json()["items"]}
+    assert named.pop(shared.config_hash) == a["id"] and set(named.values()) == {None}
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    print_trials(client.get(base).json())
+    assert f"study {a['id']} trains it now" in capsys.readouterr().out
+    # A's own trial, and B's once B is no longer running, name no one
+    assert {t["trained_by"] for t in client.get(f"/studies/{a['id']}/trials").json()["items"]} == {None}
+    ledger.update_study(b["id"], state="cancelled", owner=None)
+    assert {t["trained_by"] for t in client.get(base).json()["items"]} == {None}
+
+
 def test_a_table_written_to_a_pipe_cuts_no_value(
     client: TestClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

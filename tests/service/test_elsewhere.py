@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import trainers
+from service.application.reads import NoRuns, StudyReads
 from service.core.spec import StudySpec
 from service.store.ledger import Holder
 from service.study import elsewhere
@@ -97,6 +98,11 @@ def test_a_study_takes_the_result_of_a_trial_another_study_trains_now(engine, mo
     wait_until(lambda: ledger.statuses(b.id, [own])[own] == "done", "B to train its own trial")
     time.sleep(1.0)
     assert ledger.statuses(b.id, [shared])[shared] == "pending"  # waiting for A, not training it
+    # what B's trials answer says of it (REST, `memsweep trials`): A trains it (it said only pending)
+    page = StudyReads(ledger, engine.settings, NoRuns(None)).trials(
+        b.id, None, None, "id", False, 0, 10, False
+    )
+    assert {t.config_hash: t.trained_by for t in page.items} == {shared: a.id, own: None}
     row = row_of(engine, a.id, shared)
     ledger.finish_trial(row.id, trainers.train(row.config))
     thread.join(timeout=180)

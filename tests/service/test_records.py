@@ -23,8 +23,9 @@ def test_the_result_fields_keep_their_names_in_the_ledger_rest_and_mlflow() -> N
     columns = set(Trial.__table__.columns.keys())
     assert set(RECORDED_FIELDS) <= columns
     assert set(RECORDED_FIELDS) <= set(TrialPublic.model_fields)
-    # REST invents no other name (but the last of `history`, a view of its column: where a running trial is)
-    assert set(TrialPublic.model_fields) <= columns | set(JUDGED_FIELDS) | {"last_evaluation"}
+    # REST invents no other name (but the last of `history`, a view of its column: where a running trial
+    # is, and the study training a trial this one waits for, read from the other study's rows)
+    assert set(TrialPublic.model_fields) <= columns | set(JUDGED_FIELDS) | {"last_evaluation", "trained_by"}
     assert not set(JUDGED_FIELDS) & columns  # success is judged under the study's criterion, not stored
     assert set(METRIC_FIELDS) <= set(RECORDED_FIELDS) | set(JUDGED_FIELDS)
     evaluation = {f.name for f in dataclasses.fields(trainers.Evaluation)}
