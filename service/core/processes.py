@@ -6,7 +6,8 @@ alive only while not a zombie; and the environment a child inherits.
 - `marked_environment` / `child_environment`: a variable set in this process's environment only for the
   processes one call starts (the embedded Ray's mark: `service.study.nodes`), and never inherited by a
   process another thread starts meanwhile (a local MLflow server would have carried the mark, and been
-  killed with the Ray of a driver that died);
+  killed with the Ray of a driver that died); `keep_from_children`: variables set for this process and
+  its Ray alone (the token made for its embedded Ray), which no server it starts inherits;
 - `ray_workers` / `descends_from`: the Ray workers training units under a process (the device script
   and the tests kill one mid-unit, as a lost node would).
 """
@@ -51,6 +52,7 @@ def alive(pid: int, since: str | None = None) -> bool:
 
 
 _environ_lock = threading.Lock()
+_kept: set[str] = set()  # `keep_from_children`'s
 
 
 @contextlib.contextmanager
@@ -65,11 +67,19 @@ def marked_environment(name: str, value: str) -> Iterator[None]:
             del os.environ[name]
 
 
+def keep_from_children(*names: str) -> None:
+    """Variables of this process's environment that `child_environment` leaves out: set for this
+    process and the Ray it starts (which inherits `os.environ`), such as a token made for its embedded
+    Ray; a server it starts (a local MLflow, `memsweep serve`) neither needs nor gets them."""
+    with _environ_lock:
+        _kept.update(names)
+
+
 def child_environment(**extra: str) -> dict[str, str]:
     """This process's environment, as a long-lived child it starts (a server) should inherit: without
-    a `marked_environment` variable; `extra` added."""
+    a `marked_environment` variable or one kept from children (`keep_from_children`); `extra` added."""
     with _environ_lock:
-        return {**os.environ, **extra}
+        return {**{k: v for k, v in os.environ.items() if k not in _kept}, **extra}
 
 
 def ray_workers(root: int) -> list[int]:

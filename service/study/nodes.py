@@ -79,15 +79,20 @@ def prepare_ray_process(settings: Settings) -> None:
       and workers listen on every interface (Ray 2.60 binds its gRPC servers to 0.0.0.0 and has no
       setting for it; a node address of 127.0.0.1 is replaced by the host's), so without a token
       anyone who reaches this machine could join it and run code. A cluster (MEMSWEEP_RAY_ADDRESS,
-      RAY_ADDRESS) keeps its own settings, and an explicit RAY_AUTH_MODE wins."""
+      RAY_ADDRESS) keeps its own settings, and an explicit RAY_AUTH_MODE wins. What is made here stays
+      with this process and its Ray (`processes.keep_from_children`)."""
     if "ray" in sys.modules:  # too late: Ray read both at import (`_start_ray` warns where it matters)
         return
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     if not embedded(settings):
         return
+    made = [name for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if name not in os.environ]
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     if os.environ["RAY_AUTH_MODE"] == "token":
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    # made for this process's Ray: no server it starts inherits them (a local MLflow had the token, and a
+    # `memsweep serve` started to join a cluster would have asked it for a token it has not)
+    processes.keep_from_children(*made)
 
 
 def _start_ray(settings: Settings) -> None:

@@ -127,6 +127,31 @@ def test_every_entry_locks_only_an_embedded_ray_and_only_before_ray_is_imported(
     assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
 
 
+def test_the_token_made_for_the_embedded_ray_stays_with_its_process_and_ray(tmp_path: Path):
+    """The token a process made for its embedded Ray reached every server it started (its local MLflow
+    server's environment held it): a server it starts now inherits neither it nor the mode made with
+    it; what the user set is theirs to pass on."""
+    code = (
+        "import os, sys; from service.cli.commands import main; main(['presets']); "
+        "from service.core.processes import child_environment; child = child_environment(); "
+        "print(sorted(k for k in ('RAY_AUTH_MODE', 'RAY_AUTH_TOKEN') if k in child), "
+        "len(os.environ.get('RAY_AUTH_TOKEN', '')), file=sys.stderr)"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_RAY"))}
+
+    def inherited(**env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env={**clean, "MEMSWEEP_HOME": str(tmp_path), **env},
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stderr.strip().splitlines()[-1]
+
+    assert inherited() == "[] 64"  # made here: this process (and its Ray) has it, its servers do not
+    assert inherited(RAY_AUTH_TOKEN="given") == "['RAY_AUTH_TOKEN'] 5"
+    assert inherited(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="given") == "['RAY_AUTH_MODE', 'RAY_AUTH_TOKEN'] 5"
+
+
 #: a driver whose Ray is first needed in a thread that then ends (a request's, a study's): the kernel
 #: kills Ray's processes when the thread that started them ends (PR_SET_PDEATHSIG), which took the whole
 #: process down a minute later (a pytest worker crashed so in CI)
