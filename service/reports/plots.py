@@ -1,5 +1,9 @@
 """Figures for a study's parent run (matplotlib, Agg): success counts (Orhan Fig. 3d-f) and the best
-configuration's validation curve with its standard error over seeds (Fig. 3a-c)."""
+configuration's validation curve with its standard error over seeds (Fig. 3a-c).
+
+Each figure is its own `matplotlib.figure.Figure`, never pyplot's: studies and requests draw in
+threads at once, and pyplot's figure manager and current figure are global and not thread-safe; nor
+does importing this switch the process's backend."""
 
 from __future__ import annotations
 
@@ -7,18 +11,14 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import matplotlib
+from matplotlib.figure import Figure
 
 from trainers.criterion import Criterion
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # Agg, as any Figure saved as png
     return buf.getvalue()
 
 
@@ -35,7 +35,8 @@ def success_bars(table: dict[str, Any], title: str) -> bytes:
         max(0.0, n * table["by_model"][m]["ci95"][1] - c)
         for m, c, n in zip(models, counts, totals, strict=True)
     ]
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(models), 3.2))
+    fig = Figure(figsize=(1.2 + 1.1 * len(models), 3.2))
+    ax = fig.subplots()
     ax.bar(models, counts, yerr=[lo, hi], capsize=4, color="#4c72b0")
     for i, (c, n) in enumerate(zip(counts, totals, strict=True)):
         ax.text(i, c, f"{c}/{n}", ha="center", va="bottom", fontsize=8)
@@ -47,7 +48,8 @@ def success_bars(table: dict[str, Any], title: str) -> bytes:
 def best_curves(
     curves: dict[str, list[dict[str, float]]], baseline: float | None, threshold: float | None, title: str
 ) -> bytes:
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig = Figure(figsize=(5.5, 3.4))
+    ax = fig.subplots()
     for label, curve in curves.items():
         if not curve:
             continue
@@ -74,7 +76,8 @@ def best_curves(
 
 def weight_profiles(table: dict[str, dict[str, Any]], title: str) -> bytes:
     """Mean W_ij against i − j (units ordered by peak time) with s.e.m. bands, one line per model."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig = Figure(figsize=(5.5, 3.4))
+    ax = fig.subplots()
     for model, p in table.items():
         lo = [m - s for m, s in zip(p["mean"], p["sem"], strict=True)]
         hi = [m + s for m, s in zip(p["mean"], p["sem"], strict=True)]
@@ -91,7 +94,8 @@ def weight_profiles(table: dict[str, dict[str, Any]], title: str) -> bytes:
 
 def loss_vs_scale(table: dict[str, list[dict[str, float]]], title: str) -> bytes:
     """Final validation loss against the initialiser's scale, mean ± s.e.m., one panel line per model."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig = Figure(figsize=(5.5, 3.4))
+    ax = fig.subplots()
     for model, rows in table.items():
         ax.errorbar([r["scale"] for r in rows], [r["mean"] for r in rows], yerr=[r["sem"] for r in rows],
                     marker="o", capsize=3, label=model)  # fmt: skip
@@ -104,7 +108,8 @@ def loss_vs_scale(table: dict[str, list[dict[str, float]]], title: str) -> bytes
 
 def success_budget(table: dict[str, Any], title: str) -> bytes:
     """Successful runs per model against training steps, with 95 % Wilson bands."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig = Figure(figsize=(5.5, 3.4))
+    ax = fig.subplots()
     for model, rows in table["by_model"].items():
         steps = [r["step"] for r in rows]
         ax.plot(steps, [r["succeeded"] for r in rows], marker=".", label=model)
@@ -176,7 +181,8 @@ def comparison_rates(comparison: dict[str, Any]) -> bytes:
     }
     groups = list(dict.fromkeys(_group_label(r["group"]) for r in rows))
     width = 0.8 / max(len(names), 1)
-    fig, ax = plt.subplots(figsize=(min(2.0 + 0.9 * len(groups) * max(len(names), 1) ** 0.5, 16.0), 3.6))
+    fig = Figure(figsize=(min(2.0 + 0.9 * len(groups) * max(len(names), 1) ** 0.5, 16.0), 3.6))
+    ax = fig.subplots()
     for i, (study_id, label) in enumerate(names.items()):
         mine = {_group_label(r["group"]): r for r in rows if r["study_id"] == study_id}
         shown = [

@@ -1,6 +1,8 @@
 """Fast unit tests of the engine's pieces: spec, ledger, summary statistics (no Ray, no MLflow)."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 from pydantic import ValidationError
@@ -270,6 +272,22 @@ def test_success_plot_accepts_all_and_none_successful():
     ]
     png = success_bars(success_table(trials).model_dump(mode="json"), "all or nothing")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figures_drawn_in_threads_at_once_use_no_pyplot():
+    """Studies and requests draw figures in threads at once: pyplot's current figure and its figure
+    manager are global, and importing the plots switched the whole process's backend to Agg. Each
+    figure is its own Figure now; a fresh process that draws one has not loaded pyplot."""
+    code = (
+        "import sys; from concurrent.futures import ThreadPoolExecutor; "
+        "from service.reports.plots import success_bars; "
+        "table = {'by_model': {m: {'succeeded': 1, 'finished': 2, 'ci95': [0.1, 0.9]} for m in 'ab'}}; "
+        "pngs = list(ThreadPoolExecutor(4).map(lambda i: success_bars(table, str(i)), range(8))); "
+        "print(all(p[:4] == b'\\x89PNG' for p in pngs), 'matplotlib.pyplot' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
 
 
 def test_a_failed_seeds_non_finite_evaluation_does_not_break_the_best_curve_or_its_figures():
