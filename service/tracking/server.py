@@ -48,7 +48,6 @@ def start_mlflow_server(
     if not store.exists():  # a write-ahead log: 10–15 % less time per write here, and reads never wait
         with contextlib.closing(sqlite3.connect(store)) as db:
             db.execute("PRAGMA journal_mode=WAL")
-    logfile = open(home / "mlflow-server.log", "ab")  # noqa: SIM115 — handed to the child process
     cmd = [
         sys.executable, "-m", "mlflow", "server",
         "--backend-store-uri", f"sqlite:///{store}",
@@ -59,10 +58,17 @@ def start_mlflow_server(
         "--workers", "1",
     ]  # fmt: skip
     # The GenAI job runners (several huey consumer processes) are of no use to memsweep and cost CPU.
-    env = processes.child_environment(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    proc = subprocess.Popen(
-        cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home, env=env
-    )
+    # None of memsweep's settings either, and some are secrets (the API token, a ledger URL with its
+    # password): the server outlives the process that starts it, for browsing.
+    env = {
+        name: value
+        for name, value in processes.child_environment(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false").items()
+        if not name.startswith("MEMSWEEP_")
+    }
+    with open(home / "mlflow-server.log", "ab") as logfile:  # the child's; this process's copy closes
+        proc = subprocess.Popen(
+            cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True, cwd=home, env=env
+        )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         exited = proc.poll() is not None  # before the probe: an answer then is another server's

@@ -305,10 +305,12 @@ def test_the_ui_links_open_the_model_training_view():
 
 
 @pytest.mark.slow
-def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path) -> None:
+def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A server another home left on the configured port is not this home's: its runs would have gone
     to that home's store without a word. This home's starts on the next free port, on its own store,
-    and each home finds its own again."""
+    and each home finds its own again. A server outlives the process that started it: it carries none
+    of memsweep's settings (the API token was in its environment), and that process keeps no handle on
+    its log."""
     import contextlib
     import os
     import signal
@@ -318,9 +320,17 @@ def test_each_home_has_its_own_local_mlflow_server(tmp_path: Path) -> None:
 
     port = free_port()
     first, second = tmp_path / "first", tmp_path / "second"
+    monkeypatch.setenv("MEMSWEEP_API_TOKEN", "secret-of-the-api")
     try:
         uri1 = ensure_mlflow_server(None, first, port)
         assert uri1 == f"http://127.0.0.1:{port}"
+        environ = Path(f"/proc/{(first / 'mlflow' / 'mlflow-server.pid').read_text()}/environ").read_bytes()
+        assert b"secret-of-the-api" not in environ and b"MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false" in environ
+        opened = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+                opened.append(os.readlink(f"/proc/self/fd/{fd}"))
+        assert opened and not [path for path in opened if path.endswith("mlflow-server.log")]
         uri2 = ensure_mlflow_server(None, second, port)
         assert uri2 != uri1 and server_healthy(uri2)
         assert (second / "mlflow" / "mlflow.db").exists()
