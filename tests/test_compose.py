@@ -84,6 +84,10 @@ def test_no_secret_is_written_in_the_compose_file():
     for url in re.findall(r"postgresql\+psycopg2://[^\s\"']+", text):
         password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
         assert password.startswith("${POSTGRES_PASSWORD"), url
+    # nor on a command line, which `ps` shows to every user of the host (MLflow's store URI was there)
+    for path, value in walk(COMPOSE):
+        if ".command" in f"{path}." and isinstance(value, str):
+            assert not re.search(r"\$\{(POSTGRES_PASSWORD|RAY_AUTH_TOKEN|MEMSWEEP_API_TOKEN)", value), path
 
 
 def test_env_example_lists_every_required_variable():
