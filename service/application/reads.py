@@ -298,8 +298,7 @@ def trial_public(
     study's criterion; the series with `history`; `trained_by`: the study training it now, when this
     one waits for its result (`StudyReads.trained_by`)."""
     judged = {
-        "success": t.succeeded(criterion) if t.status in FINISHED else None,
-        "success_threshold": criterion.threshold_for(t.baseline_loss, t.reference_baselines),
+        **t.judged(criterion),
         "last_evaluation": t.history[-1] if t.history else None,
         "trained_by": trained_by,
     }

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from service.core.spec import StudySpec
+from service.core.states import FINISHED
 from service.core.trial import TrialSpec
 from trainers.criterion import Criterion
 from trainers.result import RECORDED_FIELDS, Evaluation, TrialResult
@@ -74,6 +75,10 @@ class Study(Base):
         return cached[1]
 
 
+#: what a trial's row gives under its study's criterion (`Trial.judged`), named as REST and MLflow name it
+JUDGED_FIELDS = ("success", "success_threshold")
+
+
 class Trial(Base):
     """A study's trial: its identity (hash, model, varied values, config) and, once it finished, its
     result in the columns `status` … `history`, named as `trainers.TrialResult`'s fields."""
@@ -120,7 +125,7 @@ class Trial(Base):
         """The stored result as the trainers' record (a pending trial's is empty)."""
         values = {name: getattr(self, name) for name in RECORDED_FIELDS if name != "history"}
         values = {k: v for k, v in values.items() if v is not None}
-        if self.status not in ("done", "failed", "pruned"):
+        if self.status not in FINISHED:
             values.pop("status", None)
         history = [Evaluation.from_dict(e) for e in self.history or []]
         return TrialResult(**values, history=history)
@@ -128,6 +133,15 @@ class Trial(Base):
     def succeeded(self, criterion: Criterion) -> bool:
         """Whether the stored result succeeds under `criterion` (`Criterion.judge`, the one rule)."""
         return criterion.judge(self.status, self.final_val_loss, self.baseline_loss, self.reference_baselines)
+
+    def judged(self, criterion: Criterion) -> dict[str, bool | float | None]:
+        """Its JUDGED_FIELDS under `criterion`, as REST and its MLflow child run give them (never
+        stored: studies that share a run may judge it differently): whether it succeeded (None until it
+        finishes) and the loss it had to beat."""
+        return {
+            "success": self.succeeded(criterion) if self.status in FINISHED else None,
+            "success_threshold": criterion.threshold_for(self.baseline_loss, self.reference_baselines),
+        }
 
     def spec(self) -> TrialSpec:
         """The trial as it was planned, its stored config resolved again."""

@@ -22,12 +22,11 @@ if TYPE_CHECKING:
     from trainers.result import Evaluation, TrialResult
 
 #: a trial's result fields logged as metrics of its child run, under the same names, and its success
-#: and threshold under the study's criterion (JUDGED_FIELDS, as REST names them too)
+#: and threshold under the study's criterion (`Trial.judged`, as REST gives them too)
 METRIC_FIELDS = (
     "final_val_loss", "final_metric", "baseline_loss", "steps", "budget_steps", "early_stopped", "seconds",
     "param_count", "henrici_index", "success", "success_threshold",
 )  # fmt: skip
-JUDGED_FIELDS = ("success", "success_threshold")
 
 #: a finished trial's status → its child run's terminal status (FINISHED for any other)
 RUN_STATUS = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
@@ -60,13 +59,9 @@ def result_metrics(trial: Trial, result: TrialResult, criterion: Criterion) -> l
     from mlflow.entities import Metric
 
     ts = now_ms()
-    judged = {
-        "success": trial.succeeded(criterion),
-        "success_threshold": criterion.threshold_for(trial.baseline_loss, trial.reference_baselines),
-    }
     return [
         Metric(name, float(value), ts, 0)
-        for name, value in {**result.to_dict(history=False), **judged}.items()
+        for name, value in {**result.to_dict(history=False), **trial.judged(criterion)}.items()
         if isinstance(value, (int, float)) and name in METRIC_FIELDS
     ]
 

@@ -14,8 +14,8 @@ import trainers
 from service.api.schemas import TrialPublic
 from service.store.database import migrations, upgrade
 from service.store.ledger import Ledger
-from service.store.models import Base, Trial
-from service.tracking.child_run import JUDGED_FIELDS, METRIC_FIELDS
+from service.store.models import JUDGED_FIELDS, Base, Trial
+from service.tracking.child_run import METRIC_FIELDS
 from trainers.result import RECORDED_FIELDS
 
 
