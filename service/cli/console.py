@@ -116,7 +116,11 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-trials", dest="max_trials", type=int, help="a sampler's budget in trials (points × seeds)"
     )
-    p.add_argument("--concurrency", type=int, help="Ray trials at once (default: what the nodes hold)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        help="Ray units at once, each a fused bundle of trials (default: what the nodes hold)",
+    )
     p.add_argument(
         "--scheduler", choices=["fifo", "asha"], help="asha: stop the worse points early (docs/studies.md)"
     )
@@ -126,8 +130,10 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         help="a run succeeds below this fraction of its baseline's loss (default 0.5, the papers')",
     )
-    p.add_argument("--cpus", type=float, help="CPUs per Ray trial (the spec's resources.cpus)")
-    p.add_argument("--gpus", type=float, help="GPUs per Ray trial, a fraction to share one (resources.gpus)")
+    p.add_argument(
+        "--cpus", type=float, help="CPUs per Ray unit, a bundle of trials (the spec's resources.cpus)"
+    )
+    p.add_argument("--gpus", type=float, help="GPUs per Ray unit, a fraction to share one (resources.gpus)")
     p.add_argument("--name", help="the study's name (default: the preset's, or 'custom')")
 
 

@@ -85,8 +85,14 @@ class CriterionSpec(BaseModel):
 
 class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    cpus: float = Field(default=1.0, gt=0, description="CPUs per Ray trial")
-    gpus: float = Field(default=0.0, ge=0, description="GPU fraction per Ray trial")
+    cpus: float = Field(
+        default=1.0, gt=0, description="CPUs per Ray unit (a fused bundle of trials, or one trial alone)"
+    )
+    gpus: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPU fraction per Ray unit (a fused bundle of trials, or one trial alone)",
+    )
 
 
 #: the highest rung ASHA may set, in evaluations (a bound for its rungs: no run evaluates this often)
@@ -162,7 +168,11 @@ class StudySpec(BaseModel):
         ge=1,
         description="trials (points × seeds) to run: a sampler draws max_trials / len(seeds) points, rounded up to a whole point",
     )
-    concurrency: int = Field(default=2, ge=1, description="Ray trials at once")
+    concurrency: int = Field(
+        default=2,
+        ge=1,
+        description="Ray units at once, each a fused bundle of trials (or one trial alone): not trials at once",
+    )
     resources: Resources = Field(default_factory=Resources)
     scheduler: Literal["fifo", "asha"] = Field(
         default="fifo",
@@ -174,7 +184,7 @@ class StudySpec(BaseModel):
         default=True,
         description="train same-shape trials together as fused bundles (cells rnn, urnn, crnn, vprnn, fastrnn, "
         "sgornn, srnn: trainers.fused.cells; bit for bit as alone); "
-        "false: one trial per Ray trial",
+        "false: one trial per Ray unit",
     )
     bundle_size: int | None = Field(
         default=None,
