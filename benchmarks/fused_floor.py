@@ -178,7 +178,7 @@ def member_floor(config: dict[str, Any], N: int) -> dict[str, float]:
     a bundle does for all members at once; alone, the solo autograd graph's ~10 small ops per
     sublayer cost more than a fused member's whole step)."""
     from trainers.cells.fastrnn import input_projection
-    from trainers.kernels import _input_grads
+    from trainers.kernels import input_grads
     from trainers.model import build_model
     from trainers.runtime import training_batches
 
@@ -200,7 +200,7 @@ def member_floor(config: dict[str, Any], N: int) -> dict[str, float]:
         xp = x @ cell.weight_ih.detach().t()
         if cell.bias is not None:
             xp = xp + cell.bias.detach()
-        _input_grads(x, grad, True, cell.bias is not None)
+        input_grads(x, grad, True, cell.bias is not None)
 
     def fastrnn_input() -> None:
         input_projection(x, cell.weight_ih, cell.bias).backward(grad)  # type: ignore[no-untyped-call]

@@ -42,25 +42,23 @@ ACTIVATIONS = ("elu", "relu", "tanh")
 BACKENDS = ("auto", "scan", "native", "persistent")
 
 
-def _act_(a: torch.Tensor, nonlinearity: str, scratch: torch.Tensor | None = None) -> torch.Tensor:
+def act_(a: torch.Tensor, nonlinearity: str, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """f applied in place (`scratch`, like a: elu's buffer; a fresh one when None)."""
     if nonlinearity == "elu":
-        return _elu_(a, scratch)
+        return elu_(a, scratch)
     if nonlinearity == "relu":
         return a.relu_()
     return a.tanh_()
 
 
-def _elu_(
-    a: torch.Tensor, scratch: torch.Tensor | None = None, exp_: Any = torch.Tensor.exp_
-) -> torch.Tensor:
+def elu_(a: torch.Tensor, scratch: torch.Tensor | None = None, exp_: Any = torch.Tensor.exp_) -> torch.Tensor:
     """elu in place as TensorFlow's Elu kernel computes it — a if a ≥ 0, else exp(a) − 1 — which is
     what Orhan & Pitkow's Keras code ran, written max(a, 0) + (exp(min(a, 0)) − 1).
 
     torch's own elu uses expm1, several times slower than exp on the CPU (docs/speed.md); the two
     differ by ~1e-7 (absolute) for a < 0. Only exp may round differently between torch's
     vectorised and scalar paths; clamp, add and subtract are exact on either (`exp_`: how to take
-    exp in place, e.g. per member as `_member_acts` does).
+    exp in place, e.g. per member as `member_acts` does).
     """
     s = torch.clamp_max(a, 0.0, out=scratch) if scratch is not None else a.clamp_max(0.0)
     exp_(s).sub_(1.0)
@@ -90,7 +88,7 @@ def _solo_parts(x: torch.Tensor) -> list[torch.Tensor]:
 _CPU_BLOCK = {"AVX512": 32, "AVX2": 16, "DEFAULT": 16}
 
 
-def _member_acts(
+def member_acts(
     nonlinearity: str, blocks: Sequence[torch.Tensor], scratch: torch.Tensor
 ) -> list[Callable[[], torch.Tensor]]:
     """For each [K, B, N] block, a call that applies f to it in place and returns it, each member's
@@ -101,7 +99,7 @@ def _member_acts(
     if nonlinearity == "tanh":
         return [partial(_each_, _solo_parts(b), torch.Tensor.tanh_, b) for b in blocks]
     exp_ = partial(_each_, _solo_parts(scratch), torch.Tensor.exp_)
-    return [partial(_elu_, b, scratch, exp_) for b in blocks]
+    return [partial(elu_, b, scratch, exp_) for b in blocks]
 
 
 def _each_(
@@ -112,7 +110,7 @@ def _each_(
     return whole
 
 
-def _act_grad(h: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None) -> torch.Tensor:
+def act_grad(h: torch.Tensor, nonlinearity: str, out: torch.Tensor | None = None) -> torch.Tensor:
     """f'(a) written through h = f(a): elu' = 1 (h > 0) or h + 1; relu' = [h > 0]; tanh' = 1 − h².
 
     With `out`, written into it (the same numbers: for h ≤ 0, h + 1 ≤ 1, and for h > 0, h + 1 > 1).
@@ -148,7 +146,7 @@ class ElmanScan(torch.autograd.Function):
         wt = w.t()
         h = h0
         scratch = torch.empty_like(h0)
-        act = partial(_act_, nonlinearity=nonlinearity, scratch=scratch)
+        act = partial(act_, nonlinearity=nonlinearity, scratch=scratch)
         addmm = torch.addmm
         for xp_t, hs_t in zip(xp.unbind(0), hs.unbind(0), strict=True):  # views made once
             addmm(xp_t, h, wt, out=hs_t)  # a_t = xp_t + h_{t−1} Wᵀ
@@ -161,7 +159,7 @@ class ElmanScan(torch.autograd.Function):
     def backward(ctx: Any, grad_hs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, w_in, hs, h0, w = ctx.saved_tensors
         T = hs.shape[0]
-        fprime = _act_grad(hs, ctx.nonlinearity)  # [T, B, N], all steps at once
+        fprime = act_grad(hs, ctx.nonlinearity)  # [T, B, N], all steps at once
         grad_a = torch.empty_like(hs)  # ∂L/∂a_t
         grad_hs = grad_hs.contiguous()
         g, fp, ga = grad_hs.unbind(0), fprime.unbind(0), grad_a.unbind(0)
@@ -172,13 +170,13 @@ class ElmanScan(torch.autograd.Function):
             dh = addmm(g[t - 1], ga[t], w)  # ∂L/∂h_{t−1} = g_{t−1} + ∂a_t·W
         mul(dh, fp[0], out=ga[0])
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])  # [T, B, N]
-        grad_w, grad_in, grad_b = _weight_grads(x, grad_a, h_prev, *ctx.needs_input_grad[1:3])
+        grad_w, grad_in, grad_b = weight_grads(x, grad_a, h_prev, *ctx.needs_input_grad[1:3])
         grad_h0 = grad_a[0] @ w if ctx.needs_input_grad[3] else None
         grad_x = grad_a @ w_in if ctx.needs_input_grad[0] else None  # e.g. an embedding before the cell
         return grad_x, grad_in, grad_b, grad_h0, grad_w, None
 
 
-def _weight_grads(
+def weight_grads(
     x: torch.Tensor, grad_a: torch.Tensor, h_prev: torch.Tensor, need_in: bool = True, need_b: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(∂W, ∂V, ∂b) of one network from its whole sequence — x [T, B, d], ∂a [T, B, G] and h_{t−1}
@@ -187,13 +185,13 @@ def _weight_grads(
     call this very code.
 
     ∂W = Σ_t ∂a_tᵀ h_{t−1}: one [G, T·B] × [T·B, N] matmul instead of T small ones; ∂V and ∂b as
-    `_input_grads`.
+    `input_grads`.
     """
     grad_w = grad_a.reshape(-1, grad_a.shape[-1]).t() @ h_prev.reshape(-1, h_prev.shape[-1])
-    return (grad_w, *_input_grads(x, grad_a, need_in, need_b))
+    return (grad_w, *input_grads(x, grad_a, need_in, need_b))
 
 
-def _input_grads(
+def input_grads(
     x: torch.Tensor, grad_a: torch.Tensor, need_in: bool = True, need_b: bool = True
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(∂V, ∂b) of a = x Vᵀ + b + …, from x [T, B, d] and ∂a [T, B, G]: ∂V = (xᵀ ∂a)ᵀ, [d, T·B] ×
@@ -343,7 +341,7 @@ class FusedElmanScan(torch.autograd.Function):
         wt = w.transpose(1, 2)
         # every view the loop touches, made up front (indexing in the loop cost ~15 % of the step)
         xps, states, steps = xp.unbind(1), hs.unbind(1), step.unbind(0)
-        acts = _member_acts(nonlinearity, steps, scratch)  # f in place on steps[0] or steps[1]
+        acts = member_acts(nonlinearity, steps, scratch)  # f in place on steps[0] or steps[1]
         baddbmm, _ = member_gemms(h0.device, B, N)
         h = h0
         for t in range(T):
@@ -375,15 +373,15 @@ class FusedElmanScan(torch.autograd.Function):
         nonlinearity, (baddbmm, bmm) = ctx.nonlinearity, member_gemms(hs.device, B, N)
         g_prev = grad_hs.unbind(1) if grad_hs is not None else None
         for t in range(T - 1, 0, -1):
-            ga = _act_grad(states[t + 1], nonlinearity, out=grads_a[t]).mul_(dh)  # step by step: in cache
+            ga = act_grad(states[t + 1], nonlinearity, out=grads_a[t]).mul_(dh)  # step by step: in cache
             if g_prev is None:
                 dh = bmm(ga, w, out=dhs[t & 1])  # ∂L/∂h_{t−1} = ∂a_t·W
             else:
                 dh = baddbmm(g_prev[t - 1], ga, w, out=dhs[t & 1])  # g_{t−1} + ∂a_t·W
-        _act_grad(hs[:, 1], ctx.nonlinearity, out=grad_a[:, 0]).mul_(dh)
+        act_grad(hs[:, 1], ctx.nonlinearity, out=grad_a[:, 0]).mul_(dh)
         # ∂W_k, ∂V_k, ∂b_k by ElmanScan's own code, per member, into fresh (aligned) memory (MKL's
         # rounding can depend on where C starts)
-        per_member = [_weight_grads(x, grad_a[k], hs[k, :T], True, ctx.has_bias) for k, x in enumerate(xs)]
+        per_member = [weight_grads(x, grad_a[k], hs[k, :T], True, ctx.has_bias) for k, x in enumerate(xs)]
         grad_w = torch.stack([g[0] for g in per_member])
         grad_in = torch.stack([g[1] for g in per_member if g[1] is not None])
         grad_b = torch.stack([g[2] for g in per_member if g[2] is not None]) if ctx.has_bias else None

@@ -11,7 +11,7 @@ steps at once after the forward, into Q [T, B, G, N], so each backward step is
     dh_{t−1} = g_{t−1} + z_t ⊙ dh_t + ∂a_t W  one addcmul and one addmm
 
 (z_t the gate that carries h_{t−1} straight through: JANET's f_t, GRU's z_t). ∂W, ∂V and ∂b are
-one large product or sum each after the loop (`trainers.kernels._weight_grads`, `_input_grads`).
+one large product or sum each after the loop (`trainers.kernels.weight_grads`, `input_grads`).
 Shapes are time-major: x [T, B, d], h0 [B, N], outputs [T, B, N].
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trainers.kernels import _input_grads, _weight_grads
+from trainers.kernels import input_grads, weight_grads
 
 
 def _backward_scan(
@@ -100,7 +100,7 @@ class JANETScan(torch.autograd.Function):
         torch.mul(one_minus_f, 1.0 - c * c, out=q[:, :, 1])  # ∂a_c/∂h_t
         grad_a, grad_h0 = _backward_scan(grad_hs.contiguous(), q, f, w_hh)
         need = ctx.needs_input_grad
-        grad_w, grad_ih, grad_b = _weight_grads(x, grad_a, h_prev, need[1], need[3])
+        grad_w, grad_ih, grad_b = weight_grads(x, grad_a, h_prev, need[1], need[3])
         grad_x = grad_a @ w_ih if need[0] else None
         return grad_x, grad_ih, grad_w if need[2] else None, grad_b, grad_h0 if need[4] else None
 
@@ -179,10 +179,10 @@ class GRUScan(torch.autograd.Function):
         grad_gh = grad_a[..., : 3 * N]  # ∂L/∂(W_h h_{t−1} + b_h): blocks r, z, hn (strided views)
         grad_gi = (grad_a[..., : 2 * N], grad_a[..., 3 * N :])  # ∂L/∂(W_i x_t + b_i): blocks r, z | n
         need = ctx.needs_input_grad
-        grad_w, _, grad_bh = _weight_grads(x, grad_gh, h_prev, False, need[4])
+        grad_w, _, grad_bh = weight_grads(x, grad_gh, h_prev, False, need[4])
         grad_ih = grad_bi = grad_x = None
         if need[1] or need[3]:
-            (ih_rz, bi_rz), (ih_n, bi_n) = (_input_grads(x, ga, need[1], need[3]) for ga in grad_gi)
+            (ih_rz, bi_rz), (ih_n, bi_n) = (input_grads(x, ga, need[1], need[3]) for ga in grad_gi)
             grad_ih = torch.cat([ih_rz, ih_n]) if ih_rz is not None and ih_n is not None else None
             grad_bi = torch.cat([bi_rz, bi_n]) if bi_rz is not None and bi_n is not None else None
         if need[0]:

@@ -6,14 +6,14 @@ in registers.
     forward   a_t = xp_t + h_{t−1} Wᵀ,  h_t = f(a_t)                      t = 1 … T, every h_t stored
     backward  ∂a_t = (g_t + ∂a_{t+1} W) ⊙ f'(a_t),  ∂W = Σ_t ∂a_tᵀ h_{t−1}   t = T … 1, in one program
 
-f is elu (TensorFlow's: a if a ≥ 0 else exp(a) − 1, as `trainers.kernels._elu_`), relu or tanh, and
-f' is written through h_t as `trainers.kernels._act_grad` writes it. Every product is
+f is elu (TensorFlow's: a if a ≥ 0 else exp(a) − 1, as `trainers.kernels.elu_`), relu or tanh, and
+f' is written through h_t as `trainers.kernels.act_grad` writes it. Every product is
 `tl.dot(..., input_precision="ieee")`: IEEE float32 (or float64), never TF32 (docs/gpu.md, fidelity).
 The forward holds h and Wᵀ in column blocks of 16 hidden units (`_column_blocks`; wider past N = 128),
 tiles small enough that nothing spills at Orhan's N = 100 (one [128 × 128] product spilled heavily);
 `tools/kernel_report.py` compiles both kernels for sm_90 without a GPU and prints registers and spills.
 The input projection xp = x Vᵀ + b and ∂V, ∂b, ∂x stay outside the kernel, per member, with the very
-code `FusedElmanScan` runs (`project_members`, `_input_grads`): d is 1–10 at Orhan's shapes, so they
+code `FusedElmanScan` runs (`project_members`, `input_grads`): d is 1–10 at Orhan's shapes, so they
 are a small part of the step.
 
 A member's program runs the same operations in the same order whatever K is (the grid is K × batch
@@ -49,7 +49,7 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 from triton.runtime.errors import OutOfResources
 
-from trainers.kernels import ACTIVATIONS, Workspace, _input_grads, project_members
+from trainers.kernels import ACTIVATIONS, Workspace, input_grads, project_members
 
 #: whether this module's kernels run under Triton's interpreter (numpy on the CPU), fixed at import
 INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
@@ -83,7 +83,7 @@ def _exp(a, LIBDEVICE: tl.constexpr):
 @triton.jit
 def _act(a, ACT: tl.constexpr, LIBDEVICE: tl.constexpr):
     """h = f(a), elementwise on a tile."""
-    if ACT == 0:  # elu as TensorFlow: max(a, 0) + (exp(min(a, 0)) − 1), kernels._elu_'s order
+    if ACT == 0:  # elu as TensorFlow: max(a, 0) + (exp(min(a, 0)) − 1), kernels.elu_'s order
         # NaN kept, as torch's maximum and minimum keep it (a GPU's max.f32 returns the other operand;
         # the flag must be written in the call: the compiler takes no PropagateNan held in a variable)
         pos = tl.maximum(a, 0.0, propagate_nan=tl.PropagateNan.ALL)
@@ -101,7 +101,7 @@ def _act(a, ACT: tl.constexpr, LIBDEVICE: tl.constexpr):
 
 @triton.jit
 def _act_grad(h, ACT: tl.constexpr):
-    """f'(a) through h = f(a), as kernels._act_grad: elu' = min(h + 1, 1); relu' = [h > 0]; tanh' = 1 − h²."""
+    """f'(a) through h = f(a), as kernels.act_grad: elu' = min(h + 1, 1); relu' = [h > 0]; tanh' = 1 − h²."""
     if ACT == 0:
         return tl.minimum(h + 1.0, 1.0, propagate_nan=tl.PropagateNan.ALL)
     elif ACT == 1:
@@ -369,7 +369,7 @@ class PersistentElmanScan(torch.autograd.Function):
         grad_a = ws.get("xp", (K, T, B, N), hs)  # the forward's xp buffer, dead once the loop has run
         grad_w, grad_h0 = elman_backward(hs, w, g, ctx.nonlinearity, ctx.last, grad_a)
         # ∂V_k, ∂b_k (and ∂x_k where asked) per member, by ElmanScan's own code
-        per_member = [_input_grads(x, grad_a[k], True, ctx.has_bias) for k, x in enumerate(xs)]
+        per_member = [input_grads(x, grad_a[k], True, ctx.has_bias) for k, x in enumerate(xs)]
         grad_in = torch.stack([gi for gi, _ in per_member if gi is not None])
         grad_b = torch.stack([gb for _, gb in per_member if gb is not None]) if ctx.has_bias else None
         need_x = ctx.needs_input_grad[7:]

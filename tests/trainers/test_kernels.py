@@ -103,10 +103,10 @@ def test_native_kernel_refuses_elu():
 
 def test_elu_is_tensorflows_exp_minus_one():
     """Orhan & Pitkow's Keras code ran TensorFlow's Elu: a < 0 ? exp(a) − 1 : a (not expm1)."""
-    from trainers.kernels import _act_
+    from trainers.kernels import act_
 
     a = torch.linspace(-6.0, 3.0, 1001)
-    h = _act_(a.clone(), "elu")
+    h = act_(a.clone(), "elu")
     assert torch.equal(h, torch.where(a < 0, torch.exp(a) - 1.0, a))
     assert not torch.equal(h, torch.nn.functional.elu(a))  # torch's expm1 rounds differently somewhere
     assert torch.allclose(h, torch.nn.functional.elu(a), rtol=0, atol=1e-6)

@@ -30,9 +30,9 @@ from trainers.initializers import glorot_uniform, random_orthogonal
 from trainers.kernels import (
     ACTIVATIONS,
     Workspace,
-    _act_,
-    _act_grad,
-    _member_acts,
+    act_,
+    act_grad,
+    member_acts,
     member_gemms,
     project_members,
 )
@@ -98,7 +98,7 @@ class FastRNNScan(torch.autograd.Function):
             xp.unbind(0), zs.unbind(0), us.unbind(0), strict=True
         ):  # views, unbound once
             torch.addmm(xp_t, u, wat, out=z_t)  # pre_t = xp_t + a·u_{t−1} Wᵀ
-            _act_(z_t, nonlinearity)  # z_t = f(pre_t), in place
+            act_(z_t, nonlinearity)  # z_t = f(pre_t), in place
             u = torch.add(z_t, u, alpha=bv, out=u_t)  # u_t = z_t + β u_{t−1}
         ctx.nonlinearity = nonlinearity
         ctx.coefs = (av, bv)
@@ -112,7 +112,7 @@ class FastRNNScan(torch.autograd.Function):
         T, _B, N = us.shape
         grad_hs = grad_hs.contiguous()
         only_last = not reads_before_last(grad_hs, 0)  # e.g. a readout of the last state only
-        fprime_a = _act_grad(zs, ctx.nonlinearity).mul_(av)  # ∂h_t/∂pre_t = a f'(pre_t), all t at once
+        fprime_a = act_grad(zs, ctx.nonlinearity).mul_(av)  # ∂h_t/∂pre_t = a f'(pre_t), all t at once
         e = torch.empty_like(us)  # e_t = ∂L/∂h_t, total
         grad_pre = torch.empty_like(us)  # ∂L/∂pre_t
         es, gs, fs, gh = e.unbind(0), grad_pre.unbind(0), fprime_a.unbind(0), grad_hs.unbind(0)
@@ -197,7 +197,7 @@ class FusedFastRNNScan(torch.autograd.Function):
         us = ws.get("us", (K, T, B, N), xp)  # u_t = h_t / a
         step = ws.get("step", (K, B, N), xp)  # this step's pre_t, then z_t, contiguous
         scratch = ws.get("scratch", (K, B, N), xp)
-        (act,) = _member_acts(nonlinearity, [step], scratch)
+        (act,) = member_acts(nonlinearity, [step], scratch)
         xps, z_t, u_t = xp.unbind(1), zs.unbind(1), us.unbind(1)  # views made once
         (baddbmm, _), addcmul = member_gemms(xp.device, B, N), torch.addcmul
         u = ws.get("u0", (K, B, N), xp).zero_()  # u_{−1} = 0
@@ -231,7 +231,7 @@ class FusedFastRNNScan(torch.autograd.Function):
             # it moves no bit but a zero's sign
             gh = torch.stack(gk, out=ws.get("grad_hs", (K, T, B, N), w))
             e[:, T - 1].copy_(gh[:, T - 1])
-        fprime_a = _act_grad(zs, ctx.nonlinearity, out=ws.get("fprime", (K, T, B, N), w)).mul_(acol4)
+        fprime_a = act_grad(zs, ctx.nonlinearity, out=ws.get("fprime", (K, T, B, N), w)).mul_(acol4)
         es, gs, fs = e.unbind(1), grad_pre.unbind(1), fprime_a.unbind(1)
         g_prev = gh.unbind(1) if gh is not None else None
         dh_buf = ws.get("dh", (2, K, B, N), w).unbind(0)
