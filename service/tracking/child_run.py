@@ -67,10 +67,13 @@ def result_metrics(trial: Trial, result: TrialResult, criterion: Criterion) -> l
 
 
 def result_tags(trial: Trial) -> list[RunTag]:
-    """A finished trial's tags: its status, node, device, provenance and reason."""
+    """A finished trial's tags: its status, node, device, provenance and reason; and, for a trial that
+    took another's result instead of training (`runs` 0), that trial's ledger id."""
     from mlflow.entities import RunTag
 
     tags = [RunTag("memsweep.status", trial.status)]
+    if trial.reused_from is not None:
+        tags.append(RunTag("memsweep.reused_from", str(trial.reused_from)))
     tags += [RunTag(f"memsweep.{k}", v) for k, v in (("node", trial.node), ("device", trial.device)) if v]
     tags += [RunTag(f"memsweep.provenance.{k}", str(v)) for k, v in (trial.provenance or {}).items()]
     if trial.reason:

@@ -156,6 +156,18 @@ def test_a_study_under_another_criterion_recounts_without_training_anything(engi
         t.runs == 0 and t.reused_from is not None for t in trials
     )  # nothing trained
     assert summary["success"]["criterion"]["fraction"] == 0.6
+    # their MLflow child runs say whose result they carry (they read as trained runs)
+    runs = child_runs(
+        engine.settings.mlflow_tracking_uri, summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
+    )
+    by_hash = {t.config_hash: t for t in trials}
+    assert sorted(r.data.tags["memsweep.reused_from"] for r in runs) == sorted(
+        str(t.reused_from) for t in trials
+    )
+    assert all(
+        r.data.tags["memsweep.reused_from"] == str(by_hash[r.data.tags["memsweep.config_hash"]].reused_from)
+        for r in runs
+    )
     expected = success_table(done, Criterion(fraction=0.6)).model_dump(mode="json")
     assert summary["success"]["by_model"] == expected["by_model"]
     assert engine.summary(first.id)["success"]["criterion"]["name"] == "loss < 0.333333"  # each its own
