@@ -10,9 +10,10 @@ is gone; on shutdown it stops the Tune runs and leaves those studies pending, so
 resumes them. Ray and MLflow are brought up once, before the first
 study, by `prepare` (two studies must not race to start them).
 
-The runner shuts down the Ray it started. `ensure_ray` starts it on a thread that lives as long as
-the process: Ray ties its processes to the *thread* that started them (Linux's parent-death signal fires
-when that thread ends), so a Ray started from a short-lived thread would die with it.
+The runner shuts down the Ray it started, through the engine's executor (`Executor.start`, `stop`),
+which starts it on a thread that lives as long as the process (`service.study.nodes.ensure_ray`): Ray
+ties its processes to the *thread* that started them (Linux's parent-death signal fires when that
+thread ends), so a Ray started from a short-lived thread would die with it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
@@ -193,17 +194,15 @@ class StudyRunner:
 
     def start_ray(self) -> None:
         """Start (or join) Ray, once (a plan's calibrations need Ray, not MLflow); an error says why it
-        could not, and the next call tries again. It lives until `shutdown` (`ensure_ray` starts it on
+        could not, and the next call tries again. It lives until `shutdown` (the executor starts it on
         a thread that outlives this call's)."""
-        from service.study.nodes import ensure_ray
-
         with self._ray_lock:
             if self._ray_started:
                 return
             if self._stopping:  # a start after the shutdown looked would outlive it
                 raise RuntimeError("the runner is stopping")
             try:
-                ensure_ray(self.engine.settings)
+                self.engine.executor.start()
             except Exception as exc:
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
             self._ray_started = True
@@ -230,9 +229,7 @@ class StudyRunner:
         locked = self._ray_lock.acquire(timeout=timeout)
         try:
             if self._ray_started and not still:
-                import ray
-
-                ray.shutdown()
+                self.engine.executor.stop()
                 self._ray_started = False
         finally:
             if locked:
@@ -246,21 +243,16 @@ class StudyRunner:
             )
 
     def unplaceable(self, resources: dict[str, float]) -> str | None:
-        """Why the cluster cannot run a trial asking these resources; None when it can, or when Ray is
-        not up yet (the engine checks again when the study starts)."""
-        if not self.prepared.is_set() or not self._ray_started:
-            return None
-        from service.study.nodes import unplaceable
+        """Why no node this runner's studies run on can run a trial asking these resources
+        (`Executor.unplaceable`: an embedded Ray is this machine's, a cluster is asked once joined);
+        None when one can, or when this runner runs no studies (a runner elsewhere on the ledger,
+        which may have what this one lacks, runs them)."""
+        return self.engine.executor.unplaceable(resources) if self.workers else None
 
-        return unplaceable(resources)
-
-    def node_plugins(self) -> dict[str, dict[str, str]] | None:
-        """Each Ray node's plugins (`service.study.plugins.node_plugins`); None when Ray is not up yet."""
-        if not self._ray_started:
-            return None
-        from service.study.plugins import node_plugins
-
-        return node_plugins()
+    def node_plugins(self) -> Mapping[str, Mapping[str, str]] | None:
+        """Each Ray node's plugins (`Executor.node_plugins`: None on an embedded Ray, this process's
+        installation); None when Ray is not up yet."""
+        return self.engine.executor.node_plugins() if self._ray_started else None
 
     # ----- studies -----------------------------------------------------------------------------------
     def is_active(self, study_id: str) -> bool:

@@ -224,3 +224,40 @@ def test_no_module_of_service_imports_itself_back():
 
     circles = [c for m in sorted(graph) if (c := circle_from(m, []))]
     assert circles == [], " → ".join(circles[0])
+
+
+#: the modules of service/ that may use Ray's API: the Ray Tune adapter (the engine's executor) and the
+#: process-level helpers it stands on (starting, joining and reaping Ray; its nodes)
+RAY_MODULES = {"service.study.ray_tune", "service.study.nodes"}
+
+
+def ray_importers(package: str = "service") -> list[str]:
+    """Each module of `package` but RAY_MODULES that imports Ray (`import ray…` / `from ray… import`),
+    with its line."""
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if module_name(path) in RAY_MODULES:
+            continue
+        for line, target in imports_of(path):
+            if target == "ray" or target.startswith("ray."):
+                found.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+    return found
+
+
+def test_only_the_executor_and_the_node_helpers_import_ray():
+    """Ray stays behind the engine's executor (`Executor`; `service.study.ray_tune.RayTune`): the
+    runner, the plans, the application and the API ask it (start, stop, unplaceable, resources,
+    node_plugins, run_tasks) and never import Ray themselves, so that each question has one answer."""
+    assert ray_importers() == []
+
+
+def test_the_ray_check_catches_a_lazy_import(tmp_path, monkeypatch):
+    """The check itself: an import of Ray inside a function, outside the allowed modules, is named."""
+    fake = tmp_path / "service" / "planning"
+    fake.mkdir(parents=True)
+    (fake / "bad.py").write_text("def f():\n    import ray.util\n\n    from ray import tune\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert ray_importers() == [
+        "service/planning/bad.py:2: imports ray.util",
+        "service/planning/bad.py:4: imports ray",
+    ]

@@ -123,7 +123,7 @@ class PluginListing(BaseModel):
     server: list[PluginPublic]
     nodes: dict[str, dict[str, str]] | None = Field(
         description='each Ray node that can run trials → {"kind:name": identity} of the plugins ready there; '
-        "null before the server's Ray is up"
+        "null before the server's Ray is up, and on an embedded Ray (this machine's are `server`)"
     )
 
 

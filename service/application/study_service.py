@@ -33,7 +33,6 @@ from service.runner import StudyRunner
 from service.store.models import Study, utc
 from service.study.claim import StudyBusyError, gone, this_process
 from service.study.engine import Engine
-from service.study.nodes import embedded, unplaceable_here
 from service.study.plugins import admit_plugins
 from service.tracking.links import MlflowLinks
 
@@ -99,12 +98,7 @@ class StudyService(StudyReads):
     def _placeable(self, spec: StudySpec) -> None:
         """Refuse resources no node can ever give a trial: such a study (or its plan's calibration)
         would wait forever. Asked of the cluster once Ray is up; an embedded Ray is this machine."""
-        resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
-        why = self.runner.unplaceable(resources)
-        # an embedded Ray is this machine's, when it runs studies (a server that runs none queues them
-        # for a runner elsewhere on the ledger, which may have what this one lacks)
-        if why is None and embedded(self.engine.settings) and self.runner.workers > 0:
-            why = unplaceable_here(self.engine.settings, resources)
+        why = self.runner.unplaceable({"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
         if why is not None:
             self.engine.space(spec)  # a field the resources cannot serve is named first (`check_execution`)
             raise StudyError(f"resources: {why}")
@@ -123,10 +117,14 @@ class StudyService(StudyReads):
             ) from None
 
     def plugins(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]] | None]:
-        """The plugins installed here (`trainers.plugins.installed`), and each Ray node's when Ray is up."""
+        """The plugins installed here (`trainers.plugins.installed`), and each Ray node's once a
+        cluster is joined (None on an embedded Ray: this machine's are the server's)."""
         from trainers.plugins import installed
 
-        return [p.to_dict() for p in installed()], self.runner.node_plugins()
+        nodes = self.runner.node_plugins()
+        return [p.to_dict() for p in installed()], (
+            None if nodes is None else {node: dict(there) for node, there in nodes.items()}
+        )
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> StudyPlan:
         """What the spec's study would run and cost (`service.planning.plan`), calibrating the shapes the

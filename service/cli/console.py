@@ -219,6 +219,11 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
     screen.print(table if listing["server"] else f"no plugin is installed ({here})")
     nodes = listing.get("nodes")
     if nodes is None:
+        if where:
+            screen.print(
+                "nodes: none listed (an embedded Ray's workers load the server's own plugins; a cluster's "
+                "nodes are listed once the server has joined it)"
+            )
         return
     ours = {f"{p['kind']}:{p['name']}": p["identity"] for p in listing["server"] if p["problem"] is None}
     for node, there in sorted(nodes.items()):

@@ -6,7 +6,8 @@ grid varies (seed, learning rate and the optimiser's constants, the initialiser 
 budget and thresholds), whether it trains fused, and its bundle size. A calibration trains one real
 unit of the shape — the members of the study's largest unit of it: a fused bundle at the study's
 bundle size, or one trial — for `STEPS` timed steps with the trainers themselves (`train_fused` or
-`train`), as a Ray task with the study's resources (a GPU study calibrates on a GPU node), and times
+`train`), as a task with the study's resources (`Executor.run_tasks`: a Ray task; a GPU study
+calibrates on a GPU node), and times
 
 - every training step but the warm-ups (the first; on a GPU, a graphed bundle's eager warm-ups and
   the step that captures it: `trainers.fused.steps_to_pace`), between the moments the trainer asks its task for
@@ -43,7 +44,8 @@ from typing import Any
 
 import trainers
 from service.core.settings import Settings
-from service.study.nodes import embedded, embedded_resources, ensure_ray, unplaceable_here
+from service.study.executor import Executor, Task
+from service.study.nodes import embedded, embedded_resources, unplaceable_here
 from trainers import TRAINER_VERSION
 
 log = logging.getLogger(__name__)
@@ -58,8 +60,6 @@ MAX_STEPS = 200
 VAL = 64
 #: seconds a plan waits for its calibrations (a busy cluster may have no free slot)
 TIMEOUT = 180.0
-#: seconds between two looks at a calibration's `cancel` while its tasks run
-CANCEL_POLL = 0.5
 #: trial fields that set a trial's values, not its cost per step (the budget is counted separately)
 VALUE_FIELDS = (
     "seed", "lr", "rho", "betas", "eps", "clip_norm", "steps", "epochs", "eval_every", "early_stop_loss",
@@ -266,6 +266,7 @@ def _timings(
 
 
 def where_trials_run(
+    executor: Executor,
     settings: Settings,
     cpus: float,
     gpus: float,
@@ -274,9 +275,10 @@ def where_trials_run(
     timeout: float = TIMEOUT,
 ) -> tuple[str, int]:
     """(the node type a study's trials run on, how many of its units fit on the cluster at once).
-    An embedded Ray is this machine (nothing starts); a cluster is asked with a small Ray task, after
-    joining it when `start` (else a cluster not joined yet is an error), within `timeout` or until
-    `cancel` is set (the study's: cancelled, or its server stopping)."""
+    An embedded Ray is this machine (nothing starts); a cluster is asked with a small task of a unit's
+    resources (`Executor.run_tasks`), after joining it when `start` (else a cluster not joined yet is
+    an error), within `timeout` or until `cancel` is set (the study's: cancelled, or its server
+    stopping)."""
     if embedded(settings):
         why = unplaceable_here(settings, {"cpu": cpus, "gpu": gpus})
         if why is not None:  # its calibration would wait for a slot that never comes
@@ -286,31 +288,27 @@ def where_trials_run(
         if gpus > 0:
             capacity = min(capacity, int(have_gpus // gpus))
         return node_type(gpus > 0), capacity
-    import ray
-
-    if not ray.is_initialized():
+    total = executor.resources()
+    if total is None:
         if not start:
             raise RuntimeError("Ray is not up yet: a cluster's node type is asked of the cluster")
-        ensure_ray(settings)
-    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    capacity = int(total.get("CPU", 0) // max(cpus, 1e-9))
+        executor.start()
+        total = executor.resources() or {}
+    capacity = int(total.get("cpu", 0) // max(cpus, 1e-9))
     if gpus > 0:
-        capacity = min(capacity, int(total.get("GPU", 0) // gpus))
+        capacity = min(capacity, int(total.get("gpu", 0) // gpus))
     if capacity < 1:
         raise RuntimeError(
             f"no node of the Ray cluster offers a unit's resources (cpus={cpus:g}, gpus={gpus:g}; the "
-            f"cluster has {total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs)"
+            f"cluster has {total.get('cpu', 0):g} CPUs and {total.get('gpu', 0):g} GPUs)"
         )
-    ref = ray.remote(num_cpus=cpus, num_gpus=gpus)(node_type).remote(gpus > 0)
-    deadline = time.monotonic() + timeout
-    while not (cancel is not None and cancel.is_set()):
-        left = deadline - time.monotonic()
-        done, _ = ray.wait([ref], timeout=max(0.0, min(left, CANCEL_POLL)))
-        if done:
-            return str(ray.get(ref)), capacity
-        if left <= CANCEL_POLL:
-            break
-    ray.cancel(ref, force=True)
+    (answer,) = executor.run_tasks(
+        [Task(node_type, (gpus > 0,))], {"cpu": cpus, "gpu": gpus}, 1, timeout, cancel
+    )
+    if answer is not None:
+        if answer.error is not None:
+            raise answer.error
+        return str(answer.value), capacity
     raise TimeoutError(
         "stopped: the study was cancelled, or its server stopped"
         if cancel is not None and cancel.is_set()
@@ -319,8 +317,8 @@ def where_trials_run(
     )
 
 
-def run_on_ray(
-    settings: Settings,
+def run_calibrations(
+    executor: Executor,
     probes: Sequence[Probe],
     cpus: float,
     gpus: float,
@@ -328,44 +326,31 @@ def run_on_ray(
     timeout: float = TIMEOUT,
     cancel: threading.Event | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Each probe calibrated as a Ray task with a unit's resources, at most `slots` at once (as the
-    study would run); key → the calibration (its `error` when it failed, did not finish in time, or
-    was stopped by `cancel`: the study's, cancelled or its server stopping)."""
-    import ray
-
+    """Each probe calibrated as a task with a unit's resources (`Executor.run_tasks`), at most `slots`
+    at once (as the study would run); key → the calibration (its `error` when it failed, did not
+    finish in time, or was stopped by `cancel`: the study's, cancelled or its server stopping)."""
     from trainers.numerics import environment as numerics_environment
 
-    ensure_ray(settings)
-    task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(calibrate)
-    deadline = time.monotonic() + timeout
-    todo, out = list(probes), {}
-    running: dict[Any, Probe] = {}
-    stopped = cancel.is_set if cancel is not None else lambda: False
-    while (todo or running) and not stopped():
-        while todo and len(running) < max(slots, 1):
-            probe = todo.pop(0)
-            # a worker process computes with one numerics mode: each mode's probes get workers of their own
-            env = {"env_vars": numerics_environment(probe.members[0].config.numerics)}
-            running[task.options(runtime_env=env).remote(probe, gpus > 0)] = probe
-        left = deadline - time.monotonic()
-        done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(left, CANCEL_POLL)))
-        for ref in done:  # a result that came in is kept, even as a cancel comes
-            probe = running.pop(ref)
-            try:
-                out[probe.key] = ray.get(ref)
-            except Exception as exc:  # the task itself died (out of memory, a lost node)
-                out[probe.key] = {"error": f"the calibration task failed: {type(exc).__name__}: {exc}"[:2000]}
-        if not done and left <= CANCEL_POLL:
-            break
-    for ref, probe in [*running.items(), *((None, p) for p in todo)]:
-        if ref is not None:
-            ray.cancel(ref, force=True)
-        out[probe.key] = {
-            "error": "stopped: the study was cancelled, or its server stopped"
-            if stopped()
-            else f"no result within {timeout:g} s: the cluster's slots are busy (other studies?) or no "
-            "node offers the study's resources; plan again when a slot is free"
-        }
+    # a worker process computes with one numerics mode: each mode's probes get workers of their own
+    tasks = [
+        Task(calibrate, (probe, gpus > 0), numerics_environment(probe.members[0].config.numerics))
+        for probe in probes
+    ]
+    results = executor.run_tasks(tasks, {"cpu": cpus, "gpu": gpus}, slots, timeout, cancel)
+    out: dict[str, dict[str, Any]] = {}
+    for probe, result in zip(probes, results, strict=True):
+        if result is None:
+            out[probe.key] = {
+                "error": "stopped: the study was cancelled, or its server stopped"
+                if cancel is not None and cancel.is_set()
+                else f"no result within {timeout:g} s: the cluster's slots are busy (other studies?) or no "
+                "node offers the study's resources; plan again when a slot is free"
+            }
+        elif result.error is not None:  # the task itself died (out of memory, a lost node)
+            exc = result.error
+            out[probe.key] = {"error": f"the calibration task failed: {type(exc).__name__}: {exc}"[:2000]}
+        else:
+            out[probe.key] = result.value
     return out
 
 

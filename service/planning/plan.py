@@ -32,7 +32,7 @@ from service.planning.calibration import (
     Calibrate,
     Probe,
     describe_shapes,
-    run_on_ray,
+    run_calibrations,
     shape_key,
     shape_of,
     where_trials_run,
@@ -53,6 +53,7 @@ from service.planning.types import (
 )
 from service.store.ledger import Ledger
 from service.store.models import Calibration, Trial
+from service.study.executor import Executor
 from service.study.nodes import device_on_this_node, embedded
 from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.search import (
@@ -70,11 +71,15 @@ log = logging.getLogger(__name__)
 
 
 class Ground(Protocol):
-    """What a plan stands on: the settings, the ledger (reusable trials, cached calibrations) and a
-    node's memory for a unit, measured as the run measures it (`Engine` has all three)."""
+    """What a plan stands on: the settings, the ledger (reusable trials, cached calibrations), the
+    executor (its cluster, its tasks: the calibrations) and a node's memory for a unit, measured as the
+    run measures it (`Engine` has all four)."""
 
     settings: Settings
     ledger: Ledger
+
+    @property
+    def executor(self) -> Executor: ...
 
     def node_memory(self, resources: Mapping[str, float]) -> tuple[str, int] | None: ...
 
@@ -187,9 +192,7 @@ def unit_memory_here(engine: Ground, spec: StudySpec) -> tuple[str, int] | None:
     try:
         if embedded(engine.settings):
             return device_on_this_node(spec.resources.gpus, spec.resources.cpus)
-        import ray
-
-        if ray.is_initialized():
+        if engine.executor.resources() is not None:  # the cluster is joined already
             return engine.node_memory(resources)
     except Exception as exc:  # a plan is information: the packer's defaults then
         log.warning("no node's memory for the plan's bundles (%s)", exc)
@@ -246,7 +249,7 @@ def _plan(
             "with their points, not trained"
         )
     schedules = Schedules()
-    node, capacity = _where(engine.settings, spec, calibrate, start_ray, notes, cancel)
+    node, capacity = _where(engine, spec, calibrate, start_ray, notes, cancel)
     slots = max(1, min(spec.concurrency, capacity or spec.concurrency))
     shapes = _Shapes(units)
     found: dict[str, dict[str, Any]] = {}
@@ -323,7 +326,7 @@ def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> 
 
 
 def _where(
-    settings: Settings,
+    engine: Ground,
     spec: StudySpec,
     calibrate: bool,
     start_ray: Callable[[], None] | None,
@@ -333,11 +336,11 @@ def _where(
     """(node type, how many units fit the cluster at once) of where the study's trials run; (None,
     None) and a note when that is unknown (or `cancel` stopped the asking)."""
     try:
-        if calibrate and start_ray is not None and not embedded(settings):
+        if calibrate and start_ray is not None and not embedded(engine.settings):
             start_ray()  # a cluster's node type is asked of the cluster
         return where_trials_run(
-            settings, spec.resources.cpus, spec.resources.gpus, start=calibrate and start_ray is None,
-            cancel=cancel,
+            engine.executor, engine.settings, spec.resources.cpus, spec.resources.gpus,
+            start=calibrate and start_ray is None, cancel=cancel,
         )  # fmt: skip
     except Exception as exc:
         notes.append(f"where the trials run is unknown ({type(exc).__name__}: {exc}); no estimate")
@@ -423,7 +426,9 @@ def _calibrations(
     missing = [p for k, p in probes.items() if k not in found]
     if missing and calibrate:
         cpus, gpus = spec.resources.cpus, spec.resources.gpus
-        measure = calibrator or (lambda ps: run_on_ray(engine.settings, ps, cpus, gpus, slots, cancel=cancel))
+        measure = calibrator or (
+            lambda ps: run_calibrations(engine.executor, ps, cpus, gpus, slots, cancel=cancel)
+        )
         if calibrator is None and start_ray is not None:
             start_ray()
         began = time.perf_counter()
@@ -440,18 +445,17 @@ def _calibrations(
     return 0.0
 
 
-def cluster_gpus(settings: Settings) -> float:
+def cluster_gpus(engine: Ground) -> float:
     """The GPUs Ray can give this server's studies: the embedded Ray's (this machine's, as CUDA sees
     them) or a joined cluster's; 0 when there are none or that is not known yet."""
     try:
-        if embedded(settings):
+        if embedded(engine.settings):
             import torch
 
             return float(torch.cuda.device_count())
-        import ray
-
-        if ray.is_initialized():
-            return float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
+        have = engine.executor.resources()
+        if have is not None:
+            return have["gpu"]
     except Exception as exc:  # a plan is information: no note then
         log.warning("could not ask the cluster for its GPUs (%s)", exc)
     return 0.0
@@ -468,7 +472,7 @@ def idle_gpu_note(
 ) -> str | None:
     """A study that asks no GPU where the cluster has one trains on the CPUs (Ray hides a GPU from a
     task that asks none): say so, with the plan of the same study at one GPU a unit (issue 34)."""
-    have = cluster_gpus(engine.settings)
+    have = cluster_gpus(engine)
     if have <= 0:
         return None
     on_gpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": 1.0})})

@@ -26,6 +26,7 @@ from sqlalchemy import (
     delete,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
@@ -115,6 +116,21 @@ class Ledger:
         self._sessions = sessionmaker(self.database, expire_on_commit=False)
         self._held: dict[str, str] = {}  # the studies this process claimed: id → owner
         self._lost: set[str] = set()  # of those, the ones another process took over since
+
+    @property
+    def dialect(self) -> str:
+        """The database's kind, as SQLAlchemy names it ("sqlite", "postgresql")."""
+        return str(self.database.dialect.name)
+
+    def unreachable(self) -> str | None:
+        """The kind of error the database answers a query with (its type: the text may hold the URL's
+        password); None when it answers (the server's readiness check, with `unwritable`)."""
+        try:
+            with self.database.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            return type(exc).__name__
+        return None
 
     def unwritable(self) -> str | None:
         """Why the database refuses writes now (None: it takes them): SQLite takes its write lock and

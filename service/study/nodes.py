@@ -3,10 +3,14 @@ a node can place, and how much memory a unit of a study may use there (which siz
 
 - `embedded` says which, from the settings: the one place that decides;
 - `ensure_ray` starts the embedded Ray, or joins the cluster (`MEMSWEEP_RAY_ADDRESS` / `RAY_ADDRESS`),
-  on a thread that lives as long as the process (`on_ray_thread`);
-  `reap_embedded_ray` clears what a crashed driver's embedded Ray left running;
+  on a thread that lives as long as the process (`on_ray_thread`); `shutdown_ray` shuts it down and
+  removes its record; `reap_embedded_ray` clears what a crashed driver's embedded Ray left running;
 - `unplaceable` says why no node can take a unit's resources;
-- `unit_memory` measures a unit's share of a node's memory (`NodeMemory` keeps it a while).
+- `unit_memory` measures a unit's share of a node's memory (`NodeMemory` keeps it a while);
+- `node_plugins` asks every node which plugins it has installed.
+
+Only this module and the Ray Tune adapter (`service.study.ray_tune`, the engine's executor) use Ray's
+API; the rest of the service asks the executor (`tests/test_imports.py` holds it so).
 """
 
 from __future__ import annotations
@@ -148,6 +152,16 @@ def _start_ray(settings: Settings) -> None:
         record.parent.mkdir(parents=True, exist_ok=True)
         driver = {"pid": os.getpid(), "started": processes.started(os.getpid()), "mark": mark}
         record.write_text(json.dumps(driver))
+
+
+def shutdown_ray(settings: Settings) -> None:
+    """Shut down this process's Ray (an embedded one stops; a cluster is left), and remove the record
+    of the embedded Ray this process started on the settings' home: a graceful stop leaves nothing for
+    `reap_embedded_ray` (it had left `embedded-ray/<pid>.json` behind until the next start reaped it)."""
+    import ray
+
+    ray.shutdown()
+    embedded_ray_record(settings.home, os.getpid()).unlink(missing_ok=True)
 
 
 def join_hint(address: str) -> str:
@@ -350,6 +364,26 @@ def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[
         ray.cancel(ref, force=True)
         return None
     return str(kind), int(share)
+
+
+def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
+    """Node (its IP and id's head) → {"kind:name": identity} of the plugins installed there
+    (`service.study.plugins.installed_here`), for every alive node of the running Ray cluster that can
+    run a trial (it has CPUs)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from service.study.plugins import installed_here
+
+    inventory = ray.remote(num_cpus=0)(installed_here)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]  # type: ignore[no-untyped-call]
+    refs = {
+        f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": inventory.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote()
+        for n in nodes
+    }
+    return dict(zip(refs, ray.get(list(refs.values()), timeout=timeout), strict=True))
 
 
 def node_name() -> str:

@@ -6,8 +6,9 @@
 - `check_contracts` runs `trainers.contract` over each in a child process (`memsweep plugins check`),
   once per identity: a plugin that breaks its contract is refused before any trial runs, and its code
   never runs inside the server;
-- `node_plugins` asks every node of a Ray cluster what it has installed, and `version_mismatch` says
-  which node lacks a used plugin or has another version of it.
+- `installed_here` is what a node has installed (the executor asks every node of a cluster:
+  `Executor.node_plugins`), and `version_mismatch` says which node lacks a used plugin or has another
+  version of it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from search_spaces import SearchSpace, Values
 from service.core.errors import StudyError
 from trainers import plugins
 
-#: each Ray node's plugins ("kind:name" → identity), or None when no cluster answers (`node_plugins`)
+#: each Ray node's plugins ("kind:name" → identity), or None when every node shares this process's
+#: installation (`Executor.node_plugins`)
 NodePlugins = Callable[[], Mapping[str, Mapping[str, str]] | None]
 
 #: (kind, name) → the identity it was checked at and its problems ([] when it holds)
@@ -111,31 +113,11 @@ def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
     return {f"{r['kind']}:{r['name']}": list(r["problems"]) for r in report}
 
 
-def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
-    """Node (its IP and id's head) → {"kind:name": identity} of the plugins installed there, for every
-    alive node of the running Ray cluster that can run a trial (it has CPUs)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    @ray.remote(num_cpus=0)
-    def inventory() -> dict[str, str]:
-        from trainers import plugins as installed_here
-
-        # as installed now, which a new worker loads (a pooled worker may hold what it loaded before)
-        return {
-            f"{p.kind}:{p.name}": installed_here.on_disk(p)
-            for p in installed_here.installed()
-            if p.problem is None
-        }
-
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]  # type: ignore[no-untyped-call]
-    refs = {
-        f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": inventory.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote()
-        for n in nodes
-    }
-    return dict(zip(refs, ray.get(list(refs.values()), timeout=timeout), strict=True))
+def installed_here() -> dict[str, str]:
+    """{"kind:name": identity} of the plugins installed on this node, as installed now, which a new
+    worker loads (a pooled worker may hold what it loaded before): what `nodes.node_plugins` asks
+    each node of a cluster."""
+    return {f"{p.kind}:{p.name}": plugins.on_disk(p) for p in plugins.installed() if p.problem is None}
 
 
 def version_mismatch(

@@ -7,18 +7,25 @@
   fault sent back;
 - `UnitSearcher` is a sampling's `Draws` as Ray Tune's searcher: Optuna's points, each a unit of trials;
 - `CancelStopper` ends a run once its study is cancelled;
-- `RayTune` is the engine's executor: it starts Ray, says what no node can place, measures a unit's
-  memory, and runs a `RunRequest` (a round of units, or a sampler's draws) to the end.
+- `RayTune` is the engine's executor: it starts and stops Ray, says what no node can place, what the
+  cluster has and which plugins each node has, measures a unit's memory, runs tasks (a plan's
+  calibrations) and runs a `RunRequest` (a round of units, or a sampler's draws) to the end.
+
+With `service.study.nodes` (starting, joining and reaping Ray; its nodes), the one module of the
+service that uses Ray's API: the runner, the plans, the application and the API ask the executor.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback, Stopper
@@ -28,16 +35,26 @@ from service.core.settings import Settings
 from service.core.spec import ASHA_MAX_EVALUATIONS, Asha
 from service.core.trial import Unit
 from service.study.book import TrialBook
-from service.study.executor import RunRequest
-from service.study.nodes import NodeMemory, embedded, ensure_ray, node_name, unplaceable
+from service.study.executor import RunRequest, Task, TaskResult
+from service.study.nodes import (
+    NodeMemory,
+    embedded,
+    ensure_ray,
+    node_name,
+    node_plugins,
+    shutdown_ray,
+    unplaceable,
+    unplaceable_here,
+)
 from service.study.packing import bundle
-from service.study.plugins import node_plugins
 from service.study.search import Draws, Sampling
 from service.study.worker import train_unit
 
 log = logging.getLogger(__name__)
 
 _TUNE_REGISTRY_LOCK = threading.Lock()  # see RayTune.run
+#: seconds between two looks at `run_tasks`'s cancel while its tasks run
+CANCEL_POLL = 0.5
 
 
 def run_unit(config: dict[str, Any]) -> None:
@@ -244,11 +261,70 @@ class RayTune:
     def start(self) -> None:
         ensure_ray(self.settings)
 
+    def stop(self) -> None:
+        shutdown_ray(self.settings)
+
     def unplaceable(self, resources: Mapping[str, float]) -> str | None:
-        return unplaceable(resources)
+        import ray
+
+        if ray.is_initialized():
+            return unplaceable(resources)
+        # an embedded Ray is this machine's, up or not; a cluster is asked once joined
+        return unplaceable_here(self.settings, resources) if embedded(self.settings) else None
+
+    def resources(self) -> Mapping[str, float] | None:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return {"cpu": float(total.get("CPU", 0.0)), "gpu": float(total.get("GPU", 0.0))}
 
     def node_plugins(self) -> Mapping[str, Mapping[str, str]] | None:
         return None if embedded(self.settings) else node_plugins()
+
+    def run_tasks(
+        self,
+        tasks: Sequence[Task],
+        resources: Mapping[str, float],
+        slots: int,
+        timeout: float,
+        cancel: threading.Event | None = None,
+    ) -> list[TaskResult | None]:
+        """Each task as a Ray task (no retry) with these resources, at most `slots` at once, its
+        `env` in its worker's runtime environment (a worker process of its own for each)."""
+        import ray
+
+        self.start()
+        cpus, gpus = float(resources.get("cpu", 0.0)), float(resources.get("gpu", 0.0))
+        remotes: dict[Callable[..., Any], Any] = {}
+        deadline = time.monotonic() + timeout
+        todo, out = list(range(len(tasks))), list[TaskResult | None]([None] * len(tasks))
+        running: dict[Any, int] = {}
+        stopped = cancel.is_set if cancel is not None else lambda: False
+        while (todo or running) and not stopped():
+            while todo and len(running) < max(slots, 1):
+                i = todo.pop(0)
+                task = tasks[i]
+                if task.fn not in remotes:
+                    remotes[task.fn] = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(task.fn)
+                remote = remotes[task.fn]
+                if task.env:
+                    remote = remote.options(runtime_env={"env_vars": dict(task.env)})
+                running[remote.remote(*task.args)] = i
+            left = deadline - time.monotonic()
+            done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(left, CANCEL_POLL)))
+            for ref in done:  # a result that came in is kept, even as a cancel comes
+                i = running.pop(ref)
+                try:
+                    out[i] = TaskResult(value=ray.get(ref))
+                except Exception as exc:  # the task itself died (out of memory, a lost node)
+                    out[i] = TaskResult(error=exc)
+            if not done and left <= CANCEL_POLL:
+                break
+        for ref in running:
+            ray.cancel(ref, force=True)
+        return out
 
     def run(self, request: RunRequest, book: TrialBook) -> None:
         """Run the request's units (a round's) or its sampler's draws as Ray trials, to the end or to
@@ -262,8 +338,10 @@ class RayTune:
             scheduler = primed_asha(request.asha, request.asha_history)
         # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
         # studies starting at once in one server raced on them ("dictionary changed size during
-        # iteration"). Register under a lock and hand Tune the name.
-        trainable_name = f"memsweep-{request.name}-{time.time_ns()}"
+        # iteration"). Register under a lock and hand Tune the name: one per resource shape, registered
+        # again at each run (a Ray started anew has lost it) over the same trainable, so that a server's
+        # runs do not pile names up in the registry and Ray's key-value store (one per run, before).
+        trainable_name = trainable_for(request.resources)
         with _TUNE_REGISTRY_LOCK:
             tune.register_trainable(trainable_name, tune.with_resources(run_unit, dict(request.resources)))
         searcher: UnitSearcher | UnitQueue = (
@@ -272,6 +350,11 @@ class RayTune:
             else UnitQueue(request.units, request.cancel, request.dispatch)
         )
         again = searcher.again if isinstance(searcher, UnitQueue) and request.asha is None else None
+        # Tune keeps its experiment's state in a folder that nothing reads (the ledger resumes a study,
+        # never Tuner.restore): one for this run, removed once it ends (runs had piled up in ray_results)
+        results = self.settings.home / "ray_results"
+        results.mkdir(parents=True, exist_ok=True)
+        storage = Path(tempfile.mkdtemp(prefix=f"{request.name}-", dir=results))
         tuner = tune.Tuner(
             trainable_name,
             param_space={},
@@ -287,15 +370,23 @@ class RayTune:
             ),
             run_config=RunConfig(
                 name=f"{request.name}-{int(time.time())}",
-                storage_path=str(self.settings.home / "ray_results"),
+                storage_path=str(storage),
                 callbacks=[BookCallback(book, again, request.tick)],
                 failure_config=FailureConfig(max_failures=0),
                 stop=CancelStopper(request.cancel),
                 verbose=0,
             ),
         )
-        tuner.fit()
+        try:
+            tuner.fit()
+        finally:
+            shutil.rmtree(storage, ignore_errors=True)
         book.close_unfinished("its Ray trial ended before this member reported")
+
+
+def trainable_for(resources: Mapping[str, float]) -> str:
+    """The name `run_unit` is registered under with these resources: one per resource shape."""
+    return "memsweep-unit-" + "-".join(f"{k}{float(v):g}" for k, v in sorted(resources.items()))
 
 
 def _trial_dirname(trial: Any) -> str:

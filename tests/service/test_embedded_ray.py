@@ -197,6 +197,55 @@ def test_a_ray_started_from_a_thread_that_ends_lives_on(tmp_path: Path):
     assert done.returncode == 0 and lines[1:] == ["answer 7"], (done.returncode, lines, done.stderr[-3000:])
 
 
+#: a runner that starts its embedded Ray and shuts down cleanly: the record of that Ray, before and after
+CLEAN_STOP = """
+import os, sys
+from pathlib import Path
+from service.core.settings import Settings
+from service.runner import StudyRunner
+from service.study.engine import Engine
+from service.study.nodes import embedded_ray_record
+
+home = Path(sys.argv[1])
+runner = StudyRunner(Engine(Settings(home=home, ray_num_cpus=1)), workers=1)
+record = embedded_ray_record(home, os.getpid())
+runner.start_ray()
+print("started", record.exists(), flush=True)
+runner.shutdown(timeout=30)
+print("stopped", record.exists(), sorted(p.name for p in record.parent.iterdir()), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_clean_shutdown_removes_the_record_of_its_embedded_ray(tmp_path: Path):
+    """The record of an embedded Ray (`embedded-ray/<pid>.json`) was removed only by a later start's
+    reap: a server stopped gracefully (or `memsweep plan`, `run`) left it behind."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.pop("MEMSWEEP_RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", CLEAN_STOP, str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-2:] == ["started True", "stopped False []"], done.stderr[-3000:]
+
+
+def test_an_embedded_ray_reports_no_node_plugins_however_it_is_asked(tmp_path: Path, monkeypatch):
+    """Every node of an embedded Ray is this machine, whose plugins are the server's: the runner (the
+    door, `GET /plugins`) asked its one node anyway, where the engine's executor said None; both ask
+    the executor now."""
+    from service.core.settings import Settings
+    from service.runner import StudyRunner
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path))
+    monkeypatch.setattr(engine.executor, "start", lambda: None)  # no Ray is needed to answer
+    runner = StudyRunner(engine, workers=1)
+    runner.start_ray()
+    assert runner.node_plugins() is None
+    assert engine.executor.node_plugins() is None
+
+
 def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp_path: Path):
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that
@@ -353,15 +402,16 @@ def test_a_local_plan_starts_ray_only_when_it_measures(tmp_path: Path, mlflow_ur
             env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 
-    def records() -> dict[Path, float]:  # the embedded Rays' records: one is written at each start
-        found = [*home.glob("embedded-ray.json"), *home.glob("embedded-ray/*.json")]
-        return {p: p.stat().st_mtime for p in found}
+    def records() -> int | None:  # each start writes its Ray's record there, and a clean exit removes it
+        folder = home / "embedded-ray"
+        return folder.stat().st_mtime_ns if folder.exists() else None
 
     first = plan(str(spec))
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(first.stdout.strip().splitlines()[-1])["calibration_seconds"] > 0
     started = records()
-    assert started, "the first plan measured on a Ray of its own"
+    assert started is not None, "the first plan measured on a Ray of its own"
+    assert list((home / "embedded-ray").iterdir()) == [], "its record outlived the plan's clean exit"
     cached = plan(str(spec))
     assert cached.returncode == 0, cached.stderr[-3000:]
     answer = json.loads(cached.stdout.strip().splitlines()[-1])

@@ -107,6 +107,27 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     assert succeeded_children[0].data.metrics["henrici_index"] >= 0
 
 
+def test_runs_leave_no_experiment_folder_and_register_one_trainable_per_resource_shape(engine, monkeypatch):
+    """Tune's experiment folder (its state, which nothing reads: the ledger resumes a study) goes once
+    its run ends, and `run_unit` is registered under one name per resource shape: before, every run left
+    a folder under ~/.memsweep/ray_results and a new name in Tune's process-wide registry."""
+    from ray import tune
+
+    names: list[str] = []
+    register = tune.register_trainable
+    monkeypatch.setattr(
+        tune, "register_trainable", lambda name, *a, **kw: (names.append(name), register(name, *a, **kw))
+    )
+    for seed in (1, 2):
+        study = engine.create_study(
+            grid_spec(name=f"left-{seed}", seeds=[seed], space={"dims": {"lr": [1e-3]}})
+        )
+        assert engine.run_study(study.id)["state"] == "done"
+    assert len(names) == 2 and len(set(names)) == 1, names
+    results = engine.settings.home / "ray_results"
+    assert not results.exists() or list(results.iterdir()) == []
+
+
 def test_extend_runs_only_new_points_and_identical_configs_are_reused(engine):
     study = engine.create_study(grid_spec())
     engine.run_study(study.id)

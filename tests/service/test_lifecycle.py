@@ -21,7 +21,7 @@ from service.core.spec import StudySpec
 from service.core.trial import Finished, Unit
 from service.study.book import TrialBook
 from service.study.engine import Engine
-from service.study.executor import RunRequest
+from service.study.executor import RunRequest, Task, TaskResult
 from service.study.search import Draws, sampling
 from service.study.worker import train_unit
 from tests.service.conftest import TINY
@@ -47,8 +47,28 @@ class InProcess:
     def start(self) -> None:
         pass
 
+    def stop(self) -> None:
+        pass
+
     def unplaceable(self, resources: Mapping[str, float]) -> str | None:
         return None if resources.get("gpu", 0) == 0 else "no node of this process has a GPU"
+
+    def resources(self) -> Mapping[str, float] | None:
+        return None  # no cluster
+
+    def run_tasks(
+        self, tasks: Sequence[Task], resources: Mapping[str, float], slots: int, timeout: float,
+        cancel: threading.Event | None = None,
+    ) -> list[TaskResult | None]:  # fmt: skip
+        out: list[TaskResult | None] = []
+        for task in tasks:
+            try:
+                out.append(
+                    None if cancel is not None and cancel.is_set() else TaskResult(task.fn(*task.args))
+                )
+            except Exception as exc:
+                out.append(TaskResult(error=exc))
+        return out
 
     def node_plugins(self) -> Mapping[str, Mapping[str, str]] | None:
         return None  # one process: its own plugins
@@ -702,17 +722,13 @@ def test_shutdown_leaves_ray_up_under_a_study_that_has_not_stopped(make_engine: 
     """A study that does not stop within the shutdown's patience (a calibration waits on its Ray tasks)
     keeps its Ray: shut down under it, its next call would have started a new embedded Ray while the
     process exits. Ray is shut down by the shutdown that finds no study running (or at exit)."""
-    import ray
-
-    import service.study.nodes as nodes
     from service.runner import StudyRunner
 
-    engine, _, _ = make_engine()
+    engine, ex, _ = make_engine()
     study = engine.create_study(grid())
     runner = StudyRunner(engine, workers=1)
-    monkeypatch.setattr(nodes, "ensure_ray", lambda settings: None)
     stopped: list[bool] = []
-    monkeypatch.setattr(ray, "shutdown", lambda *a, **kw: stopped.append(True))
+    monkeypatch.setattr(ex, "stop", lambda: stopped.append(True))
     inside, release = threading.Event(), threading.Event()
 
     def calibrating(study_id: str, a: Any) -> None:
@@ -765,23 +781,20 @@ def test_a_shutdown_during_the_warm_up_still_shuts_down_the_ray_it_started(
 ) -> None:
     """The server's warm-up starts Ray in the background; a shutdown that comes while Ray is starting
     waits for that start and shuts it down (it had looked too early, and Ray outlived the runner)."""
-    import ray
-
-    import service.study.nodes as nodes
     from service.runner import StudyRunner
 
-    engine, _, _ = make_engine()
+    engine, ex, _ = make_engine()
     runner = StudyRunner(engine, workers=1)
     starting = threading.Event()
     events: list[str] = []
 
-    def slow_start(settings: Any) -> None:
+    def slow_start() -> None:
         starting.set()
         time.sleep(1.0)
         events.append("up")
 
-    monkeypatch.setattr(nodes, "ensure_ray", slow_start)
-    monkeypatch.setattr(ray, "shutdown", lambda *a, **kw: events.append("shutdown"))
+    monkeypatch.setattr(ex, "start", slow_start)
+    monkeypatch.setattr(ex, "stop", lambda: events.append("shutdown"))
     runner.start()
     assert starting.wait(10)
     runner.shutdown(timeout=10)

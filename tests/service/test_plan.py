@@ -267,10 +267,10 @@ def test_a_cancel_stops_asking_a_busy_cluster_where_trials_run(engine: Any) -> N
     cluster = engine.settings.model_copy(update={"ray_address": "ray://a-cluster:10001"})
     try:
         with pytest.raises(TimeoutError, match="stopped: the study was cancelled"):
-            where_trials_run(cluster, cpus, 0.0, start=False, cancel=cancel)
+            where_trials_run(engine.executor, cluster, cpus, 0.0, start=False, cancel=cancel)
         assert time.monotonic() - started < 10
         with pytest.raises(TimeoutError, match="no node answered within 1 s"):
-            where_trials_run(cluster, cpus, 0.0, start=False, timeout=1.0)
+            where_trials_run(engine.executor, cluster, cpus, 0.0, start=False, timeout=1.0)
     finally:
         ray.cancel(busy, force=True)
 

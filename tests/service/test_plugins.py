@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -232,21 +231,17 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
         try:
             with MemsweepClient(server.url, token=TOKEN) as client:
                 listing = client.plugins()
-                deadline = time.monotonic() + 180
-                # Ray comes up after the server
-                while listing["nodes"] is None and time.monotonic() < deadline:
-                    time.sleep(1)
-                    listing = client.plugins()
                 assert [(p["name"], p["version"]) for p in listing["server"]] == [
                     ("indrnn", version),
                     ("toy-nan", "0.9"),
                 ]
-                ready = {f"cell:{p['name']}": p["identity"] for p in listing["server"]}
-                assert listing["nodes"] and all(nodes == ready for nodes in listing["nodes"].values())
+                # an embedded Ray's one node is this machine: its workers load the server's plugins (a
+                # cluster's nodes are listed: tests/compose/test_stack.py)
+                assert listing["nodes"] is None
                 shown = memsweep("plugins", "--url", server.url, environ={"MEMSWEEP_API_TOKEN": TOKEN})
-                assert shown.returncode == 0 and "the same plugins" in shown.stdout, (
-                    shown.stdout + shown.stderr
-                )
+                assert (
+                    shown.returncode == 0 and "embedded Ray's workers load the server's own" in shown.stdout
+                ), shown.stdout + shown.stderr
                 if version == "0.1.0":  # a plugin that breaks its contract: a 422, nothing made
                     with pytest.raises(MemsweepAPIError) as refused:
                         client.submit(cut_preset(["chain", "toy-nan"]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
-from sqlalchemy import text
 
 from service.api.deps import EngineDep
 from service.api.schemas import Check, ErrorMessage, Health, Readiness
@@ -28,7 +27,7 @@ def ready(engine: EngineDep, request: Request, response: Response) -> Readiness:
     runner: StudyRunner = request.app.state.runner
     checks = {"database": _database(engine)}
     if runner.workers:
-        checks["ray"] = _ray(runner)
+        checks["ray"] = _ray(engine, runner)
         checks["mlflow"] = _mlflow(runner)
     else:
         skipped = Check(
@@ -42,11 +41,9 @@ def ready(engine: EngineDep, request: Request, response: Response) -> Readiness:
 
 
 def _database(engine: EngineDep) -> Check:
-    try:
-        with engine.ledger.database.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as exc:  # the URL may hold a password: name the error, not its text
-        return Check(ok=False, detail=f"unreachable ({type(exc).__name__}); check MEMSWEEP_DATABASE_URL")
+    unreachable = engine.ledger.unreachable()
+    if unreachable is not None:  # the URL may hold a password: the error's kind, not its text
+        return Check(ok=False, detail=f"unreachable ({unreachable}); check MEMSWEEP_DATABASE_URL")
     refused = engine.ledger.unwritable()  # reachable is not enough: a read-only ledger stores nothing
     if refused is not None:
         return Check(
@@ -54,18 +51,16 @@ def _database(engine: EngineDep) -> Check:
             detail=f"reachable but refuses writes ({refused}); check its file, directory and disk "
             "(MEMSWEEP_HOME) or its server (MEMSWEEP_DATABASE_URL)",
         )
-    return Check(ok=True, detail=engine.ledger.database.dialect.name)
+    return Check(ok=True, detail=engine.ledger.dialect)
 
 
-def _ray(runner: StudyRunner) -> Check:
-    import ray
-
-    if ray.is_initialized():
-        try:
-            cpus = float(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
-        except Exception as exc:
-            return Check(ok=False, detail=f"unreachable ({type(exc).__name__})")
-        return Check(ok=True, detail=f"{cpus:g} CPUs")
+def _ray(engine: EngineDep, runner: StudyRunner) -> Check:
+    try:  # the executor's cluster, once up
+        have = engine.executor.resources()
+    except Exception as exc:
+        return Check(ok=False, detail=f"unreachable ({type(exc).__name__})")
+    if have is not None:
+        return Check(ok=True, detail=f"{have['cpu']:g} CPUs")
     if runner.prepare_error:
         return Check(ok=False, detail=f"could not start or join Ray: {runner.prepare_error}")
     return Check(ok=False, detail="starting")
