@@ -156,7 +156,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner = StudyRunner(engine, workers=1)  # the server's runner: planned, run, costed the same way
     nodes = None
     if not embedded(engine.settings):  # a cluster: its nodes' plugins are checked before anything is recorded
-        runner.start_ray()
+        try:
+            runner.start_ray()
+        except RuntimeError as exc:  # it names the address and what to check; nothing was recorded
+            raise SystemExit(f"error: {exc}") from None
         nodes = runner.node_plugins
     try:
         study = _create_or_extend(args, engine, nodes)

@@ -22,6 +22,7 @@ import os
 import queue
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -131,10 +132,14 @@ def _start_ray(settings: Settings) -> None:
     workers = {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0"}}
     if not embedded(settings):
         address = settings.ray_address or os.environ["RAY_ADDRESS"]
+        why = unreachable_cluster(address)
+        if why is not None:  # Ray would retry for many minutes, saying only that it could not connect
+            raise ConnectionError(f"cannot join the Ray cluster at {address}: {why}")
         try:
             ray.init(address=address, log_to_driver=False, runtime_env=workers)
-        except ConnectionError as exc:  # Ray says only that it failed: a wrong token reads the same
-            raise ConnectionError(f"{exc}. {join_hint(address)}") from exc
+        except Exception as exc:  # Ray says only that it failed: a wrong token reads the same
+            said = str(exc) if isinstance(exc, ConnectionError) else f"{type(exc).__name__}: {exc}"
+            raise ConnectionError(f"{said}. {join_hint(address)}") from exc
     else:
         reap_embedded_ray(settings.home)
         # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
@@ -162,6 +167,38 @@ def shutdown_ray(settings: Settings) -> None:
 
     ray.shutdown()
     embedded_ray_record(settings.home, os.getpid()).unlink(missing_ok=True)
+
+
+#: seconds a cluster's head has to accept a connection before joining it is given up
+JOIN_TIMEOUT = 10.0
+
+
+def unreachable_cluster(address: str, timeout: float = JOIN_TIMEOUT) -> str | None:
+    """Why no Ray cluster can be joined at `address` (the head's GCS, host:port), before Ray tries:
+    joining an address where nothing listens, Ray retried for over ten minutes, logging only its own
+    connection attempts, while the server said "starting" and held its studies; None when something
+    accepts a connection there (Ray then says whether it is a cluster that takes this process).
+    "auto" (Ray finds a cluster started on this machine) is Ray's to resolve."""
+    if address == "auto":
+        return None
+    if address.startswith("ray://"):
+        return (
+            "a ray:// address is Ray Client's, which memsweep does not use (its drivers join the cluster "
+            "itself): give the head's address, host:port, as `ray start --head --port 6379` prints it"
+        )
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")  # an IPv6 address, [::1]:6379
+    if not sep or not host or not port.isdigit():
+        return f"{address!r} is not host:port (the head's address, e.g. head-node:6379)"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return (
+            f"nothing accepts a connection there within {timeout:g} s ({exc.strerror or type(exc).__name__}); "
+            f"check that the cluster's head runs there (`ray status --address {address}`) and that this "
+            "machine reaches it (MEMSWEEP_RAY_ADDRESS, or RAY_ADDRESS, names it)"
+        )
+    return None
 
 
 def join_hint(address: str) -> str:

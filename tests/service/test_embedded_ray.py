@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ import pytest
 
 from service.cli.servers import LocalServer, free_port
 from service.client import MemsweepClient
+from service.store.ledger import Ledger
+from tests.service.conftest import TINY
 
 #: a study whose trials (a few seconds each) are still running when the server is killed
 RUNNING = {
@@ -441,6 +444,45 @@ def test_calls_on_the_ray_thread_return_their_results_and_errors_from_any_thread
         on_ray_thread(lambda: 1 / 0)
 
 
+def test_an_address_where_no_cluster_answers_is_refused_at_once_saying_why(tmp_path: Path):
+    """Joining an address where nothing listens, Ray retried for over ten minutes, logging only its own
+    attempts: `memsweep serve` said "starting" and held the studies posted to it, `memsweep run` sat
+    silent, and neither stopped at SIGTERM. Now the head is asked first, and a ray:// (Ray Client)
+    address or one that is not host:port is refused saying what to give; nothing is recorded."""
+    from service.study.nodes import unreachable_cluster
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    free = closed.getsockname()[1]
+    closed.close()
+    try:
+        assert unreachable_cluster(f"127.0.0.1:{listening.getsockname()[1]}") is None
+        assert "nothing accepts a connection there" in str(
+            unreachable_cluster(f"127.0.0.1:{free}", timeout=5)
+        )
+        assert "Ray Client's" in str(unreachable_cluster("ray://head:10001"))
+        assert "is not host:port" in str(unreachable_cluster("head-node"))
+        assert unreachable_cluster("auto") is None  # Ray's to find
+    finally:
+        listening.close()
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"space": {"dims": {"lr": [1e-3]}}, "base": TINY}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(MEMSWEEP_HOME=str(tmp_path / "home"), MEMSWEEP_RAY_ADDRESS=f"127.0.0.1:{free}")
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "service.cli", "run", str(spec)],
+        env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert done.returncode == 1 and time.monotonic() - began < 120, done.stderr[-3000:]
+    assert done.stderr.startswith(f"error: ConnectionError: cannot join the Ray cluster at 127.0.0.1:{free}")
+    assert "Traceback" not in done.stderr
+    assert Ledger(f"sqlite:///{tmp_path / 'home' / 'ledger.db'}").list_studies() == []
+
+
 @pytest.mark.parametrize("mode", [None, "token"])
 def test_a_cluster_that_refuses_this_process_says_what_to_check(
     monkeypatch: pytest.MonkeyPatch, mode: str | None
@@ -449,6 +491,7 @@ def test_a_cluster_that_refuses_this_process_says_what_to_check(
     cluster at …"; the cause only in its driver log): the error names both."""
     import ray
 
+    import service.study.nodes as nodes
     from service.core.settings import Settings
     from service.study.nodes import ensure_ray
 
@@ -457,6 +500,7 @@ def test_a_cluster_that_refuses_this_process_says_what_to_check(
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", refused)
+    monkeypatch.setattr(nodes, "unreachable_cluster", lambda address: None)  # a head answers there
     if mode is None:
         monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     else:
