@@ -406,13 +406,17 @@ def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[
 def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
     """Node (its IP and id's head) → {"kind:name": identity} of the plugins installed there
     (`service.study.plugins.installed_here`), for every alive node of the running Ray cluster that can
-    run a trial (it has CPUs)."""
+    run a trial (it has CPUs) and answers within `timeout`. A node that does not is left out, with a
+    warning: one that died as it was asked (Ray still counted it alive for some seconds, and its task
+    could not be placed: every plugin listing and every study using a plugin failed with a 500 or
+    Ray's TaskUnschedulableError meanwhile), or one that cannot answer (its trials, if it runs any,
+    fail with their own reasons)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from service.study.plugins import installed_here
 
-    inventory = ray.remote(num_cpus=0)(installed_here)
+    inventory = ray.remote(num_cpus=0, max_retries=0)(installed_here)
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]  # type: ignore[no-untyped-call]
     refs = {
         f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": inventory.options(
@@ -420,7 +424,15 @@ def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
         ).remote()
         for n in nodes
     }
-    return dict(zip(refs, ray.get(list(refs.values()), timeout=timeout), strict=True))
+    ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+    found: dict[str, dict[str, str]] = {}
+    for node, ref in refs.items():
+        try:
+            found[node] = ray.get(ref, timeout=0)
+        except Exception as exc:  # gone, or no answer in time: it is not asked again here
+            ray.cancel(ref, force=True)
+            log.warning("node %s did not say which plugins it has (%s); left out", node, type(exc).__name__)
+    return found
 
 
 def node_name() -> str:

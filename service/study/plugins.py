@@ -116,8 +116,12 @@ def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
 def installed_here() -> dict[str, str]:
     """{"kind:name": identity} of the plugins installed on this node, as installed now, which a new
     worker loads (a pooled worker may hold what it loaded before): what `nodes.node_plugins` asks
-    each node of a cluster."""
-    return {f"{p.kind}:{p.name}": plugins.on_disk(p) for p in plugins.installed() if p.problem is None}
+    each node of a cluster. One that cannot be used here (its import fails on this node) says why:
+    it read as missing, and the node's trials failed blaming a dead worker."""
+    return {
+        f"{p.kind}:{p.name}": plugins.on_disk(p) if p.problem is None else f"unusable ({p.problem})"
+        for p in plugins.installed()
+    }
 
 
 def version_mismatch(

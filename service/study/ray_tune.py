@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import tempfile
 import threading
@@ -132,19 +133,33 @@ class BookCallback(Callback):
 
 
 def error_summary(trial: Any) -> str:
-    """One line a person can read from a Ray trial's error (the whole traceback is in Ray's logs)."""
+    """One line a person can read from a Ray trial's error (the whole traceback is in Ray's logs): the
+    error Tune has just written into the trial's folder on this machine (`Trial.get_error` reads the
+    trial's storage, which it syncs later, so a unit whose worker failed to start, a plugin its node
+    cannot import, read as a dead worker), else its storage's text."""
+    from ray import cloudpickle
+
+    name, text = None, None
     try:
-        error = trial.get_error()
+        if trial.pickled_error_file and os.path.exists(trial.pickled_error_file):
+            with open(trial.pickled_error_file, "rb") as f:
+                error = cloudpickle.load(f)
+            name, text = type(error).__name__, str(error)
+        elif trial.error_file and os.path.exists(trial.error_file):
+            with open(trial.error_file) as f:
+                text = f.read()
+        else:
+            text = trial.get_error()
     except Exception:  # the error text is best effort
         return "no error text from Ray"
-    if error is None:
+    if not text:
         return "the worker process or its node died"
-    text = str(error).strip().splitlines()
+    lines = str(text).strip().splitlines()
     cause = next(
-        (line for line in reversed(text) if line.strip() and not line.startswith(" ")),
-        text[-1] if text else "",
-    )
-    return f"{type(error).__name__}: {cause.strip()[:300]}"
+        (line for line in reversed(lines) if line.strip() and not line.startswith(" ")),
+        lines[-1] if lines else "",
+    ).strip()[:300]
+    return f"{name}: {cause}" if name else cause
 
 
 class UnitQueue(Searcher):

@@ -17,7 +17,7 @@ from service.client import MemsweepAPIError, MemsweepClient
 from service.core.spec import StudySpec
 from service.store.ledger import Ledger
 from service.study.search import grid_trials, study_space
-from tests.plugin_dists import EXAMPLES, env_with, install, memsweep, run_python, toy_dist
+from tests.plugin_dists import EXAMPLES, env_with, install, memsweep, run_python, toy_dist, write_dist
 from tests.service.cluster import ray_head, ray_node
 from tests.service.servers import Server
 
@@ -190,6 +190,69 @@ def test_a_plugin_edited_after_the_server_loaded_it_is_refused_at_the_door_and_b
 
 
 @pytest.mark.slow
+def test_a_plugin_a_node_cannot_import_is_named_with_its_error_not_as_missing(tmp_path: Path):
+    """A node whose copy of a plugin fails to import (a library it lacks) listed it as missing: the
+    refusal said to install it, and the import error was nowhere. A node says why now."""
+    from service.study.plugins import version_mismatch
+
+    broken = write_dist(
+        tmp_path / "broken", "memsweep-broken", "1.0", {"memsweep.cells": {"broken": "memsweep_broken:Cell"}},
+        {"memsweep_broken/__init__.py": "raise ImportError('broken needs libfoo, which this node lacks')\n"},
+    )  # fmt: skip
+    there = run_python(
+        "import json; from service.study.plugins import installed_here; print(json.dumps(installed_here()))",
+        broken,
+    )
+    assert isinstance(there, dict) and list(there) == ["cell:broken"]
+    assert there["cell:broken"].startswith("unusable (") and "broken needs libfoo" in there["cell:broken"]
+    said = version_mismatch({("cell", "broken"): "memsweep-broken==1.0+abc"}, {"10.0.0.2 (ab12cd34)": there})
+    assert said is not None and "node 10.0.0.2 (ab12cd34) has unusable (" in said and "libfoo" in said
+
+
+def test_a_unit_whose_worker_fails_to_start_says_why_not_that_its_node_died(tmp_path: Path) -> None:
+    """A node that cannot import a plugin fails the unit's Ray worker as it starts: the members' reason
+    read "the worker process or its node died", the cause only in the server's log (Tune's
+    `Trial.get_error` reads the trial's storage, synced later). It is read from what Tune has just
+    written on this machine."""
+    from types import SimpleNamespace
+
+    from ray import cloudpickle
+    from ray.exceptions import RaySystemError
+
+    from service.study.ray_tune import error_summary
+
+    pickled = tmp_path / "error.pkl"
+    with open(pickled, "wb") as f:
+        cloudpickle.dump(RaySystemError("gelman needs libfoo, which this node lacks"), f)
+    trial = SimpleNamespace(pickled_error_file=str(pickled), error_file=None, get_error=lambda: None)
+    assert error_summary(trial) == "RaySystemError: System error: gelman needs libfoo, which this node lacks"
+    text = tmp_path / "error.txt"
+    text.write_text(
+        "Failure # 1 (occurred at 2026-12-06)\nray::ImplicitFunc.__init__()\n  File x\nImportError: no libfoo\n"
+    )
+    trial = SimpleNamespace(pickled_error_file=None, error_file=str(text), get_error=lambda: None)
+    assert error_summary(trial) == "ImportError: no libfoo"
+    gone = SimpleNamespace(pickled_error_file=None, error_file=None, get_error=lambda: None)
+    assert error_summary(gone) == "the worker process or its node died"
+
+
+def test_a_node_that_is_gone_when_asked_for_its_plugins_is_left_out(engine, monkeypatch) -> None:
+    """A node Ray still counts alive for some seconds after it died: its inventory task cannot be
+    placed (TaskUnschedulableError), and every plugin listing and every study using a plugin failed
+    (a 500, a failed study) until Ray noticed. It is left out now; the nodes that answer are listed."""
+    import ray
+
+    from service.study import nodes
+
+    engine.executor.start()
+    real = [n for n in ray.nodes() if n.get("Alive")]
+    ghost = {**real[0], "NodeID": "ab" * 28, "NodeManagerAddress": "192.0.2.9"}
+    monkeypatch.setattr(ray, "nodes", lambda: [*real, ghost])
+    found = nodes.node_plugins(timeout=60)
+    assert [node.split(" ")[0] for node in found] == [n["NodeManagerAddress"] for n in real]
+    assert all(isinstance(there, dict) for there in found.values())
+
+
 def test_a_cluster_whose_nodes_differ_in_a_plugins_version_is_refused_naming_the_node(tmp_path: Path):
     """A head with version 1.0 of the plugin and a second node with 2.0 (each node's Ray workers import
     what that node has installed): a study that uses the plugin is refused before anything is recorded."""
