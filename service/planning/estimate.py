@@ -74,17 +74,21 @@ class Schedules:
 def model_rows(
     trials: Sequence[TrialSpec], todo: Sequence[TrialSpec], units: Sequence[Unit], schedules: Schedules
 ) -> dict[str, PlanModel]:
-    """Per model: its trials, those to run, its units and the range of its budgets in steps."""
+    """Per model: its trials, those to run, its units and the range of its budgets in steps. A sampled
+    study not yet run has no trials: its units' members are its trials and those to run. `todo` is
+    counted as given, not looked up in `trials` by hash (a resumed sampled study's planned draws, each
+    model's first point, may share a hash with a point it holds)."""
     out: dict[str, PlanModel] = {}
-    running = {t.config_hash for t in todo}
-    for t in trials or [m for u in units for m in u.members]:
+    drawn = [m for u in units for m in u.members]
+    for t in trials or drawn:
         row = out.setdefault(t.model, PlanModel(trials=0, to_run=0, units=0, budget_steps=None))
         row.trials += 1
-        row.to_run += t.config_hash in running or not trials
         budget = schedules.of(t)
         if budget is not None:
             low, high = row.budget_steps or (budget[0], budget[0])
             row.budget_steps = [min(low, budget[0]), max(high, budget[0])]
+    for t in todo if trials else drawn:
+        out[t.model].to_run += 1
     for u in units:
         for model in {m.model for m in u.members}:
             out[model].units += 1

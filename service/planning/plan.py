@@ -62,6 +62,7 @@ from service.study.search import (
     first_point,
     grid_trials,
     point_trials,
+    points_left,
     study_space,
 )
 from trainers import TRAINER_VERSION
@@ -114,7 +115,8 @@ def plan_spec(
         measured = unit_memory_here(engine, spec)
         units = pack_study(spec, todo, measured)
     else:
-        trials, todo, units, measured = [], [], _sampled_units(spec, space, spec.max_trials or 0), None
+        trials, todo, measured = [], [], None
+        units = _sampled_units(spec, space, points_left(spec, space, []))
     planned = _plan(
         engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel,
         seeds=len(space.seeds),
@@ -157,20 +159,25 @@ def plan_study(
         todo = [t for t in todo if t is None or point_key(t.model, t.params) not in stopped]
     packed: list[Unit] | None = None
     measured: tuple[str, int] | None = None
+    kept = [t for t in trials if t is not None]
+    again = [t for t in todo if t is not None]
     if spec.sampler == "grid":
         measured = unit_memory_here(engine, spec)
-        units = pack_study(spec, [t for t in todo if t is not None], measured)
+        units = pack_study(spec, again, measured)
         packed = units if measured is not None or not spec.sizes_bundles else None
-    else:
-        left = (spec.max_trials or 0) - sum(r.status in FINISHED for r in rows)
-        units = _sampled_units(spec, space, max(left, 0))
-    kept = [t for t in trials if t is not None]
+    else:  # the points its budget leaves to draw, then those it holds unfinished, as the run trains them
+        drawn = _sampled_units(spec, space, points_left(spec, space, rows), rows)
+        if again:
+            measured = unit_memory_here(engine, spec)
+        units = drawn + (pack_study(spec, again, measured) if again else [])
+        members = [m for u in drawn for m in u.members]
+        kept, again = kept + members, again + members
     planned = _plan(
         engine,
         spec,
         study.name,
         kept,
-        [t for t in todo if t is not None],
+        again,
         units,
         calibrate,
         False,
@@ -206,13 +213,19 @@ def spec_of(row: Trial) -> TrialSpec | None:
         return None
 
 
-def _sampled_units(spec: StudySpec, space: Any, trials: int) -> list[Unit]:
-    """A sampled study's units ahead of its sampler: each model's first point × the seeds, the models
-    in turn (the sampler picks the points; their cost is taken to be the first point's)."""
-    seeds = len(space.seeds)
+def _sampled_units(spec: StudySpec, space: Any, points: int, held: Sequence[Trial] = ()) -> list[Unit]:
+    """A sampled study's `points` draws ahead of its sampler: each model's first point × the seeds, the
+    models in turn, going on from the points the study holds (`held`: each draw is of a model with the
+    fewest points so far). The sampler picks the models and points; their cost is taken to be the
+    first point's."""
+    count = {m.name: 0 for m in space.models}
+    for model, _ in {point_key(t.model, t.params) for t in held}:
+        if model in count:  # (an `arm` of the one unnamed model is not a model of the space: one model)
+            count[model] += 1
     units: list[Unit] = []
-    for i in range(math.ceil(trials / seeds)):
-        model = space.models[i % len(space.models)]
+    for _ in range(points):
+        model = min(space.models, key=lambda m: count[m.name])  # the first of those with the fewest
+        count[model.name] += 1
         units.append(
             bundle(
                 point_trials(space, model, first_point(model), execution(spec)),

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +51,7 @@ from service.study.search import (
     execution,
     first_point,
     materialize,
+    points_left,
     rung_means,
     sampling,
     study_space,
@@ -405,8 +405,9 @@ class Engine:
         cancel: threading.Event,
         packed: Sequence[Unit] | None,
     ) -> list[list[str]]:
-        """The study's trials through the executor: a sampler's points as they are drawn (up to
-        `max_trials`), then the unfinished trials packed into units, round after round while an
+        """The study's trials through the executor: a sampler's points as they are drawn (those its
+        budget leaves beside the points it holds: `points_left`), then the unfinished trials (an
+        interrupted point's among them) packed into units, round after round while an
         infrastructure fault sends some back (each at most `trial_attempts` starts in this run).
         The packed units it ran, as their members' config hashes."""
         self.executor.start()
@@ -425,12 +426,13 @@ class Engine:
             f"study-{study.id}", resources, spec.concurrency, cancel,
             asha=spec.asha if spec.scheduler == "asha" else None,
         )  # fmt: skip
-        if book.sampled:
-            finished = self.ledger.trials(study.id, FINISHED)
-            remaining = (spec.max_trials or 0) - len(finished)
-            if remaining > 0:
+        if book.sampled:  # the points the study holds unfinished train in the rounds below
+            trials = self.ledger.trials(study.id)
+            left = points_left(spec, space, trials)
+            if left > 0:
                 known = partial(self.ledger.finished_objectives, study.id)
-                draws = sampling(spec, space, finished, math.ceil(remaining / len(space.seeds)), known)
+                finished = [t for t in trials if t.status in FINISHED]
+                draws = sampling(spec, space, finished, left, known)
                 self._execute(
                     replace(request, sampling=draws, asha_history=self._asha_history(spec, study.id)), book
                 )

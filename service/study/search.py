@@ -27,7 +27,7 @@ from search_spaces import Model, SearchSpace, Uniform, Values
 from service.core.errors import StudyError
 from service.core.spec import DEFAULT_MODEL, StudySpec
 from service.core.trial import FAILED_OBJECTIVE, Known, TrialSpec, Unit, known_of
-from service.study.packing import bundle
+from service.study.packing import bundle, point_key
 
 if TYPE_CHECKING:
     from service.store.models import Trial
@@ -447,6 +447,14 @@ def rung_means(seeds: Sequence[Trial]) -> dict[int, float]:
         if values:
             means[n] = statistics.fmean(values)
     return means
+
+
+def points_left(spec: StudySpec, space: SearchSpace, rows: Iterable[Trial]) -> int:
+    """How many points a sampled study still draws: its budget in whole points (`max_trials` over its
+    seeds, rounded up) less the points its trials hold, finished or not. A point a crash or a fault
+    interrupted trains again in the run's rounds, within the budget, not beside it."""
+    held = {point_key(t.model, t.params) for t in rows}
+    return max(0, math.ceil((spec.max_trials or 0) / len(space.seeds)) - len(held))
 
 
 def sampling(

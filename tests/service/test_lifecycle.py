@@ -802,3 +802,98 @@ def test_a_shutdown_during_the_warm_up_still_shuts_down_the_ray_it_started(
     with pytest.raises(RuntimeError, match="stopping"):
         runner.start_ray()  # nothing starts Ray after the shutdown
     assert events == ["up", "shutdown"]
+
+
+class CrashesOnce(InProcess):
+    """An executor whose run stops for good as its `at`-th unit trains (the driver's process killed
+    mid-run), that unit's members open; once only: the study's next run trains on."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.units = at, 0
+
+    def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
+        self.units += 1
+        if self.units == self.at:
+            book.started(run, unit)
+            raise RuntimeError("the server was stopped")
+        return super()._unit(run, unit, book)
+
+
+def two_models_sampled(max_trials: int) -> StudySpec:
+    lr = {"loguniform": [1e-4, 1e-2]}
+    return StudySpec.model_validate(
+        {
+            "name": "two models",
+            "space": {
+                "models": {
+                    "chain": {"fixed": {"init": "chain"}, "dims": {"lr": lr}},
+                    "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": lr}},
+                }
+            },
+            "base": {**TINY, "steps": 10, "eval_every": 5},
+            "seeds": [1, 2],
+            "sampler": "tpe",
+            "sampler_seed": 7,
+            "max_trials": max_trials,
+        }
+    )
+
+
+def interrupted(tmp_path: Path, max_trials: int, at: int = 3) -> tuple[Engine, CrashesOnce, str]:
+    """A sampled study of two models stopped as its `at`-th point trained: the points before it
+    finished, its seeds open (pending again, for its resume)."""
+    settings = Settings(home=tmp_path, mlflow_tracking_uri="memory://lifecycle", trial_attempts=2)
+    ex = CrashesOnce(at=at)
+    engine = Engine(settings, executor=ex, tracker=MemoryTracker)  # type: ignore[arg-type]
+    study = engine.create_study(two_models_sampled(max_trials))
+    with pytest.raises(RuntimeError, match="the server was stopped"):
+        engine.run_study(study.id)
+    statuses = sorted(t.status for t in engine.ledger.trials(study.id))
+    assert statuses == ["done"] * 2 * (at - 1) + ["pending"] * 2
+    return engine, ex, study.id
+
+
+@pytest.mark.parametrize("max_trials", [8, 7])
+def test_a_resumed_sampled_study_trains_its_interrupted_point_within_its_budget(
+    tmp_path: Path, max_trials: int
+) -> None:
+    """max_trials 8 (or 7, rounded up to whole points) over 2 seeds: 4 points. Resumed with 2 points
+    finished and a third interrupted, the run draws 1 point and trains the third again: 8 trials.
+    Before, it drew 8 − 4 finished = 2 points beside the interrupted one, and the study ended with 10."""
+    engine, ex, study_id = interrupted(tmp_path, max_trials)
+    open_point = sorted(t.config_hash for t in engine.ledger.trials(study_id) if t.status == "pending")
+    summary = engine.run_study(study_id)
+    trials = engine.ledger.trials(study_id)
+    assert summary["state"] == "done" and len(trials) == 8 and {t.status for t in trials} == {"done"}
+    points = {(t.model, t.params["lr"]) for t in trials}
+    assert len(points) == 4 and all(
+        sorted(t.params["seed"] for t in trials if (t.model, t.params["lr"]) == p) == [1, 2] for p in points
+    )
+    drawn, again = ex.rounds[-2:]
+    assert len(drawn) == 1  # the budget's last point
+    assert sorted(h for u in again for h in u) == open_point  # the interrupted point, trained again
+
+
+def test_the_plan_of_a_resumed_sampled_study_counts_its_draws_and_its_interrupted_point(
+    tmp_path: Path,
+) -> None:
+    """Stopped with its only points of one model (one finished, one interrupted), a study of two
+    models under max_trials 8 (4 points of 2 seeds) has 2 points to draw, of the other model (the
+    models in turn, going on from what it holds), and its interrupted point to train again. Before,
+    its plan failed (KeyError: a draw of a model the study held no trial of), and the resumed run had
+    none."""
+    from service.planning.plan import plan_study
+
+    engine, _, study_id = interrupted(tmp_path, 8, at=2)
+    rows = engine.ledger.trials(study_id)
+    (held,) = {t.model for t in rows}
+    (other,) = {"chain", "orth"} - {held}
+    plan, packed = plan_study(engine, study_id, calibrate=False)
+    assert packed is None  # a sampled study's units are drawn as it runs
+    assert (plan.trials, plan.to_run, plan.reused) == (8, 6, 2)
+    assert {m: (r.trials, r.to_run) for m, r in plan.by_model.items()} == {held: (4, 2), other: (4, 4)}
+    assert plan.by_model[other].units == 2 and plan.units == 2 + plan.by_model[held].units
+    # and the run does as planned: 2 points drawn, the interrupted one trained again, 8 trials
+    engine.run_study(study_id)
+    assert len(engine.ledger.trials(study_id)) == 8
