@@ -67,9 +67,21 @@ def _ensure_ray(settings: Settings) -> None:
         _start_ray(settings)
 
 
-class _NoSigtermNotice(logging.Filter):
+class _Unsaid(logging.Filter):
+    """Drops a logger's records that begin with `said` (what memsweep says itself, or need not say)."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__()
+        self.said = said
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return "SIGTERM handler is not set" not in record.getMessage()
+        return not record.getMessage().startswith(self.said)
+
+
+def _unsay(logger: str, said: str) -> None:
+    target = logging.getLogger(logger)
+    if not any(isinstance(f, _Unsaid) and f.said == said for f in target.filters):
+        target.addFilter(_Unsaid(said))
 
 
 def prepare_ray_process(settings: Settings) -> None:
@@ -112,9 +124,12 @@ def _start_ray(settings: Settings) -> None:
     logging.getLogger("ray.tune.tune").setLevel(logging.WARNING)
     # Ray started off the main thread (`on_ray_thread`, on purpose) says that it set no SIGTERM handler:
     # memsweep's processes handle their signals themselves
-    worker_log = logging.getLogger("ray._private.worker")
-    if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):
-        worker_log.addFilter(_NoSigtermNotice())
+    _unsay("ray._private.worker", "SIGTERM handler is not set")
+    # A unit whose worker or node died is memsweep's to handle (its members run again, or end with the
+    # reason): Tune logged the whole traceback as an ERROR, and "Trials did not complete" at the run's
+    # end, for a fault that lost nothing; `BookCallback.on_trial_error` says it in one line instead
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    _unsay("ray.tune.tune", "Trials did not complete")
     prepare_ray_process(settings)
     if embedded(settings) and "RAY_AUTH_MODE" not in os.environ:  # Ray came in before memsweep could
         log.warning(

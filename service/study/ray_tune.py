@@ -126,7 +126,12 @@ class BookCallback(Callback):
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         # the unit too: a trial whose actor died before it started was never `started`
         unit: Unit = trial.config["unit"]
-        back = set(self.book.failed(trial.trial_id, f"its Ray worker failed: {error_summary(trial)}", unit))
+        why = error_summary(trial)
+        back = set(self.book.failed(trial.trial_id, f"its Ray worker failed: {why}", unit))
+        log.warning(
+            "a unit of %d trials lost its Ray worker (%s); %d of them run again%s",
+            len(unit.members), why, len(back), "" if back else " (none: finished, or out of attempts)",
+        )  # fmt: skip
         if back and self.again is not None:
             self.again(bundle([m for m in unit.members if m.config_hash in back], fused=unit.fused,
                               lockstep=unit.lockstep))  # fmt: skip

@@ -313,13 +313,29 @@ def test_a_point_drawn_again_while_it_trains_runs_once_under_ray(engine):
     assert all(t.status == "done" and t.runs == 1 for t in trials)
 
 
-def test_a_unit_whose_ray_worker_dies_trains_again_in_the_same_run(engine, monkeypatch):
+def test_a_unit_whose_ray_worker_dies_trains_again_in_the_same_run(engine, monkeypatch, caplog):
     """A unit's Ray worker killed mid-unit (as a lost node would) sends its members back, and they train
     again in the same Tune run, on the next free slot (`UnitQueue`); before, they waited for the round's
-    last unit, then a second round. Each trial is recorded once: the killed one started twice."""
+    last unit, then a second round. Each trial is recorded once: the killed one started twice. The log
+    says so in one line (Tune logged the traceback as an ERROR, and "Trials did not complete")."""
+    import logging
     import threading
 
     from service.core.processes import ray_workers
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.said: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.said.append(f"{record.levelname} {record.getMessage()}")
+
+    tune_said = Kept()
+    tune_logs = [logging.getLogger(n) for n in ("ray.tune.tune", "ray.tune.execution.tune_controller")]
+    for logger in tune_logs:
+        logger.addHandler(tune_said)
+    caplog.set_level(logging.WARNING, logger="service.study.ray_tune")
 
     spec = grid_spec(base={**TINY, "steps": 3000, "eval_every": 500}, bundle_size=1, seeds=[1], concurrency=1,
                      space={"dims": {"lr": [1e-3, 3e-4, 1e-4]}})  # fmt: skip
@@ -343,7 +359,12 @@ def test_a_unit_whose_ray_worker_dies_trains_again_in_the_same_run(engine, monke
             time.sleep(0.05)
     finally:
         ran.join(300)
+        for logger in tune_logs:
+            logger.removeHandler(tune_said)
     assert not ran.is_alive()
+    lost = [r.getMessage() for r in caplog.records if "lost its Ray worker" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].endswith("; 1 of them run again"), lost
+    assert not [s for s in tune_said.said if s.startswith("ERROR")], tune_said.said
     trials = {t.config_hash: t for t in engine.ledger.trials(study.id)}
     assert len(runs) == 1  # one Tune run: no second round
     assert all(t.status == "done" for t in trials.values()), [(t.status, t.reason) for t in trials.values()]
