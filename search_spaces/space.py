@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,11 +190,11 @@ class SearchSpace:
                 hints = []
                 for key in unknown:
                     others = [m.name for m in self.models if key in m.dims and m not in chosen]
-                    near = difflib.get_close_matches(key, varied, n=1)
+                    near = did_you_mean(key, varied)
                     if others:
                         hints.append(f"{key} is a dimension of {', '.join(others)}, not of the models chosen")
                     elif near:
-                        hints.append(f"did you mean {near[0]!r}?")
+                        hints.append(near)
                     else:
                         hints.append(
                             f"if {key} is a setting of these trials, give it one value for every trial in base"
@@ -214,6 +214,12 @@ class SearchSpace:
             citation=self.citation,
             description=self.description,
         )
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`did you mean 'x'?` for the name in `names` closest to a misspelt `name`, or "" when none is near."""
+    near = difflib.get_close_matches(name, list(names), n=1)
+    return f"did you mean {near[0]!r}?" if near else ""
 
 
 def describe(space: SearchSpace) -> dict[str, Any]:
@@ -267,6 +273,38 @@ def as_written(value: Any) -> Any:
     return value
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values of a dimension set a trial alike: equal as a trial config reads them (`1e-3`
+    and `0.001`, `8` and `8.0`, text `"0.001"` and the number), a boolean apart from the numbers."""
+    a, b = as_written(a), as_written(b)
+    return isinstance(a, bool) == isinstance(b, bool) and bool(a == b)
+
+
+def distinct(values: Sequence[Any]) -> tuple[Any, ...]:
+    """`values`, each once (the first of those a trial reads alike: `same_value`). A new spec is refused
+    a value given twice (`check_distinct`); a study stored before that rule keeps its space, each point
+    once (its ledger held each hash once, while its plan had counted both)."""
+    kept: list[Any] = []
+    for v in values:
+        if not any(same_value(k, v) for k in kept):
+            kept.append(v)
+    return tuple(kept)
+
+
+def check_distinct(values: Sequence[Any], where: str) -> None:
+    """Refuse a value given twice (`lr: [1e-3, 0.001]`): its trials are one config hash, so the study
+    holds them once, while its plan counted both (`service.core.spec.StudySpec` asks it of a new spec)."""
+    for j, b in enumerate(values):
+        for i, a in enumerate(values[:j]):
+            if same_value(a, b):
+                name = where.rsplit(".", 1)[-1]
+                kept = [v for k, v in enumerate(values) if k != j]
+                raise SpaceError(
+                    f"{where}[{i}] = {a!r} and {where}[{j}] = {b!r} are the same value (a trial reads them "
+                    f"alike, so the study would hold its trials once): give each value once, e.g. {name}: {kept!r}"
+                )
+
+
 def dim_from_dict(raw: Any, where: str) -> Dimension:
     """A dimension from JSON/YAML: a list → Values; {"values": [...]}; {"uniform": [lo, hi], "log": b};
     {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}. Anything else — an unknown key, a `log` that is
@@ -295,7 +333,8 @@ def dim_from_dict(raw: Any, where: str) -> Dimension:
                 f"{where} is empty: give at least one value to try (a list, e.g. "
                 f"{where.rsplit('.', 1)[-1]}: [value1, value2]), or leave {where} out"
             )
-        return Values(tuple(values) if isinstance(values, (list, tuple)) else (values,))
+        values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+        return Values(distinct(values))
     bounds = raw[kind]
     # two numbers (text is refused as in a list of values: a spec file reads 1e-5 as a number)
     for i, b in enumerate(bounds if isinstance(bounds, (list, tuple)) else ()):

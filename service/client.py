@@ -7,6 +7,7 @@
     client.best(study["id"], k=3)
     client.success_table(study["id"])                                # a pandas DataFrame per model
     client.plan("orhan2020-copy500", models=["chain"])               # trials, bundles, estimate: nothing runs
+    client.submit("mine.yaml", seeds=[1, 2])                         # a spec file, read as the CLI reads it
     client.compare([study["id"], other["id"]], by="model")           # rates side by side, differences
 
 Answers are the server's JSON (dicts); a refused request raises `MemsweepAPIError` with the server's
@@ -18,12 +19,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from service.core.spec import StudySpec
 
 FINAL_STATES = ("done", "failed", "cancelled")
 
@@ -131,11 +135,12 @@ class MemsweepClient(TrialPages):
     # ----- studies -----------------------------------------------------------------------------------
     def submit(
         self,
-        spec: str | Mapping[str, Any] | Any,
+        spec: str | Path | Mapping[str, Any] | Any,
         idempotency_key: str | None = None,
         **overrides: Any,
     ) -> dict[str, Any]:
-        """Create a study: a preset name, a spec dict or a `StudySpec`, with field overrides.
+        """Create a study: a preset name, a spec file (`Path("mine.yaml")` or `"mine.yaml"`), a spec dict
+        or a `StudySpec`, with field overrides.
 
         A key is generated when none is given, so a retried submit never makes a second study."""
         data = spec_data(spec, overrides)
@@ -154,7 +159,7 @@ class MemsweepClient(TrialPages):
 
     def plan(
         self,
-        spec: str | Mapping[str, Any] | Any,
+        spec: str | Path | Mapping[str, Any] | Any,
         recalibrate: bool = False,
         timeout: float = 600.0,
         **overrides: Any,
@@ -426,16 +431,38 @@ class MemsweepClient(TrialPages):
         return result
 
 
-def spec_data(spec: str | Mapping[str, Any] | Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """A preset name, a spec dict or a `StudySpec`, with field overrides, as a request's body."""
-    if isinstance(spec, str):
-        data: dict[str, Any] = {"preset": spec}
+def spec_data(spec: str | Path | Mapping[str, Any] | Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A preset name, a spec file (a `Path`, or a name ending .yaml, .yml or .json: read as the CLI reads
+    it), a spec dict or a `StudySpec`, with field overrides, as a request's body."""
+    data: dict[str, Any]
+    if isinstance(spec, (str, Path)):
+        from service.core.spec import names_spec_file  # pydantic and YAML: only for a name or a path
+
+        if names_spec_file(spec):
+            data = read_spec_file(spec).model_dump(mode="json", exclude_unset=True)
+        else:
+            data = {"preset": str(spec)}
     elif isinstance(spec, Mapping):
         data = dict(spec)
     else:  # a StudySpec
         data = spec.model_dump(mode="json", exclude_unset=True)
     data.update(overrides)
     return data
+
+
+def read_spec_file(path: str | Path) -> StudySpec:
+    """The `StudySpec` in a YAML or JSON file (`service.core.spec.load_spec`, as the CLI reads it); one
+    that cannot be read, or whose fields are invalid, is refused naming the file and the fields."""
+    from pydantic import ValidationError
+
+    from service.core.errors import invalid_fields
+    from service.core.spec import StudySpec, load_spec
+
+    try:
+        return load_spec(path)
+    except ValidationError as exc:
+        _, lines = invalid_fields(exc.errors(include_url=False), StudySpec)
+        raise ValueError(f"{path}: {'; '.join(lines)}") from None
 
 
 CELL_COLUMNS = [

@@ -21,7 +21,7 @@ from service.application.records import (
 )
 from service.core.errors import StudyError
 from service.core.settings import Settings
-from service.core.spec import StudySpec, expected_trials
+from service.core.spec import STORED, StudySpec, expected_trials
 from service.core.states import FINISHED, StudyState
 from service.core.values import repr_value, value_matches, value_sort_key
 from service.reports.compare import Comparison, UnknownStudiesError, compare_studies
@@ -217,7 +217,7 @@ class StudyReads:
         if criterion is None:
             if len(self._criteria) >= 4096:
                 self._criteria.clear()
-            criterion = self._criteria[key] = StudySpec.model_validate(study.spec).criterion()
+            criterion = self._criteria[key] = StudySpec.model_validate(study.spec, context=STORED).criterion()
         return criterion
 
     # ----- helpers -----------------------------------------------------------------------------------

@@ -275,8 +275,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     query = criterion_query(args)
     with studies_for(args) as studies:
         found = answer(lambda: studies.comparison(args.studies, args.by.split(","), **query, log=args.mlflow))
-    if (found.get("mlflow") or {}).get("run_url"):
-        print(f"MLflow: {found['mlflow']['run_url']}", file=sys.stderr)
+    links = found.get("mlflow") or {}
+    if links.get("run_url") or links.get("run_id"):  # once, beside any output (JSON and CSV stay clean)
+        print(f"MLflow run: {links.get('run_url') or links['run_id']}", file=sys.stderr)
     if args.csv:
         from service.reports.tables import comparison_csv
 
@@ -521,9 +522,9 @@ def cmd_studies(args: argparse.Namespace) -> int:
 def other_criteria(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The criteria a study reports beside its own, as success queries: its `extra_criteria`, and its
     own fraction of each reference baseline its tasks report (copy: Arjovsky's)."""
-    from service.core.spec import StudySpec
+    from service.core.spec import STORED, StudySpec
 
-    validated = StudySpec.model_validate(spec)
+    validated = StudySpec.model_validate(spec, context=STORED)  # as the server stored it
     try:
         baselines = validated.baselines()[1:]
     except (ValueError, KeyError):  # a cell or task this process lacks (a server's plugin): its own only

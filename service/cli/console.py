@@ -9,7 +9,6 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -51,13 +50,13 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
 
 def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
     """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
-    from service.core.spec import StudySpec, load_spec
+    from service.core.spec import StudySpec, load_spec, names_spec_file
 
     target = args.target
     data: dict[str, Any]
     if stored is not None:
         data = dict(stored)
-    elif target and (target.endswith((".yaml", ".yml", ".json")) or Path(target).is_file()):
+    elif target and names_spec_file(target):
         data = load_spec(target).model_dump(exclude_unset=True)
     else:
         data = {"preset": target}
@@ -427,7 +426,11 @@ def print_comparison(comparison: dict[str, Any]) -> None:
         "shared",
     ):
         table.add_column(col)
-    for r in comparison["rows"]:
+    # a study that holds no trial of a group (a model of the other study's only) has no row there
+    rows = [r for r in comparison["rows"] if r["study_id"] is None or r["trials"]]
+    if len(rows) < len(comparison["rows"]):
+        table.caption = "a study with no trial in a group has no row in it"
+    for r in rows:
         group = (
             [str(v) for v in r["group"].values()]
             if r["scope"] == "group"
@@ -449,8 +452,6 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             rate_text(r["rate"]), f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
         )  # fmt: skip
     console().print(table)
-    if comparison.get("mlflow"):
-        print(f"MLflow run: {comparison['mlflow'].get('run_url') or comparison['mlflow'].get('run_id')}")
 
 
 def print_trials(page: dict[str, Any]) -> None:

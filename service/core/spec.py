@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
+from search_spaces.space import check_distinct, did_you_mean
 from service.core.errors import StudyError
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
@@ -32,6 +33,9 @@ Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
 #: the name of a `space: {dims: …}` shorthand's one model
 DEFAULT_MODEL = "default"
+#: the validation context of a spec read back from the ledger: the rules for new specs that came after
+#: it was stored do not refuse it (`StudySpec.model_validate(spec, context=STORED)`)
+STORED = {"stored": True}
 
 
 class ModelSpec(BaseModel):
@@ -166,7 +170,8 @@ class StudySpec(BaseModel):
     max_trials: int | None = Field(
         default=None,
         ge=1,
-        description="trials (points × seeds) to run: a sampler draws max_trials / len(seeds) points, rounded up to a whole point",
+        description="trials (points × seeds) to run: a sampler draws max_trials / len(seeds) points, rounded up "
+        "to a whole point; on a grid, a cap (a larger grid is refused)",
     )
     concurrency: int = Field(
         default=2,
@@ -310,6 +315,24 @@ class StudySpec(BaseModel):
             raise ValueError(
                 "give success_fraction (of the baseline) or success_threshold (a loss), not both"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _each_value_once(self, info: ValidationInfo) -> StudySpec:
+        """A value given twice in a dimension (`lr: [1e-3, 0.001]`) is refused where it is written: the
+        plan counted both, the study held their trials once. A stored spec (`STORED`), written before
+        this rule, is read as it was (its space keeps each value once: `search_spaces.distinct`)."""
+        if (info.context or {}).get("stored"):
+            return self
+        written: list[tuple[str, Mapping[str, Any]]] = [("dims", self.dims)]
+        if self.space is not None:
+            written.append(("space.dims", self.space.dims))
+            written += [(f"space.models.{name}.dims", m.dims) for name, m in self.space.models.items()]
+        for prefix, dims in written:
+            for key, raw in dims.items():
+                values = raw.get("values") if isinstance(raw, Mapping) else raw
+                if isinstance(values, (list, tuple)):
+                    check_distinct(values, f"{prefix}.{key}")
         return self
 
     @model_validator(mode="after")
@@ -491,9 +514,12 @@ def cell_settings_per_model(
     taken = set().union(*fields.values())
     unknown = [k for k in cell_only if k not in taken and k not in preset_own]
     if unknown:  # a typo: before, it was dropped without a word (no model's cell takes it)
+        trial = general - {"task_params", "cell_params"}  # (where a task's and a cell's settings are held)
+        near = did_you_mean(unknown[0], trial | taken)
         raise SpaceError(
             f"base.{unknown[0]} is a setting of none of this study's cells ({', '.join(sorted(fields))}), "
-            f"nor of a trial or its task; the cells' settings: {', '.join(sorted(taken))}"
+            f"nor of a trial or its task; {near + ' ' if near else ''}the trials' and their tasks' settings: "
+            f"{', '.join(sorted(trial))}; the cells' settings: {', '.join(sorted(taken))}"
         )
     models = tuple(
         Model(
@@ -592,6 +618,12 @@ SpecLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
+
+
+def names_spec_file(target: str | Path) -> bool:
+    """Whether `target` names a spec file, not a preset: a `Path`, a name ending .yaml, .yml or .json (a
+    missing one is refused naming it), or a file that exists."""
+    return isinstance(target, Path) or target.endswith((".yaml", ".yml", ".json")) or Path(target).is_file()
 
 
 def load_spec(path: str | Path) -> StudySpec:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from service.core.spec import StudySpec
+from service.core.spec import STORED, StudySpec
 from service.core.states import FINISHED
 from service.core.trial import TrialSpec
 from trainers.criterion import Criterion
@@ -70,7 +70,7 @@ class Study(Base):
         """The study's spec (the `spec` column holds its JSON), validated once for this row."""
         cached: tuple[dict[str, Any], StudySpec] | None = self.__dict__.get("_validated_spec")
         if cached is None or cached[0] is not self.spec:  # an extension replaces the column's dict
-            cached = (self.spec, StudySpec.model_validate(self.spec))
+            cached = (self.spec, StudySpec.model_validate(self.spec, context=STORED))
             self.__dict__["_validated_spec"] = cached
         return cached[1]
 

@@ -17,6 +17,7 @@ from search_spaces import (
     dim_to_dict,
     get_preset,
 )
+from search_spaces.space import check_distinct
 
 
 def small_space() -> SearchSpace:
@@ -266,3 +267,21 @@ def test_text_that_reads_as_a_number_is_refused_with_the_number_to_write() -> No
         dim_from_dict({"loguniform": [1e-4, "1e-2"]}, "dims.lr")
     with pytest.raises(SpaceError, match=r"to run one value write dims: \{lr: \[0\.001\]\}"):
         get_preset("orhan2020-copy500").with_overrides(base={"lr": "1e-3"})
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ([1e-3, 0.001], r"dims\.lr\[0\] = 0\.001 and dims\.lr\[1\] = 0\.001 are the same value"),
+        ([8, 16, 8.0], r"dims\.lr\[0\] = 8 and dims\.lr\[2\] = 8\.0 are the same value"),
+        (["0.001", 1e-3], r"dims\.lr\[0\] = '0\.001' and dims\.lr\[1\] = 0\.001 are the same value"),
+    ],
+)
+def test_a_value_given_twice_is_refused_naming_the_dimension_and_both_spellings(values, said) -> None:
+    """`lr: [1e-3, 0.001]` planned both values' trials, but the study held them once (one config hash).
+    A new spec is refused it (`check_distinct`, from `StudySpec`); a space read from a spec stored before
+    keeps each value once, as its ledger did."""
+    with pytest.raises(SpaceError, match=said + r".*give each value once, e.g\. lr: "):
+        check_distinct(values, "dims.lr")
+    assert len(dim_from_dict(values, "dims.lr").values) == len(values) - 1
+    assert dim_from_dict([True, 1], "dims.lr") == Values((True, 1))  # a boolean is no number here

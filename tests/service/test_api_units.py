@@ -1385,3 +1385,36 @@ def test_an_unwritable_ledger_is_a_quick_503_and_ready_says_so(tmp_path: Path) -
             database.dispose()
         assert c.get("/ready").json()["checks"]["database"]["ok"]
         assert c.post("/studies", json=grid(name="after")).status_code == 201
+
+
+def test_a_value_given_twice_is_refused_by_the_plan_and_the_door_and_they_agree_once_it_is_not(
+    client: TestClient,
+) -> None:
+    """`lr: [1e-3, 0.001]`: the plan said 6 trials, the study held 3, its spec `lr: [0.001, 0.001]`."""
+    twice = {"space": {"dims": {"lr": [1e-3, 0.001]}}, "base": TINY, "seeds": [1, 2, 3]}
+    for dry_run in ("true", "false"):
+        r = client.post("/studies", params={"dry_run": dry_run}, json=twice)
+        assert r.status_code == 422 and "space.dims.lr[0] = 0.001 and space.dims.lr[1] = 0.001" in r.text
+    assert client.get("/studies").json()["total"] == 0
+    once = {**twice, "space": {"dims": {"lr": [1e-3, 3e-4]}}}
+    planned = client.post("/studies", params={"dry_run": "true"}, json=once).json()["trials"]
+    assert planned == client.post("/studies", json=once).json()["counts"]["total"] == 6
+
+
+def test_the_client_submits_a_spec_file_read_as_the_cli_reads_it(tmp_path: Path) -> None:
+    """`client.submit("mine.yaml")` was sent as `{"preset": "mine.yaml"}`."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("space:\n  dims:\n    lr: [1e-3, 3e-4]\nbase: {task: addition, seq_len: 20, steps: 2}\n")
+    with TestClient(create_app(settings(tmp_path / "home"))) as c:
+        client = MemsweepClient("http://testserver", http=c)
+        for spec in (mine, str(mine)):
+            study = client.submit(spec, seeds=[1, 2])
+            assert study["spec"]["space"]["dims"]["lr"] == [1e-3, 3e-4] and study["counts"]["total"] == 4
+        assert client.plan(mine)["trials"] == 2
+        typo = tmp_path / "typo.yml"
+        typo.write_text("preset: orhan2020-copy500\nsede: 3\n")
+        with pytest.raises(ValueError, match=f"^{typo}: sede: unknown field; valid fields here: name"):
+            client.submit(typo)
+        with pytest.raises(ValueError, match=f"^{tmp_path / 'gone.json'}: cannot read the spec file"):
+            client.submit(str(tmp_path / "gone.json"))
+        assert c.get("/studies").json()["total"] == 2

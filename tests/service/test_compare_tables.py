@@ -401,3 +401,30 @@ def test_a_comparison_says_when_a_plugins_code_differs_between_its_studies():
     (note,) = plugin_notes(edited)
     assert note.startswith("the cell memsweep-leaky plugin ran different code in these studies (")
     assert "memsweep-leaky==1.0+aa: a; memsweep-leaky==1.0+bb: b" in note
+
+
+def test_the_printed_comparison_leaves_out_a_study_with_no_trial_in_a_group_and_links_mlflow_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Study B holds no trial of lr 0.01: its row read `0/0 – [0.000, 1.000]`; with `--mlflow` the run's
+    link was printed twice."""
+    a, b = two_studies(client)
+    found = client.get("/compare", params={"studies": f"{a},{b}", "by": "model,lr"}).json()
+    found["mlflow"] = {"run_id": "r1", "run_url": "http://mlflow/#/runs/r1"}
+
+    class Studies:
+        def __enter__(self) -> Studies:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def comparison(self, *args: Any, **kw: Any) -> dict[str, Any]:
+            return found
+
+    monkeypatch.setattr(commands, "studies_for", lambda args: Studies())
+    monkeypatch.setenv("COLUMNS", "250")
+    assert commands.main(["compare", a, b, "--by", "model,lr", "--mlflow"]) == 0
+    out, err = capsys.readouterr()
+    assert "0/0" not in out and "a study with no trial in a group has no row in it" in out
+    assert (out + err).count("http://mlflow/#/runs/r1") == 1

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.core.errors import StudyError
-from service.core.spec import StudySpec
+from service.core.spec import STORED, StudySpec
 from service.core.trial import Evaluated, Finished, objective
 from service.reports.summary import (
     best_configs,
@@ -760,3 +760,28 @@ def test_a_worker_on_a_machine_that_cannot_compute_in_the_studys_numerics_fails_
     train_unit(bundle(grid_trials(spec.search_space(), {}), fused=False), reports.append, "n1")
     (result,) = [e.result for r in reports for e in r["events"] if isinstance(e, Finished)]
     assert result.status == "failed" and "defined for x86-64 CPUs with AVX2" in (result.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"space": {"dims": {"lr": [1e-3, 0.001]}}, "base": {"task": "addition"}}, r"space\.dims\.lr\[0\]"),
+        ({"space": {"models": {"a": {"dims": {"hidden": [8, 8.0]}}}}}, r"space\.models\.a\.dims\.hidden\[0\]"),
+        ({"preset": "orhan2020-copy500", "dims": {"lr": [1e-3, 0.001]}}, r"dims\.lr\[0\] = 0\.001 and"),
+    ],
+)  # fmt: skip
+def test_a_dimensions_value_given_twice_is_refused_where_it_is_written(spec, said):
+    with pytest.raises(ValidationError, match=said + ".* are the same value"):
+        StudySpec.model_validate(spec)
+    # a spec stored before the rule is read as it was: its space holds each point once, as its ledger did
+    stored = StudySpec.model_validate(spec, context=STORED)
+    points = grid_trials(study_space(stored, 50_000), {})
+    assert len({t.config_hash for t in points}) == len(points)
+
+
+def test_a_misspelt_base_setting_of_several_cells_suggests_every_valid_name():
+    """`base: {stpes: 400}` listed only the cells' settings, with no suggestion (a `dims` typo had one)."""
+    with pytest.raises(StudyError, match=r"base\.stpes .*did you mean 'steps'\? the trials' .*seq_len"):
+        study_space(
+            StudySpec.model_validate({"preset": "sgornn2022-addition", "base": {"stpes": 400}}), 50_000
+        )
