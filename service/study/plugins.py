@@ -128,18 +128,30 @@ def version_mismatch(
     wanted: Mapping[tuple[str, str], str], nodes: Mapping[str, Mapping[str, str]]
 ) -> str | None:
     """Which node lacks a used plugin or has another version of it, naming both; None when all agree."""
-    problems = []
+    problems, agreed = [], []
     for (kind, name), ident in sorted(wanted.items()):
-        for node, there in sorted(nodes.items()):
-            theirs = there.get(f"{kind}:{name}")
-            if theirs != ident:
-                problems.append(
-                    f"node {node} has {theirs or 'no plugin'} for {kind} {name!r}, this server {ident}"
-                )
+        found = {node: there.get(f"{kind}:{name}") for node, there in sorted(nodes.items())}
+        problems += [
+            f"node {node} has {theirs or 'no plugin'} for {kind} {name!r}, this server {ident}"
+            for node, theirs in found.items()
+            if theirs != ident
+        ]
+        theirs = set(found.values())
+        if len(theirs) == 1 and None not in theirs and ident not in theirs and len(found) > 1:
+            agreed.append(f"{kind} {name!r}")
     if not problems:
         return None
+    # every node has one other version: most often the server's copy was installed again since it
+    # started (it plans with what it loaded), not a node that lags
+    server_lags = (
+        f" If every node has the version you mean ({', '.join(agreed)}), this server loaded another: "
+        "restart `memsweep serve` (it loads the plugins again), then submit again"
+        if agreed
+        else ""
+    )
     return (
         "every node that may run a trial needs the same version of each plugin the study uses: "
         + "; ".join(problems)
-        + ". Install the same distribution on every node (docs/plugins.md, 'On a cluster') and submit again"
+        + ". Install the same distribution on every node (docs/plugins.md, 'On a cluster') and submit again."
+        + server_lags
     )

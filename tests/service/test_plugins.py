@@ -236,6 +236,28 @@ def test_a_unit_whose_worker_fails_to_start_says_why_not_that_its_node_died(tmp_
     assert error_summary(gone) == "the worker process or its node died"
 
 
+def test_when_every_node_has_one_other_version_the_refusal_says_the_server_may_be_the_one_behind():
+    """A plugin installed again after the server started: every node has the new version, the server
+    planned with the old one, and the refusal said only to install the same version on every node."""
+    from service.study.plugins import version_mismatch
+
+    wanted = {("cell", "gelman"): "memsweep-gelman==0.1+aaa"}
+    both_new = {
+        "n1": {"cell:gelman": "memsweep-gelman==0.2+bbb"},
+        "n2": {"cell:gelman": "memsweep-gelman==0.2+bbb"},
+    }
+    said = version_mismatch(wanted, both_new)
+    assert said is not None and "node n1 has memsweep-gelman==0.2+bbb" in said
+    assert "this server loaded another: restart `memsweep serve`" in said
+    one_lags = {
+        "n1": {"cell:gelman": "memsweep-gelman==0.1+aaa"},
+        "n2": {"cell:gelman": "memsweep-gelman==0.2+bbb"},
+    }
+    said = version_mismatch(wanted, one_lags)
+    assert said is not None and "node n2 has" in said and "restart" not in said  # that node is the odd one
+    assert version_mismatch(wanted, {"n1": {"cell:gelman": "memsweep-gelman==0.1+aaa"}}) is None
+
+
 def test_a_node_that_is_gone_when_asked_for_its_plugins_is_left_out(engine, monkeypatch) -> None:
     """A node Ray still counts alive for some seconds after it died: its inventory task cannot be
     placed (TaskUnschedulableError), and every plugin listing and every study using a plugin failed
