@@ -195,7 +195,9 @@ class TrialPublic(BaseModel):
         "`history`), or a finished one's last",
     )
     device: str | None = Field(description="what it trained on: cpu, cuda:0, …")
-    node: str | None = Field(description="the Ray node it trained on")
+    node: str | None = Field(
+        description="the Ray node it trained on: host name/IP address (the head of its Ray node id)"
+    )
     provenance: dict[str, str] | None = Field(
         default=None,
         description="where its numbers came from: numerics mode, CPU model and ATen capability, MKL's "

@@ -451,12 +451,12 @@ def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
 
 
 def node_name() -> str:
-    """This Ray node as a person reads it: host name / IP address."""
-    import socket
-
+    """This Ray node as a person reads it: host name / IP address (the head of its Ray node id, as
+    `GET /plugins` names nodes: two nodes of one host, containers sharing its network, told apart)."""
     import ray
 
-    return f"{socket.gethostname()}/{ray.util.get_node_ip_address()}"  # type: ignore[no-untyped-call]
+    ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return f"{socket.gethostname()}/{ip} ({ray.get_runtime_context().get_node_id()[:8]})"
 
 
 #: seconds a node's measured memory is trusted for bundle sizes

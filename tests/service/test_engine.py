@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -61,6 +63,11 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
     assert won and all(t.status == "done" and t.final_val_loss < 1 / 3 for t in won)
     assert summary["success"]["criterion"]["name"] == "loss < 0.333333"
 
+    # where each trained: this host, its Ray node told apart from another on the same host by its id
+    assert all(
+        re.fullmatch(rf"{re.escape(socket.gethostname())}/[\d.]+ \([0-9a-f]{{8}}\)", t.node or "")
+        for t in trials
+    )
     exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
     runs = child_runs(mlflow_uri, exp_id, parent)
     assert sorted(r.data.tags["memsweep.config_hash"] for r in runs) == sorted(t.config_hash for t in trials)
