@@ -165,11 +165,11 @@ def plan_study(
         measured = unit_memory_here(engine, spec)
         units = pack_study(spec, again, measured)
         packed = units if measured is not None or not spec.sizes_bundles else None
-    else:  # the points its budget leaves to draw, then those it holds unfinished, as the run trains them
+    else:  # those it holds unfinished, then the points its budget leaves to draw, as the run trains them
         drawn = _sampled_units(spec, space, points_left(spec, space, rows), rows)
         if again:
             measured = unit_memory_here(engine, spec)
-        units = drawn + (pack_study(spec, again, measured) if again else [])
+        units = (pack_study(spec, again, measured) if again else []) + drawn
         members = [m for u in drawn for m in u.members]
         kept, again = kept + members, again + members
     planned = _plan(

@@ -405,11 +405,12 @@ class Engine:
         cancel: threading.Event,
         packed: Sequence[Unit] | None,
     ) -> list[list[str]]:
-        """The study's trials through the executor: a sampler's points as they are drawn (those its
-        budget leaves beside the points it holds: `points_left`), then the unfinished trials (an
-        interrupted point's among them) packed into units, round after round while an
-        infrastructure fault sends some back (each at most `trial_attempts` starts in this run).
-        The packed units it ran, as their members' config hashes."""
+        """The study's trials through the executor: its unfinished trials packed into units, round
+        after round while an infrastructure fault sends some back (each at most `trial_attempts` starts
+        in this run); a sampled study's, before its sampler draws what its budget leaves beside the
+        points it holds (`points_left`: an interrupted point trains first, and the sampler draws
+        knowing its result), and again after (what a fault sent back of the draws). The packed units
+        it ran, as their members' config hashes."""
         self.executor.start()
         resources = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
         why = self.executor.unplaceable(resources)
@@ -426,77 +427,94 @@ class Engine:
             f"study-{study.id}", resources, spec.concurrency, cancel,
             asha=spec.asha if spec.scheduler == "asha" else None,
         )  # fmt: skip
-        if book.sampled:  # the points the study holds unfinished train in the rounds below
+        ran: list[list[str]] = []
+        measured = None
+        idle = 0  # rounds in a row that moved no trial on
+        held = Held()  # what a round's dispatches reserved, took and left to others
+        rounds_request = request
+        if spec.scheduler == "fifo":
+            rounds_request = replace(
+                request,
+                dispatch=self._dispatch(study, record, held),
+                tick=self._take_meanwhile(study, record, held),
+            )
+
+        def rounds() -> None:
+            """The study's unfinished trials packed into units, round after round until none is left."""
+            nonlocal packed, measured, idle
+            request = rounds_request
+            while not cancel.is_set():
+                # pending, interrupted by a fault (pending again), cancelled, error
+                try:
+                    rows = [
+                        t for t in self.ledger.trials(study.id, UNFINISHED) if not book.spent(t.config_hash)
+                    ]
+                    todo = [t.spec() for t in rows]
+                except StaleTrialError as exc:
+                    raise StudyError(str(exc)) from None
+                todo, waits = self._not_trained_elsewhere(study, spec, todo, record)
+                if spec.scheduler == "asha":
+                    todo = self._pruned_with_their_points(study.id, todo, book)
+                if not todo and not waits:
+                    return
+                if todo:
+                    if book.requeued:  # a fault sent them back, and the executor did not run them again
+                        log.warning(
+                            "study %s: %d trials were interrupted; they run again", study.id, len(todo)
+                        )
+                    if packed is not None and sorted(
+                        m.config_hash for u in packed for m in u.members
+                    ) == sorted(t.config_hash for t in todo):
+                        units = list(packed)  # packed by the plan just before, as this run packs them
+                    else:
+                        if measured is None and spec.sizes_bundles:
+                            measured = self.node_memory(resources)
+                        units = pack_study(spec, todo, measured)
+                    if spec.scheduler == "asha":
+                        units = self._with_finished_seeds(study.id, units)
+                    packed = None
+                    log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
+                    record.expect(todo)
+                    book.begin_round()
+                    held.clear()
+                    starts = sum(book.starts.values())
+                    self._execute(
+                        replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
+                    )
+                    if held.reserved:  # reserved by units that never started (the study was cancelled)
+                        self.ledger.pend_running(study.id, sorted(held.reserved), None, forget_history=False)
+                    dropped = held.taken | held.deferred
+                    ran.extend(
+                        kept
+                        for u in units
+                        if (kept := [m.config_hash for m in u.members if m.config_hash not in dropped])
+                    )
+                    moved = sum(book.starts.values()) > starts or held.taken or held.deferred
+                    idle = 0 if moved else idle + 1
+                    if (
+                        idle >= 2
+                    ):  # nothing started, nothing taken or left to others: it would go round for ever
+                        raise StudyError(
+                            f"study {study.id}: {len(todo)} trials were packed in two rounds and none started; "
+                            "resume it once the cluster can run its units (`memsweep resume ID`)"
+                        )
+                if waits:  # then what they leave unfinished is this study's to train, next round
+                    wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
+
+        if book.sampled:
+            # the points it holds unfinished first (a crash or a fault interrupted them): the sampler then
+            # draws knowing their results, and never draws one of them again
+            rounds()
             trials = self.ledger.trials(study.id)
             left = points_left(spec, space, trials)
-            if left > 0:
+            if left > 0 and not cancel.is_set():
                 known = partial(self.ledger.finished_objectives, study.id)
                 finished = [t for t in trials if t.status in FINISHED]
                 draws = sampling(spec, space, finished, left, known)
                 self._execute(
                     replace(request, sampling=draws, asha_history=self._asha_history(spec, study.id)), book
                 )
-        ran: list[list[str]] = []
-        measured = None
-        idle = 0  # rounds in a row that moved no trial on
-        held = Held()  # what a round's dispatches reserved, took and left to others
-        if spec.scheduler == "fifo":
-            request = replace(
-                request,
-                dispatch=self._dispatch(study, record, held),
-                tick=self._take_meanwhile(study, record, held),
-            )
-        while not cancel.is_set():
-            # pending, interrupted by a fault (pending again), cancelled, error
-            try:
-                rows = [t for t in self.ledger.trials(study.id, UNFINISHED) if not book.spent(t.config_hash)]
-                todo = [t.spec() for t in rows]
-            except StaleTrialError as exc:
-                raise StudyError(str(exc)) from None
-            todo, waits = self._not_trained_elsewhere(study, spec, todo, record)
-            if spec.scheduler == "asha":
-                todo = self._pruned_with_their_points(study.id, todo, book)
-            if not todo and not waits:
-                return ran
-            if todo:
-                if book.requeued:  # a fault sent them back, and the executor did not run them again
-                    log.warning("study %s: %d trials were interrupted; they run again", study.id, len(todo))
-                if packed is not None and sorted(m.config_hash for u in packed for m in u.members) == sorted(
-                    t.config_hash for t in todo
-                ):
-                    units = list(packed)  # packed by the plan just before, as this run packs them
-                else:
-                    if measured is None and spec.sizes_bundles:
-                        measured = self.node_memory(resources)
-                    units = pack_study(spec, todo, measured)
-                if spec.scheduler == "asha":
-                    units = self._with_finished_seeds(study.id, units)
-                packed = None
-                log.info("study %s: %d trials in %d Ray units", study.id, len(todo), len(units))
-                record.expect(todo)
-                book.begin_round()
-                held.clear()
-                starts = sum(book.starts.values())
-                self._execute(
-                    replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
-                )
-                if held.reserved:  # reserved by units that never started (the study was cancelled)
-                    self.ledger.pend_running(study.id, sorted(held.reserved), None, forget_history=False)
-                dropped = held.taken | held.deferred
-                ran += [
-                    kept
-                    for u in units
-                    if (kept := [m.config_hash for m in u.members if m.config_hash not in dropped])
-                ]
-                moved = sum(book.starts.values()) > starts or held.taken or held.deferred
-                idle = 0 if moved else idle + 1
-                if idle >= 2:  # nothing started, nothing taken or left to others: it would go round for ever
-                    raise StudyError(
-                        f"study {study.id}: {len(todo)} trials were packed in two rounds and none started; "
-                        "resume it once the cluster can run its units (`memsweep resume ID`)"
-                    )
-            if waits:  # then what they leave unfinished is this study's to train, next round
-                wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
+        rounds()  # what is left unfinished (a fault sent back some of the draws)
         return ran
 
     def _not_trained_elsewhere(

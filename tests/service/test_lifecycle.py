@@ -870,9 +870,9 @@ def test_a_resumed_sampled_study_trains_its_interrupted_point_within_its_budget(
     assert len(points) == 4 and all(
         sorted(t.params["seed"] for t in trials if (t.model, t.params["lr"]) == p) == [1, 2] for p in points
     )
-    drawn, again = ex.rounds[-2:]
-    assert len(drawn) == 1  # the budget's last point
+    again, drawn = ex.rounds[-2:]  # the interrupted point first: the sampler then knows its result
     assert sorted(h for u in again for h in u) == open_point  # the interrupted point, trained again
+    assert len(drawn) == 1  # the budget's last point
 
 
 def test_the_plan_of_a_resumed_sampled_study_counts_its_draws_and_its_interrupted_point(
