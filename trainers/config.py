@@ -12,6 +12,7 @@ Whether a trial succeeded is not part of it: a study judges that (`trainers.crit
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -377,9 +378,10 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConf
             top[name] = value
         else:
             valid = sorted({*TOP_FIELDS, *task_fields, *cell_fields} - {"task_params", "cell_params"})
+            near = difflib.get_close_matches(key, valid, n=1)  # (search_spaces.did_you_mean's rule)
             raise ConfigError(
-                f"unknown config field {key!r}; valid fields for task {cfg.task!r} and cell {cfg.cell!r}: "
-                + ", ".join(valid)
+                f"unknown config field {key!r}; {f'did you mean {near[0]!r}? ' if near else ''}valid fields "
+                f"for task {cfg.task!r} and cell {cfg.cell!r}: " + ", ".join(valid)
             )
     base = cfg.to_dict()
     base.update(top)

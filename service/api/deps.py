@@ -117,15 +117,15 @@ async def known_query(request: Request) -> None:
     unknown = [k for k in dict.fromkeys(request.query_params.keys()) if k not in taken]
     if not unknown:
         return
-    import difflib
-
     from fastapi.exceptions import RequestValidationError
+
+    from search_spaces.space import did_you_mean
 
     takes = f"{request.method} {request.url.path} takes " + (", ".join(sorted(taken)) or "none")
     errors = []
     for k in unknown:
-        near = difflib.get_close_matches(k, taken, n=1)
-        hint = f"did you mean {near[0]!r}? " if near else ""
+        near = did_you_mean(k, taken)
+        hint = f"{near} " if near else ""
         errors.append(
             {"type": "extra_forbidden", "loc": ("query", k), "msg": f"not a query parameter here; {hint}{takes}",
              "input": request.query_params.get(k)}

@@ -63,7 +63,7 @@ def test_preset_with_overrides():
 
 def test_bad_fields_are_named_before_anything_runs():
     spec = StudySpec(space={"dims": {"lr": [1e-3]}}, base={"task": "addition", "seq_lenn": 20})
-    with pytest.raises(StudyError, match="unknown config field 'seq_lenn'"):
+    with pytest.raises(StudyError, match=r"unknown config field 'seq_lenn'; did you mean 'seq_len'\?"):
         check_space(spec.search_space())
     spec = StudySpec(space={"dims": {"init": ["chain", "spiral"]}})
     rows_spec = spec.search_space()
