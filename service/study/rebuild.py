@@ -38,7 +38,7 @@ def finish_in_mlflow(
     if tracker.uri.startswith("http") and not server_healthy(tracker.uri):
         marks.extend([time.perf_counter()] * 3)
         down = f"MLflow at {tracker.uri} did not answer at the end of the study"
-        return summarise(ledger, study), tracker.abandon(down)
+        return {**summarise(ledger, study), "state": state}, tracker.abandon(down)
     unreconciled = []
     try:
         reconcile_children(ledger, study_id, tracker, mlflow)
@@ -47,7 +47,9 @@ def finish_in_mlflow(
         unreconciled.append(f"{type(exc).__name__}: {exc}")
     marks.append(time.perf_counter())
     trials = ledger.trials(study_id)  # once: the summary and the figures read the same rows
-    summary = summarise(ledger, study, trials=trials)
+    # the state it ends in (the ledger's row says so only once this has written: summary.json said
+    # "running" for every study)
+    summary = {**summarise(ledger, study, trials=trials), "state": state}
     try:
         from service.reports.plots import study_figures
 

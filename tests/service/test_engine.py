@@ -91,6 +91,11 @@ def test_grid_runs_every_point_and_seed_once_and_mlflow_agrees(engine, mlflow_ur
         n = sum(r.data.tags["memsweep.model"] == model for r in succeeded_children)
         assert parent_metrics[f"success_count.{model}"] == n
     assert {r.info.status for r in runs if r.data.tags["memsweep.status"] == "failed"} == {"FAILED"}
+    # its summary.json says how it ended (it said "running": written before the ledger's row was)
+    written = json.loads(
+        Path(client.download_artifacts(parent, "summary.json", str(engine.settings.home))).read_text()
+    )
+    assert written["state"] == "done" == summary["state"]
     arts = {a.path for a in client.list_artifacts(parent, "plots")}
     assert {
         "plots/success_per_model.png",
