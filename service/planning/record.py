@@ -76,7 +76,10 @@ def record_actual(
         ran = [
             t
             for t in ledger.trials(study_id)
-            if t.status in FINISHED and t.reused_from is None and (t.id in planned_ids or t.id > last_id)
+            if t.status in FINISHED
+            and t.runs > 0
+            and t.reused_from is None
+            and (t.id in planned_ids or t.id > last_id)
         ]
         seconds = {t.config_hash: t.seconds or 0.0 for t in ran}
         units: list[Sequence[str]]

@@ -130,8 +130,9 @@ class TrialBook:
 
     def prune_unstarted(self, run: str, unit: Unit, reason: str) -> None:
         """The unit's members recorded `pruned` without training (seeds added to a point a scheduler
-        stopped before: `Engine`); a run of their own, started and ended at once."""
-        self.started(run, unit)
+        stopped before: `Engine`), ended at once; never started (`runs` stays 0: they said 1, and a
+        plan's actual counted them as trained)."""
+        self._tried(run, unit)
         for key in sorted(self.open.get(run, set())):
             result = trainers.TrialResult(status="pruned", reason=reason)
             self._with_task(result, key)
