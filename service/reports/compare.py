@@ -307,7 +307,7 @@ def _rows(
 ) -> list[ComparisonRow]:
     """One row per study: its cell in this group, and its difference from the reference study's."""
     cells = {s.id: success_cell(members.get(s.id, []), criteria[s.id], at_step) for s in studies}
-    ref, ref_hashes = cells[reference], {t.config_hash for t in members.get(reference, [])}
+    ref, ref_runs = cells[reference], {run_of(t) for t in members.get(reference, [])}
     rows = []
     for s in studies:
         cell = cells[s.id]
@@ -318,9 +318,22 @@ def _rows(
             row.difference_ci95 = newcombe_interval(
                 cell.succeeded, cell.finished, ref.succeeded, ref.finished
             )
-            row.shared = len(ref_hashes & {t.config_hash for t in members.get(s.id, [])})
+            row.shared = len(ref_runs & {run_of(t) for t in members.get(s.id, [])})
         rows.append(row)
     return rows
+
+
+def run_of(t: Trial) -> tuple[str, str, int | None]:
+    """What makes two studies' trials one run: the config (its hash) trained as far, to the same end (a
+    run asha stopped at step 100 and one of the same config trained to its budget are two runs; two
+    runs of one config to the same end compute the same numbers)."""
+    return t.config_hash, t.status, t.steps
+
+
+def _further(t: Trial, than: Trial) -> bool:
+    """Whether run `t` of a config went further than `than`: finished `done` over stopped or failed,
+    then more steps."""
+    return (t.status == "done", t.steps or 0) > (than.status == "done", than.steps or 0)
 
 
 def _pooled(
@@ -330,14 +343,17 @@ def _pooled(
     criterion: Criterion,
     at_step: int | None,
 ) -> ComparisonRow:
-    """Every distinct run (config hash) of the studies in this group once; `shared`: the runs more than
-    one study holds."""
+    """Every distinct config of the studies in this group once, as its furthest run (one study's run
+    that asha stopped, another's of the same config trained to its end: the end, not the stopped one);
+    `shared`: the runs more than one study holds (`run_of`)."""
     runs: dict[str, Trial] = {}
-    holders: dict[str, int] = defaultdict(int)
+    holders: dict[tuple[str, str, int | None], int] = defaultdict(int)
     for ts in members.values():
         for t in ts:
-            runs.setdefault(t.config_hash, t)
-            holders[t.config_hash] += 1
+            kept = runs.get(t.config_hash)
+            if kept is None or _further(t, kept):
+                runs[t.config_hash] = t
+            holders[run_of(t)] += 1
     cell = success_cell(list(runs.values()), criterion, at_step)
     shared = sum(n > 1 for n in holders.values())
     return ComparisonRow(scope=scope, group=group, study_id=None, **cell.model_dump(), difference=None,

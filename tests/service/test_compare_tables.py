@@ -87,6 +87,31 @@ def test_a_run_both_studies_hold_is_one_run(client: TestClient) -> None:
             assert rows[("group", model, study)]["succeeded"] == own[model]["succeeded"]
 
 
+def test_a_run_asha_stopped_and_a_whole_run_of_its_config_are_two_runs(client: TestClient) -> None:
+    """One study's run of a config that asha stopped at step 10 and another study's run of it trained
+    to step 20 were counted as one shared run, and the pooled row kept the stopped one."""
+    from trainers import Evaluation
+
+    a = client.post("/studies", json=grid(name="A")).json()["id"]
+    b = client.post("/studies", json=grid(name="B")).json()["id"]  # made before A finished: its own runs
+    finish_all(client, b)
+    ledger = ledger_of(client)
+    stopped = next(t for t in ledger.trials(a) if t.model == "chain" and t.params["seed"] == 1)
+    finish_all(client, a)
+    whole = next(t for t in ledger.trials(b) if t.config_hash == stopped.config_hash)
+    assert whole.status == "done" and whole.final_val_loss == 0.05 and whole.reused_from is None
+    with ledger.session() as s:  # A's run of it: stopped by asha at its first rung, not yet below threshold
+        row = s.get(type(stopped), stopped.id)
+        row.status, row.steps, row.final_val_loss = "pruned", 10, 0.5
+        row.history = [Evaluation(10, 1.0, 0.5, 0.5, None, 0.0).to_dict()]
+    body = client.get("/compare", params={"studies": f"{a},{b}", "by": "model"}).json()
+    rows = {(r["scope"], r["group"]["model"], r["study_id"]): r for r in body["rows"]}
+    assert rows[("group", "chain", b)]["shared"] == 3  # the other 3 chain runs are the same runs; not this
+    pooled = rows[("group", "chain", None)]
+    assert pooled["trials"] == 4 and pooled["shared"] == 3
+    assert pooled["succeeded"] == rows[("group", "chain", b)]["succeeded"]  # the whole run, not the stopped
+
+
 def test_a_matrix_by_any_field_and_refusals(client: TestClient) -> None:
     a, b = two_studies(client)
     body = client.get("/compare", params={"studies": [a, b], "by": "model,lr"}).json()
