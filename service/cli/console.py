@@ -452,6 +452,8 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             rate_text(r["rate"]), f"[{lo:.3f}, {hi:.3f}]", diff, "" if r["shared"] is None else str(r["shared"]),
         )  # fmt: skip
     console().print(table)
+    for note in comparison.get("notes") or []:  # what the numbers cannot say themselves (numerics, plugins)
+        print(f"note: {note}")
 
 
 def print_trials(page: dict[str, Any]) -> None:

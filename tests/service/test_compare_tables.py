@@ -4,6 +4,7 @@ test_api_units.py), the Python client's DataFrame and the CLI on the local ledge
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
@@ -378,6 +379,12 @@ def test_a_comparison_says_when_the_studies_numerics_differ(client: TestClient) 
     assert body["studies"][1]["machines"] == ["CPU one (AVX2)", "CPU two (AVX2)"]
     assert len(body["notes"]) == 2, body["notes"]
     assert "different numerics modes" in body["notes"][0] and f"{native}: native" in body["notes"][0]
+    # the printed table says them too (only `--json` showed them)
+    from service.cli.console import print_comparison
+
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        print_comparison(body)
+    assert all(f"note: {note}" in " ".join(printed.getvalue().split()) for note in body["notes"])
     assert "native numerics ran on different machines" in body["notes"][1]
 
 
