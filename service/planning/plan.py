@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from search_spaces import SearchSpace
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import FINISHED
@@ -121,7 +122,25 @@ def plan_spec(
         engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel,
         seeds=len(space.seeds),
     )  # fmt: skip
+    planned.notes += discrete_space_notes(spec, space)
     return _with_memory(planned, measured)
+
+
+def discrete_space_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
+    """A sampler's budget over a space of lists with fewer points: a point drawn again trains once, so
+    the study ends with fewer trials than the plan's (it promised them, and the study ended `done`
+    short of them without a word)."""
+    if spec.sampler == "grid" or not space.is_grid:
+        return []
+    points, seeds = sum(m.grid_points() for m in space.models), len(space.seeds)
+    budget = math.ceil((spec.max_trials or 0) / seeds)
+    if budget <= points:
+        return []
+    return [
+        f"sampled: the space holds {points} points ({points * seeds} trials with the seeds), fewer than the "
+        f"{budget} points max_trials asks: a point drawn again trains once, so the study ends with at most "
+        f"{points * seeds} trials (a grid runs them all: sampler grid)"
+    ]
 
 
 def _with_memory(planned: StudyPlan, measured: tuple[str, int] | None) -> StudyPlan:
@@ -186,6 +205,7 @@ def plan_study(
         untrained=len(untrained),
         seeds=len(space.seeds),
     )
+    planned.notes += discrete_space_notes(spec, space)
     return _with_memory(planned, measured), packed
 
 
@@ -335,6 +355,14 @@ def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> 
         )
     if spec.bundle_size is not None:
         notes.append("bundle_size does not apply under asha: a unit is one point's seeds")
+    models = sorted({m.model for u in units for m in u.members})
+    if len(models) > 1:  # each rung ranks every point, whatever its model: early arrivals are judged on less
+        notes.append(
+            f"asha: the points of {', '.join(models)} are ranked together at each rung, first come first "
+            "judged: a model whose points reach a rung later (units run in model order; an added cell's "
+            "last) is held to the others' rung, and one whose loss starts higher is stopped more. To compare "
+            "models, run a study per model (or fifo), then `memsweep compare` (docs/studies.md, asha)"
+        )
     return notes
 
 

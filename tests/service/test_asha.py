@@ -101,6 +101,15 @@ def test_the_plan_of_an_asha_study_packs_points_and_says_what_it_assumes(tmp_pat
     )
     assert any(n.startswith(rungs) for n in planned.notes), planned.notes
     assert not any("lockstep" in n for n in planned.notes)
+    assert not any("ranked together" in n for n in planned.notes)  # one model
+    # several models: one rung ranks them all, first come first judged (a researcher's own cell, whose
+    # units ran last, was stopped at every point while a worse paper model went on): the plan says so
+    two = plan_spec(
+        engine,
+        asha_spec(space={"models": {"a": {"dims": {"lr": [1e-2]}}, "b": {"dims": {"lr": [1e-2]}}}}),
+        calibrate=False,
+    )
+    assert any(n.startswith("asha: the points of a, b are ranked together at each rung") for n in two.notes)
     sampled = plan_spec(engine, asha_spec(base={**LONG, "cell": "lstm"}, sampler="random", max_trials=4),
                         calibrate=False)  # fmt: skip
     assert any("cannot train fused: their seeds train in lockstep" in n for n in sampled.notes), sampled.notes

@@ -279,3 +279,20 @@ def _sleep(seconds: float) -> None:
     import time
 
     time.sleep(seconds)
+
+
+def test_a_sampler_budget_over_a_smaller_space_of_lists_is_noted(tmp_path: Path) -> None:
+    """tpe with max_trials 6 over two learning rates and one seed: the plan promised 6 trials, and the
+    study ended `done` with 2 (a point drawn again trains once) without a word."""
+    from service.core.settings import Settings
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    small = {"space": {"dims": {"lr": [1e-3, 3e-4]}}, "base": TINY, "seeds": [1], "sampler": "tpe"}
+    planned = plan_spec(engine, StudySpec.model_validate({**small, "max_trials": 6}), calibrate=False)
+    assert any(
+        n.startswith("sampled: the space holds 2 points (2 trials with the seeds), fewer than the 6 points")
+        for n in planned.notes
+    ), planned.notes
+    enough = plan_spec(engine, StudySpec.model_validate({**small, "max_trials": 2}), calibrate=False)
+    assert not any("the space holds" in n for n in enough.notes)
