@@ -174,7 +174,9 @@ class StudyReads:
         each model's rate minus its own, with Newcombe's interval."""
         criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
         if reference is not None:
-            self._check_filters(study_id, [reference], {})  # a typo: refused, naming the models
+            self._check_filters(
+                study_id, [reference], {}, field="reference"
+            )  # a typo: refused, naming the models
         try:
             return success_table(self.ledger.trials(study_id), criterion, at_step, reference)
         except ValueError as exc:  # a reference in a study with no trial yet (a sampler's, before its draws)
@@ -222,7 +224,12 @@ class StudyReads:
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _check_filters(
-        self, study_id: str, models: list[str], params: dict[str, str], values_known: bool = False
+        self,
+        study_id: str,
+        models: list[str],
+        params: dict[str, str],
+        values_known: bool = False,
+        field: str = "model",
     ) -> None:
         """A filter names a model and fields the study's trials have (a typo would filter to nothing),
         and, where the study holds all its points (`values_known`), a value one of them holds
@@ -234,7 +241,7 @@ class StudyReads:
         for name in models:
             if name not in known_models:
                 raise StudyError(
-                    f"model={name!r}: no such model in this study; valid: {', '.join(sorted(known_models))}"
+                    f"{field}={name!r}: no such model in this study; valid: {', '.join(sorted(known_models))}"
                 )
         for name in params:
             if name not in known_names:

@@ -147,7 +147,7 @@ def print_success(summary: dict[str, Any]) -> None:
     success = summary["success"]
     when = f" at {success['at_step']:,} steps" if success.get("at_step") else ""
     table = Table(
-        title=f"successes{when}: final validation loss < {success['criterion']['name']} ({summary['name']})"
+        title=f"successes{when}: final validation {judged_by(success['criterion'])} ({summary['name']})"
     )
     differences, reference = success.get("differences"), success.get("reference")
     pruned = any(cell.get("pruned") for cell in success["by_model"].values())  # a column under asha
@@ -454,6 +454,13 @@ def print_comparison(comparison: dict[str, Any]) -> None:
     console().print(table)
     for note in comparison.get("notes") or []:  # what the numbers cannot say themselves (numerics, plugins)
         print(f"note: {note}")
+
+
+def judged_by(criterion: Mapping[str, Any]) -> str:
+    """A criterion as a table's title says it: `loss < 0.17`, `loss < 0.5 × baseline` (its name reads
+    "loss < 0.17" for a threshold: titles said "loss < loss < 0.17")."""
+    name = str(criterion["name"])
+    return name if criterion.get("threshold") is not None else f"loss < {name}"
 
 
 def print_trials(page: dict[str, Any]) -> None:

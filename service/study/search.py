@@ -186,8 +186,11 @@ def study_space(spec: StudySpec, max_grid_size: int) -> SearchSpace:
         raise StudyError(str(exc)) from None
     if spec.sampler == "grid":
         if not space.is_grid:
+            ranges = sorted({k for m in space.models for k, d in m.dims.items() if not isinstance(d, Values)})
             raise StudyError(
-                "sampler 'grid' needs lists of values in every dimension; use tpe/random/qmc for ranges"
+                f"sampler 'grid' needs lists of values in every dimension, and {', '.join(ranges)} "
+                f"{'is a range' if len(ranges) == 1 else 'are ranges'}: give a list of values, or a sampler "
+                "that draws from ranges (random, tpe, cmaes, qmc; with max_trials)"
             )
         size = space.size()
         limit = min(max_grid_size, spec.max_trials or max_grid_size)

@@ -409,6 +409,7 @@ def test_a_model_set_against_another_in_one_study(client: TestClient) -> None:
     assert client.get(f"/studies/{a}/success").json()["differences"] is None
     bad = client.get(f"/studies/{a}/success", params={"reference": "chian"})
     assert bad.status_code in (400, 422) and "chian" in bad.text and "chain" in bad.text, bad.text
+    assert "reference='chian': no such model" in bad.text  # the parameter it came in (it said model=)
     frame = read_csv(
         io.StringIO(client.get(f"/studies/{a}/success", params={"reference": "orth", "format": "csv"}).text)
     )

@@ -779,6 +779,28 @@ def test_a_dimensions_value_given_twice_is_refused_where_it_is_written(spec, sai
     assert len({t.config_hash for t in points}) == len(points)
 
 
+def test_a_range_on_a_grid_is_refused_naming_the_dimension_and_every_sampler():
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": {"loguniform": [1e-4, 1e-2]}, "hidden": [8]}}})
+    with pytest.raises(StudyError, match=r"and lr is a range: give a list of values, or a sampler .*cmaes"):
+        study_space(spec, 50_000)
+
+
+def test_a_success_table_titles_its_criterion_once(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """A threshold's name reads "loss < 0.17": the title said "final validation loss < loss < 0.17"."""
+    from service.cli.console import print_success
+
+    monkeypatch.setenv("COLUMNS", "200")
+    trials = [T("chain", {"seed": 1}, 0.01)]
+    for criterion, said in (
+        (Criterion(fraction=None, threshold=0.17), "loss < 0.17"),
+        (HALF_BASELINE, "loss < 0.5 × baseline"),
+    ):
+        table = success_table(trials, criterion).model_dump(mode="json")
+        print_success({"name": "s", "success": table, "success_other_criteria": []})
+        title = capsys.readouterr().out
+        assert f"final validation {said} (s)" in title and "loss < loss" not in title
+
+
 def test_a_misspelt_base_setting_of_several_cells_suggests_every_valid_name():
     """`base: {stpes: 400}` listed only the cells' settings, with no suggestion (a `dims` typo had one)."""
     with pytest.raises(StudyError, match=r"base\.stpes .*did you mean 'steps'\? the trials' .*seq_len"):
