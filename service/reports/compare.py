@@ -261,7 +261,7 @@ def numerics_of(trials: Sequence[Trial]) -> tuple[list[str], list[str]]:
     came from: CPU model and ATen capability, from their provenance)."""
     modes = sorted({str((t.config or {}).get("numerics", "unrecorded")) for t in trials})
     machines = sorted(
-        {f"{p.get('cpu', '?')} ({p.get('capability', '?')})" for t in trials if (p := t.provenance)}
+        {f"{p['cpu']} ({p.get('capability', '?')})" for t in trials if (p := t.provenance) and "cpu" in p}
     )
     return modes, machines
 

@@ -14,6 +14,7 @@ import trainers
 from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
+from trainers import plugins
 from trainers.runtime import record_task
 from trainers.schedule import Schedule
 
@@ -160,6 +161,7 @@ class TrialBook:
             if m.config_hash not in rows:  # finished already
                 continue
             self.ids[m.config_hash] = rows[m.config_hash]
+            self.specs[m.config_hash] = m
             self.history[m.config_hash] = []
             self.starts[m.config_hash] = self.starts.get(m.config_hash, 0) + 1
             todo.add(m.config_hash)
@@ -181,10 +183,16 @@ class TrialBook:
 
     def _with_task(self, result: trainers.TrialResult, key: str) -> None:
         """A pruned (or cancelled) trial's result, which its worker never sent, with what it records of
-        its task (the baselines: its last loss stays comparable) and its budget."""
+        its task (the baselines: its last loss stays comparable), its budget, and the plugins its cell
+        and task come from (`plugin.cell`, as its worker records them: a comparison of two studies saw
+        no code change in a plugin whose trials asha stopped)."""
         spec = self.specs.get(key)
         if spec is None:
             return
+        cfg = spec.resolved.config
+        used = {f"plugin.{kind}": ident for kind, ident in plugins.identities(cfg.cell, cfg.task).items()}
+        if used:
+            result.provenance = {**(result.provenance or {}), **used}
         with contextlib.suppress(Exception):  # a file-backed task without its files here: none
             task = spec.resolved.make_task()
             record_task(result, task)

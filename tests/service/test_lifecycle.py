@@ -551,6 +551,27 @@ def test_a_member_open_in_one_unit_is_neither_started_nor_recorded_by_another(ma
     assert (after.status, after.runs, after.final_val_loss) == ("done", 1, 0.125)
 
 
+def test_a_trial_stopped_before_its_worker_reports_names_the_plugin_it_would_have_run(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial asha stopped (or pruned untrained) had no provenance: its plugin's identity was missing, and
+    a comparison of two studies that ran two versions of a plugin cell said nothing when asha had stopped
+    its trials. The driver records the plugins its cell and task come from, as the worker would."""
+    from trainers import plugins
+
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    row = engine.ledger.trials(study.id)[0]
+    member = row.spec()  # (its hash checked under the cells as they are)
+    monkeypatch.setattr(plugins, "identities", lambda cell, task: {"cell": f"memsweep-{cell}==1.0+aa"})
+    book = TrialBook(engine.ledger, study.id, Recorded(engine), threading.Event(), sampled=False)
+    book.prune_unstarted("p", Unit((member,)), "its point was stopped before this seed was added")
+    after = engine.ledger.trial(row.id)
+    assert after.status == "pruned" and after.runs == 0
+    assert after.provenance == {"plugin.cell": f"memsweep-{row.config['cell']}==1.0+aa"}
+    assert after.baseline_loss is not None and after.budget_steps == 10  # what it records of its task
+
+
 class RaisesMidUnit(InProcess):
     """An executor whose run raises while a unit's members are open (a ledger outage past its patience in
     a Ray callback, Ray's own failure)."""
