@@ -23,7 +23,7 @@ from service.application.errors import (
 from service.application.reads import StudyReads
 from service.application.records import StudyExtend, StudyExtended, StudyPublic
 from service.core.errors import StudyError
-from service.core.spec import StudySpec
+from service.core.spec import StudySpec, stored_values_once
 from service.core.states import FINISHED
 from service.planning.plan import plan_spec
 from service.planning.record import record_plan
@@ -163,7 +163,7 @@ class StudyService(StudyReads):
                 f"study {study_id} is {self._state_word(study)}; extend it once it has finished, "
                 f"or POST /studies/{study_id}/cancel first"
             )
-        data = dict(study.spec)
+        data = stored_values_once(study.spec)
         for key, value in changes.model_dump(exclude_none=True).items():
             data[key] = {**(data.get(key) or {}), **value} if key in ("dims", "base") else value
         try:

@@ -50,12 +50,12 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
 
 def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
     """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
-    from service.core.spec import StudySpec, load_spec, names_spec_file
+    from service.core.spec import StudySpec, load_spec, names_spec_file, stored_values_once
 
     target = args.target
     data: dict[str, Any]
     if stored is not None:
-        data = dict(stored)
+        data = stored_values_once(stored)
     elif target and names_spec_file(target):
         data = load_spec(target).model_dump(exclude_unset=True)
     else:
@@ -226,6 +226,9 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
         return
     ours = {f"{p['kind']}:{p['name']}": p["identity"] for p in listing["server"] if p["problem"] is None}
     for node, there in sorted(nodes.items()):
+        if "unanswered" in there:  # (service.study.plugins.UNANSWERED: it did not say)
+            screen.print(f"node {node}: did not say which plugins it has ({there['unanswered']})")
+            continue
         differ = sorted(k for k in {*ours, *there} if ours.get(k) != there.get(k))
         screen.print(
             f"node {node}: "

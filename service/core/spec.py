@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
-from search_spaces.space import check_distinct, did_you_mean
+from search_spaces.space import check_distinct, did_you_mean, distinct
 from service.core.errors import StudyError
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
@@ -618,6 +618,36 @@ SpecLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
+
+
+def stored_values_once(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored spec's data with each dimension's values once (`search_spaces.distinct`), as its space
+    reads them: what an extension merges its changes into, so that a study stored before a value given
+    twice was refused (`StudySpec._each_value_once`) can still be extended (its `space.dims` are no
+    field an extension may change)."""
+    data = dict(stored)
+
+    def once(dims: Any) -> Any:
+        if not isinstance(dims, Mapping):
+            return dims
+        return {
+            k: list(distinct(v)) if isinstance(v, (list, tuple))
+            else {**v, "values": list(distinct(v["values"]))} if isinstance(v, Mapping) and isinstance(v.get("values"), (list, tuple))
+            else v
+            for k, v in dims.items()
+        }  # fmt: skip
+
+    data["dims"] = once(data.get("dims") or {})
+    if isinstance(data.get("space"), Mapping):
+        space = dict(data["space"])
+        space["dims"] = once(space.get("dims") or {})
+        if isinstance(space.get("models"), Mapping):
+            space["models"] = {
+                name: {**m, "dims": once(m.get("dims") or {})} if isinstance(m, Mapping) else m
+                for name, m in space["models"].items()
+            }
+        data["space"] = space
+    return data
 
 
 def names_spec_file(target: str | Path) -> bool:

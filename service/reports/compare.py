@@ -12,10 +12,11 @@ difference of two rates and its 95 % interval.
 - Each rate has its 95 % Wilson interval. Each study after the first (the *reference*) gets the
   difference of its rate and the reference's in the same group, with Newcombe's hybrid score interval
   (`summary.newcombe_interval`; Stat. Med. 17:873, 1998, method 10).
-- Runs are identified by config hash. A run both studies hold (one reused the other's, or both ran the
-  same config: the trainers are deterministic) counts in each study's own rate, and the row reports
-  how many there are as `shared`; the pooled rows (`study_id` null: one per group, and one over
-  everything) count every distinct run of all the studies once, judged under the reference study's criterion (or the
+- A run is its config (hash) trained to the same end (`run_of`). A run both studies hold (one reused
+  the other's, or both ran the same config as far: the trainers are deterministic) counts in each
+  study's own rate, and the row reports how many there are as `shared`; a config asha stopped in one
+  study and trained further in another is two runs. The pooled rows (`study_id` null: one per group,
+  and one over everything) count every distinct config of all the studies once, as its furthest run, judged under the reference study's criterion (or the
   one the request names). Newcombe's interval assumes independent samples; a shared run's outcomes in the
   two studies are positively correlated (the same loss, judged once or under two criteria), which
   only lowers the variance of the difference, so with shared runs the interval is conservative (wider
@@ -97,8 +98,8 @@ class ComparisonRow(BaseModel):
         "conservative when runs are shared)"
     )
     shared: int | None = Field(
-        description="runs (config hashes) this study and the reference both hold here; in pooled rows, "
-        "the runs more than one study holds"
+        description="runs (a config trained to the same end) this study and the reference both hold here; "
+        "in pooled rows, the runs it counts that more than one study holds"
     )
 
 
@@ -355,6 +356,6 @@ def _pooled(
                 runs[t.config_hash] = t
             holders[run_of(t)] += 1
     cell = success_cell(list(runs.values()), criterion, at_step)
-    shared = sum(n > 1 for n in holders.values())
+    shared = sum(holders[run_of(t)] > 1 for t in runs.values())  # of the runs it counts
     return ComparisonRow(scope=scope, group=group, study_id=None, **cell.model_dump(), difference=None,
                          difference_ci95=None, shared=shared)  # fmt: skip

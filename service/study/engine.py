@@ -442,7 +442,7 @@ class Engine:
         def rounds() -> None:
             """The study's unfinished trials packed into units, round after round until none is left."""
             nonlocal packed, measured, idle
-            request = rounds_request
+            request, idle = rounds_request, 0
             while not cancel.is_set():
                 # pending, interrupted by a fault (pending again), cancelled, error
                 try:

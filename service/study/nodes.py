@@ -421,32 +421,42 @@ def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[
 def node_plugins(timeout: float = 60.0) -> dict[str, dict[str, str]]:
     """Node (its IP and id's head) → {"kind:name": identity} of the plugins installed there
     (`service.study.plugins.installed_here`), for every alive node of the running Ray cluster that can
-    run a trial (it has CPUs) and answers within `timeout`. A node that does not is left out, with a
-    warning: one that died as it was asked (Ray still counted it alive for some seconds, and its task
-    could not be placed: every plugin listing and every study using a plugin failed with a 500 or
-    Ray's TaskUnschedulableError meanwhile), or one that cannot answer (its trials, if it runs any,
-    fail with their own reasons)."""
+    run a trial (it has CPUs). A node that died as it was asked is left out, with a warning (Ray still
+    counted it alive for some seconds, and its task could not be placed: every plugin listing and every
+    study using a plugin failed with a 500 or Ray's TaskUnschedulableError meanwhile). A node that is
+    alive and does not answer (an older image, no worker within `timeout`) is listed as unanswered
+    (`plugins.UNANSWERED`), which refuses a study using a plugin: it may hold another version."""
     import ray
+    from ray.exceptions import NodeDiedError, TaskUnschedulableError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from service.study.plugins import installed_here
+    from service.study.plugins import UNANSWERED, installed_here
 
     inventory = ray.remote(num_cpus=0, max_retries=0)(installed_here)
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]  # type: ignore[no-untyped-call]
     refs = {
-        f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": inventory.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote()
+        f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": (
+            n["NodeID"],
+            inventory.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(),
+        )
         for n in nodes
     }
-    ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+    ray.wait([ref for _, ref in refs.values()], num_returns=len(refs), timeout=timeout)
     found: dict[str, dict[str, str]] = {}
-    for node, ref in refs.items():
+    alive: set[str] | None = None
+    for node, (node_id, ref) in refs.items():
         try:
             found[node] = ray.get(ref, timeout=0)
-        except Exception as exc:  # gone, or no answer in time: it is not asked again here
+        except Exception as exc:
             ray.cancel(ref, force=True)
-            log.warning("node %s did not say which plugins it has (%s); left out", node, type(exc).__name__)
+            if alive is None:
+                alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+            if isinstance(exc, (NodeDiedError, TaskUnschedulableError)) or node_id not in alive:
+                log.warning("node %s is gone (%s): its plugins are not asked", node, type(exc).__name__)
+            else:
+                found[node] = {UNANSWERED: type(exc).__name__}
     return found
 
 

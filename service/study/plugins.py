@@ -23,6 +23,9 @@ from search_spaces import SearchSpace, Values
 from service.core.errors import StudyError
 from trainers import plugins
 
+#: a node's entry when it did not say which plugins it has (its value: why): `nodes.node_plugins`
+UNANSWERED = "unanswered"
+
 #: each Ray node's plugins ("kind:name" → identity), or None when every node shares this process's
 #: installation (`Executor.node_plugins`)
 NodePlugins = Callable[[], Mapping[str, Mapping[str, str]] | None]
@@ -128,9 +131,18 @@ def version_mismatch(
     wanted: Mapping[tuple[str, str], str], nodes: Mapping[str, Mapping[str, str]]
 ) -> str | None:
     """Which node lacks a used plugin or has another version of it, naming both; None when all agree."""
-    problems, agreed = [], []
+    problems = [
+        f"node {node} did not say which plugins it has ({there[UNANSWERED]}): it may hold another version"
+        for node, there in sorted(nodes.items())
+        if UNANSWERED in there and wanted
+    ]
+    agreed = []
     for (kind, name), ident in sorted(wanted.items()):
-        found = {node: there.get(f"{kind}:{name}") for node, there in sorted(nodes.items())}
+        found = {
+            node: there.get(f"{kind}:{name}")
+            for node, there in sorted(nodes.items())
+            if UNANSWERED not in there
+        }
         problems += [
             f"node {node} has {theirs or 'no plugin'} for {kind} {name!r}, this server {ident}"
             for node, theirs in found.items()

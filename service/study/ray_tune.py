@@ -17,6 +17,7 @@ service that uses Ray's API: the runner, the plans, the application and the API 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -147,13 +148,14 @@ def error_summary(trial: Any) -> str:
     name, text = None, None
     try:
         if trial.pickled_error_file and os.path.exists(trial.pickled_error_file):
-            with open(trial.pickled_error_file, "rb") as f:
-                error = cloudpickle.load(f)
-            name, text = type(error).__name__, str(error)
-        elif trial.error_file and os.path.exists(trial.error_file):
+            with contextlib.suppress(Exception):  # an error class this process cannot import: the text
+                with open(trial.pickled_error_file, "rb") as f:
+                    error = cloudpickle.load(f)
+                name, text = type(error).__name__, str(error)
+        if text is None and trial.error_file and os.path.exists(trial.error_file):
             with open(trial.error_file) as f:
                 text = f.read()
-        else:
+        if text is None:
             text = trial.get_error()
     except Exception:  # the error text is best effort
         return "no error text from Ray"
@@ -323,7 +325,7 @@ class RayTune:
         running: dict[Any, int] = {}
         stopped = cancel.is_set if cancel is not None else lambda: False
         while (todo or running) and not stopped():
-            while todo and len(running) < max(slots, 1):
+            while todo and len(running) < max(slots, 1) and time.monotonic() < deadline:
                 i = todo.pop(0)
                 task = tasks[i]
                 if task.fn not in remotes:

@@ -1398,7 +1398,17 @@ def test_a_value_given_twice_is_refused_by_the_plan_and_the_door_and_they_agree_
     assert client.get("/studies").json()["total"] == 0
     once = {**twice, "space": {"dims": {"lr": [1e-3, 3e-4]}}}
     planned = client.post("/studies", params={"dry_run": "true"}, json=once).json()["trials"]
-    assert planned == client.post("/studies", json=once).json()["counts"]["total"] == 6
+    made = client.post("/studies", json=once).json()
+    assert planned == made["counts"]["total"] == 6
+    # a study stored before the rule, holding a value twice, still reads and extends (its space.dims are
+    # no field an extension may change): its stored values are taken once
+    client.app.state.runner.cancel(made["id"])  # type: ignore[attr-defined]  # this server runs nothing
+    ledger = ledger_of(client)
+    ledger.update_study(made["id"], spec={**made["spec"], "space": {"dims": {"lr": [1e-3, 0.001, 3e-4]}}})
+    assert client.get(f"/studies/{made['id']}").status_code == 200
+    r = client.post(f"/studies/{made['id']}/extend", json={"seeds": [1, 2, 3, 4]})
+    assert r.status_code == 200, r.text
+    assert client.get(f"/studies/{made['id']}").json()["spec"]["space"]["dims"]["lr"] == [1e-3, 3e-4]
 
 
 def test_the_client_submits_a_spec_file_read_as_the_cli_reads_it(tmp_path: Path) -> None:

@@ -232,6 +232,10 @@ def test_a_unit_whose_worker_fails_to_start_says_why_not_that_its_node_died(tmp_
     )
     trial = SimpleNamespace(pickled_error_file=None, error_file=str(text), get_error=lambda: None)
     assert error_summary(trial) == "ImportError: no libfoo"
+    unreadable = tmp_path / "unreadable.pkl"  # an error class the driver cannot import: its text then
+    unreadable.write_bytes(b"not a pickle")
+    trial = SimpleNamespace(pickled_error_file=str(unreadable), error_file=str(text), get_error=lambda: None)
+    assert error_summary(trial) == "ImportError: no libfoo"
     gone = SimpleNamespace(pickled_error_file=None, error_file=None, get_error=lambda: None)
     assert error_summary(gone) == "the worker process or its node died"
 
@@ -239,7 +243,7 @@ def test_a_unit_whose_worker_fails_to_start_says_why_not_that_its_node_died(tmp_
 def test_when_every_node_has_one_other_version_the_refusal_says_the_server_may_be_the_one_behind():
     """A plugin installed again after the server started: every node has the new version, the server
     planned with the old one, and the refusal said only to install the same version on every node."""
-    from service.study.plugins import version_mismatch
+    from service.study.plugins import UNANSWERED, version_mismatch
 
     wanted = {("cell", "gelman"): "memsweep-gelman==0.1+aaa"}
     both_new = {
@@ -256,6 +260,10 @@ def test_when_every_node_has_one_other_version_the_refusal_says_the_server_may_b
     said = version_mismatch(wanted, one_lags)
     assert said is not None and "node n2 has" in said and "restart" not in said  # that node is the odd one
     assert version_mismatch(wanted, {"n1": {"cell:gelman": "memsweep-gelman==0.1+aaa"}}) is None
+    # a node that is alive and did not answer may hold another version: refused, not let through
+    silent = {"n1": {"cell:gelman": "memsweep-gelman==0.1+aaa"}, "n2": {UNANSWERED: "GetTimeoutError"}}
+    said = version_mismatch(wanted, silent)
+    assert said is not None and "node n2 did not say which plugins it has (GetTimeoutError)" in said
 
 
 def test_a_node_that_is_gone_when_asked_for_its_plugins_is_left_out(engine, monkeypatch) -> None:
