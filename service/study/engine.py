@@ -429,7 +429,6 @@ class Engine:
         )  # fmt: skip
         ran: list[list[str]] = []
         measured = None
-        idle = 0  # rounds in a row that moved no trial on
         held = Held()  # what a round's dispatches reserved, took and left to others
         rounds_request = request
         if spec.scheduler == "fifo":
@@ -441,8 +440,9 @@ class Engine:
 
         def rounds() -> None:
             """The study's unfinished trials packed into units, round after round until none is left."""
-            nonlocal packed, measured, idle
-            request, idle = rounds_request, 0
+            nonlocal packed, measured
+            request = rounds_request
+            idle = 0  # rounds in a row that moved no trial on
             while not cancel.is_set():
                 # pending, interrupted by a fault (pending again), cancelled, error
                 try:
