@@ -425,6 +425,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api import create_app
+    from service.cli.servers import listening_socket
     from service.core.settings import get_settings
 
     settings = get_settings()
@@ -435,8 +436,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger("memsweep").warning(
             "serving on %s without MEMSWEEP_API_TOKEN: anyone who reaches it can run studies", host
         )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
-    return 0
+    sock = listening_socket(host, port)  # before the app starts Ray: a taken port is said at once
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="info"))
+    with contextlib.suppress(KeyboardInterrupt):  # as `uvicorn.run`
+        server.run([sock])
+    return 0 if server.started else 3  # uvicorn's STARTUP_FAILURE: the app's start-up failed
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

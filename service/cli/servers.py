@@ -6,6 +6,7 @@ Used by `memsweep demo`, the tests that start the real server under uvicorn, and
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -84,6 +85,25 @@ def port_free(host: str, port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), for `memsweep serve` to hand uvicorn. Bound before the app starts:
+    uvicorn binds after the app's start-up, so a second server on a taken port migrated the ledger and
+    started Ray before saying "address already in use" (20 s here) and shutting them down again."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart reuses the port
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        taken = " (another memsweep server?)" if e.errno == errno.EADDRINUSE else ""
+        raise SystemExit(
+            f"error: cannot listen on {host}:{port}: {e.strerror or e}{taken}; give another --port "
+            "(or MEMSWEEP_PORT), or --host (MEMSWEEP_HOST) an address of this machine"
+        ) from None
+    return sock
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -922,6 +922,27 @@ def test_a_reader_that_goes_away_ends_the_cli_quietly(tmp_path: Path) -> None:
     assert proc.wait(120) == 141 and "Traceback" not in err and "Exception ignored" not in err, err
 
 
+def test_serve_on_a_taken_port_says_so_before_starting_anything(tmp_path: Path) -> None:
+    """A second `memsweep serve` on a taken port migrated a ledger and started Ray, then uvicorn said
+    "address already in use" (it binds after the app's start-up): the port is bound first."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = {**os.environ, "MEMSWEEP_HOME": str(tmp_path / "home")}
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli.commands", "serve", "--port", str(port)], env=env,
+            capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
+        )  # fmt: skip
+    assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "--port" in done.stderr and not (tmp_path / "home").exists()  # no ledger, no Ray, no MLflow
+
+
 def test_cli_help_lists_the_service_commands(capsys: pytest.CaptureFixture[str]) -> None:
     from service.cli.commands import main
 
