@@ -60,7 +60,22 @@ class Plugin:
         return f"{self.distribution}=={self.version}+{self.digest}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "identity": self.identity}
+        """Its fields, its identity, and `edited`: why the code on disk is no longer what this process
+        loaded (a server's listing said "ready" for a plugin whose studies its door then refused)."""
+        return {**asdict(self), "identity": self.identity, "edited": self.edited()}
+
+    def edited(self) -> str | None:
+        """Why this process's copy is not the one installed now (its code or version changed on disk since
+        this process loaded it), or None (the same, or it did not load)."""
+        if self.problem is not None:
+            return None
+        now = on_disk(self)
+        if now == self.identity:
+            return None
+        return (
+            f"the {self.kind} plugin {self.name!r} changed on disk since this process loaded it "
+            f"({self.identity}, now {now})"
+        )
 
 
 #: (kind, name) → every plugin seen, joined or broken (the first of two with one name joins)
@@ -198,18 +213,12 @@ def on_disk(plugin: Plugin) -> str:
 
 
 def edited(kind: str, name: str) -> str | None:
-    """Why this process's plugin `kind` `name` is not the one installed now (its code or version changed
-    on disk since this process loaded it), or None (the same, or no such plugin). A server that planned
-    trials under the identity it loaded would have its workers, which import the code on disk, train
-    other code under those trials' hashes."""
+    """`Plugin.edited` of this process's plugin `kind` `name` (None when there is none). A server that
+    planned trials under the identity it loaded would have its workers, which import the code on disk,
+    train other code under those trials' hashes."""
     _load_all()
     plugin = _PLUGINS.get((kind, name))
-    if plugin is None or plugin.problem is not None:
-        return None
-    now = on_disk(plugin)
-    if now == plugin.identity:
-        return None
-    return f"the {kind} plugin {name!r} changed on disk since this process loaded it ({plugin.identity}, now {now})"
+    return None if plugin is None else plugin.edited()
 
 
 def identities(cell: str, task: str) -> dict[str, str]:

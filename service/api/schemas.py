@@ -117,6 +117,11 @@ class PluginPublic(BaseModel):
     problem: str | None = Field(
         description="why it could not join (a study that names it is refused); null: ready"
     )
+    edited: str | None = Field(
+        default=None,
+        description="why the server's copy is stale: the plugin changed on disk since the server loaded it, "
+        "so a study that uses it is refused until `memsweep serve` restarts; null: the code on disk",
+    )
 
 
 class PluginListing(BaseModel):

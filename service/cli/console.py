@@ -212,7 +212,12 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
     for col in ("kind", "name", "distribution", "version", "code", "state"):
         table.add_column(col)
     for p in listing["server"]:
-        state = "ready" if p["problem"] is None else f"refused: {p['problem']}"
+        if p["problem"] is not None:
+            state = f"refused: {p['problem']}"
+        elif p.get("edited"):  # (an older server lists no `edited`)
+            state = "stale: changed on disk since loaded; restart the server to use it"
+        else:
+            state = "ready"
         table.add_row(p["kind"], p["name"], p["distribution"], p["version"], p["digest"], state)
     screen = console()
     screen.print(table if listing["server"] else f"no plugin is installed ({here})")

@@ -157,6 +157,7 @@ out = {{"before": plugins.edited("cell", "toy")}}
 source = pathlib.Path({source!r})
 source.write_text(source.read_text() + "\\n# edited after the server loaded it\\n")
 out["after"] = plugins.edited("cell", "toy")
+out["listed"] = [p.to_dict()["edited"] for p in plugins.installed() if p.name == "toy"]
 try:
     admit_plugins(space)
     out["door"] = None
@@ -181,7 +182,7 @@ def test_a_plugin_edited_after_the_server_loaded_it_is_refused_at_the_door_and_b
     out = run_python(EDITED.format(source=str(dist / "memsweep_toy" / "__init__.py")), dist)
     assert out["before"] is None
     assert out["after"].startswith("the cell plugin 'toy' changed on disk since this process loaded it")
-    assert "memsweep-toy==1.0+" in out["after"]
+    assert "memsweep-toy==1.0+" in out["after"] and out["listed"] == [out["after"]]  # GET /plugins said ready
     assert out["door"].startswith(out["after"]) and "Restart `memsweep serve`" in out["door"]
     assert out["worker"].startswith("other code on node elsewhere than the study was planned with")
     assert (
