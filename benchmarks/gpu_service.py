@@ -231,10 +231,10 @@ def run(args: argparse.Namespace, checks: list[Check]) -> None:
                 "the probe measured a unit's memory on the device", memory.get("device") == device,
                 f"{memory.get('bytes', 0) / 2**30:,.2f} GiB a unit on {memory.get('device')} ({plan.get('node_type')})",
             ))  # fmt: skip
-            sizes = {int(k): n for k, n in plan["bundle_sizes"].items()}
+            sizes = {int(k): n for k, n in plan["unit_sizes"].items()}
             checks.append(Check(
                 "the grid packs into two bundles that share the device",
-                sum(n for k, n in sizes.items() if k > 1) >= 2 and plan["slots"] >= 2,
+                plan["bundles"] >= 2 and plan["slots"] >= 2,
                 f"bundles {sizes}, {plan['slots']} slots; plan took {plan_seconds:.1f} s",
             ))  # fmt: skip
 
@@ -328,7 +328,7 @@ def run(args: argparse.Namespace, checks: list[Check]) -> None:
                 )
                 # planned as one bundle of all (`bundle_size`), trained to the end in smaller ones: the split
                 # (the worker's "ran out of memory" line is in Ray's logs: the server's Ray keeps them)
-                planned2 = ((study2.get("plan") or {}).get("planned") or {}).get("bundle_sizes") or {}
+                planned2 = ((study2.get("plan") or {}).get("planned") or {}).get("unit_sizes") or {}
                 checks.append(Check(
                     "a bundle larger than the card's cap trained again in halves",
                     planned2 == {str(members): 1} and bool(sizes2) and max(sizes2) < members,

@@ -363,7 +363,8 @@ def print_plan(plan: dict[str, Any]) -> None:
         trains = "in bundles" if row.get("fused") else "solo"
         table.add_row(model, str(row["trials"]), str(row["to_run"]), str(row["units"]), trains, span)
     screen.print(table)
-    sizes = ", ".join(f"{n} × {k}" for k, n in plan["bundle_sizes"].items())
+    # (a server before `unit_sizes` answers them under their first name)
+    sizes = ", ".join(f"{n} × {k}" for k, n in (plan.get("unit_sizes") or plan["bundle_sizes"]).items())
     budget = plan["budget"]
     screen.print(
         f"units: {plan['units']} ({plan['bundles']} fused bundles; units × members: {sizes or 'none'}) · "

@@ -96,8 +96,8 @@ def model_rows(
     return out
 
 
-def bundle_sizes(units: Sequence[Unit]) -> dict[str, int]:
-    """How many units of each size, largest first."""
+def unit_sizes(units: Sequence[Unit]) -> dict[str, int]:
+    """How many units of each size (members), largest first: every unit, fused or not."""
     sizes: dict[str, int] = defaultdict(int)
     for u in units:
         sizes[str(len(u.members))] += 1

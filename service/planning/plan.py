@@ -40,10 +40,10 @@ from service.planning.calibration import (
 )
 from service.planning.estimate import (
     Schedules,
-    bundle_sizes,
     model_rows,
     step_budget,
     time_estimate,
+    unit_sizes,
 )
 from service.planning.types import (
     CalibrationPublic,
@@ -308,7 +308,8 @@ def _plan(
         by_model=model_rows(trials, todo, units, schedules),
         units=len(units),
         bundles=sum(u.fused and len(u.members) > 1 for u in units),
-        bundle_sizes=bundle_sizes(units),
+        unit_sizes=unit_sizes(units),
+        bundle_sizes=unit_sizes(units),  # deprecated: its first name (it counts units, not bundles)
         budget=step_budget(todo if spec.sampler == "grid" else [m for u in units for m in u.members], units, schedules),
         concurrency=spec.concurrency,
         slots=slots,

@@ -12,7 +12,9 @@ class PlanModel(BaseModel):
 
     trials: int
     to_run: int = Field(description="trials not finished in the ledger already (those are reused)")
-    units: int = Field(description="Ray units (bundles or single trials) holding its trials")
+    units: int = Field(
+        description="Ray units holding its trials (fused bundles, asha's points, single trials)"
+    )
     budget_steps: list[int] | None = Field(description="[fewest, most] optimiser steps of its trials")
     fused: bool = Field(
         default=False,
@@ -109,9 +111,20 @@ class StudyPlan(BaseModel):
         "without training (neither run nor reused)",
     )
     by_model: dict[str, PlanModel]
-    units: int = Field(description="Ray units: fused bundles and single trials")
-    bundles: int = Field(description="units that train several trials as one fused bundle")
-    bundle_sizes: dict[str, int] = Field(description="members per unit → how many units")
+    units: int = Field(
+        description="Ray units: fused bundles, single trials, and units whose trials train unfused "
+        "(asha's points whose seeds train in lockstep; a sampled point's seeds one after another)"
+    )
+    bundles: int = Field(description="units that train several trials as one fused bundle (of `units`)")
+    unit_sizes: dict[str, int] = Field(
+        description="members per unit → how many units: every unit, fused bundles or not (a unit of 1 is "
+        "a single trial)",
+    )
+    bundle_sizes: dict[str, int] = Field(
+        description="deprecated, the same as `unit_sizes` under its first name: it counts every unit, not "
+        "only the fused bundles (kept for the clients that read it)",
+        json_schema_extra={"deprecated": True},
+    )
     budget: PlanBudget
     concurrency: int
     slots: int = Field(description="units at once: the concurrency, or fewer when the cluster fits fewer")

@@ -296,3 +296,35 @@ def test_a_sampler_budget_over_a_smaller_space_of_lists_is_noted(tmp_path: Path)
     ), planned.notes
     enough = plan_spec(engine, StudySpec.model_validate({**small, "max_trials": 2}), calibrate=False)
     assert not any("the space holds" in n for n in enough.notes)
+
+
+def test_a_plans_unit_sizes_count_every_unit_and_its_bundles_the_fused_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bundles` counts the fused bundles, but `bundle_sizes` counted every unit by its members, lockstep
+    points and single trials too: an asha study of lstm points read 0 bundles beside bundle_sizes
+    {"3": 3}. `unit_sizes` says what it counts; `bundle_sizes` stays, the same, for the clients that
+    read it, marked deprecated in the schema."""
+    from service.cli.console import print_plan
+    from service.core.settings import Settings
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    spec = {"space": {"dims": {"lr": [1e-3, 3e-3, 1e-2]}}, "base": TINY, "seeds": [1, 2, 3], "concurrency": 2}
+    lstm = {**TINY, "cell": "lstm"}  # no fused form
+
+    def plan(**kw: Any) -> Any:
+        return plan_spec(engine, StudySpec.model_validate({**spec, **kw}), calibrate=False)
+
+    fused, lockstep, solo = plan(), plan(scheduler="asha", base=lstm), plan(base=lstm)
+    assert (fused.units, fused.bundles, fused.unit_sizes) == (2, 2, {"5": 1, "4": 1})
+    assert (lockstep.units, lockstep.bundles, lockstep.unit_sizes) == (3, 0, {"3": 3})  # 3 points in lockstep
+    assert (solo.units, solo.bundles, solo.unit_sizes) == (9, 0, {"1": 9})
+    assert all(p.bundle_sizes == p.unit_sizes for p in (fused, lockstep, solo))
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    print_plan(lockstep.model_dump(mode="json"))
+    assert "units: 3 (0 fused bundles; units × members: 3 × 3)" in capsys.readouterr().out
+    with TestClient(create_app(settings(tmp_path / "api"))) as c:
+        schema = c.get("/openapi.json").json()["components"]["schemas"]["StudyPlan"]["properties"]
+    assert schema["bundle_sizes"].get("deprecated") is True and "unit_sizes" in schema
