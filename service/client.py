@@ -262,9 +262,18 @@ class MemsweepClient(TrialPages):
         result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success", params=params)
         return result
 
-    def success_vs_budget(self, study_id: str) -> dict[str, Any]:
-        """Successes per model against training steps: {"criterion", "steps", "by_model": {model: [cells]}}."""
-        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success/budget")
+    def success_vs_budget(
+        self,
+        study_id: str,
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+    ) -> dict[str, Any]:
+        """Successes per model against training steps: {"criterion", "steps", "by_model": {model: [cells]}},
+        under the study's criterion or the fraction / threshold / reference baseline given (as `success`)."""
+        query = {"fraction": fraction, "threshold": threshold, "baseline": baseline}
+        params = {k: v for k, v in query.items() if v is not None}
+        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success/budget", params=params)
         return result
 
     def success_table(
@@ -272,7 +281,8 @@ class MemsweepClient(TrialPages):
     ) -> pd.DataFrame:
         """Successes with 95 % Wilson intervals: one row per model, or per (model, field, value);
         `criterion`: fraction / threshold / baseline / at_step / reference as for `success` (by model,
-        `reference=MODEL` adds each model's rate minus its, with Newcombe's interval). The frame's
+        `reference=MODEL` adds each model's rate minus its, with Newcombe's interval, and marks that
+        model's own row `is_reference`, its difference empty). The frame's
         `attrs` name the criterion, the budget and the reference."""
         import pandas as pd
 
@@ -292,8 +302,9 @@ class MemsweepClient(TrialPages):
                     d = differences.get(model) or {}
                     low, high = d.get("ci95") or (None, None)
                     row.update(
-                        difference=d.get("difference"), difference_ci95_low=low, difference_ci95_high=high
-                    )
+                        difference=d.get("difference"), difference_ci95_low=low, difference_ci95_high=high,
+                        is_reference=model == table["reference"],
+                    )  # fmt: skip
                 rows.append(row)
             frame = pd.DataFrame(rows, columns=["model", *CELL_COLUMNS, *extra]).set_index("model")
         else:
@@ -478,8 +489,9 @@ CELL_COLUMNS = [
 ]
 
 
-#: a success table's columns against a reference model (`success_table(..., reference=MODEL)`)
-DIFFERENCE_COLUMNS = ["difference", "difference_ci95_low", "difference_ci95_high"]
+#: a success table's columns against a reference model (`success_table(..., reference=MODEL)`): the
+#: reference's own row is `is_reference`, its difference empty (NaN), not a measured 0
+DIFFERENCE_COLUMNS = ["difference", "difference_ci95_low", "difference_ci95_high", "is_reference"]
 
 
 def _flat(cell: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ FormatDep = Annotated[
 ]
 AcceptDep = Annotated[str | None, Header(include_in_schema=False)]
 #: a success criterion a request names instead of each study's own, and a budget to count at
-#: (GET /studies/{id}/success, GET /compare)
+#: (GET /studies/{id}/success, its /budget, GET /compare)
 FractionQuery = Annotated[
     float | None,
     Query(gt=0, le=1, allow_inf_nan=False, description="judge under this fraction of the baseline instead"),

@@ -182,8 +182,16 @@ class StudyReads:
         except ValueError as exc:  # a reference in a study with no trial yet (a sampler's, before its draws)
             raise StudyError(str(exc)) from None
 
-    def success_vs_budget(self, study_id: str) -> SuccessBudget:
-        criterion = self.criterion(self._get(study_id))
+    def success_vs_budget(
+        self,
+        study_id: str,
+        fraction: float | None = None,
+        threshold: float | None = None,
+        baseline: str | None = None,
+    ) -> SuccessBudget:
+        """Successes per model against training steps, under the study's criterion or the one the query
+        names (as `success` takes it: a recount, nothing trains)."""
+        criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
         return success_vs_budget(self.ledger.trials(study_id), criterion)
 
     def compare(
@@ -275,7 +283,7 @@ class StudyReads:
             queued=self.runner.is_queued(study.id),
             active=self.runner.is_active(study.id),
             counts=TrialCounts(**c, finished=sum(c[s] for s in FINISHED)),
-            expected_trials=expected_trials(study.spec, c["total"]),
+            expected_trials=expected_trials(study.spec, c["total"], study.state),
             created_at=study.created_at,
             updated_at=study.updated_at,
         )

@@ -206,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         }))  # fmt: skip
     else:
         print_success(summary)
-        print_best(summary["best"])
+        print_best(summary["best"], summary["success"]["by_model"])
         print_failures(failures, study.id)
         print(
             f"\nMLflow: {url}\nstudy id: {study.id}  (memsweep best {study.id} · memsweep success {study.id})"
@@ -215,12 +215,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
-    """The study's bar while `runner` runs it: its counts, and the runner's ETA (the server's)."""
+    """The study's bar while `runner` runs it: its counts against the trials it will hold (a sampled
+    study's budget while it draws), and the runner's ETA (the server's)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from service.core.spec import expected_trials
     from service.core.states import FINISHED
 
     ledger, plan_shown = runner.engine.ledger, False
+    spec = ledger.get_study(study_id).spec
     with Progress(
         TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), transient=False, disable=quiet,
@@ -240,7 +243,8 @@ def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
             )
             if active:
                 info += f" · ETA {eta:,.0f}s" if eta is not None else " · ETA –"
-            bar.update(task, total=c["total"] or None, completed=sum(c[s] for s in FINISHED), info=info)
+            total = expected_trials(spec, c["total"])
+            bar.update(task, total=total or None, completed=sum(c[s] for s in FINISHED), info=info)
             if not active:
                 return
             time.sleep(0.5)
@@ -308,10 +312,12 @@ def cmd_trials(args: argparse.Namespace) -> int:
 def cmd_best(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
         best = answer(lambda: studies.best(args.study, k=args.k, model=args.model))
+        # each model's counts: what to say of a model none of whose trials trained to its end
+        by_model = {} if args.json else answer(lambda: studies.success(args.study))["by_model"]
     if args.json:
         print(json.dumps(best))
     else:
-        print_best(best)
+        print_best(best, {m: c for m, c in by_model.items() if args.model in (None, m)})
     return 0
 
 

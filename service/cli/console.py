@@ -171,9 +171,12 @@ def print_success(summary: dict[str, Any]) -> None:
         ]
         if differences:
             d = differences[model]
-            none = model == reference or d["difference"] is None  # itself, or no finished run to set against
-            row += ["" if none else f"{d['difference']:+.3f}",
-                    "" if none else f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]  # fmt: skip
+            if model == reference:  # itself: nothing to set against
+                row += ["reference", ""]
+            elif d["difference"] is None:  # no finished run to set against yet
+                row += ["–", ""]
+            else:
+                row += [f"{d['difference']:+.3f}", f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]
         table.add_row(*row)
     console().print(table)
     for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
@@ -181,26 +184,69 @@ def print_success(summary: dict[str, Any]) -> None:
         print(f"  also under {other['criterion']['name']}: {counts}")
 
 
-def print_best(best: list[dict[str, Any]]) -> None:
+#: why a seed is not in its point's mean (`BestConfig.missing_seeds`), and why a trial has no result
+NOT_ENDED = {
+    "pruned": "stopped early by asha",
+    "failed": "failed",
+    "pending": "not run yet",
+    "running": "still training",
+    "cancelled": "cancelled before its end",
+    "error": "lost to an infrastructure fault",
+    "done": "done without a final loss",
+}
+
+
+def print_best(best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """The best configurations: a row some seed of which is not in its mean is marked `*` and told
+    under the table (it is ranked after the complete points); with the study's counts by model
+    (`by_model`: a success table's), each model none of whose trials trained to its end is told why
+    (a study asha stopped whole read "no finished trial yet", as if it had not run)."""
+    empty = [why for m, cell in (by_model or {}).items() if (why := none_ended(m, cell))]
     if not best:
-        print("no finished trial yet")
+        print("\n".join(empty) if empty else "no finished trial yet")
         return
     from rich.table import Table
 
     table = Table(title="best configurations (mean final validation loss over seeds)")
     for col in ("model", "params", "mean loss", "s.e.m.", "seeds", "succeeded"):
         table.add_column(col)
+    notes = []
     for r in best:
         params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+        missing = r.get("missing_seeds") or {}  # (a server before the field: none said)
+        if missing:
+            why = ", ".join(f"{n} {NOT_ENDED.get(status, status)}" for status, n in missing.items())
+            notes.append(f"  {r['model']} {params}: {why}")
         table.add_row(
             r["model"],
             params,
             f"{r['mean_final_val_loss']:.5g}",
             f"{r['sem']:.2g}",
-            str(len(r["seeds"])),
+            f"{len(r['seeds'])} of {r['trials']} *" if missing else str(len(r["seeds"])),
             f"{r['succeeded']}/{r['trials']}",
         )
     console().print(table)
+    if notes:
+        print("* seeds not in the mean, ranked after the points whose every seed trained to its end:")
+        print("\n".join(notes))
+    for line in empty:
+        print(line)
+
+
+def none_ended(model: str, cell: Mapping[str, Any]) -> str | None:
+    """Why none of `model`'s trials trained to its end, from its success-table cell; None when one did."""
+    pruned, failed, errors = cell.get("pruned", 0), cell["failed"], cell["errors"]
+    total, unended = cell["trials"] + errors, cell["trials"] - cell["finished"]
+    if cell["finished"] - failed - pruned or not total:
+        return None
+    if pruned == total:
+        return f"all {total} trials of {model} were stopped early by asha; none trained to its end"
+    if unended == total:
+        return f"no trial of {model} has ended yet ({total} pending, running or cancelled)"
+    counts = {"pruned": pruned, "failed": failed, "error": errors}
+    parts = [f"{n} {NOT_ENDED[status]}" for status, n in counts.items() if n]
+    parts += [f"{unended} not ended (pending, running or cancelled)"] if unended else []
+    return f"none of the {total} trials of {model} trained to its end: {', '.join(parts)}"
 
 
 def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
@@ -267,8 +313,8 @@ def print_status(study: dict[str, Any]) -> None:
 
 
 def print_studies(page: dict[str, Any], state: str | None = None) -> None:
-    """A page of `GET /studies` (`total`, `offset`, `items`: summaries), one study a line, and where the
-    next page starts when there is one."""
+    """A page of `GET /studies` (`total`, `offset`, `items`: summaries), one study a line (its trials
+    finished of its `expected_trials`), and where the next page starts when there is one."""
     studies, total, offset = page["items"], page["total"], page["offset"]
     if not studies and total:
         print(f"no study past --offset {offset}: {total} in all")
@@ -282,7 +328,9 @@ def print_studies(page: dict[str, Any], state: str | None = None) -> None:
     for s in studies:
         c = s["counts"]
         now = "queued" if s.get("queued") else s["state"]
-        print(f"{s['id']}  {now:<9} {c['finished']:>6}/{c['total']:<6} {s['created_at'][:19]}  {s['name']}")
+        # against what the study will hold: a sampled study's budget while it still draws its points
+        expected = s.get("expected_trials", c["total"])
+        print(f"{s['id']}  {now:<9} {c['finished']:>6}/{expected:<6} {s['created_at'][:19]}  {s['name']}")
     shown = offset + len(studies)
     if shown < total:
         print(f"{offset + 1}–{shown} of {total}, newest first; --offset {shown} shows the next")

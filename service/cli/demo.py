@@ -61,7 +61,7 @@ def run_demo(args: argparse.Namespace) -> int:
             success = answer(lambda: client.success(study["id"]))
             best = answer(lambda: client.best(study["id"], k=3))
         print_success({"name": study["name"], "success": success})
-        print_best(best)
+        print_best(best, success["by_model"])
         print(
             f"\nstudy {study['id']}: {study['state']}"
             + (f" ({study['error']})" if study.get("error") else "")

@@ -598,11 +598,13 @@ def whole_seeds(v: Any) -> Any:
     return v
 
 
-def expected_trials(spec: Mapping[str, Any], total: int) -> int:
+def expected_trials(spec: Mapping[str, Any], total: int, state: str | None = None) -> int:
     """How many trials a study will have run: the `total` its ledger holds, or a sampled study's
-    `max_trials` while its points are still being drawn (`spec`: as the ledger stores it)."""
+    `max_trials` while its points are still being drawn (`spec`: as the ledger stores it). A `done`
+    study draws no more: its total (a sampler over a smaller space of lists ends short of its budget,
+    and it was listed as short of it when done)."""
     max_trials = spec.get("max_trials")
-    if spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int):
+    if spec.get("sampler", "grid") != "grid" and isinstance(max_trials, int) and state != "done":
         return max(total, max_trials)
     return total
 

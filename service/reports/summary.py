@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -78,10 +78,14 @@ _CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "prune
 
 class Difference(BaseModel):
     """A rate minus another's, with its 95 % interval (Newcombe's hybrid score, from the two Wilson ones);
-    none while either has no finished run."""
+    none while either has no finished run, and none for the reference itself (`is_reference`: a model
+    set against itself has no difference to estimate, and 0.0 [0, 0] read as a measured one)."""
 
     difference: float | None
     ci95: tuple[float, float] | None
+    is_reference: bool = Field(
+        default=False, description="this row is the reference model itself: no difference, none to estimate"
+    )
 
 
 class SuccessTable(BaseModel):
@@ -127,7 +131,8 @@ class SuccessTable(BaseModel):
     differences: dict[str, Difference] | None = Field(
         default=None,
         description="model → its rate minus the reference model's, with Newcombe's 95 % interval (the "
-        "models' trials are disjoint runs of one study); null without a reference",
+        "models' trials are disjoint runs of one study); the reference's own row is `is_reference`, with "
+        "no difference; null without a reference",
     )
 
 
@@ -156,10 +161,17 @@ class BestConfig(BaseModel):
     params: dict[str, Any]
     mean_final_val_loss: float
     sem: float = Field(description="standard error of the mean over the finished seeds")
-    seeds: list[int]
+    seeds: list[int] = Field(description="the seeds in the mean: those that trained to their end (`done`)")
     succeeded: int
     trials: int
     config_hashes: list[str]
+    missing_seeds: dict[str, int] = Field(
+        default_factory=dict,
+        description="the point's seeds left out of the mean, by their status: `pruned` (stopped early by "
+        "asha), `failed`, `pending`, `running`, `cancelled`, `error`; empty when every seed trained to its "
+        "end. A point with missing seeds is ranked after every point without (its mean is over the "
+        "seeds that survived, which would put it first on luck)",
+    )
 
 
 # ----- counting ------------------------------------------------------------------------------------
@@ -316,13 +328,11 @@ def success_table(
             )
         ref = models[reference]
         differences = {
-            m: Difference(difference=None, ci95=None)  # no run of one of them has finished yet
-            if not (c.finished and ref.finished and c.rate is not None and ref.rate is not None)
+            m: Difference(difference=None, ci95=None, is_reference=m == reference)
+            if m == reference or c.rate is None or ref.rate is None  # itself, or no finished run yet
             else Difference(
                 difference=c.rate - ref.rate,
-                ci95=(0.0, 0.0)  # itself: no difference to estimate
-                if m == reference
-                else newcombe_interval(c.succeeded, c.finished, ref.succeeded, ref.finished),
+                ci95=newcombe_interval(c.succeeded, c.finished, ref.succeeded, ref.finished),
             )
             for m, c in models.items()
         }
@@ -374,9 +384,10 @@ def best_configs(
     trials: Iterable[TrialLike], k: int = 5, model: str | None = None, criterion: Criterion = HALF_BASELINE
 ) -> list[BestConfig]:
     """Points (seeds pooled) ranked by mean final validation loss over the seeds that trained to their
-    end (`done`): first the points whose every seed did, then those some seed of which failed or was
-    pruned (a point ranked on its surviving seeds alone would come first on luck); `seeds` are the
-    seeds in the mean."""
+    end (`done`): first the points whose every seed did, then those some seed of which failed, was
+    pruned or has not ended (a point ranked on its surviving seeds alone would come first on luck);
+    `seeds` are the seeds in the mean, `missing_seeds` the others by status, so a row says why it is
+    ranked where it is."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
     for t in trials:
         if model is None or t.model == model:
@@ -387,6 +398,7 @@ def best_configs(
         losses = [float(t.final_val_loss or 0.0) for t in finished]  # never None: filtered above
         if not losses:
             continue
+        missing = Counter(t.status for t in ts if t.status != "done" or t.final_val_loss is None)
         row = BestConfig(
             model=m,
             params={key: v for key, v in ts[0].params.items() if key != "seed"},
@@ -396,8 +408,9 @@ def best_configs(
             succeeded=sum(is_success(t, criterion) for t in ts),
             trials=len(ts),
             config_hashes=[t.config_hash for t in ts],
+            missing_seeds=dict(sorted(missing.items())),
         )
-        ranked.append((len(finished) < len(ts), row))
+        ranked.append((bool(missing), row))
     ranked.sort(key=lambda pair: (pair[0], pair[1].mean_final_val_loss))
     return [row for _, row in ranked[:k]]
 

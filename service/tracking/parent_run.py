@@ -113,7 +113,8 @@ def write_summary(
     client: MlflowClient, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
 ) -> None:
     """A finished study on its parent run: the summary's metrics, `summary.json`, the figures under
-    `plots/`, the best config, criterion and trainer version as tags; then its final `status`."""
+    `plots/`, the best config (`{"model", "params"}`), criterion and trainer version as tags; then its
+    final `status`."""
     log_batches(client, parent_run_id, metrics=summary_metrics(summary))
     client.log_dict(parent_run_id, summary, "summary.json")
     with TemporaryDirectory() as tmp:
@@ -121,8 +122,9 @@ def write_summary(
             path = os.path.join(tmp, name)
             Path(path).write_bytes(data)
             client.log_artifact(parent_run_id, path, "plots")
-    if summary.get("best"):
-        client.set_tag(parent_run_id, "memsweep.best_config", json.dumps(summary["best"][0]["params"])[:4000])
+    if summary.get("best"):  # of which model: a study of several models gave a config without it
+        best = {key: summary["best"][0][key] for key in ("model", "params")}
+        client.set_tag(parent_run_id, "memsweep.best_config", json.dumps(best)[:4000])
     client.set_tag(parent_run_id, "memsweep.criterion", summary["success"]["criterion"]["name"])
     client.set_tag(parent_run_id, "memsweep.trainer_version", str(summary.get("trainer_version")))
     client.set_terminated(parent_run_id, status=status)

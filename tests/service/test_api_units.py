@@ -5,6 +5,7 @@ engine would write them. The real server under uvicorn, with Ray and MLflow, is 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -886,7 +887,9 @@ def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
         # against a reference model: the differences REST gives (the frame dropped them)
         against = client.success_table(study["id"], reference="chain")
         rest = client.success(study["id"], reference="chain")["differences"]["orth"]
-        assert against.attrs["reference"] == "chain" and against.loc["chain", "difference"] == 0.0
+        assert against.attrs["reference"] == "chain" and against.loc["chain", "is_reference"]
+        assert math.isnan(against.loc["chain", "difference"])  # itself: no difference (it read 0.0 [0, 0])
+        assert not against.loc["orth", "is_reference"]
         assert against.loc["orth", "difference"] == rest["difference"] == -0.5
         assert (
             against.loc["orth", "difference_ci95_low"],

@@ -405,7 +405,9 @@ def test_a_model_set_against_another_in_one_study(client: TestClient) -> None:
         newcombe_interval(chain["succeeded"], chain["trials"], orth["succeeded"], orth["trials"])
     )
     assert d["ci95"][0] <= d["difference"] <= d["ci95"][1]
-    assert table["differences"]["orth"] == {"difference": 0, "ci95": [0, 0]}
+    # itself: marked the reference, no difference (it read 0 [0, 0], a measured difference of none)
+    assert table["differences"]["orth"] == {"difference": None, "ci95": None, "is_reference": True}
+    assert d["is_reference"] is False
     assert client.get(f"/studies/{a}/success").json()["differences"] is None
     bad = client.get(f"/studies/{a}/success", params={"reference": "chian"})
     assert bad.status_code in (400, 422) and "chian" in bad.text and "chain" in bad.text, bad.text
@@ -415,7 +417,9 @@ def test_a_model_set_against_another_in_one_study(client: TestClient) -> None:
     )
     assert frame.attrs["reference"].startswith("orth")
     row = frame[(frame.table == "by_model") & (frame.model == "chain")].iloc[0]
-    assert row.difference == pytest.approx(d["difference"])
+    assert row.difference == pytest.approx(d["difference"]) and not row.is_reference
+    own = frame[(frame.table == "by_model") & (frame.model == "orth")].iloc[0]
+    assert own.is_reference and pd.isna(own.difference) and pd.isna(own.difference_ci95_low)
 
 
 def test_a_comparison_says_when_a_plugins_code_differs_between_its_studies():

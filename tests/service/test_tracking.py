@@ -411,3 +411,36 @@ def test_a_homes_own_server_is_found_by_its_process_and_a_hung_one_is_replaced(t
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int((folder / "mlflow-server.pid").read_text()), signal.SIGTERM)
+
+
+def test_the_parent_runs_best_config_names_its_model(tmp_path):
+    """`memsweep.best_config` held the best point's params alone: of a study of several models it gave a
+    config without saying of which model (chain and orth share their `lr`)."""
+    import json
+
+    from service.core.spec import StudySpec
+    from service.reports.study_summary import summarise
+    from service.study.search import grid_trials
+    from service.tracking.parent_run import write_summary
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    spec = StudySpec.model_validate(
+        {"space": {"models": {"chain": {"fixed": {"init": "chain"}, "dims": {"lr": [1e-3]}},
+                              "orth": {"fixed": {"init": "orthogonal"}, "dims": {"lr": [1e-3]}}}},
+         "base": {"task": "addition", "seq_len": 20}}
+    )  # fmt: skip
+    study = ledger.create_study("two models", spec.model_dump(mode="json"))
+    ledger.add_trials(study.id, grid_trials(spec.search_space(), {}))
+    for t in ledger.trials(study.id):
+        loss = 0.01 if t.model == "orth" else 0.1
+        ledger.start_trial(study.id, t.config_hash)
+        ledger.finish_trial(t.id, trainers.TrialResult(final_val_loss=loss, baseline_loss=1 / 6))
+    summary = summarise(ledger, ledger.study(study.id))
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "tags", artifacts=tmp_path / "artifacts")
+    try:
+        _, parent = tracker.start_study(study.id, study.name, {}, None)
+        write_summary(tracker.client, parent, summary, {}, "FINISHED")
+        tags = tracker.client.get_run(parent).data.tags
+    finally:
+        tracker.close()
+    assert json.loads(tags["memsweep.best_config"]) == {"model": "orth", "params": {"lr": 0.001}}

@@ -190,7 +190,8 @@ def best(
     k: Annotated[int, Query(ge=1, le=1000, description="how many configurations")] = 5,
     model: Annotated[str | None, Query(max_length=100, description="only this model")] = None,
 ) -> list[BestConfig]:
-    """The k best configurations (seeds pooled), by mean final validation loss."""
+    """The k best configurations (seeds pooled), by mean final validation loss over the seeds that
+    trained to their end; a point some seed of which did not (`missing_seeds`) comes after the others."""
     return studies.best(study_id, k, model)
 
 
@@ -226,10 +227,17 @@ def success(
     return table
 
 
-@router.get("/{study_id}/success/budget", responses=NOT_FOUND)
-def success_budget(studies: StudiesDep, study_id: str) -> SuccessBudget:
-    """Successful runs per model against training steps (with 95 % Wilson intervals)."""
-    return studies.success_vs_budget(study_id)
+@router.get("/{study_id}/success/budget", responses={**NOT_FOUND, **REFUSED})
+def success_budget(
+    studies: StudiesDep,
+    study_id: str,
+    fraction: FractionQuery = None,
+    threshold: ThresholdQuery = None,
+    baseline: BaselineQuery = None,
+) -> SuccessBudget:
+    """Successful runs per model against training steps (with 95 % Wilson intervals), under the study's
+    criterion or the one the query names, as `/success` takes it (a recount: nothing trains)."""
+    return studies.success_vs_budget(study_id, fraction, threshold, baseline)
 
 
 @router.post("/{study_id}/cancel", responses={**NOT_FOUND, **CONFLICT})
