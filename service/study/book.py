@@ -15,6 +15,7 @@ from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
 from trainers import plugins
+from trainers.model import build_model, count_params
 from trainers.runtime import record_task
 from trainers.schedule import Schedule
 
@@ -183,9 +184,10 @@ class TrialBook:
 
     def _with_task(self, result: trainers.TrialResult, key: str) -> None:
         """A pruned (or cancelled) trial's result, which its worker never sent, with what it records of
-        its task (the baselines: its last loss stays comparable), its budget, and the plugins its cell
-        and task come from (`plugin.cell`, as its worker records them: a comparison of two studies saw
-        no code change in a plugin whose trials asha stopped)."""
+        its task (the baselines: its last loss stays comparable), its budget, its model's parameter count
+        (it read 0: the model is built here, its weights drawn from the trial's own stream, as the
+        worker's), and the plugins its cell and task come from (`plugin.cell`, as its worker records
+        them: a comparison of two studies saw no code change in a plugin whose trials asha stopped)."""
         spec = self.specs.get(key)
         if spec is None:
             return
@@ -197,6 +199,7 @@ class TrialBook:
             task = spec.resolved.make_task()
             record_task(result, task)
             result.budget_steps = Schedule.of(spec.resolved.config, task.train_size).budget
+            result.param_count = count_params(build_model(spec.resolved, task))
 
     def _close(self, run: str, how: str, reason: str) -> list[str]:
         """The members an executor trial left unfinished: cancelled (with the study), pruned (by the
@@ -208,9 +211,7 @@ class TrialBook:
             last = history[-1] if history else None
             if how == "cancelled" or (how == "pruned" and last is None):  # pruned before its first evaluation
                 task = trainers.TrialResult()
-                if (
-                    history
-                ):  # what it records of its task: its evaluations are judged at a budget they reached
+                if history:  # what it records of its task: its evaluations are judged at a budget reached
                     self._with_task(task, key)
                 self.ledger.cancel_trial(self.ids[key], reason, history, task)
                 self.record.stopped(self.ids[key], key, "cancelled", reason)

@@ -471,6 +471,8 @@ def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlf
         n = len(t.history)
         assert t.reason == f"stopped early by the scheduler after {n} evaluation{'s' * (n > 1)}"
         assert t.budget_steps == 80
+    done = next(t for t in trials if t.status == "done")
+    assert {t.param_count for t in pruned} == {done.param_count} and done.param_count  # it read 0
     from mlflow.tracking import MlflowClient  # the parent run counts them too, beside failed
 
     parent = MlflowClient(mlflow_uri).get_run(engine.ledger.study(study.id).mlflow_run_id)
