@@ -22,6 +22,7 @@ from service.cli.console import (
     build_spec,
     client_for,
     console,
+    extension_of,
     failure_reasons,
     plan_line,
     print_best,
@@ -451,13 +452,57 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     url = need_url(args)
+    if args.study:
+        return _submit_to_study(args, url)
     if not args.target:
-        raise SystemExit("error: give a preset name or a spec file (see `memsweep presets`)")
+        raise SystemExit(
+            "error: give a preset name or a spec file (see `memsweep presets`), or --study ID to resume or "
+            "extend a study of the server"
+        )
     spec = build_spec(args)
     with client_for(url) as client:
         study = answer(lambda: client.submit(spec, idempotency_key=args.idempotency_key))
         print(f"study {study['id']}: {study['counts']['total']} trials, {study['state']}", file=sys.stderr)
-        if args.wait:
+    return _follow(args, url, study)
+
+
+#: what `submit --study ID` sends a server (`POST /studies/{id}/extend`): the other spec flags
+EXTENDS = "--set, --dim, --models, --seeds or --max-trials"
+
+
+def _submit_to_study(args: argparse.Namespace, url: str) -> int:
+    """`memsweep submit --study ID`: a server's study extended by the flags (only its new points run) or,
+    with none, resumed, as `memsweep run --study ID` does with this machine's ledger."""
+    others = [
+        flag for flag, field in NOT_ON_RESUME.items() if getattr(args, field.split(".")[-1]) is not None
+    ]
+    others += ["a preset or spec file"] * bool(args.target) + ["--sampler"] * bool(args.sampler)
+    if others or args.idempotency_key:
+        given = others + ["--idempotency-key"] * bool(args.idempotency_key)
+        raise SystemExit(
+            f"error: {', '.join(given)}: --study ID resumes the server's study, or extends it with {EXTENDS} "
+            "(POST /studies/{id}/extend takes only those); the study keeps the rest of its spec. Create a new "
+            "study with them (`memsweep submit PRESET|SPEC …`: its finished trials are reused, not trained again)"
+        )
+    changes = extension_of(args)
+    with client_for(url) as client:
+        if changes:
+            extended = answer(lambda: client.extend(args.study, **changes))
+            study = extended["study"]
+            print(
+                f"study {study['id']}: extended by {extended['added']} trials, {study['state']}",
+                file=sys.stderr,
+            )
+        else:
+            study = answer(lambda: client.resume(args.study))
+            print(f"study {study['id']}: resumed, {study['state']}", file=sys.stderr)
+    return _follow(args, url, study)
+
+
+def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
+    """`submit`'s end: the study followed to its end with --wait, then printed (its id alone without)."""
+    if args.wait:
+        with client_for(url) as client:
             study = answer(lambda: client.wait(study["id"], progress=not args.json))
     if args.json:
         print(json.dumps(study))

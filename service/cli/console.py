@@ -74,16 +74,44 @@ def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -
     if args.models:
         data["models"] = args.models.split(",")
     if args.seeds:
-        try:
-            data["seeds"] = [int(s) for s in args.seeds.split(",")]
-        except ValueError:
-            raise ValueError(
-                f"--seeds {args.seeds}: give whole numbers separated by commas, e.g. --seeds 1,2,3"
-            ) from None
+        data["seeds"] = parse_seeds(args.seeds)
     resources = {k: v for k, v in (("cpus", args.cpus), ("gpus", args.gpus)) if v is not None}
     if resources:  # the flags given, over the spec's own: one flag leaves the other as the spec has it
         data["resources"] = {**dict(data.get("resources") or {}), **resources}
     return StudySpec.model_validate(data)
+
+
+def parse_seeds(raw: str) -> list[int]:
+    """`--seeds 1,2,3`."""
+    try:
+        return [int(s) for s in raw.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--seeds {raw}: give whole numbers separated by commas, e.g. --seeds 1,2,3"
+        ) from None
+
+
+def extension_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The changes `--set`, `--dim`, `--models`, `--seeds` and `--max-trials` make to a server's study
+    (`POST /studies/{id}/extend`'s body: each dimension, and the seeds, given whole, as `build_spec` takes
+    them for a study of this machine's ledger); {} when none is given."""
+    changes: dict[str, Any] = {}
+    if args.seeds:
+        changes["seeds"] = parse_seeds(args.seeds)
+    dims = {
+        key: [parse_value(v) for v in values.split(",")]
+        for key, values in parse_pairs(args.dim, "--dim").items()
+    }
+    if dims:
+        changes["dims"] = dims
+    if args.models:
+        changes["models"] = args.models.split(",")
+    base = {k: parse_value(v) for k, v in parse_pairs(args.set, "--set").items()}
+    if base:
+        changes["base"] = base
+    if args.max_trials is not None:
+        changes["max_trials"] = args.max_trials
+    return changes
 
 
 def add_spec_flags(p: argparse.ArgumentParser) -> None:

@@ -32,6 +32,7 @@ The REST service and its clients (the token, when the server sets one, comes fro
 when they have a URL, else read this machine's ledger):
 memsweep serve [--host H] [--port P]
 memsweep submit PRESET|SPEC.yaml [spec flags] [--idempotency-key K] --url URL [--wait] [--json]
+memsweep submit --study ID [--seeds 1,2,3] [--dim KEY=V1,V2] --url URL [--wait]   # a server's study resumed or extended
 memsweep status STUDY [--url URL] [--json]
 memsweep studies [--state S] [--limit N] [--offset K] [--url URL] [--json]
 memsweep sync STUDY [--url URL]      # rebuild its MLflow runs from the ledger
@@ -72,8 +73,15 @@ def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--recalibrate", action="store_true", help="measure every shape again (not the cache)")
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "ask this memsweep server (it calibrates on its Ray) instead of planning here")
-    p = sub.add_parser("submit", help="create a study on a memsweep server")
+    p = sub.add_parser(
+        "submit", help="create a study on a memsweep server (or resume or extend one with --study)"
+    )
     p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
+    p.add_argument(
+        "--study",
+        help="the server's study to resume (its unfinished trials run) or, with --set, --dim, --models, --seeds "
+        "or --max-trials, to extend (only its new points run)",
+    )
     add_spec_flags(p)
     add_url_flag(p, "the memsweep server")
     p.add_argument(

@@ -217,6 +217,34 @@ def test_two_studies_at_once_cancel_and_resume(server: Server, client: MemsweepC
     assert client.wait(b["id"], poll=0.5, timeout=300, progress=False)["state"] == "done"
 
 
+def test_a_study_extended_from_the_command_line_trains_only_its_new_points(
+    server: Server, client: MemsweepClient
+) -> None:
+    """`memsweep submit --study ID --seeds …` extends a server's study (the CLI could extend only a study of
+    its own machine's ledger, with `run --study`); a flag the extension cannot take is refused by name."""
+    study = client.submit(grid_spec(name="rest-extend-cli", seeds=[1]))
+    assert client.wait(study["id"], poll=0.5, timeout=300, progress=False)["state"] == "done"
+    before = {t["config_hash"]: t for t in client.trials(study["id"])}
+    assert len(before) == 4
+
+    extended = memsweep_cli("submit", "--study", study["id"], "--seeds", "1,2", "--wait", url=server.url)
+    assert extended["state"] == "done" and extended["counts"]["total"] == 8, extended
+    after = client.trials(study["id"])
+    assert all(t["runs"] == 1 for t in after)  # the first seed's trials were not trained again
+    assert all(
+        before[h]["final_val_loss"] == t["final_val_loss"] for t in after if (h := t["config_hash"]) in before
+    )
+    assert {t["params"]["seed"] for t in after if t["config_hash"] not in before} == {2}
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "service.cli.commands", "submit", "--study", study["id"], "--concurrency", "2",
+         "--url", server.url], env={**os.environ, "MEMSWEEP_API_TOKEN": TOKEN}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "--concurrency" in refused.stderr, refused.stderr
+    assert "Create a new study" in refused.stderr and client.get(study["id"])["counts"]["total"] == 8
+
+
 def wait_for_done(url: str, study_id: str, n: int) -> None:
     deadline = time.monotonic() + 300
     with MemsweepClient(url) as client:
