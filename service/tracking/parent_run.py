@@ -69,9 +69,13 @@ def criterion_slug(criterion: dict[str, Any]) -> str:
     return f"{criterion['fraction']:g}x_{criterion['baseline']}"
 
 
+#: the parent run's curve of successes against budget, one per model: its steps are budgets
+CURVE = "success_vs_budget."
+
+
 def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
     """A finished study's summary as the parent run's metrics: the counts, then per model its success
-    rate and interval, Henrici index, successes against budget and under the other criteria."""
+    rate and interval, Henrici index, successes against budget (`CURVE`) and under the other criteria."""
     from mlflow.entities import Metric
 
     ts = now_ms()
@@ -97,9 +101,7 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
         )
     # successes against budget: one metric per model, its step the budget (the UI draws the curve)
     for model, rows in summary.get("success_vs_budget", {}).get("by_model", {}).items():
-        metrics += [
-            Metric(f"success_vs_budget.{model}", float(r["succeeded"]), ts, int(r["step"])) for r in rows
-        ]
+        metrics += [Metric(f"{CURVE}{model}", float(r["succeeded"]), ts, int(r["step"])) for r in rows]
     for other in summary.get("success_other_criteria", []):
         slug = criterion_slug(other["criterion"])
         metrics += [
@@ -109,13 +111,36 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
     return metrics
 
 
+def new_curve_points(
+    client: MlflowClient, parent_run_id: str, metrics: list[Metric], status: str
+) -> list[Metric]:
+    """`metrics` less the curve's points MLflow holds already. A metric's history only grows, and the
+    UI draws every point of it: the curve was written again at each end of a run of the study (each
+    interruption, each sync), so its chart held every earlier count at each budget (4, then 8, then 8 at
+    step 1,500). Now it is written when the study ends `done` (an interrupted study's counts are
+    partial: its plot and summary.json say them), and then only the points whose count at their budget
+    changed (after an extension); the other metrics are scalars at step 0, whose latest value MLflow shows."""
+    curve = {m.key for m in metrics if m.key.startswith(CURVE)}
+    if status != "FINISHED":
+        return [m for m in metrics if m.key not in curve]
+    latest: dict[tuple[str, int], float] = {}
+    for key in curve:
+        for point in sorted(client.get_metric_history(parent_run_id, key), key=lambda p: p.timestamp):
+            latest[(key, point.step)] = point.value
+    return [m for m in metrics if m.key not in curve or latest.get((m.key, m.step)) != m.value]
+
+
 def write_summary(
     client: MlflowClient, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
 ) -> None:
     """A finished study on its parent run: the summary's metrics, `summary.json`, the figures under
     `plots/`, the best config (`{"model", "params"}`), criterion and trainer version as tags; then its
     final `status`."""
-    log_batches(client, parent_run_id, metrics=summary_metrics(summary))
+    log_batches(
+        client,
+        parent_run_id,
+        metrics=new_curve_points(client, parent_run_id, summary_metrics(summary), status),
+    )
     client.log_dict(parent_run_id, summary, "summary.json")
     with TemporaryDirectory() as tmp:
         for name, data in figures.items():

@@ -243,6 +243,9 @@ def test_mlflow_is_a_projection_a_sync_rebuilds_from_the_ledger(engine, mlflow_u
     summary = engine.run_study(study.id)
     exp_id, parent = summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
     client = MlflowClient(mlflow_uri)
+    curves = [k for k in client.get_run(parent).data.metrics if k.startswith("success_vs_budget.")]
+    points = {k: [(m.step, m.value) for m in client.get_metric_history(parent, k)] for k in curves}
+    assert curves and all(points.values())
     trials = engine.ledger.trials(study.id)
     lost, torn = trials[0], trials[1]
     client.delete_run(lost.mlflow_run_id)  # gone from MLflow
@@ -269,6 +272,9 @@ def test_mlflow_is_a_projection_a_sync_rebuilds_from_the_ledger(engine, mlflow_u
         and client.get_run(parent).data.metrics["trials"] == 4
     )
     assert engine.ledger.get_study(study.id).error is None
+    # the curve of successes against budget, unchanged, is not written again: the UI draws every point
+    # of a metric's history, and each sync (each end of a run) added the counts once more at each budget
+    assert {k: [(m.step, m.value) for m in client.get_metric_history(parent, k)] for k in curves} == points
 
 
 def test_tpe_study_runs_through_optuna_search(engine):
