@@ -1,6 +1,7 @@
 # memsweep — the two commands a newcomer needs:
 #   make demo   set everything up (.venv) and run the main job on embedded defaults
-#   make test   set everything up and run the whole test suite (fast and slow tiers)
+#   make test   set everything up and run the whole test suite (fast and slow tiers, the numerics tests
+#               again under native, then the compose tier)
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python

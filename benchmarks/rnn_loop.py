@@ -5,7 +5,7 @@ loss, backward, global-norm clip 10, RMSprop — on the same shapes, measured in
 candidates interleaved (so machine noise hits them alike). Shapes: copy-500 (N=100, B=16, T=500,
 d=10, 9 outputs at every step) and psMNIST (N=25, B=16, T=784, d=1, 10 outputs at the last step).
 
-    python benchmarks/rnn_loop.py [--reps 20] [--threads 1]
+    python benchmarks/rnn_loop.py [--reps 20] [--threads 1]    # MEMSWEEP_NUMERICS=native: the other mode
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    configure_process(
-        torch.device("cpu"), args.threads, default_mode()
-    )  # as the trainers set a CPU process up
+    mode = default_mode()  # MEMSWEEP_NUMERICS, else portable: set before MKL computes anything
+    configure_process(torch.device("cpu"), args.threads, mode)  # as the trainers set a CPU process up
     print(
-        f"torch {torch.__version__}, CPU, {args.threads} thread(s), median of {args.reps} iterations, B=16\n"
+        f"torch {torch.__version__}, CPU, {args.threads} thread(s), numerics {mode} (torch's own kernels too), "
+        f"median of {args.reps} iterations, B=16\n"
     )
     print(f"{'shape':<27}{'candidate':<34}{'ms/iter':>9}{'× native':>10}")
     for label, (n, T, d, out, last) in SHAPES.items():

@@ -14,7 +14,8 @@ Each run is a fresh process on the CPU with one thread:
 It records each run's final validation loss (as `float.hex`), a digest of its evaluations and trained
 W, and where the numbers came from (`provenance`, the CPU's flags). `--compare` prints them side by
 side: every portable figure must be equal (exit 0), the native ones may part. It needs the trainers
-only (torch and numpy), so it runs on a lent GPU machine's host CPU as it is (`--device cpu`).
+only (torch and numpy), so it runs on a lent GPU machine's host CPU as it is (its trials train with
+`--device cpu`, whatever GPU the machine has).
 """
 
 from __future__ import annotations
