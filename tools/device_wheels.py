@@ -66,7 +66,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PINS = {"ray": "2.60.0", "mlflow": "3.17.2", "optuna": "5.0.0"}
 
 #: the service extra's requirements the device does without, and why
-LEAVE_OUT = {"psycopg2-binary": "a Postgres driver: the device's ledger and MLflow store are SQLite"}
+LEAVE_OUT = {
+    "psycopg2-binary": "a Postgres driver: the device's ledger and MLflow store are SQLite",
+    "swagger-ui-py": "Swagger UI's files for /docs (7 MB): no browser opens the device's server",
+}
 #: imported by the service itself, beside the extra (also an mlflow dependency)
 ALSO = ("alembic",)
 

@@ -720,7 +720,13 @@ def test_illegal_state_changes_are_409(client: TestClient) -> None:
 
 
 # ----- security and limits ---------------------------------------------------------------------------
+#: the routes open without the token: /health, and the API's pages with what they load
+OPEN = ("/health", "/docs", "/docs/static/{name}", "/redoc", "/openapi.json")
+
+
 def concrete(path: str) -> str:
+    if path == "/docs/static/{name}":  # Swagger UI's script, which /docs loads (routes/docs.py)
+        return "/docs/static/swagger-ui-bundle.js"
     return path.replace("{study_id}", "abc123").replace("{name}", "orhan2020-copy500")
 
 
@@ -739,13 +745,13 @@ def test_with_a_token_every_route_but_health_and_the_api_pages_answers_401_witho
         "/ready",
         "/plugins",
     } <= paths
-    assert len(routes) == 20  # 17 documented + the 3 docs routes
+    assert len(routes) == 21  # 17 documented + the 4 docs routes (/docs's own files among them)
     with TestClient(app) as c:
         for method, path in routes:
             url = concrete(path)
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
                 r = c.request(method, url, headers=headers, json={})
-                if path in ("/health", "/docs", "/redoc", "/openapi.json"):  # a browser opens the pages
+                if path in OPEN:  # a browser opens the pages
                     assert r.status_code == 200
                 else:
                     assert r.status_code == 401, (method, path, headers, r.status_code)
