@@ -54,6 +54,7 @@ from service.planning.types import (
 )
 from service.store.ledger import Ledger
 from service.store.models import Calibration, Trial
+from service.study.elsewhere import trained_elsewhere
 from service.study.executor import Executor
 from service.study.nodes import device_on_this_node, embedded
 from service.study.packing import bundle, pack_study, point_key, stopped_points
@@ -122,8 +123,27 @@ def plan_spec(
         engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel,
         seeds=len(space.seeds),
     )  # fmt: skip
-    planned.notes += discrete_space_notes(spec, space)
+    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, "", todo)
     return _with_memory(planned, measured)
+
+
+def elsewhere_notes(ledger: Ledger, study_id: str, todo: Sequence[TrialSpec]) -> list[str]:
+    """The trials to run that another running study trains now (`service.study.elsewhere`): the run
+    waits for them and takes their results (the plan counted them among its units, to train)."""
+    hashes = [t.config_hash for t in todo]
+    if not hashes:
+        return []
+    mine = ledger.statuses(study_id, hashes) if study_id else dict.fromkeys(hashes, "pending")
+    waits = trained_elsewhere(mine, ledger.holders(study_id, hashes))
+    counts: dict[str, int] = defaultdict(int)
+    for holder in waits.values():
+        counts[holder] += 1
+    return [
+        f"{n} of the trials to run {'is' if n == 1 else 'are'} training now in study {holder}: this study "
+        "waits for them and takes their results, training them itself only if that study stops first (they "
+        "are counted above as if trained here)"
+        for holder, n in sorted(counts.items())
+    ]
 
 
 def discrete_space_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
@@ -205,7 +225,7 @@ def plan_study(
         untrained=len(untrained),
         seeds=len(space.seeds),
     )
-    planned.notes += discrete_space_notes(spec, space)
+    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, study_id, again)
     return _with_memory(planned, measured), packed
 
 

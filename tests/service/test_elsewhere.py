@@ -185,3 +185,21 @@ def test_a_trial_another_study_finished_since_this_one_was_made_takes_its_result
     assert engine.run_study(b.id)["state"] == "done"
     taken = row_of(engine, b.id, shared)
     assert taken.reused_from == row.id and taken.runs == 0
+
+
+def test_a_plan_says_which_of_its_trials_another_study_trains_now(engine):
+    """A study posted while another trained some of its trials sat queued, its plan counting those among
+    its units to train; they were taken from the other study. The plan says so, before and after the
+    study is created."""
+    from service.planning.plan import plan_spec, plan_study
+
+    a, b = two_studies(engine, [1e-3, 1e-2], [1e-3, 3e-3])
+    shared = hashes(engine, b.id)[1e-3]
+    engine.ledger.start_trial(a.id, shared)  # A trains it now
+    said = f"1 of the trials to run is training now in study {a.id}: this study waits for them"
+    planned, _ = plan_study(engine, b.id, calibrate=False)
+    assert sum(said in note for note in planned.notes) == 1, planned.notes
+    spec = StudySpec.model_validate({"space": {"dims": {"lr": [1e-3, 3e-3]}}, "base": TINY, "seeds": [1]})
+    assert sum(said in note for note in plan_spec(engine, spec, calibrate=False).notes) == 1
+    planned_a, _ = plan_study(engine, a.id, calibrate=False)  # A trains it itself: no one to wait for
+    assert not any("training now in study" in note for note in planned_a.notes)
