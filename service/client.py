@@ -11,11 +11,12 @@
     client.compare([study["id"], other["id"]], by="model")           # rates side by side, differences
 
 Answers are the server's JSON (dicts); a refused request raises `MemsweepAPIError` with the server's
-explanation.
+explanation, and an answer that is not JSON (another server at the URL) `NotMemsweepError`.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
     from service.core.spec import StudySpec
 
 FINAL_STATES = ("done", "failed", "cancelled")
+#: how a server that is away for a moment answers, if at all: a proxy in front of one restarting (502,
+#: 504), or one not ready yet (503); `wait` polls on through these, and through no answer at all
+AWAY = (502, 503, 504)
+#: seconds `wait` keeps polling a server that is away (a restart: it resumes the study) before it gives up
+SERVER_PATIENCE = 300.0
 
 
 class MemsweepAPIError(RuntimeError):
@@ -39,6 +45,10 @@ class MemsweepAPIError(RuntimeError):
         self.status, self.detail = status, detail
         text = detail.get("message", detail) if isinstance(detail, dict) else detail
         super().__init__(f"{method} {path} → {status}: {text}")
+
+
+class NotMemsweepError(MemsweepAPIError):
+    """The URL answered, but not as a memsweep server (not JSON: another server there, e.g. MLflow's)."""
 
 
 class TrialPages:
@@ -107,6 +117,12 @@ class MemsweepClient(TrialPages):
         self, url: str, token: str | None = None, timeout: float = 30.0, http: httpx.Client | None = None
     ) -> None:
         """`http`: an httpx.Client to send through (e.g. FastAPI's TestClient); default a new one for `url`."""
+        scheme = httpx.URL(url).scheme if "://" in url else ""
+        if scheme not in ("http", "https"):  # httpx said "missing an 'http://' protocol" on every call
+            bare = url.split("://", 1)[-1]
+            raise ValueError(
+                f"url {url!r} lacks its scheme (http or https): write it as http://{bare} (or https://{bare})"
+            )
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
@@ -123,14 +139,39 @@ class MemsweepClient(TrialPages):
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         headers = {**self._headers, **kw.pop("headers", {})}
         response = self._http.request(method, path, headers=headers, **kw)
+        body = self._json(response, method, path)
         if response.status_code >= 400:
-            try:
-                body = response.json()
-                detail = body if "message" in body else body.get("detail", body)
-            except ValueError:
-                detail = response.text
-            raise MemsweepAPIError(response.status_code, detail, method, path)
-        return response.json()
+            raise self._refusal(response.status_code, body, method, path)
+        return body
+
+    @staticmethod
+    def _refusal(status: int, body: Any, method: str, path: str) -> MemsweepAPIError:
+        """A refusal's error: its `message` (every memsweep error answer has one), else its `detail`."""
+        plain = isinstance(body, dict) and "message" not in body
+        return MemsweepAPIError(status, body.get("detail", body) if plain else body, method, path)
+
+    def _json(self, response: httpx.Response, method: str, path: str) -> Any:
+        """The answer's JSON; an answer that is none (an HTML page: MLflow's 404 at a wrong port) raises
+        `NotMemsweepError` naming its status and content type, not the page."""
+        try:
+            return response.json()
+        except ValueError:
+            kind = response.headers.get("content-type", "no content type").split(";")[0]
+            detail = (
+                f"{self.url} does not answer as a memsweep server ({response.status_code}, {kind}, "
+                f"{len(response.content):,} bytes, not JSON); check the URL: a memsweep server answers "
+                "GET /health with JSON"
+            )
+            raise NotMemsweepError(response.status_code, detail, method, path) from None
+
+    @staticmethod
+    def _study(study_id: str, tail: str = "") -> str:
+        """The path of a study's route; an empty id is refused (GET /studies/ is the list, not a study)."""
+        if not study_id.strip():
+            raise ValueError(
+                f"study_id {study_id!r} is empty: give a study's id (`client.studies()` lists them)"
+            )
+        return f"/studies/{study_id}{tail}"
 
     # ----- studies -----------------------------------------------------------------------------------
     def submit(
@@ -175,7 +216,7 @@ class MemsweepClient(TrialPages):
 
     def get(self, study_id: str) -> dict[str, Any]:
         """State, counts, ETA and MLflow links."""
-        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}")
+        result: dict[str, Any] = self._call("GET", self._study(study_id))
         return result
 
     def studies(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
@@ -191,19 +232,57 @@ class MemsweepClient(TrialPages):
         return page
 
     def wait(
-        self, study_id: str, poll: float = 2.0, timeout: float | None = None, progress: bool = True
+        self,
+        study_id: str,
+        poll: float = 2.0,
+        timeout: float | None = None,
+        progress: bool = True,
+        patience: float = SERVER_PATIENCE,
     ) -> dict[str, Any]:
-        """Poll until the study is done, failed or cancelled (a rich progress bar unless progress=False)."""
+        """Poll until the study is done, failed or cancelled (a rich progress bar unless progress=False).
+
+        A server that stops answering (no connection, or 502, 503, 504) is polled on for `patience`
+        seconds, said on stderr: a restarted server resumes the study, and the wait goes on with it."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         deadline = None if timeout is None else time.monotonic() + timeout
+        away_since: float | None = None  # when the server stopped answering, while it does not
         with Progress(
             TextColumn(f"[bold]study {study_id}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress,
         ) as bar:  # fmt: skip
             task = bar.add_task("study", total=None, info="")
             while True:
-                study = self.get(study_id)
+                try:
+                    study = self.get(study_id)
+                except (httpx.TransportError, MemsweepAPIError) as exc:
+                    if isinstance(exc, MemsweepAPIError) and exc.status not in AWAY:
+                        raise
+                    now = time.monotonic()
+                    if away_since is None:
+                        away_since = now
+                        print(
+                            f"study {study_id}: the server at {self.url} does not answer ({exc}); waiting "
+                            f"for it up to {patience:g} s (a restarted server resumes the study)",
+                            file=sys.stderr,
+                        )
+                    elif now - away_since > patience:
+                        print(
+                            f"study {study_id}: the server at {self.url} has not answered for {patience:g} s; "
+                            f"giving up (the study goes on if the server does: `memsweep status {study_id} "
+                            f"--url {self.url}` asks)",
+                            file=sys.stderr,
+                        )
+                        raise
+                    if deadline is not None and now > deadline:
+                        raise TimeoutError(
+                            f"study {study_id}: no answer from the server at {self.url} after {timeout:g} s"
+                        ) from exc
+                    time.sleep(poll)
+                    continue
+                if away_since is not None:
+                    away_since = None
+                    print(f"study {study_id}: the server at {self.url} answers again", file=sys.stderr)
                 c = study["counts"]
                 eta = f"ETA {study['eta_seconds']:,.0f}s" if study.get("eta_seconds") is not None else "ETA –"
                 info = f"{study['state']} · running {c['running']} · failed {c['failed']} · successes {c['succeeded']} · {eta}"
@@ -215,16 +294,16 @@ class MemsweepClient(TrialPages):
                 time.sleep(poll)
 
     def cancel(self, study_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/cancel")
+        result: dict[str, Any] = self._call("POST", self._study(study_id, "/cancel"))
         return result
 
     def resume(self, study_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/resume")
+        result: dict[str, Any] = self._call("POST", self._study(study_id, "/resume"))
         return result
 
     def sync(self, study_id: str) -> dict[str, Any]:
         """Rebuild the study's MLflow runs from the ledger (after MLflow was down or lost its store)."""
-        result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/sync")
+        result: dict[str, Any] = self._call("POST", self._study(study_id, "/sync"))
         return result
 
     def extend(self, study_id: str, **changes: Any) -> dict[str, Any]:
@@ -232,13 +311,13 @@ class MemsweepClient(TrialPages):
         with the new ones (`extend(id, seeds=[1, 2, 3])` adds seed 3 to a study of [1, 2]; one leaving
         out values the study holds is refused); `max_trials` a sampled study's new budget. Returns
         {"added", "study"}."""
-        result: dict[str, Any] = self._call("POST", f"/studies/{study_id}/extend", json=changes)
+        result: dict[str, Any] = self._call("POST", self._study(study_id, "/extend"), json=changes)
         return result
 
     # ----- answers -----------------------------------------------------------------------------------
     def best(self, study_id: str, k: int = 5, model: str | None = None) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"k": k, **({"model": model} if model else {})}
-        result: list[dict[str, Any]] = self._call("GET", f"/studies/{study_id}/best", params=params)
+        result: list[dict[str, Any]] = self._call("GET", self._study(study_id, "/best"), params=params)
         return result
 
     def success(
@@ -251,7 +330,7 @@ class MemsweepClient(TrialPages):
         reference: str | None = None,
     ) -> dict[str, Any]:
         """The raw success table {"criterion", "at_step", "total", "by_model", "by_value", "reference",
-        "differences"}: under the study's criterion, or the fraction / threshold / reference baseline
+        "differences", "notes"}: under the study's criterion, or the fraction / threshold / reference baseline
         given, at the end of each run or at a budget of `at_step` steps (a recount: nothing trains);
         with a `reference` model, each model's rate minus its own, with Newcombe's 95 % interval."""
         query = {
@@ -259,7 +338,7 @@ class MemsweepClient(TrialPages):
             "reference": reference,
         }  # fmt: skip
         params = {k: v for k, v in query.items() if v is not None}
-        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success", params=params)
+        result: dict[str, Any] = self._call("GET", self._study(study_id, "/success"), params=params)
         return result
 
     def success_vs_budget(
@@ -273,7 +352,7 @@ class MemsweepClient(TrialPages):
         under the study's criterion or the fraction / threshold / reference baseline given (as `success`)."""
         query = {"fraction": fraction, "threshold": threshold, "baseline": baseline}
         params = {k: v for k, v in query.items() if v is not None}
-        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/success/budget", params=params)
+        result: dict[str, Any] = self._call("GET", self._study(study_id, "/success/budget"), params=params)
         return result
 
     def success_table(
@@ -283,7 +362,7 @@ class MemsweepClient(TrialPages):
         `criterion`: fraction / threshold / baseline / at_step / reference as for `success` (by model,
         `reference=MODEL` adds each model's rate minus its, with Newcombe's interval, and marks that
         model's own row `is_reference`, its difference empty). The frame's
-        `attrs` name the criterion, the budget and the reference."""
+        `attrs` name the criterion, the budget, the reference and the table's notes."""
         import pandas as pd
 
         if by not in ("model", "value"):  # "lr" gave every field's rows, as if it chose one
@@ -315,8 +394,9 @@ class MemsweepClient(TrialPages):
             frame = pd.DataFrame(rows, columns=["model", "field", "value", *CELL_COLUMNS])
             frame = frame.set_index(["model", "field", "value"])
         frame.attrs.update(
-            criterion=table["criterion"]["name"], at_step=table["at_step"], reference=table.get("reference")
-        )
+            criterion=table["criterion"]["name"], at_step=table["at_step"], reference=table.get("reference"),
+            notes=table.get("notes") or [],
+        )  # fmt: skip
         return frame
 
     def comparison(
@@ -380,7 +460,7 @@ class MemsweepClient(TrialPages):
             path, params={k: v for k, v in params.items() if v is not None}, headers=headers
         )
         if response.status_code >= 400:
-            raise MemsweepAPIError(response.status_code, response.text, "GET", path)
+            raise self._refusal(response.status_code, self._json(response, "GET", path), "GET", path)
         return response.text
 
     def trials_page(
@@ -412,7 +492,7 @@ class MemsweepClient(TrialPages):
             query["model"] = [model] if isinstance(model, str) else list(model)
         if params:
             query["param"] = param_filters(params)
-        result: dict[str, Any] = self._call("GET", f"/studies/{study_id}/trials", params=query)
+        result: dict[str, Any] = self._call("GET", self._study(study_id, "/trials"), params=query)
         return result
 
     # ----- the rest ----------------------------------------------------------------------------------
@@ -436,9 +516,9 @@ class MemsweepClient(TrialPages):
     def ready(self) -> dict[str, Any]:
         """{"ready", "checks"}; a server that is not ready answers 503, returned here, not raised."""
         response = self._http.get("/ready", headers=self._headers)
+        result: dict[str, Any] = self._json(response, "GET", "/ready")
         if response.status_code not in (200, 503):
-            raise MemsweepAPIError(response.status_code, response.text, "GET", "/ready")
-        result: dict[str, Any] = response.json()
+            raise self._refusal(response.status_code, result, "GET", "/ready")
         return result
 
 

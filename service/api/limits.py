@@ -8,6 +8,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.errors import answer
+
 
 class BodyTooLargeError(HTTPException):
     def __init__(self, max_bytes: int) -> None:
@@ -59,7 +61,8 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = BodyTooLargeError(self.max_bytes)
-        await JSONResponse({"detail": error.detail}, status_code=413)(scope, receive, send)
+        refusal = JSONResponse(answer(error.detail), status_code=413)  # every error answer's shape
+        await refusal(scope, receive, send)
 
 
 #: seconds a request's ledger calls wait on a database that does not answer (or refuses writes) before

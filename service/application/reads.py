@@ -22,7 +22,7 @@ from service.application.records import (
 from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import STORED, StudySpec, expected_trials
-from service.core.states import FINISHED, StudyState
+from service.core.states import FINISHED, QUEUED, RESUMABLE, StudyState
 from service.core.values import repr_value, value_matches, value_sort_key
 from service.reports.compare import Comparison, UnknownStudiesError, compare_studies
 from service.reports.summary import (
@@ -92,12 +92,29 @@ class StudyReads:
         before ran (`Coalesced`)."""
 
         def page() -> StudyList:
+            if state == QUEUED:
+                return self._queued(offset, limit)
             total, found = self.ledger.page_studies(state, offset, limit, self.listed_criterion)
             return StudyList(
                 total=total, offset=offset, limit=limit, items=[self.summary(s, c) for s, c in found]
             )
 
         return self._pages.run((state, offset, limit), page)
+
+    def _queued(self, offset: int, limit: int) -> StudyList:
+        """A page of the studies this server has accepted and not started, newest first. Its runner's
+        queue says which (the ledger does not: a queued study is `pending`, or `running` when a restart
+        queued it again), so they are found among the studies it holds to run, a page at a time."""
+        queued: list[StudySummary] = []
+        for state in RESUMABLE:
+            start, total = 0, 1
+            while start < total:
+                total, found = self.ledger.page_studies(state, start, 500, self.listed_criterion)
+                queued += [s for s in (self.summary(s, c) for s, c in found) if s.queued]
+                start += 500
+        queued.sort(key=lambda s: s.id)
+        queued.sort(key=lambda s: s.created_at, reverse=True)  # the ledger's order: newest first, then id
+        return StudyList(total=len(queued), offset=offset, limit=limit, items=queued[offset : offset + limit])
 
     def trials(
         self,

@@ -124,7 +124,7 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
     if args.study:
         study = engine.ledger.get_study(args.study)
         if study is None:
-            raise SystemExit(f"error: no study {args.study!r}")
+            raise SystemExit(no_study_here(args.study))
         if not changes_spec(args):  # a resume: flags that would change its spec have nothing to apply to
             refuse_on_resume(args)
         if changes_spec(args):  # extend: only points the study does not hold yet are added
@@ -139,12 +139,30 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
     return study
 
 
+def no_study_here(study_id: str) -> str:
+    """`memsweep run --study ID`'s error for a study this machine's ledger lacks (a server's, often)."""
+    from service.cli.local import ledger_exists, ledger_place
+
+    settings = get_settings()
+    where = f"this machine's ledger ({ledger_place(settings)})"
+    held = where if ledger_exists(settings) else f"{where}, which has not been made: nothing ran here"
+    return (
+        f"error: no study {study_id!r} in {held}; `memsweep run` trains here. A server's study is resumed "
+        f"or extended with `memsweep submit --study {study_id} --url URL` (or MEMSWEEP_API_URL set)"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from service.core.settings import get_settings
     from service.runner import StudyRunner
     from service.study.engine import Engine
     from service.study.nodes import embedded
 
+    if args.study:  # a study of a server's (no ledger here yet: none is made to say so)
+        from service.cli.local import ledger_exists
+
+        if not ledger_exists(get_settings()):
+            raise SystemExit(no_study_here(args.study))
     engine = Engine(get_settings())
     if args.study and engine.ledger.get_study(args.study) is not None:
         from service.study.claim import StudyBusyError, StudyClaim
@@ -567,10 +585,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
         page = answer(lambda: studies.studies_page(state=args.state, offset=args.offset, limit=args.limit))
+        ledger = None if api_url(args) else studies.where  # this machine's, read for want of a server
     if args.json:
         print(json.dumps(page["items"]))
     else:
-        print_studies(page, args.state)
+        print_studies(page, args.state, ledger)
     return 0
 
 

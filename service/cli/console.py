@@ -16,6 +16,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: how a command that read this machine's ledger is pointed at a server instead
+ASK_A_SERVER = (
+    "to ask a server, give --url URL (or set MEMSWEEP_API_URL); a server's study is resumed or extended "
+    "from here with `memsweep submit --study ID --url URL`"
+)
+
 #: the width of a table written to a pipe or a file: wide enough that no value is cut (rich's default
 #: there, 80 columns, printed `lr=0.00…` for 0.001 and 0.0003 alike, so `| grep` found neither)
 PIPE_WIDTH = 240
@@ -207,6 +213,8 @@ def print_success(summary: dict[str, Any]) -> None:
                 row += [f"{d['difference']:+.3f}", f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]
         table.add_row(*row)
     console().print(table)
+    for note in success.get("notes") or []:  # an at_step past every run's end (a server before: none)
+        print(f"note: {note}")
     for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
         counts = ", ".join(f"{m} {c['succeeded']}/{c['finished']}" for m, c in other["by_model"].items())
         print(f"  also under {other['criterion']['name']}: {counts}")
@@ -340,18 +348,27 @@ def print_status(study: dict[str, Any]) -> None:
         print(f"  MLflow: {study['mlflow']['run_url']}")
 
 
-def print_studies(page: dict[str, Any], state: str | None = None) -> None:
+def print_studies(page: dict[str, Any], state: str | None = None, ledger: str | None = None) -> None:
     """A page of `GET /studies` (`total`, `offset`, `items`: summaries), one study a line (its trials
-    finished of its `expected_trials`), and where the next page starts when there is one."""
+    finished of its `expected_trials`), and where the next page starts when there is one; `ledger`:
+    where this machine's ledger is, when the page is its (an empty one then says how to ask a server)."""
     studies, total, offset = page["items"], page["total"], page["offset"]
     if not studies and total:
         print(f"no study past --offset {offset}: {total} in all")
         return
+    here = f" in this machine's ledger ({ledger}); {ASK_A_SERVER}" if ledger else ""
+    if not studies and state == "queued" and ledger:
+        print(f"no study is queued here: a server queues the studies it is sent; {ASK_A_SERVER}")
+        return
     if not studies and state:
-        print(f"no study is {state} (`memsweep studies` lists them all)")
+        print(f"no study is {state}{here or ' (`memsweep studies` lists them all)'}")
         return
     if not studies:
-        print("no studies yet: `memsweep run PRESET` or `memsweep submit PRESET --url URL` makes one")
+        print(
+            f"no studies in this machine's ledger ({ledger}): `memsweep run PRESET` makes one here; {ASK_A_SERVER}"
+            if ledger
+            else "no studies yet: `memsweep submit PRESET --url URL` makes one"
+        )
         return
     for s in studies:
         c = s["counts"]
@@ -376,7 +393,10 @@ def client_for(url: str) -> Any:
     from service.core.settings import get_settings
 
     token = get_settings().api_token
-    return MemsweepClient(url, token=token.get_secret_value() if token else None)
+    try:
+        return MemsweepClient(url, token=token.get_secret_value() if token else None)
+    except ValueError as exc:  # a URL without its scheme: said so, not "is `memsweep serve` running?"
+        raise SystemExit(f"error: --url (or MEMSWEEP_API_URL): {exc}") from None
 
 
 def answer(call: Callable[[], T]) -> T:

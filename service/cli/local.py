@@ -7,16 +7,21 @@ a plan, a sync and a comparison logged to MLflow build the whole service (engine
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from service.application.errors import NotFoundError
 from service.application.reads import NoRuns, StudyReads
+from service.cli.console import ASK_A_SERVER
 from service.client import TrialPages, param_filters
 from service.core.settings import Settings
 from service.core.spec import StudySpec
+from service.core.states import QUEUED
 from service.store.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -35,11 +40,20 @@ class LocalStudies(TrialPages):
         self._service: StudyService | None = None
 
     @property
+    def where(self) -> str:
+        """This machine's ledger, as a message names it (`ledger_place`)."""
+        return ledger_place(self.settings)
+
+    @property
     def reads(self) -> StudyReads:
         """The reads: the whole service's once it is built, else the ledger's alone (opened as the
-        engine opens it)."""
+        engine opens it); a ledger not made yet is not made to say it holds no study."""
         if self._service is not None:
             return self._service
+        if not ledger_exists(self.settings):
+            raise NotFoundError(
+                f"this machine has no ledger yet ({self.where}): nothing ran here. {ASK_A_SERVER}"
+            )
         if self._reads is None:
             self.settings.home.mkdir(parents=True, exist_ok=True)
             ledger = Ledger(self.settings.resolved_database_url())
@@ -68,14 +82,30 @@ class LocalStudies(TrialPages):
         if self._service is not None:
             self._service.runner.shutdown()
 
+    @contextlib.contextmanager
+    def _here(self) -> Iterator[None]:
+        """A study this ledger lacks is said with where the ledger is and how to ask a server instead."""
+        try:
+            yield
+        except NotFoundError as exc:
+            said = str(exc)
+            if not said.startswith("this machine has no ledger"):
+                said = f"{said}. That is this machine's ledger ({self.where}); {ASK_A_SERVER}"
+            raise NotFoundError(said) from None
+
     def get(self, study_id: str) -> dict[str, Any]:
-        return _json(self.reads.get(study_id))
+        with self._here():
+            return _json(self.reads.get(study_id))
 
     def studies(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.studies_page(state, offset=offset, limit=limit)["items"]
         return items
 
     def studies_page(self, state: str | None = None, *, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+        """A page of this ledger's studies; none, without making a ledger, where there is none yet, and
+        none `queued` (a server's runner queues studies: nothing is queued where nothing serves)."""
+        if state == QUEUED or not ledger_exists(self.settings):
+            return {"total": 0, "offset": offset, "limit": limit, "items": []}
         return _json(self.reads.list_studies(state, offset, limit))
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> dict[str, Any]:
@@ -85,7 +115,8 @@ class LocalStudies(TrialPages):
         return _json(self.service.sync(study_id))
 
     def best(self, study_id: str, k: int = 5, model: str | None = None) -> list[dict[str, Any]]:
-        return [_json(b) for b in self.reads.best(study_id, k, model)]
+        with self._here():
+            return [_json(b) for b in self.reads.best(study_id, k, model)]
 
     def success(
         self,
@@ -96,7 +127,8 @@ class LocalStudies(TrialPages):
         at_step: int | None = None,
         reference: str | None = None,
     ) -> dict[str, Any]:
-        return _json(self.reads.success(study_id, fraction, threshold, baseline, at_step, reference))
+        with self._here():
+            return _json(self.reads.success(study_id, fraction, threshold, baseline, at_step, reference))
 
     def comparison(
         self,
@@ -111,7 +143,8 @@ class LocalStudies(TrialPages):
         ids, fields = list(studies), by.split(",") if isinstance(by, str) else list(by)
         if log:  # an MLflow run of its own, through the engine's tracker
             return _json(self.service.compare(ids, fields, fraction, threshold, baseline, at_step, log=True))
-        return _json(self.reads.compare(ids, fields, fraction, threshold, baseline, at_step))
+        with self._here():
+            return _json(self.reads.compare(ids, fields, fraction, threshold, baseline, at_step))
 
     def trials_page(
         self,
@@ -126,19 +159,42 @@ class LocalStudies(TrialPages):
         model: str | list[str] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        page = self.reads.trials(
-            study_id,
-            [status] if isinstance(status, str) else status,
-            success,
-            sort,
-            order == "desc",
-            offset,
-            limit,
-            history,
-            models=[model] if isinstance(model, str) else model,
-            params=param_filters(params or {}),
-        )
+        with self._here():
+            page = self.reads.trials(
+                study_id,
+                [status] if isinstance(status, str) else status,
+                success,
+                sort,
+                order == "desc",
+                offset,
+                limit,
+                history,
+                models=[model] if isinstance(model, str) else model,
+                params=param_filters(params or {}),
+            )
         return _json(page)
+
+
+def ledger_place(settings: Settings) -> str:
+    """Where this machine's ledger is, as a message names it: its SQLite file, or its database's URL
+    (the password hidden)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.resolved_database_url())
+    if url.get_backend_name() == "sqlite" and url.database:
+        return url.database
+    return url.render_as_string(hide_password=True)
+
+
+def ledger_exists(settings: Settings) -> bool:
+    """Whether this machine's ledger has been made: its SQLite file exists (a database server's is
+    taken to: opening it says when it does not answer)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.resolved_database_url())
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return True
+    return Path(url.database).exists()
 
 
 def _json(answer: BaseModel) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from service.cli.console import add_spec_flags
-from service.core.states import StudyState, TrialStatus
+from service.core.states import QUEUED, StudyState, TrialStatus
 
 USAGE = """`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
 
@@ -87,7 +87,9 @@ def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--idempotency-key", dest="idempotency_key", help="repeat a submit safely (default: random)"
     )
-    p.add_argument("--wait", action="store_true", help="follow the study until it finishes")
+    p.add_argument(
+        "--wait", action="store_true", help="follow the study until it finishes (through a server restart)"
+    )
     p.add_argument("--json", action="store_true", help="print the study as JSON")
     p = sub.add_parser(
         "demo", help="start the server, submit a small Orhan copy study over REST, print its results"
@@ -147,7 +149,10 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_url_flag(p, "ask this memsweep server, not the local ledger")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("studies", help="the studies, newest first: id, name, state, trials finished")
-    p.add_argument("--state", choices=[s.value for s in StudyState], help="only studies in this state")
+    p.add_argument(
+        "--state", choices=[*(s.value for s in StudyState), QUEUED],
+        help="only studies in this state (queued: a server's, accepted and not started yet)",
+    )  # fmt: skip
     p.add_argument("--limit", type=study_limit, default=50, help="at most this many, 1 to 500 (default 50)")
     p.add_argument("--offset", type=study_offset, default=0, help="skip this many of the newest (default 0)")
     add_url_flag(p, "ask this memsweep server, not the local ledger")

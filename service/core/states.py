@@ -43,3 +43,7 @@ UNFINISHED: tuple[str, ...] = (
 )
 #: the studies a starting server takes up again (a crash leaves them so)
 RESUMABLE: tuple[str, ...] = (StudyState.PENDING, StudyState.RUNNING)
+#: what a study listing shows, and filters on, for a study a server has accepted and not started yet
+#: (its runner's queue, not a state of the ledger: such a study is `pending`, or `running` when a
+#: restart queued it again)
+QUEUED = "queued"

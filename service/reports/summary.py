@@ -134,6 +134,11 @@ class SuccessTable(BaseModel):
         "models' trials are disjoint runs of one study); the reference's own row is `is_reference`, with "
         "no difference; null without a reference",
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what the counts cannot say themselves: an `at_step` past the end of every run that "
+        "ended, which counts each at its end (the table without `at_step`)",
+    )
 
 
 class BudgetCell(BaseModel):
@@ -344,7 +349,20 @@ def success_table(
         by_value=by_value,
         reference=reference,
         differences=differences,
+        notes=budget_notes(trials, at_step),
     )
+
+
+def budget_notes(trials: Sequence[TrialLike], at_step: int | None) -> list[str]:
+    """What a count at a budget says of itself: one past the end of every run that ended (99,999 steps
+    of 1,500-step runs) counts each run at its end, which its title alone does not tell."""
+    ended = [t.steps for t in trials if t.status in FINISHED and t.steps is not None]
+    if at_step is None or not ended or max(ended) >= at_step:
+        return []
+    return [
+        f"at_step {at_step:,} is past the end of every run that ended (the longest trained {max(ended):,} "
+        "steps): each is counted at its end, as without at_step"
+    ]
 
 
 def success_vs_budget(

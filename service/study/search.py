@@ -193,11 +193,21 @@ def study_space(spec: StudySpec, max_grid_size: int) -> SearchSpace:
                 "that draws from ranges (random, tpe, cmaes, qmc; with max_trials)"
             )
         size = space.size()
-        limit = min(max_grid_size, spec.max_trials or max_grid_size)
+        capped = spec.max_trials is not None and spec.max_trials < max_grid_size  # on a grid, a cap
+        limit = spec.max_trials if capped and spec.max_trials is not None else max_grid_size
         if size > limit:
+            over, fix = (
+                (f"its max_trials of {limit}", "or raise max_trials (or leave it out)")
+                if capped
+                else (
+                    f"the limit of {limit} (MEMSWEEP_MAX_GRID_SIZE)",
+                    "or draw max_trials of its points with a sampler (random, tpe, cmaes, qmc); or raise "
+                    "MEMSWEEP_MAX_GRID_SIZE where the study runs (the server's setting)",
+                )
+            )
             raise StudyError(
-                f"the grid holds {size} trials (points × seeds), over the limit of {limit}; "
-                "choose fewer models, values or seeds (or raise max_trials / MEMSWEEP_MAX_GRID_SIZE)"
+                f"the grid holds {size} trials (points × seeds), over {over}; choose fewer models, values "
+                f"or seeds, {fix}"
             )
     check_execution(spec, space)
     check_space(space)

@@ -30,7 +30,7 @@ from service.api.schemas import (
     SuccessTable,
     TrialPage,
 )
-from service.core.states import StudyState, TrialStatus
+from service.core.states import TrialStatus
 from service.reports import tables
 from service.store.ledger import TrialSort
 
@@ -62,6 +62,10 @@ CSV: dict[str, Any] = {
 }
 
 router = APIRouter(prefix="/studies", tags=["studies"], responses=UNAUTHORIZED)
+
+#: what `GET /studies?state=` filters on: a study's state (`StudyState`, each of its values), or
+#: `queued`, which the listing shows in its place for a study accepted and not started yet
+ListedState = Literal["pending", "running", "done", "failed", "cancelled", "queued"]
 
 
 @router.post(
@@ -118,7 +122,13 @@ def create_study(
 @router.get("", response_model=StudyList)
 def list_studies(
     studies: StudiesDep,
-    state: Annotated[StudyState | None, Query(description="only studies in this state")] = None,
+    state: Annotated[
+        ListedState | None,
+        Query(
+            description="only studies in this state; `queued`: accepted and not started yet (a summary's "
+            "`queued`, which the listing shows as its state)"
+        ),
+    ] = None,
     offset: Annotated[int, Query(ge=0, le=1_000_000, description="skip this many studies")] = 0,
     limit: Annotated[int, Query(ge=1, le=500, description="studies on this page at most")] = 50,
 ) -> Response:
