@@ -6,9 +6,10 @@ The ledger stays the source of truth; the runner only knows which studies this p
 is running, and how fast each one goes (for the ETA). A run claims its study first (one process runs a
 study at a time: `service.study.claim`). On start it resumes every study the ledger holds as pending or
 running (a crash leaves them so) that no other live process runs, and those later, once their process
-is gone; on shutdown it stops the Tune runs and leaves those studies pending, so the next start
-resumes them. Ray and MLflow are brought up once, before the first
-study, by `prepare` (two studies must not race to start them).
+is gone; on shutdown it stops the Tune runs and leaves those studies and their interrupted trials
+pending (`Engine.run_study`'s `shutdown`: not cancelled, as by a user), so the next start resumes
+them. Ray and MLflow are brought up once, before the first study, by `prepare` (two studies must not
+race to start them).
 
 The runner shuts down the Ray it started, through the engine's executor (`Executor.start`, `stop`),
 which starts it on a thread that lives as long as the process (`service.study.nodes.ensure_ray`): Ray
@@ -36,7 +37,6 @@ from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
 #: seconds between the server's checks for studies whose MLflow runs need rebuilding
 #: seconds between two starts of a local MLflow server that keeps failing to start, at most
 MLFLOW_RESTART_MAX = 600.0
@@ -47,15 +47,16 @@ def run_planned(
     study_id: str,
     cancel: threading.Event | None = None,
     after_plan: Callable[[], None] | None = None,
+    shutdown: threading.Event | None = None,
 ) -> dict[str, Any]:
     """One run of a study: its plan of what is left (calibrating the shapes the cache lacks), kept in
-    `studies.plan`; the run (`Engine.run_study`) of the units the plan packed; what it took, beside
-    that plan (`record_actual`).
+    `studies.plan`; the run (`Engine.run_study`, `cancel` and `shutdown` as there) of the units the
+    plan packed; what it took, beside that plan (`record_actual`).
     `after_plan` is called between the plan and the run. Returns the run's summary."""
     units = plan_run(engine, study_id, cancel)  # a cancel stops its calibrations too
     if after_plan is not None:
         after_plan()
-    summary = engine.run_study(study_id, cancel=cancel, units=units)
+    summary = engine.run_study(study_id, cancel=cancel, units=units, shutdown=shutdown)
     record_actual(engine.ledger, study_id, summary["seconds"], summary.pop("units"))
     return summary
 
@@ -64,7 +65,8 @@ def run_planned(
 class Active:
     """A study this process has queued or is running."""
 
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)  # stops its run: a user, a shutdown
+    shutdown: threading.Event = field(default_factory=threading.Event)  # set before `cancel` by a shutdown
     future: Future[None] | None = None
     started: float | None = None  # time.monotonic() when its run began
     finished_at_start: int = 0
@@ -217,6 +219,8 @@ class StudyRunner:
                 if a.future is None or a.future.cancel():  # never started: still pending in the ledger
                     del self._active[study_id]
                 else:
+                    if not a.cancelled_by_user:  # its trials wait for the next start, not cancelled
+                        a.shutdown.set()
                     a.cancel.set()
                     running.append(a.future)
         still: set[Future[None]] = set()
@@ -282,6 +286,7 @@ class StudyRunner:
             if a is None:
                 return False
             a.cancelled_by_user = True
+            a.shutdown.clear()  # a user's cancel during a shutdown: what is left stopped is cancelled
             a.cancel.set()
             if a.future is None or a.future.cancel():  # it never started: nothing will record it
                 del self._active[study_id]
@@ -331,13 +336,6 @@ class StudyRunner:
                     study = ledger.get_study(study_id)
                     if study is not None and study.state in RESUMABLE:  # failed before the engine said so
                         ledger.update_study(study_id, state="failed", error=f"{type(exc).__name__}: {exc}")
-                finally:
-                    with self._lock:
-                        stopping = self._stopping
-                    if stopping and not a.cancelled_by_user:
-                        study = ledger.get_study(study_id)
-                        if study is not None and study.state == "cancelled":  # not by a user: to resume
-                            ledger.pend_study(study_id, SHUTDOWN_NOTE)
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             if a.cancelled_by_user:  # cancelled while it waited for a sync to let it go
                 ledger.cancel_unclaimed_study(study_id)
@@ -355,6 +353,7 @@ class StudyRunner:
 
     def _run_claimed(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger
+        self.engine.pend_orphans(study_id)  # claimed: what a dead process left running reads pending now
         try:
             self.prepare()
         except Exception as exc:  # the study fails saying why, and what brings it back
@@ -375,4 +374,4 @@ class StudyRunner:
             with self._lock:
                 a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
 
-        a.summary = run_planned(self.engine, study_id, a.cancel, started)
+        a.summary = run_planned(self.engine, study_id, a.cancel, started, a.shutdown)

@@ -452,7 +452,8 @@ class Ledger:
         """The study's unfinished trials of these hashes that no other running study holds `running`
         (reserved, or training) in a process that is `alive(owner, beat)`, marked `running` in the same
         transaction: a unit about to start holds them, so that another study's look sees them trained
-        here from now on, not only once the unit's worker starts (it may wait for a free slot). The
+        here from now on, not only once the unit's worker starts (it may wait for a free slot), and
+        they no longer carry the reason an earlier run stopped them for (`start_trial` neither). The
         hashes it reserved (its own rows running already among them). The rows of every study with these
         hashes are locked while it looks (PostgreSQL; SQLite's writer lock, taken by the fence, holds
         every other writer): two studies reserve one trial one after the other, never both."""
@@ -474,6 +475,8 @@ class Ledger:
                 }  # fmt: skip
                 for t, *_ in rows:
                     if t.study_id == study_id and t.status not in FINISHED and t.config_hash not in elsewhere:
+                        if t.status != TrialStatus.RUNNING:  # why a run before stopped it is no longer so
+                            t.reason = None
                         t.status = TrialStatus.RUNNING
                         reserved.add(t.config_hash)
         return reserved
@@ -486,7 +489,8 @@ class Ledger:
         process that died left running (at the start of the study's next run, which holds its claim:
         no other process trains them), with `reason` and without that run's evaluations; or those its
         run reserved and never started (`forget_history` False: what an earlier run left, a cancelled
-        one's evaluations, stays; `reason` None: as it was). The hashes it sent back."""
+        one's evaluations, stays; `reason` None: as it was, none since the reservation). The hashes it
+        sent back."""
         with self.session() as s:
             self._fence(s, study_id)
             q = select(Trial).where(Trial.study_id == study_id, Trial.status == TrialStatus.RUNNING)
@@ -618,7 +622,10 @@ class Ledger:
             self._fence(s, study_id)
             trial.status = "running"
             trial.runs = (trial.runs or 0) + 1
-            trial.history = None  # it trains from its first step: an earlier run's evaluations are not its
+            # it trains from its first step: an earlier run's evaluations are not its, nor why that run
+            # stopped (a cancel, a shutdown, a fault); `runs` says it is a start again
+            trial.history = None
+            trial.reason = None
             return trial.id
 
     def record_evaluations(self, study_id: str, histories: Mapping[int, Sequence[Evaluation]]) -> bool:
@@ -667,12 +674,18 @@ class Ledger:
             data = s.scalar(select(Trial.matrices).where(Trial.id == trial_id))
         return unpack_matrices(data) if data else None
 
-    def cancel_trial(
-        self, trial_id: int, reason: str, history: Sequence[Evaluation], task: TrialResult | None = None
+    def stop_trial(
+        self,
+        trial_id: int,
+        status: str,
+        reason: str,
+        history: Sequence[Evaluation],
+        task: TrialResult | None = None,
     ) -> None:
-        """A trial stopped with its study: cancelled, with the evaluations it made and what it records of
-        its task (`task`: its baselines and budget, which judge those evaluations at a budget they
-        reached); it runs again on resume."""
+        """A trial stopped with its run: `cancelled` by its study's user, or `pending` for the next start
+        when its process stopped, with the evaluations it made and what it records of its task (`task`:
+        its baselines and budget, which judge those evaluations at a budget they reached); it runs
+        again on resume."""
         recorded = (
             {"baseline_loss": task.baseline_loss, "reference_baselines": task.reference_baselines or None,
              "budget_steps": task.budget_steps or None, "metric_name": task.metric_name}
@@ -681,7 +694,7 @@ class Ledger:
         )  # fmt: skip
         self.update_trial(
             trial_id,
-            status="cancelled",
+            status=status,
             reason=reason,
             history=[e.to_dict() for e in history] or None,
             **recorded,
@@ -692,21 +705,6 @@ class Ledger:
         self.update_trial(
             trial_id, status=status, reason=reason, history=[e.to_dict() for e in history] or None
         )
-
-    @outlasting
-    def pend_study(self, study_id: str, note: str) -> None:
-        """A study its runner's shutdown stopped (not a user): pending again with `note`, and its
-        cancelled trials pending with it as their reason (the next start runs them), in one transaction."""
-        with self.session() as s:
-            self._fence(s, study_id)
-            study = s.get(Study, study_id)
-            if study is None:
-                raise KeyError(study_id)
-            study.state, study.error = "pending", note
-            for row in s.scalars(
-                select(Trial).where(Trial.study_id == study_id, Trial.status == "cancelled")
-            ):
-                row.status, row.reason = "pending", note
 
     @outlasting
     def finished_objectives(self, study_id: str, hashes: Iterable[str]) -> dict[str, Known]:

@@ -19,6 +19,12 @@ from trainers.model import build_model, count_params
 from trainers.runtime import record_task
 from trainers.schedule import Schedule
 
+#: the reason of a trial, and the note of its study, that a run stopped because its process did (a
+#: server's shutdown, a Ctrl-C of `memsweep run`), not its user: pending, to resume at the next start
+SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
+#: the reason of a trial its study's user cancelled it with
+CANCEL_NOTE = "the study was cancelled"
+
 
 class Recorder(Protocol):
     """What the driver does with a trial as it runs: record it in the ledger and MLflow
@@ -46,7 +52,7 @@ class TrialBook:
     2. `reported(run, events)` any number of times: evaluations and finished members, in order
        (and `tick()` between them, as often as the executor's loop turns);
     3. then exactly one of `ended(run)` (the executor trial returned or was stopped: the members it
-       did not finish are cancelled with the study, else pruned by the scheduler) or
+       did not finish are stopped with the run (see below), else pruned by the scheduler) or
        `failed(run, reason, unit)` (its worker, process or node died: an infrastructure fault, not a
        result; its unfinished members go back to `pending` — `requeued` — up to `attempts` tries in
        this run, and only then end as `error`). An executor trial whose worker died before it
@@ -57,7 +63,12 @@ class TrialBook:
     (`RayTune` does for a grid: they wait for the next free slot, not for the round's last unit).
     After the executor's run, `close_unfinished` closes what no `ended`/`failed` reached. The engine
     then runs another round of what is still unfinished: `begin_round` clears `requeued`, and `spent`
-    says which trials used their starts; a member may thus be `started` again under a new `run` key."""
+    says which trials used their starts; a member may thus be `started` again under a new `run` key.
+
+    A run stops once `cancel` is set: by its user (its unfinished members end `cancelled` with the
+    study), or by its process stopping (`shutdown` set first: a server's shutdown, a Ctrl-C), which
+    leaves them `pending` with SHUTDOWN_NOTE, for the next start, in the ledger and MLflow alike (before,
+    they read `cancelled` as by a user until the runner rewrote them, and a kill meanwhile left them so)."""
 
     def __init__(
         self,
@@ -67,8 +78,10 @@ class TrialBook:
         cancel: threading.Event,
         sampled: bool,
         attempts: int = 3,
+        shutdown: threading.Event | None = None,
     ) -> None:
         self.ledger, self.study_id, self.record, self.cancel = ledger, study_id, record, cancel
+        self.shutdown = shutdown or threading.Event()
         self.sampled = sampled  # sampled points get their ledger rows as they start
         self.attempts = attempts
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
@@ -124,9 +137,13 @@ class TrialBook:
         written once they are due (`Recorder.write_evaluations`), also when no report comes."""
         self.record.write_evaluations()
 
+    def _stop(self) -> tuple[str, str]:
+        """(status, reason) of a member the run's stop left unfinished."""
+        return ("pending", SHUTDOWN_NOTE) if self.shutdown.is_set() else ("cancelled", CANCEL_NOTE)
+
     def ended(self, run: str) -> None:
         if self.cancel.is_set():
-            self._close(run, "cancelled", "the study was cancelled")
+            self._close(run, *self._stop())
         else:
             self._close(run, "pruned", "stopped early by the scheduler")
 
@@ -169,13 +186,11 @@ class TrialBook:
         self.open[run] = todo
 
     def close_unfinished(self, reason: str) -> None:
-        """Every executor trial still open: cancelled with the study (and said so), else interrupted
-        for `reason`."""
-        cancelled = self.cancel.is_set()
+        """Every executor trial still open: stopped with the run (and said so), else
+        interrupted for `reason`."""
+        how = self._stop() if self.cancel.is_set() else ("interrupted", reason)
         for run in list(self.open):
-            self._close(
-                run, *(("cancelled", "the study was cancelled") if cancelled else ("interrupted", reason))
-            )
+            self._close(run, *how)
 
     def _finish(self, run: str, key: str, result: trainers.TrialResult) -> None:
         self.history.pop(key, None)
@@ -202,19 +217,22 @@ class TrialBook:
             result.param_count = count_params(build_model(spec.resolved, task))
 
     def _close(self, run: str, how: str, reason: str) -> list[str]:
-        """The members an executor trial left unfinished: cancelled (with the study), pruned (by the
-        scheduler), or interrupted by an infrastructure fault (pending again, or error); the config
-        hashes of those sent back to pending."""
+        """The members an executor trial left unfinished: stopped with the run (`how` cancelled by its
+        user, or pending for its process's next start: no attempt spent, nothing to run again in this
+        run), pruned (by the scheduler), or interrupted by an infrastructure fault (pending again, or
+        error); the config hashes of those a fault sent back to pending."""
         again = []
         for key in sorted(self.open.get(run, set())):
             history = self.history.pop(key, [])
             last = history[-1] if history else None
-            if how == "cancelled" or (how == "pruned" and last is None):  # pruned before its first evaluation
+            stop = how in ("cancelled", "pending")
+            if stop or (how == "pruned" and last is None):  # pruned before its first evaluation: cancelled
+                status = how if stop else "cancelled"
                 task = trainers.TrialResult()
                 if history:  # what it records of its task: its evaluations are judged at a budget reached
                     self._with_task(task, key)
-                self.ledger.cancel_trial(self.ids[key], reason, history, task)
-                self.record.stopped(self.ids[key], key, "cancelled", reason)
+                self.ledger.stop_trial(self.ids[key], status, reason, history, task)
+                self.record.stopped(self.ids[key], key, status, reason)
             elif how == "pruned":
                 evaluations = f"{len(history)} evaluation{'s' if len(history) != 1 else ''}"
                 result = trainers.TrialResult(

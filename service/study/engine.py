@@ -38,7 +38,7 @@ from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
 from service.study import elsewhere
-from service.study.book import TrialBook
+from service.study.book import SHUTDOWN_NOTE, TrialBook
 from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: where a run's time goes, in order (`run_study`'s summary["seconds"])
 RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
+#: the reason of a trial a process that died left `running`, once the study's next run holds its claim
+ORPHAN_NOTE = "the process running it died before it ended; it runs again"
 
 
 def retrained_points(rows: Sequence[Any], trials: Sequence[Any]) -> int:
@@ -251,6 +253,12 @@ class Engine:
         old = study.validated_spec()
         if old.sampler != spec.sampler:
             raise StudyError("extend keeps the sampler; create a new study to change it")
+        if spec.sampler != "grid" and (spec.max_trials or 0) < (old.max_trials or 0):
+            raise StudyError(  # it answered the difference, a negative count of trials added, and kept the spec
+                f"extend only adds to a sampled study's budget: max_trials {spec.max_trials} is below the "
+                f"study's {old.max_trials} (the trials it drew stay in it). Give max_trials above "
+                f"{old.max_trials} to draw more, or leave it out; to run fewer, cancel the study"
+            )
         if old.resources.cpus != spec.resources.cpus:  # every point again, at another thread count
             raise StudyError(
                 f"extend keeps resources.cpus ({old.resources.cpus:g}): a trial's threads are its unit's CPUs "
@@ -287,6 +295,14 @@ class Engine:
             self.ledger.update_study(study.id, spec=spec.model_dump(mode="json"), state="pending")
         return added if spec.sampler == "grid" else (spec.max_trials or 0) - (old.max_trials or 0)
 
+    def pend_orphans(self, study_id: str) -> list[str]:
+        """The study's trials a process that died left `running`, back to `pending` (ORPHAN_NOTE, their
+        evaluations forgotten): this run's to train. Only under the study's claim (`StudyClaim`: no
+        other process runs it, and no run of it here has started yet) — the runner calls it as soon as
+        it claims the study, before Ray, MLflow and the plan come up (they read `running` for that long
+        after a restart), and `run_study` again as it starts. The config hashes it sent back."""
+        return self.ledger.pend_running(study_id, None, ORPHAN_NOTE)
+
     def space(self, spec: StudySpec) -> SearchSpace:
         """The study's space, checked (`search.study_space`) under this engine's grid limit."""
         return study_space(spec, self.settings.max_grid_size)
@@ -303,18 +319,26 @@ class Engine:
         return self._tracking_uri
 
     def run_study(
-        self, study_id: str, cancel: threading.Event | None = None, units: Sequence[Unit] | None = None
+        self,
+        study_id: str,
+        cancel: threading.Event | None = None,
+        units: Sequence[Unit] | None = None,
+        shutdown: threading.Event | None = None,
     ) -> dict[str, Any]:
         """Run every trial of the study that is not finished; returns the study summary, with the
         run's `seconds` by phase and the `units` it packed (their members' config hashes).
 
-        `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable.
+        `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable. A
+        user's cancel ends the study and its running trials `cancelled`; `shutdown`, set before
+        `cancel` when the run stops because its process does (a server's shutdown, a Ctrl-C), ends
+        both `pending` instead, saying so (`SHUTDOWN_NOTE`), for the next start to resume.
         `units`: the unfinished trials as a plan packed them just before (`service.runner`); used when
         they are exactly the trials this run takes up, else the run packs them."""
         study = self.ledger.study(study_id)
         spec = study.validated_spec()
         space = self.space(spec)
         cancel = cancel if cancel is not None else threading.Event()
+        shutdown = shutdown if shutdown is not None else threading.Event()
         tracker, mlflow, note = self._open_tracking(study, spec)
         try:
             self.ledger.update_study(
@@ -332,10 +356,10 @@ class Engine:
             recorder = StudyRecorder(self.ledger, tracker, study.id, mlflow)
             self.progress[study.id] = recorder
             recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
-            ran = self._run_units(study, spec, space, recorder, cancel, units)
+            ran = self._run_units(study, spec, space, recorder, cancel, shutdown, units)
             if self.ledger.claim_lost(study.id):  # stopped by the beat that found it: not a cancel
                 raise ClaimLostError(f"study {study.id} was taken over by another process; this run stopped")
-            state = "cancelled" if cancel.is_set() else "done"
+            state = ("pending" if shutdown.is_set() else "cancelled") if cancel.is_set() else "done"
         except Exception as exc:
             if self.ledger.claim_lost(study.id):  # another process runs it now: its state is that one's
                 tracker.close()
@@ -355,7 +379,8 @@ class Engine:
         summary, errors = finish_in_mlflow(self.ledger, study.id, tracker, mlflow, state, marks)
         phases = dict(zip(RUN_PHASES, (b - a for a, b in pairwise(marks)), strict=True))
         log.info("study %s: %s", study.id, ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
-        self.ledger.update_study(study.id, state=state, error=tracking_error(study.id, errors))
+        note = SHUTDOWN_NOTE if state == "pending" else None  # an MLflow error first: the repair needs it
+        self.ledger.update_study(study.id, state=state, error=tracking_error(study.id, errors) or note)
         summary["state"] = state
         summary["seconds"] = phases
         summary["units"] = ran
@@ -403,6 +428,7 @@ class Engine:
         space: SearchSpace,
         record: StudyRecorder,
         cancel: threading.Event,
+        shutdown: threading.Event,
         packed: Sequence[Unit] | None,
     ) -> list[list[str]]:
         """The study's trials through the executor: its unfinished trials packed into units, round
@@ -418,11 +444,11 @@ class Engine:
             raise StudyError(why)
         admit_plugins(space, self.executor.node_plugins)  # the nodes may have changed since the door
         attempts = self.settings.trial_attempts
-        # what a process that died left running is this run's to train (its claim says no other runs it)
-        self.ledger.pend_running(study.id, None, "the process running it died before it ended; it runs again")
+        self.pend_orphans(study.id)  # the runner did at its claim; a caller without one, here
         book = TrialBook(
-            self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts
-        )
+            self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts,
+            shutdown=shutdown,
+        )  # fmt: skip
         request = RunRequest(
             f"study-{study.id}", resources, spec.concurrency, cancel,
             asha=spec.asha if spec.scheduler == "asha" else None,

@@ -1,0 +1,226 @@
+"""How a study's trials read when its run stops other than by finishing: a server's shutdown (pending,
+for the next start, not cancelled as by a user), a process that died (pending once the next run claims
+the study), a trial that starts again (no reason left from the run before); and an extension of a
+sampled study's budget, which only grows. A real SQLite ledger throughout; the runs on a real Ray and
+a real MLflow server, through the runner a server uses."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from mlflow.tracking import MlflowClient
+
+from service.core import processes
+from service.core.settings import Settings
+from service.core.spec import StudySpec
+from service.store.ledger import Ledger
+from tests.service.conftest import TINY
+
+
+def lr_grid(name: str, lrs: list[float], steps: int) -> StudySpec:
+    return StudySpec.model_validate({
+        "name": name, "base": {**TINY, "steps": steps, "eval_every": max(steps // 4, 1)},
+        "space": {"dims": {"lr": lrs}}, "bundle_size": 1, "concurrency": 2,
+    })  # fmt: skip
+
+
+def wait_until(what: str, ok: Callable[[], bool], seconds: float = 240.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_a_trial_started_again_carries_no_reason_from_the_run_before(tmp_path: Path) -> None:
+    """A start clears why an earlier run stopped the trial (a cancel, a shutdown, a fault): it read
+    "the study was cancelled" while it trained again; `runs` says it is a start again."""
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri="http://127.0.0.1:9"))  # runs nothing
+    study = engine.create_study(lr_grid("again", [1e-3], 20))
+    ledger = engine.ledger
+    (row,) = ledger.trials(study.id)
+    assert ledger.start_trial(study.id, row.config_hash) == row.id
+    ledger.interrupt_trial(row.id, "cancelled", "the study was cancelled", [])
+    # a unit about to start reserves it (`running` while it waits for a slot): no reason either
+    assert ledger.reserve_trials(study.id, [row.config_hash], lambda owner, beat: True) == {row.config_hash}
+    reserved = ledger.trial(row.id)
+    assert (reserved.status, reserved.reason) == ("running", None)
+    assert ledger.pend_running(study.id, [row.config_hash], None, forget_history=False)  # never started
+    assert ledger.start_trial(study.id, row.config_hash) == row.id
+    ledger.interrupt_trial(row.id, "pending", "its worker failed (attempt 2 of 3; it runs again)", [])
+    assert ledger.start_trial(study.id, row.config_hash) == row.id
+    again = ledger.trial(row.id)
+    assert (again.status, again.runs, again.reason) == ("running", 3, None)
+
+
+@pytest.fixture
+def rest(tmp_path: Path) -> Iterator[TestClient]:
+    """The REST app in-process on a real SQLite ledger, running no study (as test_api_units)."""
+    from service.api import create_app
+
+    settings = Settings(home=tmp_path, max_parallel_studies=0, mlflow_tracking_uri="http://127.0.0.1:9")
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def test_a_sampled_studys_budget_only_grows(rest: TestClient) -> None:
+    """An extension with a smaller `max_trials` answered 200 with a negative count added (-4) and kept
+    the spec: it is a 422 naming the study's budget and what to do; the same budget adds 0, changes
+    nothing; a larger one adds the difference."""
+    spec = {
+        "name": "budget", "sampler": "random", "max_trials": 6, "seeds": [1], "base": TINY,
+        "space": {"dims": {"lr": {"loguniform": [1e-4, 1e-2]}}},
+    }  # fmt: skip
+    made = rest.post("/studies", json=spec)
+    assert made.status_code in (200, 201, 202), made.text
+    sid = made.json()["id"]
+    rest.app.state.runner.cancel(sid)  # type: ignore[attr-defined]  # this server runs nothing
+    smaller = rest.post(f"/studies/{sid}/extend", json={"max_trials": 2})
+    assert smaller.status_code == 422, smaller.text
+    said = smaller.text
+    assert "max_trials 2" in said and "study's 6" in said and "above 6" in said, said
+    assert rest.get(f"/studies/{sid}").json()["spec"]["max_trials"] == 6
+    same = rest.post(f"/studies/{sid}/extend", json={"max_trials": 6})
+    assert same.status_code == 200 and same.json()["added"] == 0, same.text
+    more = rest.post(f"/studies/{sid}/extend", json={"max_trials": 9})
+    assert more.status_code == 200 and more.json()["added"] == 3, more.text
+    assert rest.get(f"/studies/{sid}").json()["spec"]["max_trials"] == 9
+
+
+@pytest.mark.slow
+def test_a_shutdown_leaves_its_running_trials_pending_not_cancelled(engine: Any, mlflow_uri: str) -> None:
+    """A runner's shutdown (a server's SIGTERM, a Ctrl-C) stopped its studies as a user's cancel does:
+    their running trials read `cancelled` ("the study was cancelled") in the ledger until the runner
+    rewrote them pending, and stayed so in MLflow; a kill meanwhile left them cancelled. Now they go
+    straight to `pending`, saying the runner stopped and the next start resumes them, in both; the
+    next run trains them again without that reason, and nothing twice."""
+    from service.runner import StudyRunner
+
+    study = engine.create_study(lr_grid("shutdown", [1e-3, 3e-4, 1e-4], 4000))
+    watch = Ledger(engine.ledger.url)
+    runner = StudyRunner(engine, workers=1)
+    seen: set[str] = set()  # every trial status and study state the shutdown went through
+    polling = threading.Event()
+
+    def poll() -> None:
+        while not polling.is_set():
+            seen.add(f"study {watch.study(study.id).state}")
+            seen.update(t.status for t in watch.trials(study.id))
+            time.sleep(0.02)
+
+    try:
+        runner.submit(study.id)
+        wait_until(  # its live child run made (at once its id is in the ledger)
+            "no trial ever started",
+            lambda: any(t.status == "running" and t.mlflow_run_id for t in watch.trials(study.id)),
+        )
+        poller = threading.Thread(target=poll)
+        poller.start()
+        runner.shutdown()
+    finally:
+        polling.set()
+        runner.shutdown()
+    poller.join()
+    assert "cancelled" not in seen and "study cancelled" not in seen, seen
+    row = watch.study(study.id)
+    assert row.state == "pending" and "runner stopped" in (row.error or ""), (row.state, row.error)
+    trials = watch.trials(study.id)
+    stopped = [t for t in trials if t.runs == 1 and t.status == "pending"]
+    assert stopped and not [t for t in trials if t.status in ("cancelled", "running")]
+    mlflow = MlflowClient(mlflow_uri)
+    for t in stopped:
+        assert "runner stopped" in (t.reason or "") and "next start resumes" in (t.reason or ""), t.reason
+        run = mlflow.get_run(t.mlflow_run_id)
+        assert run.info.status == "KILLED"
+        assert run.data.tags["memsweep.status"] == "pending", run.data.tags
+        assert run.data.tags["memsweep.reason"] == t.reason
+    done_before = {t.config_hash: t.final_val_loss for t in trials if t.status == "done"}
+
+    training: dict[str, set[str | None]] = {t.config_hash: set() for t in stopped}  # reasons while running
+
+    def reasons() -> bool:
+        for t in watch.trials(study.id):
+            if t.config_hash in training and t.status == "running":
+                training[t.config_hash].add(t.reason)
+        return watch.study(study.id).state == "done"
+
+    again = StudyRunner(engine, workers=1)
+    try:
+        again.submit(study.id)
+        wait_until("the resumed study never ended", reasons, seconds=300)
+    finally:
+        again.shutdown()
+    assert all(while_running == {None} for while_running in training.values()), training
+    final = watch.trials(study.id)
+    assert all(t.status == "done" for t in final)
+    for t in final:
+        assert t.runs == (2 if t.config_hash in training else 1)  # none trained twice but the stopped
+        if t.config_hash in done_before:
+            assert t.final_val_loss == done_before[t.config_hash]
+
+
+def dead_owner() -> str:
+    """A study's owner on this host whose process has exited (as a SIGKILL leaves it)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = processes.started(child.pid)
+    child.wait()
+    return f"{socket.gethostname()}/{child.pid}/{started}"
+
+
+@pytest.mark.slow
+def test_what_a_dead_process_left_running_reads_pending_once_the_study_is_claimed(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study resumed after its process was killed showed that process's trials `running` until its
+    new run had Ray, MLflow and its plan up (about 10 s after a restart), though nothing trained them.
+    Its claim says no other process runs the study: they read `pending` from then, before anything
+    comes up, and train once more each."""
+    from service.runner import StudyRunner
+
+    study = engine.create_study(lr_grid("orphans", [1e-3, 3e-4, 1e-4], 40))
+    dead = Ledger(engine.ledger.url)  # the killed process's writes, under its claim
+    owner = dead_owner()
+    assert dead.claim_study(study.id, owner, lambda owner, beat: True) is None
+    dead.update_study(study.id, state="running")
+    left = [t.config_hash for t in dead.trials(study.id)[:2]]
+    for h in left:
+        assert dead.start_trial(study.id, h) is not None
+
+    runner = StudyRunner(engine, workers=1)
+    claimed, release = threading.Event(), threading.Event()
+    prepare = runner.prepare
+
+    def bring_up() -> None:  # Ray and MLflow come up once the test has looked
+        claimed.set()
+        release.wait(60)
+        prepare()
+
+    monkeypatch.setattr(runner, "prepare", bring_up)
+    watch = Ledger(engine.ledger.url)
+    try:
+        runner.submit(study.id)
+        assert claimed.wait(60), "the study was never claimed"
+        assert watch.study(study.id).owner != owner
+        rows = {t.config_hash: t for t in watch.trials(study.id)}
+        assert [rows[h].status for h in left] == ["pending", "pending"], [rows[h].status for h in left]
+        assert all("died before it ended" in (rows[h].reason or "") for h in left)
+        release.set()
+        wait_until("the resumed study never ended", lambda: watch.study(study.id).state == "done")
+    finally:
+        release.set()
+        runner.shutdown()
+    final = watch.trials(study.id)
+    assert all(t.status == "done" for t in final)
+    assert sorted(t.runs for t in final) == [1, 2, 2] and {
+        t.config_hash for t in final if t.runs == 2
+    } == set(left)
