@@ -257,7 +257,7 @@ def print_best(best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, A
             r["model"],
             params,
             f"{r['mean_final_val_loss']:.5g}",
-            f"{r['sem']:.2g}",
+            f"{r['sem']:.2g}" if len(r["seeds"]) > 1 else "–",  # one seed: no spread to estimate
             f"{len(r['seeds'])} of {r['trials']} *" if missing else str(len(r["seeds"])),
             f"{r['succeeded']}/{r['trials']}",
         )

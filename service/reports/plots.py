@@ -23,6 +23,13 @@ def _png(fig: Any) -> bytes:
 
 
 def success_bars(table: dict[str, Any], title: str) -> bytes:
+    """Successful runs per model with their Wilson intervals, as a PNG (`success_figure`)."""
+    return _png(success_figure(table, title))
+
+
+def success_figure(table: dict[str, Any], title: str) -> Figure:
+    """Successful runs per model, each bar's count of its finished runs written over its error bar (on
+    the bar's top it sat under the bar, and a count of 0 on the axis)."""
     models = list(table["by_model"])
     counts = [table["by_model"][m]["succeeded"] for m in models]
     totals = [table["by_model"][m]["finished"] for m in models]  # the rate's runs
@@ -38,11 +45,14 @@ def success_bars(table: dict[str, Any], title: str) -> bytes:
     fig = Figure(figsize=(1.2 + 1.1 * len(models), 3.2))
     ax = fig.subplots()
     ax.bar(models, counts, yerr=[lo, hi], capsize=4, color="#4c72b0")
-    for i, (c, n) in enumerate(zip(counts, totals, strict=True)):
-        ax.text(i, c, f"{c}/{n}", ha="center", va="bottom", fontsize=8)
+    for i, (c, n, top) in enumerate(zip(counts, totals, hi, strict=True)):  # above the error bar, not on it
+        ax.annotate(f"{c}/{n}", (i, c + top), textcoords="offset points", xytext=(0, 3), ha="center",
+                    va="bottom", fontsize=8)  # fmt: skip
+    highest = max((c + top for c, top in zip(counts, hi, strict=True)), default=0.0)
+    ax.set_ylim(0, max(1.0, highest) * 1.15)  # room for the labels over the highest bar
     ax.set_ylabel("successful runs (95 % Wilson CI)")
     ax.set_title(title, fontsize=9)
-    return _png(fig)
+    return fig
 
 
 def best_curves(

@@ -274,6 +274,22 @@ def test_success_plot_accepts_all_and_none_successful():
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_success_counts_are_written_over_their_error_bars():
+    """ "8/9" sat on its error bar and "0/9" on the axis: each count is written at its bar's upper error,
+    inside the axes."""
+    from service.reports.plots import success_figure
+
+    trials = [T("chain", {"seed": s}, 0.01 if s < 8 else 0.5) for s in range(9)]
+    trials += [T("orth", {"seed": s}, 0.5) for s in range(9)]
+    table = success_table(trials).model_dump(mode="json")
+    ax = success_figure(table, "labels").axes[0]
+    labels = {t.get_text(): t.xy[1] for t in ax.texts}
+    for model, label in (("chain", "8/9"), ("orth", "0/9")):
+        upper = 9 * table["by_model"][model]["ci95"][1]
+        assert labels[label] == pytest.approx(upper) and labels[label] < ax.get_ylim()[1]
+    assert labels["0/9"] > 0
+
+
 def test_figures_drawn_in_threads_at_once_use_no_pyplot():
     """Studies and requests draw figures in threads at once: pyplot's current figure and its figure
     manager are global, and importing the plots switched the whole process's backend to Agg. Each
