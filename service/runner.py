@@ -32,12 +32,12 @@ from service.core.spec import expected_trials
 from service.core.states import FINISHED, RESUMABLE
 from service.planning.record import plan_run, record_actual
 from service.store.ledger import ClaimLostError
+from service.study.book import SHUTDOWN_NOTE
 from service.study.claim import StudyBusyError, StudyClaim, gone
 from service.study.engine import Engine
 
 log = logging.getLogger(__name__)
 
-#: seconds between the server's checks for studies whose MLflow runs need rebuilding
 #: seconds between two starts of a local MLflow server that keeps failing to start, at most
 MLFLOW_RESTART_MAX = 600.0
 
@@ -54,11 +54,25 @@ def run_planned(
     plan packed; what it took, beside that plan (`record_actual`).
     `after_plan` is called between the plan and the run. Returns the run's summary."""
     units = plan_run(engine, study_id, cancel)  # a cancel stops its calibrations too
+    if cancel is not None and cancel.is_set():  # stopped while it planned: no run, nothing to record
+        state = stopped_state(engine, study_id, shutdown is not None and shutdown.is_set())
+        return {"state": state}
     if after_plan is not None:
         after_plan()
     summary = engine.run_study(study_id, cancel=cancel, units=units, shutdown=shutdown)
-    record_actual(engine.ledger, study_id, summary["seconds"], summary.pop("units"))
+    record_actual(
+        engine.ledger, study_id, summary["seconds"], summary.pop("units"), summary["state"] == "done"
+    )
     return summary
+
+
+def stopped_state(engine: Engine, study_id: str, shutdown: bool) -> str:
+    """A study stopped before its run began (while it waited for Ray, MLflow or its plan): `pending`
+    with SHUTDOWN_NOTE for the next start when its process stops, else `cancelled` by its user. It
+    went on into the run (a parent run made, the study `running`, its summary written) for nothing."""
+    state = "pending" if shutdown else "cancelled"
+    engine.ledger.update_study(study_id, state=state, error=SHUTDOWN_NOTE if shutdown else None)
+    return state
 
 
 @dataclass
@@ -280,18 +294,28 @@ class StudyRunner:
             return True
 
     def cancel(self, study_id: str) -> bool:
-        """Stop a queued or running study; False when this process is not running it."""
+        """Stop a queued or running study; False when this process is not running it. A study queued
+        here that no process holds is marked `cancelled`; one another process runs (a `memsweep run` on
+        this ledger), or a dead one left `running`, is not this process's to mark: it stays queued, and
+        the answer is False (it wrote `cancelled` under a live run, so that another study stopped waiting
+        for its trials and trained them too)."""
         with self._lock:
             a = self._active.get(study_id)
             if a is None:
                 return False
-            a.cancelled_by_user = True
-            a.shutdown.clear()  # a user's cancel during a shutdown: what is left stopped is cancelled
-            a.cancel.set()
-            if a.future is None or a.future.cancel():  # it never started: nothing will record it
+            if a.future is not None and not a.future.cancel():  # started: its run records the cancel
+                a.cancelled_by_user = True
+                a.shutdown.clear()  # a user's cancel during a shutdown: what is left stopped is cancelled
+                a.cancel.set()
+                return True
+            if a.future is None or self.engine.ledger.cancel_unclaimed_study(study_id):
                 del self._active[study_id]
-                self.engine.ledger.update_study(study_id, state="cancelled")
-            return True
+                if a.future is None:  # queued in a runner without workers: nothing holds it either
+                    self.engine.ledger.cancel_unclaimed_study(study_id)
+                return True
+            # held by another process, or left running by a dead one: queued again, its turn to come
+            a.future = self._pool.submit(self._run, study_id, a) if self._pool is not None else None
+            return False
 
     def eta(self, study_id: str) -> float | None:
         """Seconds left of a study this process runs: at the measured step rates of its running trials
@@ -334,8 +358,10 @@ class StudyRunner:
                 except Exception as exc:
                     log.exception("study %s failed", study_id)
                     study = ledger.get_study(study_id)
-                    if study is not None and study.state in RESUMABLE:  # failed before the engine said so
-                        ledger.update_study(study_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+                    # failed before the engine said so; a shutdown's leaves it pending, the error kept
+                    if study is not None and study.state in RESUMABLE:
+                        state = "pending" if a.shutdown.is_set() else "failed"
+                        ledger.update_study(study_id, state=state, error=f"{type(exc).__name__}: {exc}")
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             if a.cancelled_by_user:  # cancelled while it waited for a sync to let it go
                 ledger.cancel_unclaimed_study(study_id)
@@ -358,7 +384,7 @@ class StudyRunner:
             self.prepare()
         except Exception as exc:  # the study fails saying why, and what brings it back
             if a.cancel.is_set():  # stopped meanwhile (a shutdown refuses to start Ray): not a failure
-                ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
+                stopped_state(self.engine, study_id, a.shutdown.is_set())
                 return
             raise RuntimeError(
                 f"could not bring up Ray or MLflow ({exc}); once that is fixed, run the study again: "
@@ -366,7 +392,7 @@ class StudyRunner:
                 f"`memsweep run --study {study_id}` here"
             ) from None
         if a.cancel.is_set():
-            ledger.update_study(study_id, state="pending" if not a.cancelled_by_user else "cancelled")
+            stopped_state(self.engine, study_id, a.shutdown.is_set())
             return
 
         def started() -> None:

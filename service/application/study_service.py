@@ -183,6 +183,12 @@ class StudyService(StudyReads):
     def cancel(self, study_id: str) -> StudyPublic:
         study = self._get(study_id)
         if not self.runner.cancel(study_id):
+            if self.runner.is_queued(study_id):  # held by another process, or a dead one's: not ours yet
+                raise ConflictError(
+                    f"study {study_id} is queued here, but the ledger says another process holds it (a "
+                    f"`memsweep run` on this ledger), or one that died left it running: this server may "
+                    f"cancel it once it starts it. Cancel it where it runs, or again once it runs here"
+                )
             if study.state in ("pending", "running"):
                 raise ConflictError(
                     f"study {study_id} is {study.state} in the ledger but this server is not running it "

@@ -123,18 +123,22 @@ def plan_spec(
         engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel,
         seeds=len(space.seeds),
     )  # fmt: skip
-    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, "", todo)
+    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, spec, None, todo)
     return _with_memory(planned, measured)
 
 
-def elsewhere_notes(ledger: Ledger, study_id: str, todo: Sequence[TrialSpec]) -> list[str]:
+def elsewhere_notes(
+    ledger: Ledger, spec: StudySpec, study_id: str | None, todo: Sequence[TrialSpec]
+) -> list[str]:
     """The trials to run that another running study trains now (`service.study.elsewhere`): the run
-    waits for them and takes their results (the plan counted them among its units, to train)."""
+    waits for them and takes their results (the plan counted them among its units, to train). An asha
+    study waits for none (a point's seeds train and are judged together): nothing to say. `study_id`
+    None: a spec not created yet."""
     hashes = [t.config_hash for t in todo]
-    if not hashes:
+    if not hashes or spec.scheduler == "asha":
         return []
     mine = ledger.statuses(study_id, hashes) if study_id else dict.fromkeys(hashes, "pending")
-    waits = trained_elsewhere(mine, ledger.holders(study_id, hashes))
+    waits = trained_elsewhere(mine, ledger.holders(study_id or "", hashes))
     counts: dict[str, int] = defaultdict(int)
     for holder in waits.values():
         counts[holder] += 1
@@ -225,7 +229,7 @@ def plan_study(
         untrained=len(untrained),
         seeds=len(space.seeds),
     )
-    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, study_id, again)
+    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, spec, study_id, again)
     return _with_memory(planned, measured), packed
 
 

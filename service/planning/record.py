@@ -58,13 +58,18 @@ def plan_run(engine: Ground, study_id: str, cancel: threading.Event | None = Non
 
 
 def record_actual(
-    ledger: Ledger, study_id: str, phases: Mapping[str, float], units_run: Sequence[Sequence[str]] = ()
+    ledger: Ledger,
+    study_id: str,
+    phases: Mapping[str, float],
+    units_run: Sequence[Sequence[str]] = (),
+    complete: bool = True,
 ) -> None:
     """After a run: what it took — its wall seconds, the training time of the units it ran (each unit's
     slowest member: `units_run`, the units the run packed, as their members' config hashes; a sampled
     study's points) — beside the estimate kept before it,
-    in `studies.plan["actual"]` and `["accuracy"]` (`record_plan` moves them to `["earlier"]` before
-    the next run); never raises."""
+    in `studies.plan["actual"]` and, for a run that trained what the plan counted (`complete`: it ended
+    `done`, not stopped part way, which read as an estimate many times too high), `["accuracy"]`
+    (`record_plan` moves them to `["earlier"]` before the next run); never raises."""
     try:
         study = ledger.get_study(study_id)
         if study is None:
@@ -104,7 +109,7 @@ def record_actual(
         }
         kept["actual"] = actual
         estimate = (kept.get("planned") or {}).get("estimate")
-        if estimate and estimate.get("complete"):
+        if estimate and estimate.get("complete") and complete:
             kept["accuracy"] = {
                 key: {
                     "estimate": estimate[key],

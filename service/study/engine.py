@@ -295,6 +295,22 @@ class Engine:
             self.ledger.update_study(study.id, spec=spec.model_dump(mode="json"), state="pending")
         return added if spec.sampler == "grid" else (spec.max_trials or 0) - (old.max_trials or 0)
 
+    def _release(self, study_id: str, held: Held) -> None:
+        """The trials a round reserved and never started, `pending` again (as they were: no reason, their
+        evaluations kept); left `running` when the round raised, a live process's rows read as a dead
+        one's until the study's next claim. A failure to write is logged, not raised over the round's (but a
+        lost claim, which says who holds the study now)."""
+        if not held.reserved:
+            return
+        try:
+            self.ledger.pend_running(study_id, sorted(held.reserved), None, forget_history=False)
+        except ClaimLostError:  # another process holds the study: its rows are that one's, said so
+            raise
+        except Exception as exc:  # the next claim's `pend_orphans` sends them back
+            log.warning(
+                "study %s: its reserved trials stay running (%s: %s)", study_id, type(exc).__name__, exc
+            )
+
     def pend_orphans(self, study_id: str) -> list[str]:
         """The study's trials a process that died left `running`, back to `pending` (ORPHAN_NOTE, their
         evaluations forgotten): this run's to train. Only under the study's claim (`StudyClaim`: no
@@ -370,7 +386,10 @@ class Engine:
                     f"({type(exc).__name__})"
                 ) from exc
             log.exception("study %s failed", study.id)
-            self.ledger.update_study(study.id, state="failed", error=f"{type(exc).__name__}: {exc}")
+            # stopping for a shutdown, its trials were left pending for the next start: so is the study,
+            # the error kept (`failed` is never resumed, while its trials said the next start would)
+            state = "pending" if shutdown.is_set() else "failed"
+            self.ledger.update_study(study.id, state=state, error=f"{type(exc).__name__}: {exc}")
             tracker.close()
             raise
         finally:
@@ -504,11 +523,13 @@ class Engine:
                     book.begin_round()
                     held.clear()
                     starts = sum(book.starts.values())
-                    self._execute(
-                        replace(request, units=units, asha_history=self._asha_history(spec, study.id)), book
-                    )
-                    if held.reserved:  # reserved by units that never started (the study was cancelled)
-                        self.ledger.pend_running(study.id, sorted(held.reserved), None, forget_history=False)
+                    try:
+                        self._execute(
+                            replace(request, units=units, asha_history=self._asha_history(spec, study.id)),
+                            book,
+                        )
+                    finally:  # reserved by units that never started (the study was cancelled, the round raised)
+                        self._release(study.id, held)
                     dropped = held.taken | held.deferred
                     ran.extend(
                         kept

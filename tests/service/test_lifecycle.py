@@ -932,3 +932,80 @@ def test_the_plan_of_a_resumed_sampled_study_counts_its_draws_and_its_interrupte
     # and the run does as planned: 2 points drawn, the interrupted one trained again, 8 trials
     engine.run_study(study_id)
     assert len(engine.ledger.trials(study_id)) == 8
+
+
+def test_a_cancel_of_a_queued_study_another_process_holds_leaves_its_state_alone(
+    make_engine: Any, monkeypatch
+) -> None:
+    """A study queued here that a live `memsweep run` on the same ledger runs: the cancel marked it
+    `cancelled` under that run, so that another study stopped waiting for its trials and trained them
+    too. It is refused (the study stays queued here, its state the other process's); a queued study no
+    process holds is still cancelled at once."""
+    from service.application.errors import ConflictError
+    from service.application.study_service import StudyService
+    from service.runner import StudyRunner
+
+    engine, _, _ = make_engine()
+    busy, held, free = (engine.create_study(grid(name=n)) for n in ("busy", "held", "free"))
+    # another process runs it (another host's, beating now)
+    engine.ledger.update_study(held.id, state="running", owner="elsewhere/4242/1", owner_beat=time.time())
+    runner = StudyRunner(engine, workers=1)
+    inside, release = threading.Event(), threading.Event()
+
+    def blocking(study_id: str, a: Any) -> None:  # the one worker, taken until the test lets go
+        inside.set()
+        release.wait(30)
+
+    monkeypatch.setattr(runner, "_run_claimed", blocking)
+    runner.start_ray()
+    try:
+        assert runner.submit(busy.id) and inside.wait(30)
+        assert runner.submit(held.id) and runner.submit(free.id) and runner.is_queued(held.id)
+        studies = StudyService(engine, runner)
+        with pytest.raises(ConflictError, match="another process holds it"):
+            studies.cancel(held.id)
+        assert engine.ledger.get_study(held.id).state == "running" and runner.is_queued(held.id)
+        assert studies.cancel(free.id).state == "cancelled" and not runner.is_active(free.id)
+    finally:
+        release.set()
+        runner.shutdown(timeout=10)
+
+
+def test_a_shutdown_while_a_study_plans_leaves_it_pending_without_a_run(
+    make_engine: Any, monkeypatch
+) -> None:
+    """SIGTERM while a study calibrated its plan: the run went on into `Engine.run_study` (the study
+    `running`, a parent run made and its summary written for a run of nothing). It ends there, pending
+    for the next start and saying so; a user's cancel at that moment ends it cancelled."""
+    import service.runner as runner_module
+    from service.runner import StudyRunner
+    from service.study.book import SHUTDOWN_NOTE
+
+    engine, _, _ = make_engine()
+    stopped, cancelled = (
+        engine.create_study(grid(name="stopped")),
+        engine.create_study(grid(name="cancelled")),
+    )
+    inside = threading.Event()
+
+    def calibrating(engine: Any, study_id: str, cancel: threading.Event | None) -> None:
+        inside.set()
+        assert cancel is not None and cancel.wait(30)  # a calibration stops at its cancel
+        return None
+
+    monkeypatch.setattr(runner_module, "plan_run", calibrating)
+    runner = StudyRunner(engine, workers=1)
+    runner.start_ray()
+    assert runner.submit(cancelled.id) and inside.wait(30)
+    assert runner.cancel(cancelled.id)
+    deadline = time.monotonic() + 30
+    while runner.is_active(cancelled.id):
+        assert time.monotonic() < deadline, "the cancelled study never ended"
+        time.sleep(0.05)
+    inside.clear()
+    assert runner.submit(stopped.id) and inside.wait(30)
+    runner.shutdown(timeout=30)
+    for study, state, note in ((stopped, "pending", SHUTDOWN_NOTE), (cancelled, "cancelled", None)):
+        row = engine.ledger.get_study(study.id)
+        assert (row.state, row.error, row.mlflow_run_id) == (state, note, None), study.name
+        assert "accuracy" not in (row.plan or {})
