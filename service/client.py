@@ -157,10 +157,13 @@ class MemsweepClient(TrialPages):
             return response.json()
         except ValueError:
             kind = response.headers.get("content-type", "no content type").split(";")[0]
+            said = f"({response.status_code}, {kind}, {len(response.content):,} bytes, not JSON)"
             detail = (
-                f"{self.url} does not answer as a memsweep server ({response.status_code}, {kind}, "
-                f"{len(response.content):,} bytes, not JSON); check the URL: a memsweep server answers "
-                "GET /health with JSON"
+                f"{self.url} answered {said}, not as memsweep does: a proxy in front of the server refused "
+                "the request, or another server is at this URL (a memsweep server answers GET /health with JSON)"
+                if response.status_code >= 400
+                else f"{self.url} does not answer as a memsweep server {said}; check the URL: a memsweep "
+                "server answers GET /health with JSON"
             )
             raise NotMemsweepError(response.status_code, detail, method, path) from None
 
@@ -241,12 +244,14 @@ class MemsweepClient(TrialPages):
     ) -> dict[str, Any]:
         """Poll until the study is done, failed or cancelled (a rich progress bar unless progress=False).
 
-        A server that stops answering (no connection, or 502, 503, 504) is polled on for `patience`
-        seconds, said on stderr: a restarted server resumes the study, and the wait goes on with it."""
+        A server that stops answering (no connection, or 502, 503, 504) once it has answered is polled on
+        for `patience` seconds, said on stderr: a restarted server resumes the study, and the wait goes
+        on with it. One that never answered is a wrong URL: its error is raised at once."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         deadline = None if timeout is None else time.monotonic() + timeout
         away_since: float | None = None  # when the server stopped answering, while it does not
+        answered = False  # a URL that never answered is a wrong one, said at once, not waited for
         with Progress(
             TextColumn(f"[bold]study {study_id}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress,
@@ -256,7 +261,7 @@ class MemsweepClient(TrialPages):
                 try:
                     study = self.get(study_id)
                 except (httpx.TransportError, MemsweepAPIError) as exc:
-                    if isinstance(exc, MemsweepAPIError) and exc.status not in AWAY:
+                    if not answered or (isinstance(exc, MemsweepAPIError) and exc.status not in AWAY):
                         raise
                     now = time.monotonic()
                     if away_since is None:
@@ -280,6 +285,7 @@ class MemsweepClient(TrialPages):
                         ) from exc
                     time.sleep(poll)
                     continue
+                answered = True
                 if away_since is not None:
                     away_since = None
                     print(f"study {study_id}: the server at {self.url} answers again", file=sys.stderr)

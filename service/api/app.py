@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url=None,  # served by routes/docs.py, behind the token
+        docs_url=None,  # served by routes/docs.py: open to a browser, its calls need the token
         redoc_url=None,
         openapi_url=None,
     )

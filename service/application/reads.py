@@ -105,14 +105,14 @@ class StudyReads:
         """A page of the studies this server has accepted and not started, newest first. Its runner's
         queue says which (the ledger does not: a queued study is `pending`, or `running` when a restart
         queued it again), so they are found among the studies it holds to run, a page at a time."""
-        queued: list[StudySummary] = []
+        by_id: dict[str, StudySummary] = {}  # a study made while the pages are read shifts them: once each
         for state in RESUMABLE:
             start, total = 0, 1
             while start < total:
                 total, found = self.ledger.page_studies(state, start, 500, self.listed_criterion)
-                queued += [s for s in (self.summary(s, c) for s, c in found) if s.queued]
+                by_id |= {s.id: s for s in (self.summary(s, c) for s, c in found) if s.queued}
                 start += 500
-        queued.sort(key=lambda s: s.id)
+        queued = sorted(by_id.values(), key=lambda s: s.id)
         queued.sort(key=lambda s: s.created_at, reverse=True)  # the ledger's order: newest first, then id
         return StudyList(total=len(queued), offset=offset, limit=limit, items=queued[offset : offset + limit])
 

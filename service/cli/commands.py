@@ -262,7 +262,8 @@ def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
             )
             if active:
                 info += f" · ETA {eta:,.0f}s" if eta is not None else " · ETA –"
-            total = expected_trials(spec, c["total"])
+            # the last turn, the run over: a `done` study's own total (a sampler ends short over a small space)
+            total = expected_trials(spec, c["total"], None if active else ledger.get_study(study_id).state)
             bar.update(task, total=total or None, completed=sum(c[s] for s in FINISHED), info=info)
             if not active:
                 return

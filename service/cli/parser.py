@@ -80,7 +80,7 @@ def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--study",
         help="the server's study to resume (its unfinished trials run) or, with --set, --dim, --models, --seeds "
-        "or --max-trials, to extend (only its new points run)",
+        "or --max-trials, to extend first (a trial it finished is never trained again)",
     )
     add_spec_flags(p)
     add_url_flag(p, "the memsweep server")

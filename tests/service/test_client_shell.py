@@ -67,10 +67,36 @@ def test_a_wait_rides_out_a_server_restart(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_a_wait_gives_up_on_a_server_that_stays_away(capsys: pytest.CaptureFixture[str]) -> None:
-    """Only a server away for longer than the wait's patience ends it: with the error, said on stderr."""
+    """Only a server away for longer than the wait's patience ends it: with the error, said on stderr.
+    A URL that never answered is a wrong one: its error at once, not five minutes of waiting."""
+    import json
+
     from service.cli.servers import free_port
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with MemsweepClient(url) as client, pytest.raises(Exception) as failed:
+        client.wait("abc123", poll=0.1, progress=False, patience=60)
+    assert type(failed.value).__name__ == "ConnectError" and capsys.readouterr().err == ""
+
+    study = {"id": "abc123", "state": "running", "active": True, "expected_trials": 2, "eta_seconds": None,
+             "counts": {"running": 1, "failed": 0, "succeeded": 0, "finished": 0}}  # fmt: skip
+
+    class OnceThenGone(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the study, running; then the server goes away for good
+            body = json.dumps(study).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            threading.Thread(target=lambda: (server.shutdown(), server.server_close())).start()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OnceThenGone)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
     with MemsweepClient(url) as client, pytest.raises(Exception) as failed:
         client.wait("abc123", poll=0.1, progress=False, patience=0.5)
     assert type(failed.value).__name__ == "ConnectError"
@@ -130,10 +156,9 @@ def test_a_server_that_is_not_memsweep_is_said_so_without_its_page(not_memsweep:
         with pytest.raises(NotMemsweepError) as refused:
             client.get("abc123")
         said = str(refused.value)
-        assert said.startswith(
-            f"GET /studies/abc123 → 404: {not_memsweep} does not answer as a memsweep server"
-        )
-        assert "text/html" in said and "not JSON" in said and "GET /health" in said
+        assert said.startswith(f"GET /studies/abc123 → 404: {not_memsweep} answered (404, text/html")
+        assert "not as memsweep does: a proxy in front of the server refused" in said
+        assert "another server is at this URL" in said and "not JSON" in said and "GET /health" in said
         assert "<" not in said  # no page
         with pytest.raises(NotMemsweepError, match=r"→ 200: .* does not answer as a memsweep server"):
             client.health()
