@@ -682,10 +682,10 @@ class Ledger:
         history: Sequence[Evaluation],
         task: TrialResult | None = None,
     ) -> None:
-        """A trial stopped with its run: `cancelled` by its study's user, or `pending` for the next start
-        when its process stopped, with the evaluations it made and what it records of its task (`task`:
-        its baselines and budget, which judge those evaluations at a budget they reached); it runs
-        again on resume."""
+        """A trial that ended without a result, with the evaluations it made: `cancelled` by its study's
+        user, `pending` to run again (its process stopped, or a fault its run retries), or `error` (a
+        fault past its attempts); with a stop's `task`, what it records of its task (its baselines and
+        budget, which judge those evaluations at a budget they reached)."""
         recorded = (
             {"baseline_loss": task.baseline_loss, "reference_baselines": task.reference_baselines or None,
              "budget_steps": task.budget_steps or None, "metric_name": task.metric_name}
@@ -698,12 +698,6 @@ class Ledger:
             reason=reason,
             history=[e.to_dict() for e in history] or None,
             **recorded,
-        )
-
-    def interrupt_trial(self, trial_id: int, status: str, reason: str, history: Sequence[Evaluation]) -> None:
-        """A trial that ended without a result: cancelled, back to pending (to run again), or error."""
-        self.update_trial(
-            trial_id, status=status, reason=reason, history=[e.to_dict() for e in history] or None
         )
 
     @outlasting

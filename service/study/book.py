@@ -254,13 +254,13 @@ class TrialBook:
                 self._finish(run, key, result)
             elif self.starts.get(key, 0) < self.attempts:
                 note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"
-                self.ledger.interrupt_trial(self.ids[key], "pending", note, [])
+                self.ledger.stop_trial(self.ids[key], "pending", note, [])
                 self.record.stopped(self.ids[key], key, "pending", note)
                 self.requeued += 1
                 again.append(key)
             else:
                 note = f"{reason} (after {self.attempts} attempts: an infrastructure fault, not a result)"
-                self.ledger.interrupt_trial(self.ids[key], "error", note, history)
+                self.ledger.stop_trial(self.ids[key], "error", note, history)
                 self.record.stopped(self.ids[key], key, "error", note)
         self.open.pop(run, None)
         return again

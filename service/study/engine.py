@@ -295,18 +295,18 @@ class Engine:
             self.ledger.update_study(study.id, spec=spec.model_dump(mode="json"), state="pending")
         return added if spec.sampler == "grid" else (spec.max_trials or 0) - (old.max_trials or 0)
 
-    def _release(self, study_id: str, held: Held) -> None:
+    def _release(self, study_id: str, held: Held, quiet: bool = False) -> None:
         """The trials a round reserved and never started, `pending` again (as they were: no reason, their
-        evaluations kept); left `running` when the round raised, a live process's rows read as a dead
-        one's until the study's next claim. A failure to write is logged, not raised over the round's (but a
-        lost claim, which says who holds the study now)."""
+        evaluations kept). After a round that raised (`quiet`) too: they stayed `running`, a live
+        process's rows read as a dead one's until the study's next claim; a failure to write is then
+        logged, not raised over the round's error (which says more: a lost claim, rewrapped by Ray)."""
         if not held.reserved:
             return
         try:
             self.ledger.pend_running(study_id, sorted(held.reserved), None, forget_history=False)
-        except ClaimLostError:  # another process holds the study: its rows are that one's, said so
-            raise
-        except Exception as exc:  # the next claim's `pend_orphans` sends them back
+        except Exception as exc:
+            if not quiet:
+                raise
             log.warning(
                 "study %s: its reserved trials stay running (%s: %s)", study_id, type(exc).__name__, exc
             )
@@ -528,8 +528,10 @@ class Engine:
                             replace(request, units=units, asha_history=self._asha_history(spec, study.id)),
                             book,
                         )
-                    finally:  # reserved by units that never started (the study was cancelled, the round raised)
-                        self._release(study.id, held)
+                    except BaseException:  # the round's error stands: the release is only logged if it fails
+                        self._release(study.id, held, quiet=True)
+                        raise
+                    self._release(study.id, held)  # reserved by units that never started (a cancel)
                     dropped = held.taken | held.deferred
                     ran.extend(
                         kept

@@ -102,7 +102,7 @@ def test_a_process_that_lost_its_claim_writes_nothing_of_the_study(tmp_path: Pat
         lambda: here.start_trial(study.id, trials[1].config_hash),
         lambda: here.finish_trial(first, result),
         lambda: here.update_trial(first, mlflow_run_id="r"),
-        lambda: here.interrupt_trial(first, "pending", "interrupted", []),
+        lambda: here.stop_trial(first, "pending", "interrupted", []),
         lambda: here.update_study(study.id, state="failed", error="x"),
         lambda: here.add_trials(study.id, trials[2:]),
     ]

@@ -50,14 +50,14 @@ def test_a_trial_started_again_carries_no_reason_from_the_run_before(tmp_path: P
     ledger = engine.ledger
     (row,) = ledger.trials(study.id)
     assert ledger.start_trial(study.id, row.config_hash) == row.id
-    ledger.interrupt_trial(row.id, "cancelled", "the study was cancelled", [])
+    ledger.stop_trial(row.id, "cancelled", "the study was cancelled", [])
     # a unit about to start reserves it (`running` while it waits for a slot): no reason either
     assert ledger.reserve_trials(study.id, [row.config_hash], lambda owner, beat: True) == {row.config_hash}
     reserved = ledger.trial(row.id)
     assert (reserved.status, reserved.reason) == ("running", None)
     assert ledger.pend_running(study.id, [row.config_hash], None, forget_history=False)  # never started
     assert ledger.start_trial(study.id, row.config_hash) == row.id
-    ledger.interrupt_trial(row.id, "pending", "its worker failed (attempt 2 of 3; it runs again)", [])
+    ledger.stop_trial(row.id, "pending", "its worker failed (attempt 2 of 3; it runs again)", [])
     assert ledger.start_trial(study.id, row.config_hash) == row.id
     again = ledger.trial(row.id)
     assert (again.status, again.runs, again.reason) == ("running", 3, None)
