@@ -1009,3 +1009,22 @@ def test_a_shutdown_while_a_study_plans_leaves_it_pending_without_a_run(
         row = engine.ledger.get_study(study.id)
         assert (row.state, row.error, row.mlflow_run_id) == (state, note, None), study.name
         assert "accuracy" not in (row.plan or {})
+
+
+def test_an_error_while_a_shutdown_stops_the_run_leaves_the_study_pending(make_engine: Any) -> None:
+    """An error as the run stopped for a shutdown (Tune raising as it stops a trial, the ledger past its
+    patience) ended the study `failed`, which no start resumes, while its trials said the next would."""
+    engine, ex, _ = make_engine()
+    study = engine.create_study(grid())
+    cancel, shutdown = threading.Event(), threading.Event()
+
+    def stopping_badly() -> None:
+        shutdown.set()
+        cancel.set()
+        raise RuntimeError("the executor failed as it stopped")
+
+    ex.after_unit = stopping_badly
+    with pytest.raises(RuntimeError, match="failed as it stopped"):
+        engine.run_study(study.id, cancel=cancel, shutdown=shutdown)
+    row = engine.ledger.get_study(study.id)
+    assert row.state == "pending" and "RuntimeError: the executor failed as it stopped" in (row.error or "")
