@@ -187,10 +187,13 @@ def ledger_place(settings: Settings) -> str:
 
 
 def ledger_exists(settings: Settings) -> bool:
-    """Whether this machine's ledger has been made: its SQLite file exists (a database server's is
-    taken to: opening it says when it does not answer)."""
+    """Whether this machine's ledger has been made: the default SQLite file in MEMSWEEP_HOME exists. A
+    ledger named by MEMSWEEP_DATABASE_URL is taken to (opening it says when it cannot be: a file in a
+    folder that does not exist, a server that does not answer, which a user who set it needs to hear)."""
     from sqlalchemy.engine import make_url
 
+    if settings.database_url is not None:
+        return True
     url = make_url(settings.resolved_database_url())
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return True
