@@ -308,10 +308,10 @@ class StudyRunner:
                 a.shutdown.clear()  # a user's cancel during a shutdown: what is left stopped is cancelled
                 a.cancel.set()
                 return True
-            if a.future is None or self.engine.ledger.cancel_unclaimed_study(study_id):
+            # never started here: cancelled in the ledger unless another process holds it (a runner
+            # without workers queues studies it never starts: its entry goes either way)
+            if self.engine.ledger.cancel_unclaimed_study(study_id) or a.future is None:
                 del self._active[study_id]
-                if a.future is None:  # queued in a runner without workers: nothing holds it either
-                    self.engine.ledger.cancel_unclaimed_study(study_id)
                 return True
             # held by another process, or left running by a dead one: queued again, its turn to come
             a.future = self._pool.submit(self._run, study_id, a) if self._pool is not None else None
