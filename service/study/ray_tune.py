@@ -7,6 +7,8 @@
   fault sent back;
 - `UnitSearcher` is a sampling's `Draws` as Ray Tune's searcher: Optuna's points, each a unit of trials;
 - `CancelStopper` ends a run once its study is cancelled;
+- `PrimedAsha` is an asha study's scheduler: Ray's ASHA rule on Tune's public scheduler API, its rungs
+  holding the study's points finished before the run;
 - `RayTune` is the engine's executor: it starts and stops Ray, says what no node can place, what the
   cluster has and which plugins each node has, measures a unit's memory, runs tasks (a plan's
   calibrations) and runs a `RunRequest` (a round of units, or a sampler's draws) to the end.
@@ -30,7 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from ray.tune import Callback, Stopper
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
 from service.core.settings import Settings
@@ -247,29 +251,69 @@ class UnitSearcher(Searcher):
         return {**self.__dict__, "draws": None}
 
 
-def primed_asha(asha: Asha, history: Sequence[Mapping[int, float]]) -> Any:
-    """Ray Tune's ASHA in evaluations (`service.study.worker.Reports`), its rungs holding the study's
-    points finished before this run (`history`: each one's objective by evaluations), so that a resumed
-    or extended study judges a new point against them as one run would have; before, each run's
-    scheduler started empty and let the first point to reach each rung go on. A unit ends by itself at
-    the end of its budget: no stop at max_t, which only bounds the rungs."""
-    from ray.tune.schedulers import ASHAScheduler
+class PrimedAsha(FIFOScheduler):
+    """Asynchronous successive halving in evaluations (`service.study.worker.Reports`), Ray Tune's ASHA
+    with one bracket to the letter, its rungs holding the study's points finished before this run
+    (`history`: each one's objective by evaluations), so that a resumed or extended study judges a new
+    point against them as one run would have. Built on Tune's public scheduler API: Ray's ASHA keeps
+    its rungs private. A unit ends by itself at the end of its budget: no stop at max_t, which only
+    bounds the rungs.
 
-    class Primed(ASHAScheduler):
-        def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
-            taken = bool(super().set_search_properties(metric, mode, **spec))
-            sign = self._metric_op or -1.0  # "min" (`RayTune.run`'s mode)
-            for i, values in enumerate(history):  # as `_Bracket.on_result` records: metric_op × objective
-                for milestone, recorded in self._brackets[0]._rungs:
-                    at = math.ceil(milestone)  # the first report at or past the milestone
-                    if at in values:
-                        recorded[f"before-{i}"] = sign * values[at]
-            return taken
+    Rungs at grace_period × reduction_factor^k evaluations below `ASHA_MAX_EVALUATIONS`; a unit reaching
+    one (its highest, when it passed several at once) goes on when its objective is no worse than the
+    (1 − 1 / reduction_factor) quantile of those recorded there before it (NaN ignored; none recorded:
+    it goes on), and is recorded there, once; a unit's last result is recorded too."""
 
-    return Primed(
-        time_attr="evaluations", grace_period=asha.grace_period, reduction_factor=asha.reduction_factor,
-        max_t=ASHA_MAX_EVALUATIONS, stop_last_trials=False,
-    )  # fmt: skip
+    def __init__(self, asha: Asha, history: Sequence[Mapping[int, float]]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.reduction_factor = asha.reduction_factor
+        count = int(np.log(ASHA_MAX_EVALUATIONS / asha.grace_period) / np.log(self.reduction_factor) + 1)
+        #: each rung, lowest first: its milestone and what reached it (trial id → objective)
+        self.rungs = [
+            (asha.grace_period * self.reduction_factor**k, dict[str, float]()) for k in range(count)
+        ]
+        for i, values in enumerate(history):
+            for milestone, recorded in self.rungs:
+                at = math.ceil(milestone)  # the first report at or past the milestone
+                if at in values:
+                    recorded[f"before-{i}"] = values[at]
+        self.mode: str | None = None
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        if (self.mode and mode) or not super().set_search_properties(metric, mode, **spec):
+            return False
+        self.mode = mode or self.mode
+        return True
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        if self.mode not in ("min", "max"):
+            raise ValueError(
+                f"PrimedAsha needs mode 'min' or 'max', not {self.mode!r}: give it to TuneConfig"
+            )
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        return self.judge(trial.trial_id, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        self.judge(trial.trial_id, result)
+
+    def judge(self, trial_id: str, result: Mapping[str, Any]) -> str:
+        """STOP or CONTINUE for a unit's result, recorded at the highest rung it reached first."""
+        if "evaluations" not in result or self.metric not in result:
+            return self.CONTINUE
+        sign = 1.0 if self.mode == "max" else -1.0  # as Ray's ASHA: the larger, the better
+        for milestone, recorded in reversed(self.rungs):
+            if result["evaluations"] < milestone:
+                continue
+            if trial_id in recorded:  # judged there already
+                return self.CONTINUE
+            before = [sign * v for v in recorded.values()]
+            recorded[trial_id] = result[self.metric]
+            worse = bool(before) and sign * result[self.metric] < np.nanpercentile(
+                before, (1 - 1 / self.reduction_factor) * 100
+            )
+            return self.STOP if worse else self.CONTINUE
+        return self.CONTINUE
 
 
 class RayTune:
@@ -357,7 +401,7 @@ class RayTune:
         self.start()
         scheduler = None
         if request.asha is not None:
-            scheduler = primed_asha(request.asha, request.asha_history)
+            scheduler = PrimedAsha(request.asha, request.asha_history)
         # Tune's registries (trainables) are process-wide dicts that every registration iterates: two
         # studies starting at once in one server raced on them ("dictionary changed size during
         # iteration"). Register under a lock and hand Tune the name: one per resource shape, registered

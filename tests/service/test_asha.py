@@ -339,10 +339,10 @@ def test_a_runs_scheduler_starts_with_the_rungs_of_the_points_finished_before():
     from ray.tune.schedulers import TrialScheduler
 
     from service.core.spec import Asha
-    from service.study.ray_tune import primed_asha
+    from service.study.ray_tune import PrimedAsha
 
     def decision(history, objective_now):
-        scheduler = primed_asha(Asha(grace_period=1, reduction_factor=2), history)
+        scheduler = PrimedAsha(Asha(grace_period=1, reduction_factor=2), history)
         scheduler.set_search_properties("objective", "min")
         trial = SimpleNamespace(trial_id="new")
         scheduler.on_trial_add(None, trial)
