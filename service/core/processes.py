@@ -6,8 +6,10 @@ alive only while not a zombie; and the environment a child inherits.
 - `marked_environment` / `child_environment`: a variable set in this process's environment only for the
   processes one call starts (the embedded Ray's mark: `service.study.nodes`), and never inherited by a
   process another thread starts meanwhile (a local MLflow server would have carried the mark, and been
-  killed with the Ray of a driver that died); `keep_from_children`: variables set for this process and
-  its Ray alone (the token made for its embedded Ray), which no server it starts inherits;
+  killed with the Ray of a driver that died); `hidden_environment`: variables left out of the
+  environment of the processes one call starts (the server's secrets, out of its embedded Ray's);
+  `keep_from_children`: variables set for this process and its Ray alone (the token made for its
+  embedded Ray), which no server it starts inherits;
 - `ray_workers` / `descends_from`: the Ray workers training units under a process (the device script
   and the tests kill one mid-unit, as a lost node would).
 """
@@ -51,7 +53,7 @@ def alive(pid: int, since: str | None = None) -> bool:
     return fields[0] != "Z" and (since is None or fields[19] == since)
 
 
-_environ_lock = threading.Lock()
+_environ_lock = threading.RLock()  # `marked_environment` and `hidden_environment` nest
 _kept: set[str] = set()  # `keep_from_children`'s
 
 
@@ -65,6 +67,20 @@ def marked_environment(name: str, value: str) -> Iterator[None]:
             yield
         finally:
             del os.environ[name]
+
+
+@contextlib.contextmanager
+def hidden_environment(*names: str) -> Iterator[None]:
+    """These variables (in any case: the settings read them so) out of this process's environment for
+    the processes started inside the block (by this thread), and back after it; `child_environment`,
+    in another thread meanwhile, waits for the block to end."""
+    wanted = {name.upper() for name in names}
+    with _environ_lock:
+        hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.upper() in wanted}
+        try:
+            yield
+        finally:
+            os.environ.update(hidden)
 
 
 def keep_from_children(*names: str) -> None:

@@ -9,6 +9,11 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+#: the variables of the settings that hold secrets (the API's token; the ledger's URL, which may hold its
+#: database's password): no process that runs others' code (a Ray worker: a trial's cell, a plugin) may
+#: inherit them (`service.study.nodes` starts the embedded Ray without them)
+SECRET_VARIABLES = ("MEMSWEEP_API_TOKEN", "MEMSWEEP_DATABASE_URL")
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMSWEEP_", env_file=".env", extra="ignore")

@@ -5,7 +5,8 @@ a node can place, and how much memory a unit of a study may use there (which siz
 - `ensure_ray` starts the embedded Ray, or joins the cluster (`MEMSWEEP_RAY_ADDRESS` / `RAY_ADDRESS`),
   on a thread that lives as long as the process (`on_ray_thread`); `shutdown_ray` shuts it down and
   removes its record; `reap_embedded_ray` clears what a crashed driver's embedded Ray left running;
-- `unplaceable` says why no node can take a unit's resources;
+- `unplaceable` says why no node can take a unit's resources; `embedded_cpus` / `usable_cpus`, the CPUs
+  an embedded Ray offers (this process's affinity, at most its cgroup's quota);
 - `unit_memory` measures a unit's share of a node's memory (`NodeMemory` keeps it a while);
 - `node_plugins` asks every node which plugins it has installed.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import queue
 import secrets
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from service.core import processes
-from service.core.settings import Settings
+from service.core.settings import SECRET_VARIABLES, Settings
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +162,16 @@ def _start_ray(settings: Settings) -> None:
         # every process of this Ray inherits the mark (gcs, raylet, agents, workers): what a crash of
         # this driver leaves behind is found by it, not by names (Ray's agents rename themselves)
         # (only Ray's: a server this process starts, meanwhile or later, never carries it:
-        # `processes.child_environment`)
+        # `processes.child_environment`); and none inherits the server's secrets: a worker runs a
+        # trial's code, a plugin's among it (the settings have read them already)
         mark = f"{os.getpid()}-{secrets.token_hex(8)}"
-        with processes.marked_environment(EMBEDDED_RAY_MARK, mark):
+        with (
+            processes.marked_environment(EMBEDDED_RAY_MARK, mark),
+            processes.hidden_environment(*SECRET_VARIABLES),
+        ):
             # address="local": always a new embedded cluster, never one that `ray start` left running
             ray.init(
-                address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
+                address="local", num_cpus=embedded_cpus(settings), include_dashboard=False,
                 log_to_driver=False, runtime_env=workers,
             )  # fmt: skip
         record = embedded_ray_record(settings.home, os.getpid())
@@ -330,21 +336,64 @@ def unplaceable(resources: Mapping[str, float]) -> str | None:
 
 
 def embedded_resources(settings: Settings) -> tuple[float, float]:
-    """(CPUs, GPUs) an embedded Ray offers: MEMSWEEP_RAY_NUM_CPUS, else the CPUs Ray counts for itself
-    (those this process may use: its affinity and its container's quota, not `os.cpu_count`), and the
-    GPUs torch sees (Ray finds the same ones)."""
+    """(CPUs, GPUs) an embedded Ray offers: `embedded_cpus`, and the GPUs torch sees (Ray finds the
+    same ones)."""
     import torch
 
-    if settings.ray_num_cpus is not None:
-        cpus = float(settings.ray_num_cpus)
-    else:
-        try:
-            from ray._private.utils import get_num_cpus  # Ray's own count (no public name for it)
+    return float(embedded_cpus(settings)), float(torch.cuda.device_count())
 
-            cpus = float(get_num_cpus())
-        except Exception:  # another Ray: what this process may run on
-            cpus = float(len(os.sched_getaffinity(0)))
-    return cpus, float(torch.cuda.device_count())
+
+def embedded_cpus(settings: Settings) -> int:
+    """The CPUs the embedded Ray is started with: MEMSWEEP_RAY_NUM_CPUS, else those this process may
+    use (`usable_cpus`)."""
+    return settings.ray_num_cpus if settings.ray_num_cpus is not None else usable_cpus()
+
+
+#: where the kernel's cgroup filesystems are mounted
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def usable_cpus(cgroup_root: Path = CGROUP_ROOT) -> int:
+    """The CPUs this process may use: those its affinity allows (a container's cpuset among them), at
+    most its cgroup's CPU quota (`cgroup_cpus`) cut to whole CPUs, at least one. Ray's own count
+    (2.60) reads the quota and a cgroup v1 cpuset but not the affinity: under `taskset`, or a v2 cpuset
+    without a quota, it counted every CPU of the host."""
+    cpus = len(os.sched_getaffinity(0))
+    quota = cgroup_cpus(cgroup_root)
+    return cpus if quota is None else max(1, min(cpus, math.floor(quota)))
+
+
+def cgroup_cpus(root: Path = CGROUP_ROOT) -> float | None:
+    """The CPUs this process's cgroup quota allows (`cpu.max` under cgroup v2; `cpu.cfs_quota_us` over
+    `cpu.cfs_period_us` in `root`/cpu under v1): the tightest of its cgroup's and its parents' up to
+    `root` (a container's own cgroup is there); None when none sets one."""
+    try:
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        own = []
+    quotas = []
+    for line in own:
+        _, controllers, path = line.split(":", 2)
+        if controllers and "cpu" not in controllers.split(","):
+            continue
+        base = root if not controllers else root / "cpu"  # "0::/…": v2, one hierarchy
+        here = base / path.lstrip("/")
+        for directory in (here, *(p for p in here.parents if p.is_relative_to(base))):
+            quota = _cgroup_quota(directory, v2=not controllers)
+            if quota is not None:
+                quotas.append(quota)
+    return min(quotas, default=None)
+
+
+def _cgroup_quota(directory: Path, v2: bool) -> float | None:
+    try:
+        if v2:
+            quota, period = (directory / "cpu.max").read_text().split()
+        else:
+            quota, period = ((directory / f"cpu.cfs_{n}_us").read_text().strip() for n in ("quota", "period"))
+        return None if quota in ("max", "-1") else float(quota) / float(period)
+    except (OSError, ValueError):  # no such file here, or not a quota
+        return None
 
 
 def unplaceable_here(settings: Settings, resources: Mapping[str, float]) -> str | None:
@@ -392,7 +441,7 @@ def node_cpus() -> float:
         for n in ray.nodes():  # type: ignore[no-untyped-call]
             if n.get("NodeID") == here and n.get("Resources", {}).get("CPU"):
                 return float(n["Resources"]["CPU"])
-    return float(len(os.sched_getaffinity(0)))
+    return float(usable_cpus())
 
 
 def unit_memory(resources: Mapping[str, float], timeout: float = 60.0) -> tuple[str, int] | None:
