@@ -23,6 +23,7 @@ from service.core.settings import Settings, get_settings
 from service.runner import StudyRunner
 from service.study.engine import Engine
 from service.study.nodes import prepare_ray_process
+from service.tracking.tracker import prepare_mlflow_process
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The app over these settings (default: the environment's, `get_settings()`)."""
     settings = settings or get_settings()
     prepare_ray_process(settings)  # before anything imports Ray: its token, its signal handler
+    prepare_mlflow_process()  # before any MLflow request: its retries, its timeout
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

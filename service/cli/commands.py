@@ -41,6 +41,7 @@ from service.client import FINAL_STATES
 from service.core.errors import invalid_fields
 from service.core.settings import get_settings
 from service.study.nodes import prepare_ray_process
+from service.tracking.tracker import prepare_mlflow_process
 
 TRAINER_COMMANDS = ("train", "describe", "list")
 
@@ -626,6 +627,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     prepare_ray_process(get_settings())  # before anything imports Ray
+    prepare_mlflow_process()  # before any MLflow request
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in TRAINER_COMMANDS:
         from trainers.cli import main as trainers_main

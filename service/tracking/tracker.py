@@ -38,6 +38,20 @@ MLFLOW_FAIL_FAST = {
 }
 
 
+def prepare_mlflow_process() -> None:
+    """MLflow's settings for this process, set once at its start by every entry point of a process that
+    tracks (`memsweep`'s main, the app), before its first request: MLflow's client reads them from the
+    environment at each request and takes them no other way (a `Tracker` sets nothing).
+
+    - MLflow is a projection of the ledger, repaired by a sync: a write to a server that is down fails
+      within seconds (`MLFLOW_FAIL_FAST`; MLflow's own client would retry each for about 4 minutes
+      and hold a finished study "running" meanwhile). Explicit MLFLOW_HTTP_* settings win.
+    - MLflow prints no run's URL on stdout (the CLI's output is memsweep's)."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for name, value in MLFLOW_FAIL_FAST.items():
+        os.environ.setdefault(name, value)
+
+
 def is_server(tracking_uri: str) -> bool:
     """Whether the URI names a tracking server (which keeps the artifacts itself), not a store."""
     return urlsplit(tracking_uri).scheme in ("http", "https", "databricks")
@@ -60,12 +74,6 @@ class Tracker:
         live_interval: float = 2.0,
         artifacts: Path | None = None,
     ) -> None:
-        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-        # MLflow is a projection of the ledger, repaired by a sync: a write to a server that is down
-        # fails within seconds (MLflow's own client would retry each for about 4 minutes and hold a
-        # finished study "running" meanwhile). Explicit MLFLOW_HTTP_* settings win.
-        for name, value in MLFLOW_FAIL_FAST.items():
-            os.environ.setdefault(name, value)
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri

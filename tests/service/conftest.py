@@ -6,6 +6,11 @@ from pathlib import Path
 import pytest
 
 from service.cli.servers import free_port
+from service.tracking.tracker import prepare_mlflow_process
+
+# The tests drive the engine and the runner in this process as `memsweep`'s entry points do, which set
+# MLflow's fail-fast settings first (a test of a tracking server that is down waits seconds, not minutes)
+prepare_mlflow_process()
 
 TINY = {
     "task": "addition",
