@@ -7,9 +7,10 @@ is running, and how fast each one goes (for the ETA). A run claims its study fir
 study at a time: `service.study.claim`). On start it resumes every study the ledger holds as pending or
 running (a crash leaves them so) that no other live process runs, and those later, once their process
 is gone; on shutdown it stops the Tune runs and leaves those studies and their interrupted trials
-pending (`Engine.run_study`'s `shutdown`: not cancelled, as by a user), so the next start resumes
-them. Ray and MLflow are brought up once, before the first study, by `prepare` (two studies must not
-race to start them).
+pending (`Engine.run_study`'s `Stop`: not cancelled, as by a user), so the next start resumes
+them; a user's cancel that comes during the shutdown wins, and ends the study cancelled. Ray and
+MLflow are brought up once, before the first study, by `prepare` (two studies must not race to start
+them).
 
 The runner shuts down the Ray it started, through the engine's executor (`Executor.start`, `stop`),
 which starts it on a thread that lives as long as the process (`service.study.nodes.ensure_ray`): Ray
@@ -32,9 +33,9 @@ from service.core.spec import expected_trials
 from service.core.states import FINISHED, RESUMABLE
 from service.planning.record import plan_run, record_actual
 from service.store.ledger import ClaimLostError
-from service.study.book import SHUTDOWN_NOTE
+from service.study.book import SHUTDOWN_NOTE, Stop
 from service.study.claim import StudyBusyError, StudyClaim, gone
-from service.study.engine import Engine
+from service.study.engine import ORPHAN_NOTE, Engine
 
 log = logging.getLogger(__name__)
 
@@ -45,33 +46,32 @@ MLFLOW_RESTART_MAX = 600.0
 def run_planned(
     engine: Engine,
     study_id: str,
-    cancel: threading.Event | None = None,
+    stop: Stop | None = None,
     after_plan: Callable[[], None] | None = None,
-    shutdown: threading.Event | None = None,
 ) -> dict[str, Any]:
     """One run of a study: its plan of what is left (calibrating the shapes the cache lacks), kept in
-    `studies.plan`; the run (`Engine.run_study`, `cancel` and `shutdown` as there) of the units the
-    plan packed; what it took, beside that plan (`record_actual`).
+    `studies.plan`; the run (`Engine.run_study`, `stop` as there) of the units the plan packed; what
+    it took, beside that plan (`record_actual`).
     `after_plan` is called between the plan and the run. Returns the run's summary."""
-    units = plan_run(engine, study_id, cancel)  # a cancel stops its calibrations too
-    if cancel is not None and cancel.is_set():  # stopped while it planned: no run, nothing to record
-        state = stopped_state(engine, study_id, shutdown is not None and shutdown.is_set())
-        return {"state": state}
+    stop = stop if stop is not None else Stop()
+    units = plan_run(engine, study_id, stop.event)  # a stop ends its calibrations too
+    if stop.event.is_set():  # stopped while it planned: no run, nothing to record
+        return {"state": stopped_state(engine, study_id, stop)}
     if after_plan is not None:
         after_plan()
-    summary = engine.run_study(study_id, cancel=cancel, units=units, shutdown=shutdown)
+    summary = engine.run_study(study_id, stop=stop, units=units)
     record_actual(
         engine.ledger, study_id, summary["seconds"], summary.pop("units"), summary["state"] == "done"
     )
     return summary
 
 
-def stopped_state(engine: Engine, study_id: str, shutdown: bool) -> str:
+def stopped_state(engine: Engine, study_id: str, stop: Stop) -> str:
     """A study stopped before its run began (while it waited for Ray, MLflow or its plan): `pending`
     with SHUTDOWN_NOTE for the next start when its process stops, else `cancelled` by its user. It
     went on into the run (a parent run made, the study `running`, its summary written) for nothing."""
-    state = "pending" if shutdown else "cancelled"
-    engine.ledger.update_study(study_id, state=state, error=SHUTDOWN_NOTE if shutdown else None)
+    state = stop.settle() or "cancelled"
+    engine.ledger.update_study(study_id, state=state, error=SHUTDOWN_NOTE if state == "pending" else None)
     return state
 
 
@@ -79,12 +79,11 @@ def stopped_state(engine: Engine, study_id: str, shutdown: bool) -> str:
 class Active:
     """A study this process has queued or is running."""
 
-    cancel: threading.Event = field(default_factory=threading.Event)  # stops its run: a user, a shutdown
-    shutdown: threading.Event = field(default_factory=threading.Event)  # set before `cancel` by a shutdown
+    stop: Stop = field(default_factory=Stop)  # stops its run: a user's cancel, or a shutdown
     future: Future[None] | None = None
+    planning: bool = False  # its plan is made (its calibrations may wait for CPUs)
     started: float | None = None  # time.monotonic() when its run began
     finished_at_start: int = 0
-    cancelled_by_user: bool = False
     summary: dict[str, Any] | None = None  # the run's, once it ended
 
 
@@ -233,9 +232,7 @@ class StudyRunner:
                 if a.future is None or a.future.cancel():  # never started: still pending in the ledger
                     del self._active[study_id]
                 else:
-                    if not a.cancelled_by_user:  # its trials wait for the next start, not cancelled
-                        a.shutdown.set()
-                    a.cancel.set()
+                    a.stop.shut_down()  # its trials wait for the next start, unless its user cancelled
                     running.append(a.future)
         still: set[Future[None]] = set()
         if running:
@@ -283,7 +280,8 @@ class StudyRunner:
             return a is not None and a.started is None
 
     def submit(self, study_id: str) -> bool:
-        """Queue the study to run; False when it is queued or running already."""
+        """Queue the study to run; False when it is queued or running already. What a process that died
+        left of it `running` reads `pending` from now (`Ledger.pend_orphans`), not once its turn comes."""
         with self._lock:
             if self._stopping or study_id in self._active:
                 return False
@@ -291,23 +289,25 @@ class StudyRunner:
             self._active[study_id] = a
             if self._pool is not None:
                 a.future = self._pool.submit(self._run, study_id, a)
-            return True
+        try:
+            self.engine.ledger.pend_orphans(study_id, ORPHAN_NOTE, gone)
+        except Exception:  # its claim takes them up all the same
+            log.exception("study %s: what a dead process left running could not be set pending", study_id)
+        return True
 
     def cancel(self, study_id: str) -> bool:
-        """Stop a queued or running study; False when this process is not running it. A study queued
-        here that no process holds is marked `cancelled`; one another process runs (a `memsweep run` on
-        this ledger), or a dead one left `running`, is not this process's to mark: it stays queued, and
-        the answer is False (it wrote `cancelled` under a live run, so that another study stopped waiting
-        for its trials and trained them too)."""
+        """Stop a queued or running study; False when this process is not running it, or its run has
+        ended paused by a shutdown (`Stop.cancel`). A study queued here that no process holds is marked
+        `cancelled`; one another process runs (a `memsweep run` on this ledger), or a dead one left
+        `running`, is not this process's to mark: it stays queued, and the answer is False (it wrote
+        `cancelled` under a live run, so that another study stopped waiting for its trials and trained
+        them too)."""
         with self._lock:
             a = self._active.get(study_id)
             if a is None:
                 return False
             if a.future is not None and not a.future.cancel():  # started: its run records the cancel
-                a.cancelled_by_user = True
-                a.shutdown.clear()  # a user's cancel during a shutdown: what is left stopped is cancelled
-                a.cancel.set()
-                return True
+                return a.stop.cancel()
             # never started here: cancelled in the ledger unless another process holds it (a runner
             # without workers queues studies it never starts: its entry goes either way)
             if self.engine.ledger.cancel_unclaimed_study(study_id) or a.future is None:
@@ -316,6 +316,20 @@ class StudyRunner:
             # held by another process, or left running by a dead one: queued again, its turn to come
             a.future = self._pool.submit(self._run, study_id, a) if self._pool is not None else None
             return False
+
+    def waiting(self, study_id: str) -> str | None:
+        """What a study queued here waits for while its plan is made: its calibrations (each a task of a
+        unit's resources), which may wait for the CPUs the studies running here hold (Ray is not asked
+        whether they do); None when it is not planning."""
+        with self._lock:
+            a = self._active.get(study_id)
+            if a is None or a.started is not None or not a.planning:
+                return None
+            running = sorted(s for s, other in self._active.items() if other.started is not None)
+        if not running:
+            return "calibrating its plan"
+        holders = f"studies {', '.join(running)} hold" if len(running) > 1 else f"study {running[0]} holds"
+        return f"calibrating its plan: its calibrations may wait for the CPUs that {holders}"
 
     def eta(self, study_id: str) -> float | None:
         """Seconds left of a study this process runs: at the measured step rates of its running trials
@@ -350,7 +364,7 @@ class StudyRunner:
         ledger = self.engine.ledger
         try:
             # one process runs a study at a time; a sync of its MLflow runs holding it is waited for
-            with StudyClaim(ledger, study_id, on_lost=a.cancel.set, until=a.cancel):
+            with StudyClaim(ledger, study_id, on_lost=a.stop.event.set, until=a.stop.event):
                 try:
                     self._run_claimed(study_id, a)
                 except ClaimLostError:
@@ -360,12 +374,12 @@ class StudyRunner:
                     study = ledger.get_study(study_id)
                     # failed before the engine said so; a shutdown's leaves it pending, the error kept
                     if study is not None and study.state in RESUMABLE:
-                        state = "pending" if a.shutdown.is_set() else "failed"
+                        state = "pending" if a.stop.settle() == "pending" else "failed"
                         ledger.update_study(study_id, state=state, error=f"{type(exc).__name__}: {exc}")
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
-            if a.cancelled_by_user:  # cancelled while it waited for a sync to let it go
+            if a.stop.by_user:  # cancelled while it waited for a sync to let it go
                 ledger.cancel_unclaimed_study(study_id)
-            elif not a.cancel.is_set():
+            elif not a.stop.event.is_set():
                 log.warning("%s", exc)
                 self.refused[study_id] = str(exc)
         except ClaimLostError as exc:  # another process took it over mid-run: its state is that one's
@@ -383,16 +397,16 @@ class StudyRunner:
         try:
             self.prepare()
         except Exception as exc:  # the study fails saying why, and what brings it back
-            if a.cancel.is_set():  # stopped meanwhile (a shutdown refuses to start Ray): not a failure
-                stopped_state(self.engine, study_id, a.shutdown.is_set())
+            if a.stop.event.is_set():  # stopped meanwhile (a shutdown refuses to start Ray): not a failure
+                stopped_state(self.engine, study_id, a.stop)
                 return
             raise RuntimeError(
                 f"could not bring up Ray or MLflow ({exc}); once that is fixed, run the study again: "
                 f"`memsweep resume {study_id} --url URL` on a server (POST /studies/{study_id}/resume), "
                 f"`memsweep run --study {study_id}` here"
             ) from None
-        if a.cancel.is_set():
-            stopped_state(self.engine, study_id, a.shutdown.is_set())
+        if a.stop.event.is_set():
+            stopped_state(self.engine, study_id, a.stop)
             return
 
         def started() -> None:
@@ -400,4 +414,6 @@ class StudyRunner:
             with self._lock:
                 a.started, a.finished_at_start = time.monotonic(), sum(c[s] for s in FINISHED)
 
-        a.summary = run_planned(self.engine, study_id, a.cancel, started, a.shutdown)
+        with self._lock:
+            a.planning = True
+        a.summary = run_planned(self.engine, study_id, a.stop, started)

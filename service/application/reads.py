@@ -56,6 +56,8 @@ class Runs(Protocol):
 
     def eta(self, study_id: str) -> float | None: ...
 
+    def waiting(self, study_id: str) -> str | None: ...
+
 
 class NoRuns:
     """The runner of a process that runs no study (the CLI reading its ledger): nothing queued or running
@@ -71,6 +73,9 @@ class NoRuns:
         return False
 
     def eta(self, study_id: str) -> float | None:
+        return None
+
+    def waiting(self, study_id: str) -> str | None:
         return None
 
 
@@ -298,6 +303,7 @@ class StudyReads:
             state=StudyState(study.state),
             error=study.error,
             queued=self.runner.is_queued(study.id),
+            waiting=self.runner.waiting(study.id),
             active=self.runner.is_active(study.id),
             counts=TrialCounts(**c, finished=sum(c[s] for s in FINISHED)),
             expected_trials=expected_trials(study.spec, c["total"], study.state),

@@ -69,6 +69,7 @@ SUMMARY_EXAMPLE: dict[str, Any] = {
     "state": "running",
     "error": None,
     "queued": False,
+    "waiting": None,
     "active": True,
     "counts": {
         "total": 8, "pending": 3, "running": 2, "done": 3, "failed": 0, "pruned": 0, "cancelled": 0,
@@ -90,6 +91,11 @@ class StudySummary(BaseModel):
     state: StudyState
     error: str | None = Field(description="why the study failed, or what its MLflow writes reported")
     queued: bool = Field(description="waiting for a free runner of this server")
+    waiting: str | None = Field(
+        default=None,
+        description="what a queued study waits for, when this server knows: its plan's calibrations, "
+        "which may wait for the CPUs of the studies running here",
+    )
     active: bool = Field(description="queued or running in this server (false once it has stopped)")
     counts: TrialCounts
     expected_trials: int = Field(

@@ -581,6 +581,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(study))
     else:
         print_status(study)
+        if study.get("waiting"):  # a server's queued study: what holds it back
+            print(f"  waiting: {study['waiting']}")
     return 0
 
 

@@ -505,6 +505,30 @@ class Ledger:
             return [t.config_hash for t in rows]
 
     @outlasting
+    def pend_orphans(
+        self, study_id: str, reason: str, gone: Callable[[str, float | None], bool]
+    ) -> list[str]:
+        """The study's trials `running` back to `pending` with `reason`, their evaluations forgotten, when
+        no live process holds the study: it has no owner, or `gone(owner, beat)` says the one it has died
+        (`service.study.claim.gone`), so nothing trains them: a study queued before its turn, which its
+        claim would take up only then (`pend_running`). A live owner's rows (a `memsweep run` in another
+        shell, or a run of it in this process) are left as they are. The config hashes it sent back."""
+        running = select(Trial).where(Trial.study_id == study_id, Trial.status == TrialStatus.RUNNING)
+        with self.session() as s:
+            owner, beat = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
+            if (owner is not None and not gone(owner, beat)) or s.scalar(running.limit(1)) is None:
+                return []
+        with self.session() as s:  # the owner it judged, written first: a claim since then waits or wins
+            held = Study.owner.is_(None) if owner is None else Study.owner == owner
+            unchanged = update(Study).where(Study.id == study_id, held)
+            if s.connection().execute(unchanged.values(updated_at=Study.updated_at)).rowcount != 1:
+                return []  # claimed since it looked: its new owner's to take up
+            rows = list(s.scalars(running))
+            for t in rows:
+                t.status, t.reason, t.history = TrialStatus.PENDING, reason, None
+            return [t.config_hash for t in rows]
+
+    @outlasting
     def reusable(self, hashes: Sequence[str]) -> set[str]:
         """The hashes some study finished `done`: a trial of one of them that a study adds takes that
         result instead of running (`add_trials`)."""

@@ -26,6 +26,60 @@ SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C);
 CANCEL_NOTE = "the study was cancelled"
 
 
+class Stop:
+    """Why a study's run stops: one cause for the study and every trial the run leaves unfinished.
+    Its user's cancel ends them `cancelled` (CANCEL_NOTE); its process stopping (a server's shutdown,
+    a Ctrl-C) leaves them `pending` with SHUTDOWN_NOTE, for the next start. `event` is set by either,
+    and is what the executor, a plan's calibrations and the study's claim watch (a lost claim sets it
+    alone: that run raises, and what it stopped reads cancelled).
+
+    A user's cancel wins over a shutdown, one under way too: the user asked for the study to end, and
+    the next start would resume it; a shutdown never turns a cancel back. The run's end reads the
+    cause once (`settle`): a cancel after that is refused, the run having ended paused for the next
+    start (before, a cancel during a shutdown left some trials `pending`, some `cancelled`)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._by_user = False
+        self._settled = False
+
+    def cancel(self) -> bool:
+        """The user's cancel; False when it comes too late (the run ended paused by a shutdown)."""
+        with self._lock:
+            if self._settled:  # ended: done, or paused by a shutdown (refused)
+                return not self._shutdown
+            self._by_user, self._shutdown = True, False
+            self.event.set()
+            return True
+
+    def shut_down(self) -> None:
+        """The process stops (unless the user cancelled first)."""
+        with self._lock:
+            self._shutdown = not self._by_user
+            self.event.set()
+
+    @property
+    def by_user(self) -> bool:
+        return self._by_user
+
+    @property
+    def shutdown(self) -> bool:
+        return self._shutdown
+
+    def settle(self) -> str | None:
+        """The run's end: the state its stop ends the study in (`pending`, `cancelled`), None when
+        nothing stopped it; from the first call on, the cause no longer changes."""
+        with self._lock:
+            self._settled = True
+            return self.outcome()[0] if self.event.is_set() else None
+
+    def outcome(self) -> tuple[str, str]:
+        """(status, reason) of what the stop leaves unfinished; the status is also the study's state."""
+        return ("pending", SHUTDOWN_NOTE) if self._shutdown else ("cancelled", CANCEL_NOTE)
+
+
 class Recorder(Protocol):
     """What the driver does with a trial as it runs: record it in the ledger and MLflow
     (`service.study.recorder.StudyRecorder`)."""
@@ -65,23 +119,23 @@ class TrialBook:
     then runs another round of what is still unfinished: `begin_round` clears `requeued`, and `spent`
     says which trials used their starts; a member may thus be `started` again under a new `run` key.
 
-    A run stops once `cancel` is set: by its user (its unfinished members end `cancelled` with the
-    study), or by its process stopping (`shutdown` set first: a server's shutdown, a Ctrl-C), which
-    leaves them `pending` with SHUTDOWN_NOTE, for the next start, in the ledger and MLflow alike (before,
-    they read `cancelled` as by a user until the runner rewrote them, and a kill meanwhile left them so)."""
+    A run stops once its `stop` is set (`Stop`): by its user (its unfinished members end `cancelled`
+    with the study), or by its process stopping (a server's shutdown, a Ctrl-C), which leaves them
+    `pending` with SHUTDOWN_NOTE, for the next start, in the ledger and MLflow alike (before, they read
+    `cancelled` as by a user until the runner rewrote them, and a kill meanwhile left them so). At the
+    run's end `settle` reads the cause once: a user's cancel that came while a shutdown stopped the run
+    ends the members already left pending `cancelled` too."""
 
     def __init__(
         self,
         ledger: Ledger,
         study_id: str,
         record: Recorder,
-        cancel: threading.Event,
+        stop: Stop,
         sampled: bool,
         attempts: int = 3,
-        shutdown: threading.Event | None = None,
     ) -> None:
-        self.ledger, self.study_id, self.record, self.cancel = ledger, study_id, record, cancel
-        self.shutdown = shutdown or threading.Event()
+        self.ledger, self.study_id, self.record, self.stop = ledger, study_id, record, stop
         self.sampled = sampled  # sampled points get their ledger rows as they start
         self.attempts = attempts
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
@@ -93,6 +147,7 @@ class TrialBook:
             str, int
         ] = {}  # config hash → tries in this run (a start, or a unit that died first)
         self.requeued = 0  # members sent back to pending since the round began
+        self.paused: dict[str, int] = {}  # config hash → ledger trial id: left pending by a shutdown
 
     def begin_round(self) -> None:
         """A new round of units starts: `requeued` counts its interrupted members."""
@@ -138,13 +193,9 @@ class TrialBook:
         written once they are due (`Recorder.write_evaluations`), also when no report comes."""
         self.record.write_evaluations()
 
-    def _stop(self) -> tuple[str, str]:
-        """(status, reason) of a member the run's stop left unfinished."""
-        return ("pending", SHUTDOWN_NOTE) if self.shutdown.is_set() else ("cancelled", CANCEL_NOTE)
-
     def ended(self, run: str) -> None:
-        if self.cancel.is_set():
-            self._close(run, *self._stop())
+        if self.stop.event.is_set():
+            self._close(run, *self.stop.outcome())
         else:
             self._close(run, "pruned", "stopped early by the scheduler")
 
@@ -189,9 +240,19 @@ class TrialBook:
     def close_unfinished(self, reason: str) -> None:
         """Every executor trial still open: stopped with the run (and said so), else
         interrupted for `reason`."""
-        how = self._stop() if self.cancel.is_set() else ("interrupted", reason)
+        how = self.stop.outcome() if self.stop.event.is_set() else ("interrupted", reason)
         for run in list(self.open):
             self._close(run, *how)
+
+    def settle(self) -> str | None:
+        """The run's end (`Stop.settle`): the state its stop ends the study in, None when none did; the
+        members a shutdown left pending before its user's cancel came end `cancelled` with the rest."""
+        state = self.stop.settle()
+        if state == "cancelled":
+            for row_id in sorted(self.paused.values()):
+                self.ledger.update_trial(row_id, status="cancelled", reason=CANCEL_NOTE)
+        self.paused.clear()
+        return state
 
     def _finish(self, run: str, key: str, result: trainers.TrialResult) -> None:
         self.history.pop(key, None)
@@ -243,6 +304,8 @@ class TrialBook:
                     self._with_task(task, key)
                 self.ledger.stop_trial(self.ids[key], status, reason, history, task)
                 self.record.stopped(self.ids[key], key, status, reason)
+                if status == "pending":
+                    self.paused[key] = self.ids[key]
             elif how == "pruned":
                 evaluations = f"{len(history)} evaluation{'s' if len(history) != 1 else ''}"
                 result = trainers.TrialResult(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -38,7 +37,7 @@ from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
 from service.study import elsewhere
-from service.study.book import SHUTDOWN_NOTE, TrialBook
+from service.study.book import SHUTDOWN_NOTE, Stop, TrialBook
 from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
@@ -316,7 +315,9 @@ class Engine:
         evaluations forgotten): this run's to train. Only under the study's claim (`StudyClaim`: no
         other process runs it, and no run of it here has started yet) — the runner calls it as soon as
         it claims the study, before Ray, MLflow and the plan come up (they read `running` for that long
-        after a restart), and `run_study` again as it starts. The config hashes it sent back."""
+        after a restart), and `run_study` again as it starts; a study it queues behind another has them
+        `pending` already, once no live process holds it (`Ledger.pend_orphans`). The config hashes it
+        sent back."""
         return self.ledger.pend_running(study_id, None, ORPHAN_NOTE)
 
     def space(self, spec: StudySpec) -> SearchSpace:
@@ -335,26 +336,21 @@ class Engine:
         return self._tracking_uri
 
     def run_study(
-        self,
-        study_id: str,
-        cancel: threading.Event | None = None,
-        units: Sequence[Unit] | None = None,
-        shutdown: threading.Event | None = None,
+        self, study_id: str, stop: Stop | None = None, units: Sequence[Unit] | None = None
     ) -> dict[str, Any]:
         """Run every trial of the study that is not finished; returns the study summary, with the
         run's `seconds` by phase and the `units` it packed (their members' config hashes).
 
-        `cancel`: set it (from another thread) to stop the run; unfinished trials stay resumable. A
-        user's cancel ends the study and its running trials `cancelled`; `shutdown`, set before
-        `cancel` when the run stops because its process does (a server's shutdown, a Ctrl-C), ends
-        both `pending` instead, saying so (`SHUTDOWN_NOTE`), for the next start to resume.
+        `stop`: stops the run (from another thread); unfinished trials stay resumable. A user's cancel
+        (`Stop.cancel`) ends the study and its running trials `cancelled`; its process stopping
+        (`Stop.shut_down`: a server's shutdown, a Ctrl-C) ends both `pending` instead, saying so
+        (`SHUTDOWN_NOTE`), for the next start to resume; one cause for all, read once at the end.
         `units`: the unfinished trials as a plan packed them just before (`service.runner`); used when
         they are exactly the trials this run takes up, else the run packs them."""
         study = self.ledger.study(study_id)
         spec = study.validated_spec()
         space = self.space(spec)
-        cancel = cancel if cancel is not None else threading.Event()
-        shutdown = shutdown if shutdown is not None else threading.Event()
+        stop = stop if stop is not None else Stop()
         tracker, mlflow, note = self._open_tracking(study, spec)
         try:
             self.ledger.update_study(
@@ -372,10 +368,10 @@ class Engine:
             recorder = StudyRecorder(self.ledger, tracker, study.id, mlflow)
             self.progress[study.id] = recorder
             recorder.progress(force=True)  # the parent's counts from the start (and right after a resume)
-            ran = self._run_units(study, spec, space, recorder, cancel, shutdown, units)
+            ran = self._run_units(study, spec, space, recorder, stop, units)
             if self.ledger.claim_lost(study.id):  # stopped by the beat that found it: not a cancel
                 raise ClaimLostError(f"study {study.id} was taken over by another process; this run stopped")
-            state = ("pending" if shutdown.is_set() else "cancelled") if cancel.is_set() else "done"
+            state = stop.settle() or "done"
         except Exception as exc:
             if self.ledger.claim_lost(study.id):  # another process runs it now: its state is that one's
                 tracker.close()
@@ -388,7 +384,7 @@ class Engine:
             log.exception("study %s failed", study.id)
             # stopping for a shutdown, its trials were left pending for the next start: so is the study,
             # the error kept (`failed` is never resumed, while its trials said the next start would)
-            state = "pending" if shutdown.is_set() else "failed"
+            state = "pending" if stop.settle() == "pending" else "failed"
             self.ledger.update_study(study.id, state=state, error=f"{type(exc).__name__}: {exc}")
             tracker.close()
             raise
@@ -446,8 +442,7 @@ class Engine:
         spec: StudySpec,
         space: SearchSpace,
         record: StudyRecorder,
-        cancel: threading.Event,
-        shutdown: threading.Event,
+        stop: Stop,
         packed: Sequence[Unit] | None,
     ) -> list[list[str]]:
         """The study's trials through the executor: its unfinished trials packed into units, round
@@ -465,11 +460,10 @@ class Engine:
         attempts = self.settings.trial_attempts
         self.pend_orphans(study.id)  # the runner did at its claim; a caller without one, here
         book = TrialBook(
-            self.ledger, study.id, record, cancel, sampled=spec.sampler != "grid", attempts=attempts,
-            shutdown=shutdown,
-        )  # fmt: skip
+            self.ledger, study.id, record, stop, sampled=spec.sampler != "grid", attempts=attempts
+        )
         request = RunRequest(
-            f"study-{study.id}", resources, spec.concurrency, cancel,
+            f"study-{study.id}", resources, spec.concurrency, stop.event,
             asha=spec.asha if spec.scheduler == "asha" else None,
         )  # fmt: skip
         ran: list[list[str]] = []
@@ -488,7 +482,7 @@ class Engine:
             nonlocal packed, measured
             request = rounds_request
             idle = 0  # rounds in a row that moved no trial on
-            while not cancel.is_set():
+            while not stop.event.is_set():
                 # pending, interrupted by a fault (pending again), cancelled, error
                 try:
                     rows = [
@@ -548,7 +542,9 @@ class Engine:
                             "resume it once the cluster can run its units (`memsweep resume ID`)"
                         )
                 if waits:  # then what they leave unfinished is this study's to train, next round
-                    wait_for_others(self.ledger, study, waits, cancel, lambda n: record.progress(force=True))
+                    wait_for_others(
+                        self.ledger, study, waits, stop.event, lambda n: record.progress(force=True)
+                    )
 
         if book.sampled:
             # the points it holds unfinished first (a crash or a fault interrupted them): the sampler then
@@ -556,7 +552,7 @@ class Engine:
             rounds()
             trials = self.ledger.trials(study.id)
             left = points_left(spec, space, trials)
-            if left > 0 and not cancel.is_set():
+            if left > 0 and not stop.event.is_set():
                 known = partial(self.ledger.finished_objectives, study.id)
                 finished = [t for t in trials if t.status in FINISHED]
                 draws = sampling(spec, space, finished, left, known)
@@ -564,6 +560,7 @@ class Engine:
                     replace(request, sampling=draws, asha_history=self._asha_history(spec, study.id)), book
                 )
         rounds()  # what is left unfinished (a fault sent back some of the draws)
+        book.settle()
         return ran
 
     def _not_trained_elsewhere(

@@ -112,7 +112,7 @@ def test_a_preset_with_overrides_is_queued_and_listed(client: TestClient) -> Non
 
 
 SUMMARY_FIELDS = {
-    "id", "name", "state", "error", "queued", "active", "counts", "expected_trials", "created_at", "updated_at",
+    "id", "name", "state", "error", "queued", "waiting", "active", "counts", "expected_trials", "created_at", "updated_at",
 }  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import trainers
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.trial import Finished, Unit
-from service.study.book import TrialBook
+from service.study.book import Stop, TrialBook
 from service.study.engine import Engine
 from service.study.executor import RunRequest, Task, TaskResult
 from service.study.search import Draws, sampling
@@ -308,9 +308,9 @@ def test_a_unit_whose_worker_dies_before_it_starts_runs_again_and_never_ends_the
 def test_a_cancel_stops_the_run_and_a_resume_runs_only_what_is_left(make_engine: Any) -> None:
     engine, ex, _ = make_engine()
     study = engine.create_study(grid(bundle_size=1, concurrency=1))
-    cancel = threading.Event()
-    ex.after_unit = cancel.set  # cancelled once the first unit finished
-    summary = engine.run_study(study.id, cancel=cancel)
+    stop = Stop()
+    ex.after_unit = stop.cancel  # cancelled once the first unit finished
+    summary = engine.run_study(study.id, stop=stop)
     assert summary["state"] == "cancelled"
     first = [t for t in engine.ledger.trials(study.id) if t.status in ("done", "failed")]
     assert len(first) == 1
@@ -537,7 +537,7 @@ def test_a_member_open_in_one_unit_is_neither_started_nor_recorded_by_another(ma
     study = engine.create_study(grid())
     row = engine.ledger.trials(study.id)[0]
     member = row.spec()
-    book = TrialBook(engine.ledger, study.id, Recorded(engine), threading.Event(), sampled=False)
+    book = TrialBook(engine.ledger, study.id, Recorded(engine), Stop(), sampled=False)
     book.started("a", Unit((member,)))
     book.started("b", Unit((member,)))
     assert book.open == {"a": {member.config_hash}, "b": set()}
@@ -564,7 +564,7 @@ def test_a_trial_stopped_before_its_worker_reports_names_the_plugin_it_would_hav
     row = engine.ledger.trials(study.id)[0]
     member = row.spec()  # (its hash checked under the cells as they are)
     monkeypatch.setattr(plugins, "identities", lambda cell, task: {"cell": f"memsweep-{cell}==1.0+aa"})
-    book = TrialBook(engine.ledger, study.id, Recorded(engine), threading.Event(), sampled=False)
+    book = TrialBook(engine.ledger, study.id, Recorded(engine), Stop(), sampled=False)
     book.prune_unstarted("p", Unit((member,)), "its point was stopped before this seed was added")
     after = engine.ledger.trial(row.id)
     assert after.status == "pruned" and after.runs == 0
@@ -625,18 +625,18 @@ def test_a_run_whose_claim_a_beat_found_lost_ends_refused_not_cancelled(make_eng
     engine, ex, trackers = make_engine()
     study = engine.create_study(grid())
     other, rows = _claimed(engine, study.id)
-    cancel, taken = threading.Event(), []
+    stop, taken = Stop(), []
 
     def take_over() -> None:
         if not taken:
             assert other.claim_study(study.id, "there/3/4", lambda owner, beat: True) is None
             assert not engine.ledger.beat_study(study.id, "here/1/2")  # the beat finds it gone
-            cancel.set()  # StudyClaim's on_lost
+            stop.event.set()  # StudyClaim's on_lost
             taken.append(rows())
 
     ex.after_unit = take_over
     with pytest.raises(ClaimLostError, match="taken over by another process"):
-        engine.run_study(study.id, cancel=cancel)
+        engine.run_study(study.id, stop=stop)
     assert taken and rows() == taken[0]
     assert trackers[0].summaries == []  # no summary, no status, no child run deleted in MLflow
 
@@ -1016,15 +1016,14 @@ def test_an_error_while_a_shutdown_stops_the_run_leaves_the_study_pending(make_e
     patience) ended the study `failed`, which no start resumes, while its trials said the next would."""
     engine, ex, _ = make_engine()
     study = engine.create_study(grid())
-    cancel, shutdown = threading.Event(), threading.Event()
+    stop = Stop()
 
     def stopping_badly() -> None:
-        shutdown.set()
-        cancel.set()
+        stop.shut_down()
         raise RuntimeError("the executor failed as it stopped")
 
     ex.after_unit = stopping_badly
     with pytest.raises(RuntimeError, match="failed as it stopped"):
-        engine.run_study(study.id, cancel=cancel, shutdown=shutdown)
+        engine.run_study(study.id, stop=stop)
     row = engine.ledger.get_study(study.id)
     assert row.state == "pending" and "RuntimeError: the executor failed as it stopped" in (row.error or "")
