@@ -50,10 +50,7 @@ class LocalStudies(TrialPages):
         engine opens it); a ledger not made yet is not made to say it holds no study."""
         if self._service is not None:
             return self._service
-        if not ledger_exists(self.settings):
-            raise NotFoundError(
-                f"this machine has no ledger yet ({self.where}): nothing ran here. {ASK_A_SERVER}"
-            )
+        self._made()
         if self._reads is None:
             self.settings.home.mkdir(parents=True, exist_ok=True)
             ledger = Ledger(self.settings.resolved_database_url())
@@ -72,6 +69,14 @@ class LocalStudies(TrialPages):
             runner = StudyRunner(engine, workers=1)  # runs nothing: it holds Ray for a plan
             self._service = StudyService(engine, runner)
         return self._service
+
+    def _made(self) -> None:
+        """Refuses (`NotFoundError`, saying where it looked) when this machine's ledger is not made yet:
+        a read, or a sync, makes none to find nothing in it."""
+        if not ledger_exists(self.settings):
+            raise NotFoundError(
+                f"this machine has no ledger yet ({self.where}): nothing ran here. {ASK_A_SERVER}"
+            )
 
     def __enter__(self) -> LocalStudies:
         return self
@@ -112,7 +117,9 @@ class LocalStudies(TrialPages):
         return _json(self.service.plan(spec, recalibrate=recalibrate))
 
     def sync(self, study_id: str) -> dict[str, Any]:
-        return _json(self.service.sync(study_id))
+        self._made()
+        with self._here():
+            return _json(self.service.sync(study_id))
 
     def best(self, study_id: str, k: int = 5, model: str | None = None) -> list[dict[str, Any]]:
         with self._here():
