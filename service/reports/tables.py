@@ -12,7 +12,9 @@ Columns are the JSON answer's field names: a nested object's fields as `name.fie
 `config.task_params.seq_len`, `group.cell`), an interval [low, high] as `name_low` and `name_high`
 (`ci95_low`, `difference_ci95_high`), any other list as JSON text. The success table's rows carry the
 JSON member they come from (`table`: total, by_model or by_value) and its keys (`model`, `field`,
-`value`). Every text field is quoted, so a `#` inside one is data; read a table with pandas as
+`value`); what the counts cannot say themselves (the JSON's `notes`: a count taken at each run's end)
+is a `# notes:` line, as it holds for the whole table, not a column repeated on every row. Every text
+field is quoted, so a `#` inside one is data; read a table with pandas as
 
     frame = pd.read_csv(path_or_url, comment="#")      # or service.reports.tables.read_csv: the header in .attrs
 
@@ -153,9 +155,12 @@ def _success_row(
 
 
 def success_csv(table: Mapping[str, Any], study: str) -> str:
-    """`GET /studies/{id}/success` as rows (see `success_rows`)."""
+    """`GET /studies/{id}/success` as rows (see `success_rows`); its notes, when it has any, on one
+    header line."""
     meta = {"table": "success", "study": study, "criterion": table["criterion"]["name"]}
     meta["at_step"] = table.get("at_step") or "each run's end"
+    if table.get("notes"):
+        meta["notes"] = "; ".join(table["notes"])
     if table.get("reference"):
         meta["reference"] = (
             f"{table['reference']} (difference: each model's rate minus its, Newcombe's 95 % interval)"
