@@ -47,3 +47,5 @@ RESUMABLE: tuple[str, ...] = (StudyState.PENDING, StudyState.RUNNING)
 #: (its runner's queue, not a state of the ledger: such a study is `pending`, or `running` when a
 #: restart queued it again)
 QUEUED = "queued"
+#: what a study listing filters on: each study state, and `queued`
+LISTED_STATES: tuple[str, ...] = (*(s.value for s in StudyState), QUEUED)
