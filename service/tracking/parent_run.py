@@ -4,6 +4,8 @@ figures and final status."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -11,6 +13,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import TYPE_CHECKING, Any
 
+from service.reports.tables import csv_cells
 from service.tracking.batches import flatten, log_batches, now_ms
 
 if TYPE_CHECKING:
@@ -111,37 +114,53 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
     return metrics
 
 
-def new_curve_points(
+def first_curves(
     client: MlflowClient, parent_run_id: str, metrics: list[Metric], status: str
 ) -> list[Metric]:
-    """`metrics` less the curve's points MLflow holds already. A metric's history only grows, and the
-    UI draws every point of it: the curve was written again at each end of a run of the study (each
-    interruption, each sync), so its chart held every earlier count at each budget (4, then 8, then 8 at
-    step 1,500). Now it is written when the study ends `done` (an interrupted study's counts are
-    partial: its plot and summary.json say them), and then only the points whose count at their budget
-    changed (after an extension); the other metrics are scalars at step 0, whose latest value MLflow shows."""
-    curve = {m.key for m in metrics if m.key.startswith(CURVE)}
+    """`metrics` less the curve's points, but those of a `done` study's models whose curve the parent
+    run has not had yet. A metric's history only grows (MLflow 3.17 deletes runs, tags and experiments,
+    never a metric's point), and the UI draws every point of it: written again after an extension, the
+    curve held both counts at each budget whose count moved (4, then 8 at step 1,500). So a model's
+    curve is a metric once, the study as it first ended done (an interrupted study's counts are
+    partial); the curve as the study stands is `CURVE_TABLE` and the figure, rewritten at every end."""
     if status != "FINISHED":
-        return [m for m in metrics if m.key not in curve]
-    latest: dict[tuple[str, int], float] = {}
-    for key in curve:
-        for point in sorted(client.get_metric_history(parent_run_id, key), key=lambda p: p.timestamp):
-            latest[(key, point.step)] = point.value
-    return [m for m in metrics if m.key not in curve or latest.get((m.key, m.step)) != m.value]
+        return [m for m in metrics if not m.key.startswith(CURVE)]
+    held = {key for key in client.get_run(parent_run_id).data.metrics if key.startswith(CURVE)}
+    return [m for m in metrics if m.key not in held]
+
+
+#: the parent run's artifact of the curve as the study stands: one row per model and budget
+CURVE_TABLE = "success_vs_budget.csv"
+CURVE_COLUMNS = ("model", "step", "succeeded", "finished", "trials", "rate", "ci95_low", "ci95_high")
+
+
+def curve_table(curve: dict[str, Any]) -> str:
+    """Successes against budget (`summary["success_vs_budget"]`) as CSV, its header the first line:
+    MLflow's artifact view draws a .csv as a table only then (`tables.to_csv`'s `#` lines make it text)."""
+    rows = [
+        csv_cells({"model": model, **cell}) for model, cells in curve["by_model"].items() for cell in cells
+    ]
+    buf = io.StringIO()
+    writer = csv.writer(buf, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+    writer.writerow(CURVE_COLUMNS)
+    writer.writerows([["" if r.get(c) is None else r[c] for c in CURVE_COLUMNS] for r in rows])
+    return buf.getvalue()
 
 
 def write_summary(
     client: MlflowClient, parent_run_id: str, summary: dict[str, Any], figures: dict[str, bytes], status: str
 ) -> None:
-    """A finished study on its parent run: the summary's metrics, `summary.json`, the figures under
-    `plots/`, the best config (`{"model", "params"}`), criterion and trainer version as tags; then its
-    final `status`."""
+    """A finished study on its parent run: the summary's metrics (its curve once: `first_curves`),
+    `summary.json`, the curve as `CURVE_TABLE`, the figures under `plots/`, the best config (`{"model",
+    "params"}`), criterion and trainer version as tags; then its final `status`."""
     log_batches(
         client,
         parent_run_id,
-        metrics=new_curve_points(client, parent_run_id, summary_metrics(summary), status),
+        metrics=first_curves(client, parent_run_id, summary_metrics(summary), status),
     )
     client.log_dict(parent_run_id, summary, "summary.json")
+    if summary["success_vs_budget"]["steps"]:
+        client.log_text(parent_run_id, curve_table(summary["success_vs_budget"]), CURVE_TABLE)
     with TemporaryDirectory() as tmp:
         for name, data in figures.items():
             path = os.path.join(tmp, name)
