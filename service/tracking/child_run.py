@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.tracking.batches import flatten, log_batches, now_ms
 from service.tracking.context import StudyContext
-from service.tracking.live import LiveRun
+from service.tracking.live import LiveRun, Stamped, stamp
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric, Param, RunTag
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from service.store.models import Trial
     from trainers.criterion import Criterion
-    from trainers.result import Evaluation, TrialResult
+    from trainers.result import TrialResult
 
 #: a trial's result fields logged as metrics of its child run, under the same names, and its success
 #: and threshold under the study's criterion (`Trial.judged`, as REST gives them too)
@@ -41,14 +41,13 @@ def run_params(trial: Trial) -> list[Param]:
     return [Param(k, v) for k, v in flat.items()]
 
 
-def curve_metrics(evaluations: Sequence[Evaluation]) -> list[Metric]:
+def curve_metrics(curve: Sequence[Stamped]) -> list[Metric]:
     """A trial's evaluations as MLflow metrics: val_loss, train_loss and metric, each at its step."""
     from mlflow.entities import Metric
 
-    ts = now_ms()
     return [
         Metric(key, float(value), ts, int(e.step))
-        for e in evaluations
+        for ts, e in curve
         for key, value in (("val_loss", e.val_loss), ("train_loss", e.train_loss), ("metric", e.metric))
         if value is not None
     ]
@@ -103,7 +102,7 @@ class ChildRuns:
         )
         return str(run.info.run_id), str(run.info.artifact_uri)
 
-    def write_live(self, live: LiveRun, curve: list[Evaluation]) -> None:
+    def write_live(self, live: LiveRun, curve: list[Stamped]) -> None:
         """A live write: the run made (the first time), then its params (the first time) and `curve`."""
         if live.run is None:
             live.run = self.create(live.study, live.trial, "running")
@@ -130,7 +129,7 @@ class ChildRuns:
         else:  # none yet: the whole run now
             run_id, artifact_uri = self.create(study, trial, trial.status)
             on_run_id(run_id)
-            unsent, params = list(result.history), run_params(trial)
+            unsent, params = stamp(result.history), run_params(trial)
         metrics = curve_metrics(unsent) + result_metrics(trial, result, study.criterion)
         log_batches(self.client, run_id, params, metrics, result_tags(trial))
         if trial.traceback:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from service.tracking.batches import now_ms
 from service.tracking.context import StudyContext
 from service.tracking.pool import WriterPool
 
@@ -28,6 +29,18 @@ if TYPE_CHECKING:
 #: (two 32-member bundles) each is written less often than `interval`, and the server (~40 requests a
 #: second here) keeps most of its time for the end-of-trial writes
 LIVE_WRITES_PER_SECOND = 10.0
+
+#: an evaluation and its points' timestamp (ms since the epoch), fixed when it comes: a write sent again
+#: after its answer was lost (MLflow restarting, a timeout) repeats its points exactly, and MLflow's
+#: store keeps one of each (a point is its key, step, value and timestamp); stamped at each try, a point
+#: that had landed was drawn twice
+Stamped = tuple[int, "Evaluation"]
+
+
+def stamp(evaluations: Iterable[Evaluation]) -> list[Stamped]:
+    """Evaluations stamped now."""
+    ts = now_ms()
+    return [(ts, e) for e in evaluations]
 
 
 @dataclass
@@ -42,13 +55,13 @@ class LiveRun:
     due: float | None  # when its next live write goes out; None: nothing to write yet
     run: tuple[str, str] | None = None  # (run id, artifact URI), once made
     params_sent: bool = False
-    curve: list[Evaluation] = field(default_factory=list)  # evaluations not yet written
+    curve: list[Stamped] = field(default_factory=list)  # evaluations not yet written
     queued: bool = False  # a live write is queued in its lane
     ended: bool = False  # its final write is queued: that one writes whatever is left
 
 
 #: a live write of a run: made (the first time), then its params (the first time) and this curve
-WriteLive = Callable[[LiveRun, list["Evaluation"]], None]
+WriteLive = Callable[[LiveRun, list[Stamped]], None]
 
 
 class LiveClock:
@@ -85,7 +98,7 @@ class LiveClock:
             live = self._runs.get(config_hash)
             if live is None or live.ended:
                 return
-            live.curve.extend(evaluations)
+            live.curve.extend(stamp(evaluations))
             if live.due is None and not live.queued:
                 live.due = live.last_write + self._spacing()
                 self._wake.notify()
