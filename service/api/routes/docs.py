@@ -1,9 +1,10 @@
 """/openapi.json, /docs and /redoc, open to a browser (FastAPI's own are turned off): the schema holds no
 secret, and every call the pages make still needs the bearer token.
 
-/docs is served whole by the server: Swagger UI's script and style come from the `swagger-ui-py`
-package under /docs/static (FastAPI's page loads them from a CDN, so on a cluster without the internet
-it was blank). /redoc still loads ReDoc from its CDN: no package ships it."""
+Both pages are served whole by the server, under /docs/static: Swagger UI's script and style from the
+`swagger-ui-py` package, ReDoc's standalone bundle from `fastapi-offline` (FastAPI's pages load them
+from CDNs, so on a cluster without the internet they were blank). ReDoc still asks its CDN for the logo
+of its "API docs by Redocly" badge, and leaves the logo out where that fails."""
 
 from __future__ import annotations
 
@@ -17,18 +18,20 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 router = APIRouter(include_in_schema=False)
 
-#: what /docs loads from /docs/static: Swagger UI's own files, as `swagger-ui-py` ships them
-SWAGGER_FILES = {
-    "swagger-ui-bundle.js": "text/javascript",
-    "swagger-ui.css": "text/css",
-    "favicon-32x32.png": "image/png",
+#: what the pages load from /docs/static: file → (the package whose `static` folder has it, media type)
+STATIC_FILES = {
+    "swagger-ui-bundle.js": ("swagger_ui", "text/javascript"),
+    "swagger-ui.css": ("swagger_ui", "text/css"),
+    "favicon-32x32.png": ("swagger_ui", "image/png"),
+    "redoc.standalone.js": ("fastapi_offline", "text/javascript"),
 }
 
 
 @cache
-def swagger_static() -> Path:
-    """Swagger UI's folder in the installed `swagger-ui-py` (5.x: the OpenAPI 3.1 FastAPI writes)."""
-    return Path(str(files("swagger_ui") / "static"))
+def static_folder(package: str) -> Path:
+    """An installed package's `static` folder: `swagger-ui-py`'s holds Swagger UI 5 (the OpenAPI 3.1
+    FastAPI writes), `fastapi-offline`'s ReDoc 2's standalone bundle."""
+    return Path(str(files(package) / "static"))
 
 
 def _root(request: Request) -> str:
@@ -54,13 +57,21 @@ def swagger(request: Request) -> HTMLResponse:
 
 
 @router.get("/docs/static/{name}")
-def swagger_file(name: str) -> FileResponse:
-    """One of Swagger UI's files (`SWAGGER_FILES`; nothing else of the folder is served)."""
-    if name not in SWAGGER_FILES:
-        raise HTTPException(404, f"no file {name!r} here; /docs loads {', '.join(SWAGGER_FILES)}")
-    return FileResponse(swagger_static() / name, media_type=SWAGGER_FILES[name])
+def static_file(name: str) -> FileResponse:
+    """One of the pages' files (`STATIC_FILES`; nothing else of the packages' folders is served)."""
+    if name not in STATIC_FILES:
+        raise HTTPException(404, f"no file {name!r} here; /docs and /redoc load {', '.join(STATIC_FILES)}")
+    package, media_type = STATIC_FILES[name]
+    return FileResponse(static_folder(package) / name, media_type=media_type)
 
 
 @router.get("/redoc")
 def redoc(request: Request) -> HTMLResponse:
-    return get_redoc_html(openapi_url=f"{_root(request)}/openapi.json", title=f"{request.app.title} — API")
+    root = _root(request)
+    return get_redoc_html(
+        openapi_url=f"{root}/openapi.json",
+        title=f"{request.app.title} — API",
+        redoc_js_url=f"{root}/docs/static/redoc.standalone.js",
+        redoc_favicon_url=f"{root}/docs/static/favicon-32x32.png",
+        with_google_fonts=False,  # a stylesheet from Google's servers; ReDoc falls back to the system's fonts
+    )
