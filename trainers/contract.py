@@ -17,7 +17,10 @@ draw its data from its own generators (the global one untouched; the same seed t
 other data unless `seeded_data` is False); encode batches of the shapes it declares; and give a finite,
 positive baseline and a finite initial loss under an Elman cell.
 
-Each check returns `Problem`s naming the check and what is wrong; none means the contract holds.
+Each check returns `Problem`s naming the check and what is wrong; none means the contract holds. Every
+check that can run does, whatever the others found (a cell that draws from the global generator and mixes
+its examples is told both at once); one that cannot, as an earlier one failed (nothing runs on a cell that
+cannot be built), is named in a `not checked` problem that says which.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.check}: {self.message}"
+
+
+def _not_checked(checks: str, because: str) -> Problem:
+    return Problem("not checked", f"{checks}: {because}")
 
 
 @contextmanager
@@ -103,6 +110,8 @@ def _settings(cls: Any, kind: str) -> list[Problem]:
     (`setting_clash`, when the config resolves: the checks below on addition and copy among them)."""
     from trainers.config import own_clash
 
+    if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
+        return []  # (no settings to name: `_dataclass_defaults` says what is wrong)
     why = own_clash(kind, cls.name, cls)
     return [] if why is None else [Problem("settings", why)]
 
@@ -125,27 +134,36 @@ def check_cell(cls: type[Cell]) -> list[Problem]:
     what = getattr(cls, "__qualname__", repr(cls))
     problems = _class(cls, Cell, what)
     if problems:
-        return problems
+        return [*problems, _not_checked("every other check", f"they need a concrete {Cell.__qualname__}")]
+    problems = _dataclass_defaults(cls, what) + _settings(cls, "cell")
     params = list(inspect.signature(cls.__init__).parameters)[1:]
     if params[:4] != ["config", "input_size", "hidden_size", "gen"]:
-        return [
+        problems.append(
             Problem(
                 "constructor",
                 f"{what}.__init__ takes {params}; the contract is (config, input_size, hidden_size, gen)",
             )
-        ]
-    problems = _dataclass_defaults(cls, what) or _settings(cls, "cell")
-    if problems:
-        return problems
-    problems += _cell_weights(cls)
-    if problems:
-        return problems
-    for task, task_params in CELL_TASKS.items():
-        problems += _cell_on_task(cls.name, task, task_params)
+        )
+    else:
+        problems += _cell_weights(cls)
     from trainers.fused.cells import FUSED_CELLS  # a built-in's fused form, or the plugin's `fused`
 
-    if cls.name in FUSED_CELLS and not problems:
-        problems += _fused_equals_solo(cls.name)
+    on_tasks = "shapes, loss, gradient, batch" + (", fused" if cls.name in FUSED_CELLS else "")
+    if any(p.check == "constructor" for p in problems):
+        why = "they need a cell built at its defaults (constructor, above)"
+        return [*problems, _not_checked(f"parameters, generator, {on_tasks}", why)]
+    if any(p.check == "settings" for p in problems):
+        why = "no trial resolves the cell until the setting is renamed (settings, above)"
+        return [*problems, _not_checked(on_tasks, why)]
+    for task, task_params in CELL_TASKS.items():
+        problems += _cell_on_task(cls.name, task, task_params)
+    if cls.name in FUSED_CELLS:
+        if any(p.check in ("forward", "shapes") for p in problems):
+            problems.append(
+                _not_checked("fused", "a bundle needs the cell's solo states (forward, shapes, above)")
+            )
+        else:
+            problems += _fused_equals_solo(cls.name)
     return problems
 
 
@@ -178,7 +196,8 @@ def _resolve(cell: str, task: str, task_params: dict[str, Any], seed: int = 1) -
 
 
 def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Problem]:
-    """Shapes, a finite initial loss and the gradient through time of `cell` on `task`."""
+    """Shapes, then a finite initial loss, the gradient through time and the batch of `cell` on `task`
+    (the three, each whatever the others found)."""
     from trainers.model import build_model
 
     problems: list[Problem] = []
@@ -191,30 +210,41 @@ def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Pro
         with _global_rng_watch(problems, f"a forward pass {where}"):
             states = model.cell(x)
     except Exception as exc:
-        return [Problem("forward", f"{where}: {_describe(exc)}")]
+        return [
+            Problem("forward", f"{where}: {_describe(exc)}"),
+            _not_checked(f"shapes, loss, gradient, batch {where}", "they need its states"),
+        ]
     expected = (x.shape[0], x.shape[1], HIDDEN)
     if tuple(states.shape) != expected:
         return [
             Problem(
                 "shapes",
                 f"{where}: states of shape {tuple(states.shape)} for inputs {tuple(x.shape)}; the contract is [T, B, N] = {expected}",
-            )
+            ),
+            _not_checked(f"loss, gradient, batch {where}", "they need states of the contract's shape"),
         ]
     try:
         loss = t.loss(model(x), y)
+    except Exception as exc:
+        problems.append(Problem("loss", f"{where}: the initial loss could not be computed: {_describe(exc)}"))
+    else:
         if not torch.isfinite(loss):
-            return [Problem("loss", f"{where}: the initial loss is {loss.item()}, not finite")]
+            problems.append(Problem("loss", f"{where}: the initial loss is {loss.item()}, not finite"))
+    return problems + _gradient(model.cell, x, where) + _batch_independent(model.cell, x, states, where)
+
+
+def _gradient(cell: Any, x: torch.Tensor, where: str) -> list[Problem]:
+    """The gradient of the state after N/2 steps reaches the first input, and every parameter's is finite."""
+    try:
         xs = x[: HIDDEN // 2].detach().clone().requires_grad_()  # within N steps: a chain forgets after N
-        model.cell(xs)[-1].pow(2).sum().backward()
+        cell(xs)[-1].pow(2).sum().backward()
     except Exception as exc:
         return [Problem("gradient", f"{where}: no gradient through the states: {_describe(exc)}")]
     if xs.grad is None or not xs.grad[0].abs().sum() > 0:
-        problems.append(
-            Problem("gradient", f"{where}: the state after N/2 steps does not depend on the first input")
-        )
-    elif not all(torch.isfinite(p.grad).all() for p in model.cell.parameters() if p.grad is not None):
-        problems.append(Problem("gradient", f"{where}: a parameter's gradient is not finite"))
-    return problems or _batch_independent(model.cell, x, states, where)
+        return [Problem("gradient", f"{where}: the state after N/2 steps does not depend on the first input")]
+    if not all(torch.isfinite(p.grad).all() for p in cell.parameters() if p.grad is not None):
+        return [Problem("gradient", f"{where}: a parameter's gradient is not finite")]
+    return []
 
 
 #: the batch a cell's states are checked in beside a batch of 4: above a trial's validation batch (1,000)
@@ -303,10 +333,8 @@ def check_task(cls: type[Task]) -> list[Problem]:
     what = getattr(cls, "__qualname__", repr(cls))
     problems = _class(cls, Task, what)
     if problems:
-        return problems
-    problems = _dataclass_defaults(cls, what) or _settings(cls, "task")
-    if problems:
-        return problems
+        return [*problems, _not_checked("every other check", f"they need a concrete {Task.__qualname__}")]
+    problems = _dataclass_defaults(cls, what) + _settings(cls, "task")
     params = dict(cls.check_params)
 
     def data(seed: int) -> tuple[Task, tuple[torch.Tensor, torch.Tensor]]:
@@ -319,22 +347,17 @@ def check_task(cls: type[Task]) -> list[Problem]:
             _, (x_again, _) = data(1)
             _, (x_other, _) = data(2)
     except Exception as exc:
-        return [Problem("data", f"building it at check_params {params} failed: {_describe(exc)}")]
+        return [
+            *problems,
+            Problem("data", f"building it at check_params {params} failed: {_describe(exc)}"),
+            _not_checked("generator, shapes, baseline, loss", "they need its data"),
+        ]
     if not torch.equal(x, x_again):
         problems.append(
             Problem("generator", "the same seed gave other data: draw them from the trial seed's generators")
         )
     if cls.seeded_data and torch.equal(x, x_other):
         problems.append(Problem("generator", "another seed gave the same data, but `seeded_data` is True"))
-    want = (t.seq_len, 4) if t.input_vocab is not None else (t.seq_len, 4, t.input_dim)
-    if tuple(x.shape) != want or (t.input_vocab is None and x.dtype != torch.float32):
-        problems.append(
-            Problem(
-                "shapes",
-                f"encode gave x {tuple(x.shape)} {x.dtype}; the contract is {want} float32 (time-major)",
-            )
-        )
-        return problems
     baseline = t.baseline_loss
     if not (isinstance(baseline, (int, float)) and math.isfinite(baseline) and baseline > 0):
         problems.append(
@@ -343,6 +366,16 @@ def check_task(cls: type[Task]) -> list[Problem]:
                 f"baseline_loss is {baseline!r}: give the memoryless predictor's loss, finite and positive",
             )
         )
+    want = (t.seq_len, 4) if t.input_vocab is not None else (t.seq_len, 4, t.input_dim)
+    if tuple(x.shape) != want or (t.input_vocab is None and x.dtype != torch.float32):
+        return [
+            *problems,
+            Problem(
+                "shapes",
+                f"encode gave x {tuple(x.shape)} {x.dtype}; the contract is {want} float32 (time-major)",
+            ),
+            _not_checked("loss", "it needs batches of the declared shapes"),
+        ]
     from trainers.model import build_model
 
     try:
