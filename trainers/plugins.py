@@ -15,20 +15,25 @@ class's `name`, it is not a `Cell` (`Task`), or it shadows a built-in name — i
 the reason, and any use of its name is refused with it; the built-ins keep working.
 
 A plugin's identity is its distribution's name and version and a digest of its code (every file of its
-top-level package): `identity` gives it, the config hash of every trial that uses the plugin includes it
-(`trainers.config.config_hash`), so the ledger never reuses a run of another version or of edited code.
+top-level package but bytecode, hidden files and an editor's leftovers: `code_files`): `identity` gives
+it, the config hash of every trial that uses the plugin includes it (`trainers.config.config_hash`), so
+the ledger never reuses a run of another version or of edited code.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
+import tomllib
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from trainers.registry import load_all_plugins
 
@@ -51,7 +56,7 @@ class Plugin:
     value: str  # "module:Class"
     distribution: str
     version: str
-    digest: str = ""  # sha256 of its top-level package's files, 16 hex digits; "" when unreadable
+    digest: str = ""  # sha256 of its package's `code_files`, 16 hex digits; "" when unreadable
     problem: str | None = None  # why it did not join its registry; None: it did
 
     @property
@@ -60,9 +65,15 @@ class Plugin:
         return f"{self.distribution}=={self.version}+{self.digest}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Its fields, its identity, and `edited`: why the code on disk is no longer what this process
-        loaded (a server's listing said "ready" for a plugin whose studies its door then refused)."""
-        return {**asdict(self), "identity": self.identity, "edited": self.edited()}
+        """Its fields, its identity, `edited`: why the code on disk is no longer what this process
+        loaded (a server's listing said "ready" for a plugin whose studies its door then refused), and
+        `version_behind`: an editable install's source names a version not yet installed."""
+        return {
+            **asdict(self),
+            "identity": self.identity,
+            "edited": self.edited(),
+            "version_behind": version_behind(self),
+        }
 
     def edited(self) -> str | None:
         """Why this process's copy is not the one installed now (its code or version changed on disk since
@@ -150,32 +161,57 @@ def plugin_message(plugin: Plugin) -> str:
     )
 
 
-def _digest(module: str) -> str:
-    """sha256 over the files of the entry point's top-level package (or its one module), by relative path
-    and content, without importing it; "" when it cannot be found. Every file but bytecode and hidden
-    ones: data a plugin ships is part of what it computes, so a plugin must not write into its package
-    (a cache there would change its identity, and a running server would refuse its studies)."""
+#: files of a plugin's package that are neither code nor data of it: an editor's or a merge's leftovers
+#: (`cp __init__.py __init__.py.orig` moved a plugin's identity, so every trial of it would train again)
+LEFTOVERS = ("*.orig", "*.rej", "*.bak", "*.swp", "*.swo", "*.tmp", "*~", "#*#")
+
+
+@dataclass(frozen=True)
+class CodeFiles:
+    """The files of an entry point's top-level package (or its one module): those its digest hashes, and
+    the leftovers it leaves out (`memsweep plugins --files NAME` lists both), relative to `root`."""
+
+    root: Path
+    hashed: list[Path]
+    left_out: list[Path]
+
+
+def code_files(module: str) -> CodeFiles | None:
+    """The files that make the digest of the package of `module`, found without importing it; None when it
+    cannot be found. Every file of the package but bytecode, hidden ones (`.ipynb_checkpoints`, an editor's
+    swap file) and `LEFTOVERS`: data a plugin ships is part of what it computes (a run that read other data
+    must not be reused), and a file the plugin reads cannot be told from one it does not, so a plugin must
+    not write into its package (a cache there would change its identity, and a running server would refuse
+    its studies)."""
     try:
         spec = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
-        return ""
+        return None
     if spec is None or spec.origin is None:
-        return ""
+        return None
     origin = Path(spec.origin)
-    if spec.submodule_search_locations:  # a package: every file under it
-        root = origin.parent
-        files = sorted(  # not bytecode, nor hidden files (an editor's swap file is no code)
-            p
-            for p in root.rglob("*")
-            if p.is_file()
-            and "__pycache__" not in p.parts
-            and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        )
-    else:
-        root, files = origin.parent, [origin]
+    if not spec.submodule_search_locations:  # one module
+        return CodeFiles(origin.parent, [Path(origin.name)], [])
+    root = origin.parent
+    found = sorted(
+        p.relative_to(root)
+        for p in root.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+    left_out = [p for p in found if any(fnmatch.fnmatch(p.name, pattern) for pattern in LEFTOVERS)]
+    return CodeFiles(root, [p for p in found if p not in left_out], left_out)
+
+
+def _digest(module: str) -> str:
+    """sha256 over `code_files(module)`, by relative path and content, 16 hex digits; "" when not found."""
+    files = code_files(module)
+    if files is None:
+        return ""
     h = hashlib.sha256()
-    for path in files:
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for rel in files.hashed:
+        h.update(rel.as_posix().encode() + b"\0" + (files.root / rel).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -210,6 +246,32 @@ def on_disk(plugin: Plugin) -> str:
     except importlib.metadata.PackageNotFoundError:
         version = "?"
     return f"{plugin.distribution}=={version}+{_digest(plugin.value.split(':')[0])}"
+
+
+def version_behind(plugin: Plugin) -> str | None:
+    """Why the installed version of an editable install is not its source's, or None: its pyproject.toml
+    (where PEP 610's direct_url.json says the source is) names another version than the metadata pip wrote
+    at `pip install -e`, which alone memsweep reads, so the new version enters no trial's hash until it is
+    installed again."""
+    try:
+        dist = importlib.metadata.distribution(plugin.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    try:
+        url = json.loads(dist.read_text("direct_url.json") or "{}")
+    except json.JSONDecodeError:
+        return None
+    if not url.get("dir_info", {}).get("editable") or not str(url.get("url", "")).startswith("file:"):
+        return None
+    source = Path(unquote(urlparse(url["url"]).path))
+    try:
+        project = tomllib.loads((source / "pyproject.toml").read_text()).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    declared = project.get("version")
+    if not isinstance(declared, str) or declared == dist.version:
+        return None
+    return f"version {declared} in {source / 'pyproject.toml'}, {dist.version} installed: run pip install -e {source} again"
 
 
 def edited(kind: str, name: str) -> str | None:

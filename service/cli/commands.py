@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
@@ -42,6 +42,9 @@ from service.core.errors import invalid_fields
 from service.core.settings import get_settings
 from service.study.nodes import prepare_ray_process
 from service.tracking.tracker import prepare_mlflow_process
+
+if TYPE_CHECKING:
+    from trainers.plugins import Plugin
 
 TRAINER_COMMANDS = ("train", "describe", "list")
 
@@ -371,9 +374,12 @@ def cmd_success(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """`memsweep plugins`: what is installed (here, or on a server and its nodes); `check`: the contracts."""
+    """`memsweep plugins`: what is installed (here, or on a server and its nodes); `check`: the contracts;
+    `--files NAME`: what makes a plugin's code digest."""
     if args.action == "check":
         return check_plugins(args.names, args.json)
+    if args.files:
+        return plugin_files(args.files, args.json)
     url = api_url(args)
     if url:
         with client_for(url) as client:
@@ -386,6 +392,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(json.dumps(listing))
     else:
         print_plugins(listing, url)
+        for p in listing["server"]:  # (a server's listing has no `version_behind`)
+            if p.get("version_behind"):
+                print(f"{p['kind']} {p['name']!r}: {p['version_behind']}")
         if url:
             print(
                 "(`memsweep plugins check` checks this machine's plugins; the server checks its own at the door)"
@@ -393,9 +402,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_plugins(names: Sequence[str], as_json: bool) -> int:
-    """Run `trainers.contract` over the named plugins (all installed ones by default); 1 when one fails."""
-    from trainers.contract import CHECKS
+def _named(names: Sequence[str]) -> list[Plugin]:
+    """The installed plugins `names` (NAME, cell:NAME or task:NAME) name, all by default; exits naming the
+    installed ones when a name matches none."""
     from trainers.plugins import installed
     from trainers.registry import where_plugins_are
 
@@ -410,8 +419,63 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
                 f"error: no plugin {name!r}; installed: {known}. {where_plugins_are('A plugin')}"
             )
         chosen += match
-    report = []
-    for p in chosen:
+    return chosen
+
+
+def plugin_files(name: str, as_json: bool) -> int:
+    """The files plugin `name`'s code digest hashes (each with its own digest, to tell which one moved an
+    identity) and the leftovers it leaves out (`trainers.plugins.code_files`)."""
+    import hashlib
+
+    from trainers.plugins import code_files
+
+    report: list[dict[str, Any]] = []
+    for p in _named([name]):
+        files = code_files(p.value.split(":")[0])
+        hashed = (
+            {}
+            if files is None
+            else {
+                rel.as_posix(): hashlib.sha256((files.root / rel).read_bytes()).hexdigest()[:16]
+                for rel in files.hashed
+            }
+        )
+        report.append(
+            {
+                "kind": p.kind,
+                "name": p.name,
+                "identity": p.identity,
+                "root": None if files is None else str(files.root),
+                "hashed": hashed,
+                "left_out": [] if files is None else [rel.as_posix() for rel in files.left_out],
+            }
+        )
+    if as_json:
+        print(json.dumps(report))
+        return 0
+    for r in report:
+        if r["root"] is None:
+            print(
+                f"{r['kind']} {r['name']!r} ({r['identity']}): its package was not found, so no file is hashed"
+            )
+            continue
+        print(
+            f"{r['kind']} {r['name']!r} ({r['identity']}): its code digest hashes {len(r['hashed'])} files of {r['root']}"
+        )
+        for rel, digest in r["hashed"].items():
+            print(f"  {digest}  {rel}")
+        if r["left_out"]:
+            print("  left out (an editor's or a merge's leftovers): " + ", ".join(r["left_out"]))
+    return 0
+
+
+def check_plugins(names: Sequence[str], as_json: bool) -> int:
+    """Run `trainers.contract` over the named plugins (all installed ones by default); 1 when one fails."""
+    from trainers.contract import CHECKS
+    from trainers.plugins import version_behind
+
+    report: list[dict[str, Any]] = []
+    for p in _named(names):
         if p.problem is not None:
             problems = [f"load: {p.problem}"]
         else:
@@ -420,7 +484,15 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
 
             cls = (CELLS if p.kind == "cell" else TASKS).get(p.name)
             problems = [str(problem) for problem in CHECKS[p.kind](cls)]
-        report.append({"kind": p.kind, "name": p.name, "identity": p.identity, "problems": problems})
+        report.append(
+            {
+                "kind": p.kind,
+                "name": p.name,
+                "identity": p.identity,
+                "problems": problems,
+                "version_behind": version_behind(p),
+            }
+        )
     if as_json:
         print(json.dumps(report))
     else:
@@ -429,6 +501,8 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
             print(f"{r['kind']} {r['name']!r} ({r['identity']}): {verdict}")
             for problem in r["problems"]:
                 print(f"  - {problem}")
+            if r["version_behind"]:
+                print(f"  note: {r['version_behind']}")
         if not report:
             print("no plugin is installed (see docs/plugins.md)")
     return 1 if any(r["problems"] for r in report) else 0

@@ -25,6 +25,7 @@ memsweep compare A B … [--by cell,seq_len] [--fraction F | --threshold L] [--b
 memsweep trials STUDY [--status done] [--history] [--json | --csv] [--url URL]
 memsweep train|describe|list …     # one trial, as `python -m trainers`
 memsweep plugins [--json] [--url URL]          # installed plugin cells and tasks (with --url: the server's and its nodes')
+memsweep plugins --files NAME [--json]         # the files that make a plugin's code digest (why its identity moved)
 memsweep plugins check [NAME …] [--json]       # run the cell / task contract over plugins (all by default)
 
 The REST service and its clients (the token, when the server sets one, comes from MEMSWEEP_API_TOKEN;
@@ -167,6 +168,12 @@ def _server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("action", nargs="?", choices=["list", "check"], default="list")
     p.add_argument(
         "names", nargs="*", help="check: these plugins (NAME or cell:NAME / task:NAME); default all"
+    )
+    p.add_argument(
+        "--files",
+        metavar="NAME",
+        help="list: the files of plugin NAME (or cell:NAME / task:NAME) that its code digest hashes, each with "
+        "its own digest, and those it leaves out",
     )
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "list: ask this memsweep server (its plugins and each Ray node's)")
