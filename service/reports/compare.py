@@ -26,7 +26,7 @@ difference of two rates and its 95 % interval.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -240,21 +240,29 @@ def compare_studies(
 def plugin_notes(trials: Mapping[str, Sequence[Trial]]) -> list[str]:
     """A plugin whose trials in these studies ran different versions of its code (their provenance's
     `plugin.cell` / `plugin.task`): their rows set one code's runs beside another's under one name."""
-    seen: dict[str, dict[str, set[str]]] = defaultdict(
-        lambda: defaultdict(set)
-    )  # plugin → identity → studies
-    for sid, rows in trials.items():
-        for t in rows:
-            for key, identity in (t.provenance or {}).items():
-                if key.startswith("plugin."):
-                    seen[f"{key.removeprefix('plugin.')} {identity.split('==')[0]}"][identity].add(sid)
+    ran = plugin_versions({sid: [t.provenance for t in rows] for sid, rows in trials.items()})
     return [
         f"the {plugin} plugin ran different code in these studies ("
         + "; ".join(f"{identity}: {', '.join(sorted(sids))}" for identity, sids in sorted(versions.items()))
         + "): its rows set one version's runs beside another's, and the pooled rows count both"
-        for plugin, versions in sorted(seen.items())
+        for plugin, versions in sorted(ran.items())
         if len(versions) > 1
     ]
+
+
+def plugin_versions(
+    provenances: Mapping[str, Iterable[Mapping[str, str] | None]],
+) -> dict[str, dict[str, set[str]]]:
+    """Each plugin that trials' provenances name (`plugin.cell` / `plugin.task`), as "cell
+    memsweep-cornn", → each identity (distribution, version and code digest) it ran under → the keys
+    (studies) whose trials ran that one; more than one identity: its code differed between them."""
+    seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for key, provenance in provenances.items():
+        for p in provenance:
+            for field, identity in (p or {}).items():
+                if field.startswith("plugin."):
+                    seen[f"{field.removeprefix('plugin.')} {identity.split('==')[0]}"][identity].add(key)
+    return seen
 
 
 def numerics_of(trials: Sequence[Trial]) -> tuple[list[str], list[str]]:

@@ -26,6 +26,7 @@ from functools import partial
 from itertools import pairwise
 from typing import Any
 
+import trainers
 from search_spaces import SearchSpace
 from service.core.errors import StudyError
 from service.core.settings import Settings
@@ -33,6 +34,7 @@ from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED, TrialStatus
 from service.core.trial import Known, StaleTrialError, TrialSpec, Unit, known_of
 from service.core.values import repr_value, value_sort_key
+from service.reports.compare import plugin_versions
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
@@ -59,7 +61,7 @@ from service.study.search import (
 from service.tracking.context import StudyContext
 from service.tracking.server import ensure_mlflow_server, home_uri, port_of, server_healthy
 from service.tracking.tracker import Tracker
-from trainers import Criterion
+from trainers import Criterion, plugins
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +71,18 @@ RUN_PHASES = ("ray_tune", "tracking_backlog", "summary_and_plots", "parent_run")
 ORPHAN_NOTE = "the process running it died before it ended; it runs again"
 
 
-def retrained_points(rows: Sequence[Any], trials: Sequence[Any]) -> int:
-    """How many of an extension's `trials` would train again, under another config, a point the
-    study's trials (`rows`) hold: the same model and values (seed included), a hash the study lacks.
-    Their results would be counted beside the old ones, as seeds of one point. (A study that holds
-    both already, from an extension before this check, is not refused for them again.)"""
+def retrained(rows: Sequence[Trial], trials: Sequence[TrialSpec]) -> list[tuple[Trial, TrialSpec]]:
+    """The extension's `trials` that would train again, under another config, a point the study's trials
+    (`rows`) hold: the same model and values (seed included), a hash the study lacks; each with the row
+    of its point. Their results would be counted beside the old ones, as seeds of one point. (A study
+    that holds both already, from an extension before this check, is not refused for them again.)"""
     held = {r.config_hash for r in rows}
-    points = {(r.model, _values(r.params)) for r in rows}
-    return sum(t.config_hash not in held and (t.model, _values(t.params)) in points for t in trials)
+    points = {(r.model, _values(r.params)): r for r in rows}
+    return [
+        (points[point], t)
+        for t in trials
+        if t.config_hash not in held and (point := (t.model, _values(t.params))) in points
+    ]
 
 
 def dropped_values(rows: Sequence[Any], trials: Sequence[Any]) -> dict[str, list[str]]:
@@ -136,24 +142,80 @@ def changed_settings(old: StudySpec, new: StudySpec) -> str:
     )
 
 
-def retrained_message(again: int, old: StudySpec, new: StudySpec) -> str:
-    changed = changed_settings(old, new)
-    why = (
-        f"the extension changes their settings ({changed})"
-        if changed
-        else "their settings now resolve otherwise: another trainer version than the one they were made "
-        "under (TRAINER_VERSION, or THREADED_VERSION for several threads), or a preset's settings changed"
-    )
-    return (
-        f"extend would train {again} of the study's trials again beside their results: {why}, and the "
-        "study's tables would count both as seeds of one point. Create a new study with the new settings "
-        "(memsweep compare sets two studies side by side; finished trials this ledger holds are reused)"
-        + (
-            ", or make a setting a dimension of its space (space: {dims: {field: [old, new]}})"
-            if new.preset is None
-            else ""  # a preset's dimensions are its paper's: another setting cannot become one
+def retrained_message(again: Sequence[tuple[Trial, TrialSpec]], old: StudySpec, new: StudySpec) -> str:
+    """Why an extension would train the study's trials `again` (`retrained`), each cause that applies
+    with its fix: the extension's settings, a plugin's code (their provenance against the code loaded
+    now, as `memsweep compare` reads it), or the trainer version."""
+    now = {r.id: trainers.resolve(r.config).config_hash() for r, _ in again}  # each row's config, today
+    causes: list[str] = []
+    fixes: list[str] = []
+    moved = sum(now[r.id] != t.config_hash for r, t in again)
+    if moved:
+        changed = changed_settings(old, new)
+        causes.append(
+            f"{_of(moved, len(again))}the extension changes their settings ({changed})"
+            if changed
+            else f"{_of(moved, len(again))}their settings now resolve otherwise (a preset's settings changed)"
         )
+        fixes.append(
+            "create a new study with the new settings (memsweep compare sets two studies side by side; "
+            "finished trials this ledger holds are reused)"
+            + (
+                ", or make a setting a dimension of its space (space: {dims: {field: [old, new]}})"
+                if new.preset is None
+                else ""  # a preset's dimensions are its paper's: another setting cannot become one
+            )
+        )
+    remade = [(r, t) for r, t in again if now[r.id] != r.config_hash]  # made under another identity
+    if remade:
+        ran = plugin_versions(
+            {
+                "then": [r.provenance for r, _ in remade],
+                "now": [_plugins_now(t) for _, t in remade],
+            }
+        )
+        edited = {plugin: ids for plugin, ids in ran.items() if len(ids) > 1}
+        for plugin, ids in sorted(edited.items()):
+            then = ", ".join(sorted(i for i, keys in ids.items() if "then" in keys))
+            loaded = ", ".join(sorted(i for i, keys in ids.items() if "now" in keys))
+            causes.append(
+                f"{_of(len(remade), len(again))}the {plugin} plugin's code changed since they were made "
+                f"(then {then}; now {loaded})"
+            )
+        if edited:
+            fixes.append(
+                "put the code they ran back (that version, its files as they were: the digest is of them) and "
+                "restart the server, or create a new study for the new code (memsweep compare then sets the "
+                "two side by side, naming each one's code)"
+            )
+        else:
+            used = sorted({i for _, t in remade for i in _plugins_now(t).values()})
+            causes.append(
+                f"{_of(len(remade), len(again))}they were made under another trainer version (TRAINER_VERSION "
+                f"{trainers.TRAINER_VERSION} now, or THREADED_VERSION for several threads)"
+                + (f", or other code of the plugins they use (now {', '.join(used)})" if used else "")
+            )
+            fixes.append(
+                "create a new study from the same spec to train them under this version (finished trials "
+                "this ledger holds are reused)"
+            )
+    advice = "; or ".join(fixes)
+    return (
+        f"extend would train {len(again)} of the study's trials again beside their results: "
+        f"{'; '.join(causes)}, and the study's tables would count both as seeds of one point. "
+        f"{advice[:1].upper()}{advice[1:]}"
     )
+
+
+def _of(part: int, total: int) -> str:
+    """ "3 of them: " where a cause holds for some of the trials, nothing where it holds for all."""
+    return "" if part == total else f"{part} of them: "
+
+
+def _plugins_now(t: TrialSpec) -> dict[str, str]:
+    """The plugins a trial's cell and task come from as this process loaded them, as a provenance."""
+    cfg = t.resolved.config
+    return {f"plugin.{kind}": identity for kind, identity in plugins.identities(cfg.cell, cfg.task).items()}
 
 
 def draws_otherwise(old: SearchSpace, new: SearchSpace, settings: Mapping[str, Any]) -> bool:
@@ -269,7 +331,7 @@ class Engine:
         admit_plugins(space, nodes)
         trials = study_trials(spec, space)
         rows = self.ledger.trials(study.id)
-        again = retrained_points(rows, trials)
+        again = retrained(rows, trials)
         if again:
             raise StudyError(retrained_message(again, old, spec))
         dropped = dropped_values(rows, trials) if spec.sampler == "grid" else {}
