@@ -456,7 +456,7 @@ def print_plan(plan: dict[str, Any]) -> None:
             if steps[0] == steps[1]
             else f"{steps[0]:,}–{steps[1]:,}"
         )
-        trains = "in bundles" if row.get("fused") else "solo"
+        trains = "–" if not row["units"] else "in bundles" if row.get("fused") else "solo"
         table.add_row(model, str(row["trials"]), str(row["to_run"]), str(row["units"]), trains, span)
     screen.print(table)
     # (a server before `unit_sizes` answers them under their first name)

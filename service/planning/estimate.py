@@ -89,10 +89,11 @@ def model_rows(
             row.budget_steps = [min(low, budget[0]), max(high, budget[0])]
     for t in todo if trials else drawn:
         out[t.model].to_run += 1
-    for u in units:
+    for u in units:  # a model with no unit left keeps `fused` None: how it trains is not planned
         for model in {m.model for m in u.members}:
-            out[model].units += 1
-            out[model].fused |= u.fused and len(u.members) > 1  # a bundle of one trains alone
+            row = out[model]
+            row.units += 1
+            row.fused = bool(row.fused) or (u.fused and len(u.members) > 1)  # a bundle of one trains alone
     return out
 
 

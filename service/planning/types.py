@@ -16,10 +16,10 @@ class PlanModel(BaseModel):
         description="Ray units holding its trials (fused bundles, asha's points, single trials)"
     )
     budget_steps: list[int] | None = Field(description="[fewest, most] optimiser steps of its trials")
-    fused: bool = Field(
-        default=False,
+    fused: bool | None = Field(
+        default=None,
         description="whether its trials train in fused bundles (its cell has a fused form: trainers.fused.cells, "
-        "or a plugin cell's `fused`); false: one trial per unit",
+        "or a plugin cell's `fused`); false: one trial per unit; null: none of its trials is left to run",
     )
 
 
