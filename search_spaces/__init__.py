@@ -16,6 +16,7 @@ from search_spaces.space import (
     Uniform,
     Values,
     describe,
+    did_you_mean,
     dim_from_dict,
     dim_to_dict,
 )
@@ -37,7 +38,10 @@ def get_preset(name: str) -> SearchSpace:
     try:
         return PRESETS[name]
     except KeyError:
-        raise UnknownPresetError(f"unknown preset {name!r}; presets: {', '.join(list_presets())}") from None
+        near = did_you_mean(name, PRESETS)
+        raise UnknownPresetError(
+            f"unknown preset {name!r}; {near + ' ' if near else ''}presets: {', '.join(list_presets())}"
+        ) from None
 
 
 def list_presets() -> list[str]:

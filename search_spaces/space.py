@@ -136,8 +136,10 @@ class SearchSpace:
         for m in self.models:
             if m.name == name:
                 return m
+        names = [m.name for m in self.models]
+        near = did_you_mean(name, names)
         raise SpaceError(
-            f"space {self.name!r} has no model {name!r}; models: {', '.join(m.name for m in self.models)}"
+            f"space {self.name!r} has no model {name!r}; {near + ' ' if near else ''}models: {', '.join(names)}"
         )
 
     def points(self) -> Iterator[tuple[str, dict[str, Scalar]]]:

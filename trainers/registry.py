@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+from search_spaces.space import did_you_mean
 
 T = TypeVar("T")
 
@@ -80,10 +82,20 @@ class Registry(Generic[T]):
         except KeyError:
             if name in self._refused:
                 raise PluginError(self._refused[name]) from None
-            hint = f" ({where_plugins_are(f'a plugin {self.kind}')})" if self.pluggable else ""
-            raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}{hint}"
-            ) from None
+            raise self.unknown(name) from None
+
+    def unknown(self, name: str, also: Collection[str] = ()) -> UnknownNameError:
+        """The error for `name`, which is none of this registry's: the nearest name of these and of `also`
+        (what else the name could have meant where it was given, e.g. a preset's models), the valid names,
+        and the plugins that could not join under theirs (left out of the valid names)."""
+        refused = sorted(set(self._refused) - set(self._items))
+        near = did_you_mean(name, [*self.names(), *refused, *also])
+        hint = f" ({where_plugins_are(f'a plugin {self.kind}')})" if self.pluggable else ""
+        return UnknownNameError(
+            f"unknown {self.kind} {name!r}; {near + ' ' if near else ''}valid {self.kind}s: {', '.join(self.names())}"
+            + (f" (refused: {', '.join(refused)} — see `memsweep plugins`)" if refused else "")
+            + hint
+        )
 
     def names(self) -> list[str]:
         self._load_plugins()

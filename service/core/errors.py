@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from search_spaces.space import did_you_mean
+
 
 class StudyError(ValueError):
     """A study cannot be created or changed as asked; the message says why and what to do."""
@@ -35,7 +37,8 @@ def invalid_fields(
             fields = _fields_at(model, loc[len(root) : -1])
             if fields:
                 item["allowed"] = fields
-                msg = f"unknown field; valid fields here: {', '.join(fields)}"
+                near = did_you_mean(str(loc[-1]), fields)
+                msg = f"unknown field; {near + ' ' if near else ''}valid fields here: {', '.join(fields)}"
         elif e.get("type") == "missing":
             msg = "required: give a value"
         elif e.get("type") == "finite_number":

@@ -23,7 +23,7 @@ from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
 from trainers.numerics_modes import Numerics, default_mode
 from trainers.params import field_names
-from trainers.registry import UnknownNameError
+from trainers.registry import PluginError, UnknownNameError
 
 # The trainers' registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a spec's space
 # meets them, so a stored spec is read and judged without torch (the CLI's reads of its ledger).
@@ -469,8 +469,10 @@ def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | N
         try:
             cell = CELLS.get(name)
         except UnknownNameError as exc:  # unknown, or a plugin that could not join: the registry says which
+            # a typo of one of the preset's models is as likely as a cell's: the nearest of either
+            why = exc if isinstance(exc, PluginError) else CELLS.unknown(name, also=have)
             raise SpaceError(
-                f"models: {name!r} is no model of preset {preset.name!r} ({', '.join(sorted(have))}) and {exc}"
+                f"models: {name!r} is no model of preset {preset.name!r} ({', '.join(sorted(have))}) and {why}"
             ) from None
         own: dict[str, Any] = {k: Values(tuple(v)) for k, v in cell.grid.items()}
         preset_dims = {k for m in preset.models for k in m.dims}

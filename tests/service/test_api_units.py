@@ -1019,7 +1019,7 @@ def test_the_cli_names_a_bad_spec_file_and_its_unknown_fields(
     broken.write_text("preset: [a\n")
     assert main(["plan", str(typo)]) == 2
     assert capsys.readouterr().err.startswith(
-        "error: sede: unknown field; valid fields here: name, preset, space"
+        "error: sede: unknown field; did you mean 'seeds'? valid fields here: name, preset, space"
     )
     assert main(["plan", str(tmp_path / "missing.yaml")]) == 2  # was a traceback
     assert (
@@ -1453,7 +1453,9 @@ def test_the_client_submits_a_spec_file_read_as_the_cli_reads_it(tmp_path: Path)
         assert client.plan(mine)["trials"] == 2
         typo = tmp_path / "typo.yml"
         typo.write_text("preset: orhan2020-copy500\nsede: 3\n")
-        with pytest.raises(ValueError, match=f"^{typo}: sede: unknown field; valid fields here: name"):
+        with pytest.raises(
+            ValueError, match=f"^{typo}: sede: unknown field; did you mean 'seeds'\\? valid fields here: name"
+        ):
             client.submit(typo)
         with pytest.raises(ValueError, match=f"^{tmp_path / 'gone.json'}: cannot read the spec file"):
             client.submit(str(tmp_path / "gone.json"))
