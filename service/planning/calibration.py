@@ -3,7 +3,8 @@ trials would run, and kept in the ledger per shape and node type (a second plan 
 
 A *shape* is what sets a unit's cost per step: its trials' resolved config without the values a
 grid varies (seed, learning rate and the optimiser's constants, the initialiser and its scale, the
-budget and thresholds), whether it trains fused, and its bundle size. A calibration trains one real
+budget and thresholds, and a cell's settings declared as floats: `coefficients`), whether it trains
+fused, and its bundle size. A calibration trains one real
 unit of the shape — the members of the study's largest unit of it: a fused bundle at the study's
 bundle size, or one trial — for `STEPS` timed steps with the trainers themselves (`train_fused` or
 `train`), as a task with the study's resources (`Executor.run_tasks`: a Ray task; a GPU study
@@ -28,6 +29,7 @@ the shape and TRAINER_VERSION (kernels set the speed).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -37,6 +39,8 @@ import platform
 import statistics
 import threading
 import time
+import types
+import typing
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,8 +77,26 @@ def shape_of(resolved: trainers.Resolved) -> dict[str, Any]:
     """A trial's config without the values a grid varies: what its cost per step depends on."""
     config = resolved.to_dict()
     shape = {k: v for k, v in config.items() if k not in VALUE_FIELDS}
-    shape["cell_params"] = {k: v for k, v in config["cell_params"].items() if k not in VALUE_CELL_FIELDS}
+    values = {*VALUE_CELL_FIELDS, *coefficients(type(resolved.cell_config))}  # type: ignore[arg-type]  # classes hash
+    shape["cell_params"] = {k: v for k, v in config["cell_params"].items() if k not in values}
     return shape
+
+
+@functools.cache
+def coefficients(config: type) -> frozenset[str]:
+    """A cell config's fields declared as floats (`float`, `float | None`): numbers in its recurrence or
+    its initial weights (a step size, a damping, a gain, a gate's bias), never a size or an operation,
+    which are ints, strings and flags; so a grid over them trains one shape (a plugin's coRNN at two `dt`
+    was calibrated twice, for the same compute)."""
+    return frozenset(
+        name
+        for name, tp in typing.get_type_hints(config).items()
+        if tp is float
+        or (
+            typing.get_origin(tp) in (typing.Union, types.UnionType)
+            and set(typing.get_args(tp)) <= {float, type(None)}
+        )
+    )
 
 
 def shape_key(shape: Mapping[str, Any], fused: bool, bundle_size: int) -> str:
@@ -95,7 +117,7 @@ def describe_shape(shape: Mapping[str, Any]) -> str:
 
 def describe_shapes(shapes: Sequence[Mapping[str, Any]]) -> list[str]:
     """Each shape as `describe_shape` puts it, and where two would read the same, the task's and the
-    cell's settings in which they differ (a plugin cell's own field its grid varies: `gate_bias=-2.0`)."""
+    cell's settings in which they differ (a plugin cell's own field its grid varies: `rank=4`)."""
     described = [describe_shape(shape) for shape in shapes]
     for text in set(described):
         same = [i for i, d in enumerate(described) if d == text]

@@ -194,19 +194,19 @@ def test_a_calibration_times_the_steps_after_the_warm_ups(monkeypatch: pytest.Mo
 
 def test_shapes_that_would_read_the_same_say_where_they_differ():
     """Two shapes that differ in a cell setting the short label leaves out (a plugin cell's field its
-    grid varies: here the rnn's `input_gain`) read apart; a shape alone keeps its short label."""
+    grid varies: here the rnn's `bias`) read apart; a shape alone keeps its short label."""
     from service.planning.calibration import describe_shape, describe_shapes, shape_of
     from trainers import resolve
 
     def shape(**cell):
         return shape_of(resolve({"task": "copy", "task_params": {"seq_len": 30}, "cell_params": cell}))
 
-    a, b, c = shape(input_gain=0.9), shape(input_gain=0.5), shape(input_gain=0.9, nonlinearity="tanh")
+    a, b, c = shape(bias=True), shape(bias=False), shape(bias=True, nonlinearity="tanh")
     assert describe_shape(a) == describe_shape(b) != describe_shape(c)
     said = describe_shapes([a, b, c])
     assert said == [
-        describe_shape(a) + " · input_gain=0.9",
-        describe_shape(b) + " · input_gain=0.5",
+        describe_shape(a) + " · bias=True",
+        describe_shape(b) + " · bias=False",
         describe_shape(c),
     ]
 
