@@ -13,7 +13,6 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import TYPE_CHECKING, Any
 
-from service.reports.tables import csv_cells
 from service.tracking.batches import flatten, log_batches, now_ms
 
 if TYPE_CHECKING:
@@ -137,13 +136,13 @@ CURVE_COLUMNS = ("model", "step", "succeeded", "finished", "trials", "rate", "ci
 def curve_table(curve: dict[str, Any]) -> str:
     """Successes against budget (`summary["success_vs_budget"]`) as CSV, its header the first line:
     MLflow's artifact view draws a .csv as a table only then (`tables.to_csv`'s `#` lines make it text)."""
-    rows = [
-        csv_cells({"model": model, **cell}) for model, cells in curve["by_model"].items() for cell in cells
-    ]
     buf = io.StringIO()
     writer = csv.writer(buf, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
     writer.writerow(CURVE_COLUMNS)
-    writer.writerows([["" if r.get(c) is None else r[c] for c in CURVE_COLUMNS] for r in rows])
+    for model, cells in curve["by_model"].items():
+        for cell in cells:
+            row = {"model": model, **cell, "ci95_low": cell["ci95"][0], "ci95_high": cell["ci95"][1]}
+            writer.writerow(["" if row.get(c) is None else row[c] for c in CURVE_COLUMNS])
     return buf.getvalue()
 
 
