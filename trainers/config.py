@@ -12,7 +12,6 @@ Whether a trial succeeded is not part of it: a study judges that (`trainers.crit
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -20,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from search_spaces.space import did_you_mean
 from trainers import plugins
 from trainers.numerics_modes import ENV, MODES, default_mode
 from trainers.params import ConfigError, build, field_names, unhashed_defaults
@@ -364,23 +364,27 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConf
         scope, _, name = key.rpartition(".")
         if scope == "task" or (not scope and name not in TOP_FIELDS and name in task_fields):
             if name not in task_fields:
+                near = did_you_mean(name, task_fields)
                 raise ConfigError(
-                    f"unknown field {name!r} for task {cfg.task!r}; valid: {', '.join(task_fields)}"
+                    f"unknown field {name!r} for task {cfg.task!r}; {near + ' ' if near else ''}valid: "
+                    + ", ".join(task_fields)
                 )
             task_params[name] = value
         elif scope == "cell" or (not scope and name not in TOP_FIELDS and name in cell_fields):
             if name not in cell_fields:
+                near = did_you_mean(name, cell_fields)
                 raise ConfigError(
-                    f"unknown field {name!r} for cell {cfg.cell!r}; valid: {', '.join(cell_fields)}"
+                    f"unknown field {name!r} for cell {cfg.cell!r}; {near + ' ' if near else ''}valid: "
+                    + ", ".join(cell_fields)
                 )
             cell_params[name] = value
         elif not scope and name in TOP_FIELDS and name not in ("task_params", "cell_params"):
             top[name] = value
         else:
             valid = sorted({*TOP_FIELDS, *task_fields, *cell_fields} - {"task_params", "cell_params"})
-            near = difflib.get_close_matches(key, valid, n=1)  # (search_spaces.did_you_mean's rule)
+            near = did_you_mean(key, valid)
             raise ConfigError(
-                f"unknown config field {key!r}; {f'did you mean {near[0]!r}? ' if near else ''}valid fields "
+                f"unknown config field {key!r}; {near + ' ' if near else ''}valid fields "
                 f"for task {cfg.task!r} and cell {cfg.cell!r}: " + ", ".join(valid)
             )
     base = cfg.to_dict()
