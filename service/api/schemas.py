@@ -112,7 +112,9 @@ class PluginPublic(BaseModel):
     value: str = Field(description="its entry point's object, module:Class")
     distribution: str
     version: str
-    digest: str = Field(description="sha256 of its package's files (16 hex digits)")
+    digest: str = Field(
+        description="sha256 of its package's files but bytecode, hidden files and an editor's leftovers (16 hex digits)"
+    )
     identity: str = Field(description="what enters the config hash of each trial that uses it")
     problem: str | None = Field(
         description="why it could not join (a study that names it is refused); null: ready"
@@ -121,6 +123,11 @@ class PluginPublic(BaseModel):
         default=None,
         description="why the server's copy is stale: the plugin changed on disk since the server loaded it, "
         "so a study that uses it is refused until `memsweep serve` restarts; null: the code on disk",
+    )
+    version_behind: str | None = Field(
+        default=None,
+        description="an editable install whose source (pyproject.toml) names another version than the one "
+        "installed, which alone enters its identity: run `pip install -e PATH` again; null: none",
     )
 
 

@@ -392,7 +392,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(json.dumps(listing))
     else:
         print_plugins(listing, url)
-        for p in listing["server"]:  # (a server's listing has no `version_behind`)
+        for p in listing["server"]:
             if p.get("version_behind"):
                 print(f"{p['kind']} {p['name']!r}: {p['version_behind']}")
         if url:

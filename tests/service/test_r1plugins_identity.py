@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from service.api.schemas import PluginPublic
 from tests.plugin_dists import memsweep, toy_dist
 
 
@@ -77,6 +78,7 @@ def test_an_editable_installs_version_bump_not_yet_installed_is_named_with_what_
     why = f"version 0.2.0 in {source / 'pyproject.toml'}, 0.1.0 installed: run pip install -e {source} again"
     plugin = _listed(site)
     assert plugin["version"] == "0.1.0" and plugin["version_behind"] == why
+    assert PluginPublic.model_validate(plugin).version_behind == why  # GET /plugins answers it too
     listed = memsweep("plugins", paths=(site,))
     assert listed.returncode == 0 and f"cell 'toy': {why}" in listed.stdout
     checked = memsweep("plugins", "check", "toy", paths=(site,))
