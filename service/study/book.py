@@ -46,10 +46,11 @@ class Stop:
         self._settled = False
 
     def cancel(self) -> bool:
-        """The user's cancel; False when it comes too late (the run ended paused by a shutdown)."""
+        """The user's cancel; False when it comes too late: the run has ended (done, cancelled, or
+        paused by a shutdown), and nothing of it is left to stop."""
         with self._lock:
-            if self._settled:  # ended: done, or paused by a shutdown (refused)
-                return not self._shutdown
+            if self._settled:
+                return False
             self._by_user, self._shutdown = True, False
             self.event.set()
             return True
@@ -93,6 +94,8 @@ class Recorder(Protocol):
     def finished(self, trial_id: int, result: trainers.TrialResult) -> None: ...
 
     def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None: ...
+
+    def restated(self, trial_id: int, status: str, reason: str) -> None: ...
 
 
 class TrialBook:
@@ -251,6 +254,7 @@ class TrialBook:
         if state == "cancelled":
             for row_id in sorted(self.paused.values()):
                 self.ledger.update_trial(row_id, status="cancelled", reason=CANCEL_NOTE)
+                self.record.restated(row_id, "cancelled", CANCEL_NOTE)
         self.paused.clear()
         return state
 

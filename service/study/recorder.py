@@ -111,6 +111,11 @@ class StudyRecorder:
             self._running.pop(config_hash, None)
             self._unwritten.pop(trial_id, None)
 
+    def restated(self, trial_id: int, status: str, reason: str) -> None:
+        """A trial stopped already, its status in the ledger changed since (a shutdown's `pending`, then
+        its user's cancel): its child run, ended KILLED, says the new one."""
+        self.tracker.trial_restated(self.ledger.trial(trial_id), status, reason)
+
     def progress(self, force: bool = False) -> None:
         """The parent run's live counts, at most every PROGRESS_INTERVAL seconds (or now: `force`)."""
         now = time.monotonic()

@@ -41,6 +41,13 @@ def run_params(trial: Trial) -> list[Param]:
     return [Param(k, v) for k, v in flat.items()]
 
 
+def status_tags(status: str, reason: str) -> list[RunTag]:
+    """A stopped trial's status in the ledger and why, as its child run's tags."""
+    from mlflow.entities import RunTag
+
+    return [RunTag("memsweep.status", status), RunTag("memsweep.reason", reason[:4000])]
+
+
 def curve_metrics(curve: Sequence[Stamped]) -> list[Metric]:
     """A trial's evaluations as MLflow metrics: val_loss, train_loss and metric, each at its step."""
     from mlflow.entities import Metric
@@ -144,14 +151,15 @@ class ChildRuns:
     def stop(self, live: LiveRun, status: str, reason: str) -> None:
         """A trial stopped before its end (see `Tracker.trial_stopped`): its live run, if made, gets what
         its curve has not had, the trial's status in the ledger and the reason, and ends KILLED."""
-        from mlflow.entities import RunTag
-
         if live.run is None:
             return
         run_id = live.run[0]
-        tags = [RunTag("memsweep.status", status), RunTag("memsweep.reason", reason[:4000])]
-        log_batches(self.client, run_id, [], curve_metrics(live.curve), tags)
+        log_batches(self.client, run_id, [], curve_metrics(live.curve), status_tags(status, reason))
         self.client.set_terminated(run_id, status="KILLED")
+
+    def restate(self, run_id: str, status: str, reason: str) -> None:
+        """A stopped trial's run told its trial's new status and reason (`Tracker.trial_restated`)."""
+        log_batches(self.client, run_id, [], [], status_tags(status, reason))
 
     def end_earlier(self, run_id: str) -> None:
         """An earlier child run of a trial that starts again: ended KILLED, pending with the reason, when

@@ -196,6 +196,14 @@ class Tracker:
         if live is not None:
             self._pool.submit(partial(self.children.stop, live, status, reason), key=config_hash)
 
+    def trial_restated(self, trial: Trial, status: str, reason: str) -> None:
+        """A stopped trial's status changed in the ledger (`StudyRecorder.restated`): its child run, if one
+        was made, gets the new `memsweep.status` and `memsweep.reason`, after its stop's writes."""
+        if trial.mlflow_run_id is not None:
+            self._pool.submit(
+                partial(self.children.restate, trial.mlflow_run_id, status, reason), key=trial.config_hash
+            )
+
     # ----- queued: the parent run ----------------------------------------------------------------
     def study_progress(self, parent_run_id: str, table: dict[str, Any]) -> None:
         """The parent run's counts as the study goes (a success table): trials, finished, succeeded,

@@ -152,6 +152,10 @@ class MemoryTracker:
             if run.get("trial") == config_hash and run["status"] == "RUNNING":
                 run.update(status="KILLED", reason=reason, trial_status=status)
 
+    def trial_restated(self, trial: Any, status: str, reason: str) -> None:
+        if trial.mlflow_run_id in self.runs:
+            self.runs[trial.mlflow_run_id].update(reason=reason, trial_status=status)
+
     def log_trial(self, study: Any, row: Any, matrices: Any, set_run_id: Callable[[str], None]) -> None:
         run_id = (
             row.mlflow_run_id if row.mlflow_run_id in self.runs else self._new(parent=study.parent_run_id)
@@ -492,6 +496,9 @@ class Recorded:
         self.engine.ledger.finish_trial(trial_id, result)
 
     def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None:
+        pass
+
+    def restated(self, trial_id: int, status: str, reason: str) -> None:
         pass
 
 

@@ -50,7 +50,7 @@ def run_and_stop(
     import service.runner as runner_module
     from service.runner import StudyRunner
 
-    engine, _, _ = make_engine()
+    engine, _, trackers = make_engine()
     ex = StopsOneByOne()
     engine._executor = ex
     monkeypatch.setattr(runner_module, "plan_run", lambda engine, study_id, cancel: None)
@@ -70,7 +70,13 @@ def run_and_stop(
     stopping.join(60)
     assert not stopping.is_alive()
     assert cancelled == ([True] if cancel_midway else [])
-    return engine.ledger.study(study.id), engine.ledger.trials(study.id)
+    trials = engine.ledger.trials(study.id)
+    # each trial's child run says what its row says (the cancel rewrote those the shutdown stopped first)
+    runs = trackers[-1].runs
+    assert [(runs[t.mlflow_run_id]["trial_status"], runs[t.mlflow_run_id]["reason"]) for t in trials] == [
+        (t.status, t.reason) for t in trials
+    ]
+    return engine.ledger.study(study.id), trials
 
 
 def test_a_cancel_during_a_shutdown_ends_the_study_and_every_trial_cancelled(
@@ -110,4 +116,4 @@ def test_the_stop_is_decided_once_at_the_runs_end() -> None:
 
     done = Stop()
     assert done.settle() is None
-    assert done.cancel() and done.settle() is None  # the run has ended: its cause no longer changes
+    assert not done.cancel() and done.settle() is None  # the run has ended: nothing is left to cancel
