@@ -31,7 +31,9 @@ def run_study(uri: str, home: Path, trials: int, concurrency: int, fused: bool) 
     from service.core.spec import StudySpec
     from service.study.engine import Engine
     from service.study.packing import pack
+    from service.tracking.tracker import prepare_mlflow_process
 
+    prepare_mlflow_process()  # as memsweep's own entry points
     engine = Engine(Settings(home=home, mlflow_tracking_uri=uri, ray_num_cpus=concurrency))
     lrs = [1e-3 * (1 + i / trials) for i in range(trials)]
     spec = StudySpec.model_validate(

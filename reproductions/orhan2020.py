@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from service.reports.compare import numerics_of
     from service.study.engine import Engine
     from service.tracking.links import ui_link
+    from service.tracking.tracker import prepare_mlflow_process
 
+    prepare_mlflow_process()  # as memsweep's own entry points: MLflow down costs seconds, not minutes
     home = Path(args.home or tempfile.mkdtemp(prefix="memsweep-reproduce-"))
     os.environ.setdefault("MEMSWEEP_HOME", str(home))
     engine = Engine(Settings(home=home, ray_num_cpus=args.concurrency))

@@ -374,7 +374,7 @@ class StudyRunner:
                     study = ledger.get_study(study_id)
                     # failed before the engine said so; a shutdown's leaves it pending, the error kept
                     if study is not None and study.state in RESUMABLE:
-                        state = "pending" if a.stop.settle() == "pending" else "failed"
+                        state = a.stop.settle() or "failed"
                         ledger.update_study(study_id, state=state, error=f"{type(exc).__name__}: {exc}")
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             if a.stop.by_user:  # cancelled while it waited for a sync to let it go

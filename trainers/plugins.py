@@ -269,9 +269,19 @@ def version_behind(plugin: Plugin) -> str | None:
     except (OSError, tomllib.TOMLDecodeError):
         return None
     declared = project.get("version")
-    if not isinstance(declared, str) or declared == dist.version:
+    if not isinstance(declared, str) or _same_version(declared, dist.version):
         return None
     return f"version {declared} in {source / 'pyproject.toml'}, {dist.version} installed: run pip install -e {source} again"
+
+
+def _same_version(declared: str, installed: str) -> bool:
+    """Whether two spellings name one version (PEP 440: `1.0.0-beta1` is the `1.0.0b1` pip installs)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(declared) == Version(installed)
+    except InvalidVersion:
+        return declared == installed
 
 
 def edited(kind: str, name: str) -> str | None:

@@ -56,9 +56,10 @@ class Stop:
             return True
 
     def shut_down(self) -> None:
-        """The process stops (unless the user cancelled first)."""
+        """The process stops: the cause, unless the user cancelled first or the run has ended."""
         with self._lock:
-            self._shutdown = not self._by_user
+            if not self._settled:
+                self._shutdown = not self._by_user
             self.event.set()
 
     @property

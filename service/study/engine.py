@@ -146,10 +146,10 @@ def retrained_message(again: Sequence[tuple[Trial, TrialSpec]], old: StudySpec, 
     """Why an extension would train the study's trials `again` (`retrained`), each cause that applies
     with its fix: the extension's settings, a plugin's code (their provenance against the code loaded
     now, as `memsweep compare` reads it), or the trainer version."""
-    now = {r.id: trainers.resolve(r.config).config_hash() for r, _ in again}  # each row's config, today
+    now = {r.id: _hash_today(r.config) for r, _ in again}  # each row's config, today
     causes: list[str] = []
     fixes: list[str] = []
-    moved = sum(now[r.id] != t.config_hash for r, t in again)
+    moved = sum(now[r.id] is not None and now[r.id] != t.config_hash for r, t in again)
     if moved:
         changed = changed_settings(old, new)
         causes.append(
@@ -205,6 +205,15 @@ def retrained_message(again: Sequence[tuple[Trial, TrialSpec]], old: StudySpec, 
         f"{'; '.join(causes)}, and the study's tables would count both as seeds of one point. "
         f"{advice[:1].upper()}{advice[1:]}"
     )
+
+
+def _hash_today(config: Mapping[str, Any]) -> str | None:
+    """A stored config's hash under the code loaded now; None when it no longer resolves (a setting
+    renamed since, in a trainer version or a plugin): made under other code, as a hash that moved."""
+    try:
+        return trainers.resolve(config).config_hash()
+    except (trainers.ConfigError, trainers.UnknownNameError):
+        return None
 
 
 def _of(part: int, total: int) -> str:
@@ -445,8 +454,9 @@ class Engine:
                 ) from exc
             log.exception("study %s failed", study.id)
             # stopping for a shutdown, its trials were left pending for the next start: so is the study,
-            # the error kept (`failed` is never resumed, while its trials said the next start would)
-            state = "pending" if stop.settle() == "pending" else "failed"
+            # the error kept (`failed` is never resumed, while its trials said the next start would); a
+            # study its user cancelled ends cancelled, as its trials did
+            state = stop.settle() or "failed"
             self.ledger.update_study(study.id, state=state, error=f"{type(exc).__name__}: {exc}")
             tracker.close()
             raise
@@ -608,21 +618,24 @@ class Engine:
                         self.ledger, study, waits, stop.event, lambda n: record.progress(force=True)
                     )
 
-        if book.sampled:
-            # the points it holds unfinished first (a crash or a fault interrupted them): the sampler then
-            # draws knowing their results, and never draws one of them again
-            rounds()
-            trials = self.ledger.trials(study.id)
-            left = points_left(spec, space, trials)
-            if left > 0 and not stop.event.is_set():
-                known = partial(self.ledger.finished_objectives, study.id)
-                finished = [t for t in trials if t.status in FINISHED]
-                draws = sampling(spec, space, finished, left, known)
-                self._execute(
-                    replace(request, sampling=draws, asha_history=self._asha_history(spec, study.id)), book
-                )
-        rounds()  # what is left unfinished (a fault sent back some of the draws)
-        book.settle()
+        try:
+            if book.sampled:
+                # the points it holds unfinished first (a crash or a fault interrupted them): the sampler
+                # then draws knowing their results, and never draws one of them again
+                rounds()
+                trials = self.ledger.trials(study.id)
+                left = points_left(spec, space, trials)
+                if left > 0 and not stop.event.is_set():
+                    known = partial(self.ledger.finished_objectives, study.id)
+                    finished = [t for t in trials if t.status in FINISHED]
+                    draws = sampling(spec, space, finished, left, known)
+                    self._execute(
+                        replace(request, sampling=draws, asha_history=self._asha_history(spec, study.id)),
+                        book,
+                    )
+            rounds()  # what is left unfinished (a fault sent back some of the draws)
+        finally:  # the stop's cause, read once, on an error too: what a shutdown paused before its user's
+            book.settle()  # cancel ends cancelled with the rest
         return ran
 
     def _not_trained_elsewhere(

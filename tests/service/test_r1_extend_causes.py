@@ -69,3 +69,21 @@ def test_an_extension_of_trials_that_never_ran_under_a_plugin_says_both_possible
     said = str(refused.value)
     assert "they were made under another trainer version (TRAINER_VERSION" in said
     assert f"or other code of the plugins they use (now {NOW})" in said and "settings" not in said
+
+
+def test_a_stored_config_that_no_longer_resolves_is_refused_as_made_under_other_code(
+    make_engine: Any,  # noqa: F811
+) -> None:
+    """A trial's stored config with a setting this code no longer has (renamed since, in a trainer version
+    or a plugin) raised `ConfigError: unknown field …` out of the refusal's own message, which the API
+    answered as a mistake in the extension's values."""
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    (row, *_) = engine.ledger.trials(study.id)
+    config = {**row.config, "cell_params": {**row.config["cell_params"], "renamed_gain": 1.0}}
+    engine.ledger.update_trial(row.id, config=config, config_hash="0" * 64)  # made under other code
+    with pytest.raises(StudyError) as refused:
+        engine.extend_study(study.id, grid(seeds=[1, 2, 3]))
+    said = str(refused.value)
+    assert said.startswith("extend would train 1 of the study's trials again beside their results: ")
+    assert "they were made under another trainer version" in said and "settings (" not in said

@@ -84,3 +84,10 @@ def test_an_editable_installs_version_bump_not_yet_installed_is_named_with_what_
     checked = memsweep("plugins", "check", "toy", paths=(site,))
     assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]  # the contract holds all the same
     assert "holds its contract" in checked.stdout and f"note: {why}" in checked.stdout
+
+
+def test_a_version_spelt_otherwise_in_the_source_is_no_version_behind(tmp_path: Path) -> None:
+    """`1.0.0-beta1` in pyproject.toml is the `1.0.0b1` pip installs: no note after every reinstall."""
+    site = toy_dist(tmp_path / "site", "1.0.0b1")
+    _editable(site, tmp_path / "source", "1.0.0-beta1")
+    assert _listed(site)["version_behind"] is None

@@ -24,6 +24,7 @@ class StopsOneByOne(InProcess):
         self.started = threading.Event()
         self.between: threading.Event | None = None
         self.go_on = threading.Event()
+        self.fails = False  # it raises once its units have stopped
 
     def run(self, request: RunRequest, book: Any) -> None:
         runs = [f"unit-{i}" for i in range(len(request.units))]
@@ -38,12 +39,15 @@ class StopsOneByOne(InProcess):
         for run in runs[1:]:
             book.ended(run)
         book.close_unfinished("its unit ended before this member reported")
+        if self.fails:
+            raise RuntimeError("the executor failed as its run stopped")
 
 
 def run_and_stop(
     make_engine: Any,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     cancel_midway: bool,
+    fails: bool = False,
 ) -> Any:
     """A study of 6 trials, one per unit, all started, then a shutdown (and, `cancel_midway`, its user's
     cancel after the first unit stopped): the study's row and its trials' rows after."""
@@ -52,6 +56,7 @@ def run_and_stop(
 
     engine, _, trackers = make_engine()
     ex = StopsOneByOne()
+    ex.fails = fails
     engine._executor = ex
     monkeypatch.setattr(runner_module, "plan_run", lambda engine, study_id, cancel: None)
     study = engine.create_study(grid(bundle_size=1, concurrency=6))
@@ -85,6 +90,18 @@ def test_a_cancel_during_a_shutdown_ends_the_study_and_every_trial_cancelled(
 ) -> None:
     study, trials = run_and_stop(make_engine, monkeypatch, cancel_midway=True)
     assert (study.state, study.error) == ("cancelled", None)
+    assert [(t.status, t.reason) for t in trials] == [("cancelled", CANCEL_NOTE)] * 6
+
+
+def test_a_cancel_during_a_shutdown_and_then_an_error_still_ends_every_trial_cancelled(
+    make_engine: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's stop was read only when it ended without an error: a failing executor left the trials
+    the shutdown had stopped first `pending` ("the next start resumes it") in a study written `failed`,
+    which no start resumes."""
+    study, trials = run_and_stop(make_engine, monkeypatch, cancel_midway=True, fails=True)
+    assert study.state == "cancelled" and "the executor failed" in (study.error or "")
     assert [(t.status, t.reason) for t in trials] == [("cancelled", CANCEL_NOTE)] * 6
 
 
