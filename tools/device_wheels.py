@@ -68,8 +68,7 @@ PINS = {"ray": "2.60.0", "mlflow": "3.17.2", "optuna": "5.0.0"}
 #: the service extra's requirements the device does without, and why
 LEAVE_OUT = {
     "psycopg2-binary": "a Postgres driver: the device's ledger and MLflow store are SQLite",
-    "swagger-ui-py": "Swagger UI's files for /docs (7 MB): no browser opens the device's server",
-    "fastapi-offline": "ReDoc's bundle for /redoc (0.8 MB): as swagger-ui-py",
+    "fastapi-offline": "Swagger UI's and ReDoc's files for /docs and /redoc: no browser opens the device's server",
 }
 #: imported by the service itself, beside the extra (also an mlflow dependency)
 ALSO = ("alembic",)

@@ -1,5 +1,5 @@
-"""The API's own pages: /docs and /redoc are served whole by the server (Swagger UI's files from the
-installed `swagger-ui-py`, ReDoc's from `fastapi-offline`), so they render on a machine that reaches
+"""The API's own pages: /docs and /redoc are served whole by the server (Swagger UI's files and ReDoc's
+from the installed `fastapi-offline`), so they render on a machine that reaches
 nothing but the server; FastAPI's pages loaded them from CDNs and were blank offline. A real browser
 (Debian's chromium, headless) with every request beyond loopback refused opens both pages of the real
 server under uvicorn."""
@@ -38,17 +38,14 @@ def test_docs_and_redoc_load_their_files_from_the_server_not_a_cdn(pages: TestCl
     docs, redoc = pages.get("/docs"), pages.get("/redoc")
     for page in (docs, redoc):
         assert page.status_code == 200 and "cdn" not in page.text.lower() and "googleapis" not in page.text
-    for name, (
-        _,
-        media,
-    ) in STATIC_FILES.items():  # open, as the pages are: a browser loads them without a token
+    for name, media in STATIC_FILES.items():  # open, as the pages are: a browser loads them without a token
         assert f"/docs/static/{name}" in docs.text + redoc.text
         served = pages.get(f"/docs/static/{name}")
         assert served.status_code == 200 and served.headers["content-type"].startswith(media), name
     assert b"SwaggerUIBundle" in pages.get("/docs/static/swagger-ui-bundle.js").content
     assert b"Redoc" in pages.get("/docs/static/redoc.standalone.js").content
-    # nothing else of the package's folder is served (its editor bundles, its index page)
-    refused = pages.get("/docs/static/swagger-editor-bundle.js")
+    # nothing else of the package is served (its modules, its folder's other files)
+    refused = pages.get("/docs/static/core.py")
     assert refused.status_code == 404 and "redoc.standalone.js" in refused.json()["message"]
     assert pages.get("/docs/static/..%2F..%2Fcore.py").status_code == 404
 
