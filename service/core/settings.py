@@ -27,7 +27,11 @@ class Settings(BaseSettings):
     ray_address: str | None = Field(
         default=None, description="join this Ray cluster (else RAY_ADDRESS, else embedded)"
     )
-    ray_num_cpus: int | None = Field(default=None, description="CPUs of the embedded Ray (default: all)")
+    ray_num_cpus: int | None = Field(
+        default=None,
+        description="CPUs of the embedded Ray (default: those this process may use, its affinity at most its "
+        "cgroup's quota)",
+    )
     mlflow_tracking_uri: str | None = Field(
         default=None, description="an MLflow server; default: start one on loopback"
     )
