@@ -32,7 +32,7 @@ from service.reports.compare import Comparison, log_comparison
 from service.runner import StudyRunner
 from service.store.models import Study, utc
 from service.study.claim import StudyBusyError, gone, this_process
-from service.study.engine import Engine
+from service.study.engine import Engine, drawn_under_other_code
 from service.study.plugins import admit_plugins
 from service.tracking.links import MlflowLinks
 
@@ -225,6 +225,12 @@ class StudyService(StudyReads):
             self.runner.node_plugins,
             again=f"resume study {study_id} again",
         )
+        spec = study.validated_spec()
+        drawn_otherwise = (
+            None if spec.sampler == "grid" else drawn_under_other_code(self.ledger.trials(study_id), "resume")
+        )
+        if drawn_otherwise:
+            raise ConflictError(drawn_otherwise)
         previous = {"state": study.state, "error": study.error}
         self.ledger.update_study(study_id, state="pending", error=None)
         if not self.runner.submit(study_id):

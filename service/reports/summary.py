@@ -369,10 +369,14 @@ def success_vs_budget(
     trials: Iterable[TrialLike], criterion: Criterion = HALF_BASELINE, steps: Sequence[int] | None = None
 ) -> SuccessBudget:
     """Successes per model against training steps, with 95 % Wilson intervals. The steps are every
-    step at which some trial evaluated, unless given."""
+    step at which some trial evaluated, and the budget of each run that ended, unless given: where no
+    run evaluated at its budget (each stopped early, or was pruned), the curve still ends at the count
+    the study's table gives (before, it ended at the last evaluation, where a run pruned there counts
+    by its loss, and said 4 successes where the table said 2)."""
     trials = list(trials)
     if steps is None:
-        steps = sorted({int(e["step"]) for t in trials for e in t.history or []})
+        budgets = {b for t in trials if t.status in FINISHED and (b := getattr(t, "budget_steps", None))}
+        steps = sorted({int(e["step"]) for t in trials for e in t.history or []} | budgets)
     by_model: dict[str, list[TrialLike]] = defaultdict(list)
     for t in trials:
         by_model[t.model].append(t)

@@ -166,44 +166,61 @@ def retrained_message(again: Sequence[tuple[Trial, TrialSpec]], old: StudySpec, 
                 else ""  # a preset's dimensions are its paper's: another setting cannot become one
             )
         )
-    remade = [(r, t) for r, t in again if now[r.id] != r.config_hash]  # made under another identity
+    remade = [r for r, _ in again if now[r.id] != r.config_hash]  # made under another identity
     if remade:
-        ran = plugin_versions(
-            {
-                "then": [r.provenance for r, _ in remade],
-                "now": [_plugins_now(t) for _, t in remade],
-            }
-        )
-        edited = {plugin: ids for plugin, ids in ran.items() if len(ids) > 1}
-        for plugin, ids in sorted(edited.items()):
-            then = ", ".join(sorted(i for i, keys in ids.items() if "then" in keys))
-            loaded = ", ".join(sorted(i for i, keys in ids.items() if "now" in keys))
-            causes.append(
-                f"{_of(len(remade), len(again))}the {plugin} plugin's code changed since they were made "
-                f"(then {then}; now {loaded})"
-            )
-        if edited:
-            fixes.append(
-                "put the code they ran back (that version, its files as they were: the digest is of them) and "
-                "restart the server, or create a new study for the new code (memsweep compare then sets the "
-                "two side by side, naming each one's code)"
-            )
-        else:
-            used = sorted({i for _, t in remade for i in _plugins_now(t).values()})
-            causes.append(
-                f"{_of(len(remade), len(again))}they were made under another trainer version (TRAINER_VERSION "
-                f"{trainers.TRAINER_VERSION} now, or THREADED_VERSION for several threads)"
-                + (f", or other code of the plugins they use (now {', '.join(used)})" if used else "")
-            )
-            fixes.append(
-                "create a new study from the same spec to train them under this version (finished trials "
-                "this ledger holds are reused)"
-            )
+        code, fix = other_code(remade, len(again))
+        causes += code
+        fixes.append(fix)
     advice = "; or ".join(fixes)
     return (
         f"extend would train {len(again)} of the study's trials again beside their results: "
         f"{'; '.join(causes)}, and the study's tables would count both as seeds of one point. "
         f"{advice[:1].upper()}{advice[1:]}"
+    )
+
+
+def other_code(remade: Sequence[Trial], of: int) -> tuple[list[str], str]:
+    """Why trials (`remade`, of `of`) were made under other code than the code loaded now, and the fix:
+    a plugin's identity then (their provenance, as `memsweep compare` reads it) and now, else the trainer
+    version (or, with no provenance to tell, a plugin's code)."""
+    ran = plugin_versions({"then": [r.provenance for r in remade], "now": [_plugins_now(r) for r in remade]})
+    edited = {plugin: ids for plugin, ids in ran.items() if len(ids) > 1}
+    if edited:
+        return [
+            f"{_of(len(remade), of)}the {plugin} plugin's code changed since they were made (then "
+            + ", ".join(sorted(i for i, keys in ids.items() if "then" in keys))
+            + "; now "
+            + ", ".join(sorted(i for i, keys in ids.items() if "now" in keys))
+            + ")"
+            for plugin, ids in sorted(edited.items())
+        ], (
+            "put the code they ran back (that version, its files as they were: the digest is of them) and "
+            "restart the server, or create a new study for the new code (memsweep compare then sets the "
+            "two side by side, naming each one's code)"
+        )
+    used = sorted({i for r in remade for i in _plugins_now(r).values()})
+    return [
+        f"{_of(len(remade), of)}they were made under another trainer version (TRAINER_VERSION "
+        f"{trainers.TRAINER_VERSION} now, or THREADED_VERSION for several threads)"
+        + (f", or other code of the plugins they use (now {', '.join(used)})" if used else "")
+    ], (
+        "create a new study from the same spec to train them under this version (finished trials "
+        "this ledger holds are reused)"
+    )
+
+
+def drawn_under_other_code(rows: Sequence[Trial], doing: str) -> str | None:
+    """Why a sampled study may not draw more points (`doing`: an extension, a resume): the points it drew
+    were made under other code (a plugin's edited since, another trainer version), and new draws under
+    today's would mix the two in its sampler's history and its tables (before, only `memsweep compare`
+    noticed). None when every drawn point's config hashes today as it did."""
+    remade = [r for r in rows if _hash_today(r.config) != r.config_hash]
+    if not remade:
+        return None
+    causes, fix = other_code(remade, len(rows))
+    return (
+        f"{doing} would draw new points beside {len(rows)} drawn under other code: {'; '.join(causes)}; "
+        f"its sampler's history and its tables would mix the two. {fix[:1].upper()}{fix[1:]}"
     )
 
 
@@ -221,10 +238,10 @@ def _of(part: int, total: int) -> str:
     return "" if part == total else f"{part} of them: "
 
 
-def _plugins_now(t: TrialSpec) -> dict[str, str]:
+def _plugins_now(row: Trial) -> dict[str, str]:
     """The plugins a trial's cell and task come from as this process loaded them, as a provenance."""
-    cfg = t.resolved.config
-    return {f"plugin.{kind}": identity for kind, identity in plugins.identities(cfg.cell, cfg.task).items()}
+    ids = plugins.identities(row.config["cell"], row.config["task"])
+    return {f"plugin.{kind}": identity for kind, identity in ids.items()}
 
 
 def draws_otherwise(old: SearchSpace, new: SearchSpace, settings: Mapping[str, Any]) -> bool:
@@ -353,6 +370,9 @@ class Engine:
                 "leaving its points with unequal seeds. Create a new study with the new seeds (the "
                 "ledger's finished trials are reused), or extend max_trials to draw more points"
             )
+        drawn_otherwise = drawn_under_other_code(rows, "extend") if spec.sampler != "grid" else None
+        if drawn_otherwise:
+            raise StudyError(drawn_otherwise)
         if spec.sampler != "grid" and draws_otherwise(self.space(old), space, execution(spec)):
             changed = changed_settings(old, spec) or "a preset model's settings"
             raise StudyError(
@@ -422,6 +442,11 @@ class Engine:
         spec = study.validated_spec()
         space = self.space(spec)
         stop = stop if stop is not None else Stop()
+        drawn_otherwise = (
+            None if spec.sampler == "grid" else drawn_under_other_code(self.ledger.trials(study.id), "a run")
+        )
+        if drawn_otherwise:  # (the server's door refuses its resume: a `memsweep run --study` comes here)
+            raise StudyError(drawn_otherwise)
         tracker, mlflow, note = self._open_tracking(study, spec)
         try:
             self.ledger.update_study(

@@ -87,3 +87,30 @@ def test_a_stored_config_that_no_longer_resolves_is_refused_as_made_under_other_
     said = str(refused.value)
     assert said.startswith("extend would train 1 of the study's trials again beside their results: ")
     assert "they were made under another trainer version" in said and "settings (" not in said
+
+
+def test_a_sampled_study_drawn_under_a_plugins_old_code_draws_no_more_under_the_new(
+    make_engine: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sampled study has no enumerated trials to compare: its extension (more max_trials) and its
+    resume drew new points under the plugin's edited code beside those drawn under the old, and its
+    sampler and tables mixed the two (only `memsweep compare` noticed)."""
+    engine, _, _ = make_engine()
+    as_plugin(monkeypatch, THEN)
+    study = engine.create_study(grid(sampler="random", max_trials=2, seeds=[1]))
+    engine.run_study(study.id)
+    drawn = len(engine.ledger.trials(study.id))
+    as_plugin(monkeypatch, NOW)
+    with pytest.raises(StudyError) as refused:
+        engine.extend_study(study.id, grid(sampler="random", max_trials=4, seeds=[1]))
+    said = str(refused.value)
+    assert said.startswith(f"extend would draw new points beside {drawn} drawn under other code: ")
+    assert (
+        f"the cell memsweep-cornn plugin's code changed since they were made (then {THEN}; now {NOW})" in said
+    )
+    with pytest.raises(StudyError, match=r"^a run would draw new points beside"):
+        engine.run_study(study.id)
+    assert len(engine.ledger.trials(study.id)) == drawn  # nothing drawn, nothing trained
+    as_plugin(monkeypatch, THEN)  # the code they ran put back: it extends
+    assert engine.extend_study(study.id, grid(sampler="random", max_trials=4, seeds=[1])) == 2

@@ -596,6 +596,25 @@ def test_success_against_budget_takes_each_runs_last_evaluation_by_then():
     assert all(0 <= r.ci95[0] <= r.rate <= r.ci95[1] <= 1 for rows in curve.by_model.values() for r in rows)
 
 
+def test_the_budget_curve_ends_at_the_budget_with_the_tables_count():
+    """Every run of a study ended before its 2,000-step budget (early stops, asha's prunings at 1,600):
+    the curve ended at 1,600, where a run pruned there counts by its loss (4 successes), while the
+    study's table, at each run's end, said 2 (a pruned run is no success)."""
+    from service.reports.summary import success_table, success_vs_budget
+
+    def run(status, loss):
+        t = T("chain", {"seed": 1}, loss if status == "done" else None, status)
+        t.history = [{"step": 800, "val_loss": 0.5}, {"step": 1600, "val_loss": loss}]
+        t.steps, t.budget_steps = 1600, 2000
+        return t
+
+    trials = [run("done", 0.01), run("done", 0.02), run("pruned", 0.01), run("pruned", 0.05)]
+    curve = success_vs_budget(trials)
+    assert curve.steps == [800, 1600, 2000]
+    assert [c.succeeded for c in curve.by_model["chain"]] == [0, 4, 2]
+    assert curve.by_model["chain"][-1].succeeded == success_table(trials).total.succeeded
+
+
 def test_a_study_computes_with_one_numerics_mode():
     """The spec's `numerics` reaches every trial's config (and so its hash); a dimension over it, or
     models that ask different modes, are refused before anything runs (a Ray worker runs one mode)."""
