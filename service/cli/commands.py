@@ -134,6 +134,7 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
         if changes_spec(args):  # extend: only points the study does not hold yet are added
             added = engine.extend_study(study.id, build_spec(args, stored=study.spec), nodes=nodes)
             print(f"study {study.id}: extended by {added} trials", file=sys.stderr)
+            study = engine.ledger.study(study.id)  # its spec as extended (max_trials, for what follows)
     else:
         if not args.target:
             raise SystemExit(
