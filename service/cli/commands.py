@@ -203,7 +203,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner.submit(study.id)
     try:
         show_progress(runner, study.id, quiet=args.json)
-    finally:  # Ctrl-C included: the study stops and stays resumable (`--study ID`)
+    except KeyboardInterrupt:  # the study stops (below) and stays resumable; no traceback for a Ctrl-C
+        raise SystemExit(
+            f"interrupted: study {study.id} stopped, its unfinished trials pending; "
+            f"`memsweep run --study {study.id}` resumes it"
+        ) from None
+    finally:
         runner.shutdown()
     if study.id in runner.refused:
         raise SystemExit(f"error: {runner.refused[study.id]}")
