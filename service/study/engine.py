@@ -427,7 +427,7 @@ class Engine:
         return self._tracking_uri
 
     def run_study(
-        self, study_id: str, stop: Stop | None = None, units: Sequence[Unit] | None = None
+        self, study_id: str, *, stop: Stop | None = None, units: Sequence[Unit] | None = None
     ) -> dict[str, Any]:
         """Run every trial of the study that is not finished; returns the study summary, with the
         run's `seconds` by phase and the `units` it packed (their members' config hashes).

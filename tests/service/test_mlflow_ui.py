@@ -117,6 +117,7 @@ def test_mlflow_ui_shows_a_running_study_live(engine, mlflow_uri):
     from mlflow.tracking import MlflowClient
     from playwright.sync_api import sync_playwright
 
+    from service.study.book import Stop
     from service.tracking.links import ui_link
 
     spec = StudySpec.model_validate({
@@ -125,8 +126,8 @@ def test_mlflow_ui_shows_a_running_study_live(engine, mlflow_uri):
         "dims": {"lr": [1e-3], "scale": [1.0]}, "seeds": [1],
     })  # fmt: skip
     study = engine.create_study(spec)
-    cancel = threading.Event()
-    runner = threading.Thread(target=engine.run_study, args=(study.id, cancel), daemon=True)
+    stop = Stop()
+    runner = threading.Thread(target=engine.run_study, args=(study.id,), kwargs={"stop": stop}, daemon=True)
     runner.start()
     client = MlflowClient(mlflow_uri)
     try:
@@ -163,7 +164,7 @@ def test_mlflow_ui_shows_a_running_study_live(engine, mlflow_uri):
         later = client.get_metric_history(child.info.run_id, "val_loss")
         assert len(later) > len(points)  # the curve grew while we looked
     finally:
-        cancel.set()
+        stop.cancel()
         runner.join(timeout=120)
     assert not runner.is_alive()
     assert engine.ledger.get_study(study.id).state == "cancelled"
