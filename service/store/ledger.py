@@ -512,10 +512,7 @@ class Ledger:
         no live process holds the study: it has no owner, or `gone(owner, beat)` says the one it has died
         (`service.study.claim.gone`), so nothing trains them: a study queued before its turn, which its
         claim would take up only then (`pend_running`). A live owner's rows (a `memsweep run` in another
-        shell, or a run of it in this process) are left as they are. The owner judged gone lets go of the
-        study with them: one on another machine whose beats only stalled past their lease finds its next
-        write refused (`_fence`), and trains none of them on beside the study that takes them up. The
-        config hashes it sent back."""
+        shell, or a run of it in this process) are left as they are. The config hashes it sent back."""
         running = select(Trial).where(Trial.study_id == study_id, Trial.status == TrialStatus.RUNNING)
         with self.session() as s:
             owner, beat = s.execute(select(Study.owner, Study.owner_beat).where(Study.id == study_id)).one()
@@ -523,9 +520,8 @@ class Ledger:
                 return []
         with self.session() as s:  # the owner it judged, written first: a claim since then waits or wins
             held = Study.owner.is_(None) if owner is None else Study.owner == owner
-            let_go = update(Study).where(Study.id == study_id, held)
-            let_go = let_go.values(owner=None, owner_beat=None, updated_at=Study.updated_at)
-            if s.connection().execute(let_go).rowcount != 1:
+            unchanged = update(Study).where(Study.id == study_id, held)
+            if s.connection().execute(unchanged.values(updated_at=Study.updated_at)).rowcount != 1:
                 return []  # claimed since it looked: its new owner's to take up
             rows = list(s.scalars(running))
             for t in rows:

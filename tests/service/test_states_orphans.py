@@ -56,29 +56,10 @@ def test_a_queued_study_reads_a_dead_processs_trials_pending_before_its_turn(
         assert runner.submit(busy.id) and inside.wait(30)
         assert runner.submit(orphaned.id) and runner.submit(live.id)
         assert runner.is_queued(orphaned.id) and runner.is_queued(live.id)
-        assert watch.study(orphaned.id).owner is None  # let go of with its rows; its turn has not come
+        assert watch.study(orphaned.id).owner == killed  # not claimed yet: its turn has not come
         rows = {t.config_hash: t for t in watch.trials(orphaned.id)}
         assert [(rows[h].status, rows[h].reason) for h in dead] == [("pending", ORPHAN_NOTE)] * 2
         assert [t.status for t in watch.trials(live.id) if t.config_hash in running] == ["running"]
     finally:
         release.set()
         runner.shutdown(timeout=30)
-
-
-def test_an_owner_judged_gone_that_was_only_stalled_is_fenced_off_the_rows_set_pending(
-    make_engine: Any,  # noqa: F811
-) -> None:
-    """An owner on another machine whose beats stalled past their lease is judged gone: its rows read
-    `pending` for another study to take up, and it must not train them on beside it; its claim goes with
-    them, so its next write is refused."""
-    from service.store.ledger import ClaimLostError
-
-    engine, _, _ = make_engine()
-    study = engine.create_study(grid(name="stalled"))
-    stalled = Ledger(engine.ledger.url)  # the stalled process's own connection
-    (h,) = left_running(stalled, study.id, "elsewhere:4242:0", 1)
-    assert engine.ledger.pend_orphans(study.id, ORPHAN_NOTE, lambda owner, beat: True) == [h]
-    (row,) = [t for t in engine.ledger.trials(study.id) if t.config_hash == h]
-    assert (row.status, row.reason) == ("pending", ORPHAN_NOTE)
-    with pytest.raises(ClaimLostError):
-        stalled.update_study(study.id, state="running")
