@@ -297,7 +297,7 @@ class StudyRunner:
 
     def cancel(self, study_id: str) -> bool:
         """Stop a queued or running study; False when this process is not running it, or its run has
-        ended paused by a shutdown (`Stop.cancel`). A study queued here that no process holds is marked
+        ended (`Stop.cancel`). A study queued here that no process holds is marked
         `cancelled`; one another process runs (a `memsweep run` on this ledger), or a dead one left
         `running`, is not this process's to mark: it stays queued, and the answer is False (it wrote
         `cancelled` under a live run, so that another study stopped waiting for its trials and trained

@@ -35,8 +35,8 @@ class Stop:
 
     A user's cancel wins over a shutdown, one under way too: the user asked for the study to end, and
     the next start would resume it; a shutdown never turns a cancel back. The run's end reads the
-    cause once (`settle`): a cancel after that is refused, the run having ended paused for the next
-    start (before, a cancel during a shutdown left some trials `pending`, some `cancelled`)."""
+    cause once (`settle`): a cancel after that is refused, the run having ended (before, a cancel
+    during a shutdown left some trials `pending`, some `cancelled`)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -65,10 +65,6 @@ class Stop:
     @property
     def by_user(self) -> bool:
         return self._by_user
-
-    @property
-    def shutdown(self) -> bool:
-        return self._shutdown
 
     def settle(self) -> str | None:
         """The run's end: the state its stop ends the study in (`pending`, `cancelled`), None when
