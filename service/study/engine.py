@@ -43,6 +43,7 @@ from service.study.book import SHUTDOWN_NOTE, Stop, TrialBook
 from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
+from service.study.nodes import prepare_ray_process
 from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
@@ -307,6 +308,9 @@ class Engine:
     @property
     def executor(self) -> Executor:
         if self._executor is None:  # Ray Tune is imported when a study first runs, not before
+            # and Ray with it: its token and signal handler set first, whoever built this engine (a
+            # script or a test, not only `memsweep` and the app)
+            prepare_ray_process(self.settings)
             from service.study.ray_tune import RayTune
 
             self._executor = RayTune(self.settings)

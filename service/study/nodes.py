@@ -89,7 +89,7 @@ def _unsay(logger: str, said: str) -> None:
 def prepare_ray_process(settings: Settings) -> None:
     """What this process's Ray must be started with, set before anything imports Ray (it reads both
     when first imported): every entry point that may start Ray calls it (`memsweep`'s main, the app,
-    `_start_ray`), so none depends on another having run first.
+    an Engine before it imports Tune, `_start_ray`), so none depends on another having run first.
 
     - Ray's C++ failure-signal handler (absl) arms a 3-second alarm on SIGTERM that then kills the
       process: a server stopped gracefully (docker stop, Ctrl-C) died mid-shutdown and left its
@@ -135,10 +135,10 @@ def _start_ray(settings: Settings) -> None:
     prepare_ray_process(settings)
     if embedded(settings) and "RAY_AUTH_MODE" not in os.environ:  # Ray came in before memsweep could
         log.warning(
-            "the embedded Ray starts without token authentication: Ray was imported before memsweep "
-            "could set RAY_AUTH_MODE=token, and its servers listen on every interface; start this "
-            "process through `memsweep` or `service.api.app.create_app`, or set RAY_AUTH_MODE=token "
-            "and RAY_AUTH_TOKEN before importing Ray"
+            "the embedded Ray starts with Ray's own token (~/.ray/auth_token, which every Ray this "
+            "user starts shares), not one made for this process: Ray was imported before memsweep "
+            "could set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN; build the Engine, or start this process "
+            "through `memsweep` or `service.api.app.create_app`, before importing Ray"
         )
     import ray
 

@@ -92,6 +92,8 @@ def locked(entry: str = "main", **env: str) -> str:
     start = {
         "main": "from service.cli.commands import main; main(['presets'])",
         "app": "from service.api.app import create_app; create_app()",
+        "engine": "from pathlib import Path; from service.core.settings import Settings; "
+        "from service.study.engine import Engine; Engine(Settings(home=Path(os.environ['MEMSWEEP_HOME']))).executor",
     }[entry]
     code = (
         f"import os, sys; {start}; "
@@ -128,6 +130,13 @@ def test_every_entry_locks_only_an_embedded_ray_and_only_before_ray_is_imported(
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     prepare_ray_process(Settings(home=tmp_path))
     assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
+
+
+def test_an_engine_built_by_a_script_locks_its_ray_before_tune_imports_it(tmp_path: Path):
+    """A script that builds an Engine itself (reproductions/, benchmarks/) imported Ray with Tune before
+    `_start_ray` could set the token: its embedded Ray took Ray's own token from ~/.ray/auth_token,
+    shared by every Ray of the user, and memsweep warned (falsely, under Ray 2.60) that it had none."""
+    assert locked("engine", MEMSWEEP_HOME=str(tmp_path)) == "token 64 True 1"
 
 
 def test_the_token_made_for_the_embedded_ray_stays_with_its_process_and_ray(tmp_path: Path):
