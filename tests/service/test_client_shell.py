@@ -318,3 +318,15 @@ def test_a_grid_over_the_limit_says_what_makes_it_smaller() -> None:
     assert "with a sampler" in said and "raise max_trials" not in said
     with pytest.raises(StudyError, match=r"over its max_trials of 5; .*raise max_trials \(or leave it out\)"):
         study_space(spec.model_copy(update={"max_trials": 5}), 4_000)
+
+
+# `memsweep sync` on a machine where nothing ran made a ledger (and its home) to then say "no study": like
+# the reads, it says this machine has no ledger, naming where it looked, and makes nothing.
+
+
+def test_a_sync_where_no_ledger_was_made_says_so_and_makes_none(no_ledger: Path) -> None:
+    with pytest.raises(SystemExit) as refused:
+        commands.main(["sync", "abc123"])
+    said = str(refused.value)
+    assert f"this machine has no ledger yet ({no_ledger})" in said and "give --url URL" in said, said
+    assert not no_ledger.exists() and not no_ledger.parent.exists()

@@ -5,6 +5,7 @@ dies without shutting Ray down, the next start kills what was left of it."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import pytest
 
 from service.cli.servers import LocalServer, free_port
 from service.client import MemsweepClient
+from service.core.settings import Settings
 from service.store.ledger import Ledger
 from tests.service.conftest import TINY
 
@@ -539,3 +541,127 @@ def test_a_units_memory_is_shared_among_the_units_ray_runs_at_once_not_the_hosts
     assert done.returncode == 0, done.stderr[-2000:]
     outside, usable, in_ray = json.loads(done.stdout.strip().splitlines()[-1])
     assert outside == usable and in_ray == 1.0
+
+
+# The CPUs an embedded Ray offers, counted without Ray's private helpers: this process's affinity, at most
+# its cgroup's quota (read from a fake cgroup directory here), MEMSWEEP_RAY_NUM_CPUS first.
+
+
+def own_cgroups() -> list[str]:
+    return Path("/proc/self/cgroup").read_text().splitlines()
+
+
+def test_a_cgroup_v2_quota_caps_the_cpus(tmp_path: Path):
+    from service.study.nodes import cgroup_cpus, usable_cpus
+
+    if not any(line.startswith("0::") for line in own_cgroups()):
+        pytest.skip("this process has no cgroup v2 hierarchy")
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpus(tmp_path) is None
+    assert usable_cpus(tmp_path) == len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # `docker run --cpus 1.5`
+    assert cgroup_cpus(tmp_path) == 1.5
+    assert usable_cpus(tmp_path) == 1  # whole CPUs, as Ray counts a quota
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert usable_cpus(tmp_path) == 1  # at least one
+
+
+def test_a_cgroup_v1_quota_caps_the_cpus(tmp_path: Path):
+    from service.study.nodes import cgroup_cpus, usable_cpus
+
+    if not any("cpu" in line.split(":")[1].split(",") for line in own_cgroups()):
+        pytest.skip("this process has no cgroup v1 cpu hierarchy")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpus(tmp_path) is None
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    assert cgroup_cpus(tmp_path) == 1.0 and usable_cpus(tmp_path) == 1
+    assert cgroup_cpus(tmp_path / "elsewhere") is None  # no cgroup filesystem: no quota
+
+
+def test_memsweep_ray_num_cpus_wins_and_the_count_is_rays_on_this_machine():
+    from ray._private.utils import get_num_cpus  # the reference only
+
+    from service.study.nodes import cgroup_cpus, embedded_cpus, embedded_resources, usable_cpus
+
+    assert (
+        embedded_cpus(Settings(ray_num_cpus=7)) == 7
+        and embedded_resources(Settings(ray_num_cpus=7))[0] == 7.0
+    )
+    # Ray's count reads neither the affinity nor a quota below the cgroup root: only here do they agree
+    if len(os.sched_getaffinity(0)) == os.cpu_count() and cgroup_cpus() is None:
+        assert usable_cpus() == get_num_cpus()
+    assert embedded_cpus(Settings(ray_num_cpus=None)) == usable_cpus()
+
+
+def test_the_ray_adapter_uses_no_private_part_of_ray():
+    from service.study import nodes, ray_tune
+
+    for module in (nodes, ray_tune):
+        source = inspect.getsource(module)
+        assert "from ray._private" not in source and "._rungs" not in source, module.__name__
+
+
+# The server's secrets stay with the server: its embedded Ray's processes (a worker runs a trial's code, a
+# plugin's among it) inherit neither the API's token nor the ledger's URL, and still get what a trial
+# needs.
+
+
+#: a driver that starts its embedded Ray as the server does, with the secrets in its environment: what
+#: a task on a worker sees, what every process under the driver holds, and what the driver keeps
+SECRETS_SEEN = """
+import json, os, sys
+from pathlib import Path
+from service.core.settings import Settings
+from service.study.nodes import ensure_ray
+
+settings = Settings(home=Path(sys.argv[1]), ray_num_cpus=1)
+ensure_ray(settings)
+import ray
+from service.core.processes import descends_from
+
+def seen():
+    names = ("MEMSWEEP_API_TOKEN", "memsweep_database_url", "MEMSWEEP_DATA_DIR", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
+    return {name: os.environ.get(name) for name in names}
+
+environs = []
+for proc in Path("/proc").glob("[0-9]*"):
+    try:
+        if descends_from(int(proc.name), os.getpid()):
+            environs.append((proc / "environ").read_bytes().decode(errors="replace"))
+    except OSError:
+        pass
+print(json.dumps({
+    "worker": ray.get(ray.remote(seen).remote(), timeout=120),
+    "processes": len(environs),
+    "leaked": sum("a-secret-token" in e or "a-password" in e for e in environs),
+    "driver": [os.environ.get("MEMSWEEP_API_TOKEN"), settings.api_token.get_secret_value()],
+}), flush=True)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_no_process_of_the_embedded_ray_inherits_the_servers_secrets(tmp_path: Path):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MEMSWEEP_"))}
+    env = {
+        **clean,
+        "MEMSWEEP_API_TOKEN": "a-secret-token",
+        "memsweep_database_url": f"postgresql://memsweep:a-password@db/ledger?{tmp_path}",  # any case reads
+        "MEMSWEEP_DATA_DIR": str(tmp_path / "datasets"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SECRETS_SEEN, str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2], env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["worker"] == {
+        "MEMSWEEP_API_TOKEN": None,
+        "memsweep_database_url": None,
+        "MEMSWEEP_DATA_DIR": str(tmp_path / "datasets"),  # what a trial needs still reaches it
+        "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0",
+    }
+    assert seen["processes"] >= 3 and seen["leaked"] == 0, seen  # gcs, raylet, agents, workers
+    assert seen["driver"] == ["a-secret-token", "a-secret-token"]  # the server keeps its own

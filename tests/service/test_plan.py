@@ -5,6 +5,7 @@ keeps its estimate beside what it really took."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api import create_app
+from service.cli.console import print_plan
 from service.core.spec import StudySpec
+from service.planning.calibration import shape_of
 from service.planning.estimate import makespan, unit_seconds
 from service.planning.plan import plan_spec, plan_study
 from service.planning.record import plan_run, record_plan
@@ -20,8 +23,10 @@ from service.runner import run_planned
 from service.store.models import Calibration
 from service.study.packing import pack_study
 from service.study.search import execution, grid_trials
+from tests.plugin_dists import run_python, toy_dist
 from tests.service.conftest import TINY
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
+from trainers import resolve
 from trainers.numerics import PORTABLE_COST
 
 
@@ -328,3 +333,71 @@ def test_a_plans_unit_sizes_count_every_unit_and_its_bundles_the_fused_ones(
     with TestClient(create_app(settings(tmp_path / "api"))) as c:
         schema = c.get("/openapi.json").json()["components"]["schemas"]["StudyPlan"]["properties"]
     assert schema["bundle_sizes"].get("deprecated") is True and "unit_sizes" in schema
+
+
+# A cell's settings declared as floats are numbers in its recurrence or its initial weights, not its shape:
+# a study that sweeps one (a plugin cell's `grid`) calibrates one shape, not one per value.
+
+
+def shape(**cell: object) -> dict[str, object]:
+    return shape_of(resolve({"task": "copy", "task_params": {"seq_len": 30}, "cell_params": cell}))
+
+
+def test_a_float_cell_setting_is_no_part_of_a_shape_and_a_size_or_an_operation_is():
+    assert shape(input_gain=0.9, fb_forward=0.5) == shape(input_gain=0.5)
+    assert shape(bias=False) != shape() != shape(nonlinearity="tanh")
+    assert shape_of(resolve({"task": "copy", "hidden": 64})) != shape_of(resolve({"task": "copy"}))
+
+
+def test_a_study_sweeping_a_plugin_cells_grid_setting_calibrates_one_shape(tmp_path: Path):
+    """The toy cell's `grid` sweeps its float `gain` over (0.5, 0.9): two shapes before, `· gain=0.5` and
+    `· gain=0.9`, each calibrated, for the same compute."""
+    dist = toy_dist(tmp_path / "toy", "1.0")
+    spec = {
+        "preset": "orhan2020-addition750", "models": ["chain", "toy"], "dims": {"lr": [1e-3], "scale": [1.0]},
+        "base": {"seq_len": 20, "hidden": 16, "steps": 40, "eval_every": 20}, "seeds": [1, 2],
+    }  # fmt: skip
+    shapes = run_python(
+        f"""
+        import json
+        from service.core.settings import Settings
+        from service.core.spec import StudySpec
+        from service.planning.plan import plan_spec
+        from service.study.engine import Engine
+
+        engine = Engine(Settings(home={str(tmp_path / "home")!r}, mlflow_tracking_uri="memory://r1"))
+        plan = plan_spec(engine, StudySpec.model_validate_json({json.dumps(spec)!r}), calibrate=False)
+        toy = plan.by_model["toy"]
+        print(json.dumps([toy.trials, [(s.description, s.trials) for s in plan.shapes if "· toy" in s.description]]))
+        """,
+        dist,
+    )
+    assert isinstance(shapes, list)
+    trials, toy = shapes
+    assert trials == 4  # 2 gains × 2 seeds
+    assert len(toy) == 1 and toy[0][1] == 4 and "gain" not in toy[0][0], toy
+
+
+# A plan's model with nothing left to run: no units, so no way of training to show (it read "solo").
+
+
+def test_a_model_with_nothing_left_to_run_trains_neither_fused_nor_solo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with TestClient(create_app(settings(tmp_path))) as c:
+        study = c.post("/studies", json=grid(concurrency=2)).json()["id"]
+        finish_all(c, study)  # chain's trials done; orth's lr 1e-2 failed: they train again
+        plan = c.post("/studies?dry_run=true", json=grid(name="again", concurrency=2)).json()
+        fused = c.get("/openapi.json").json()["components"]["schemas"]["PlanModel"]["properties"]["fused"]
+    chain, orth = plan["by_model"]["chain"], plan["by_model"]["orth"]
+    assert (chain["to_run"], chain["units"], chain["fused"]) == (0, 0, None)
+    assert orth["to_run"] == 2 and orth["units"] > 0 and orth["fused"] is not None
+    assert {"type": "null"} in fused["anyOf"] and "null: none of its trials is left to run" in fused[
+        "description"
+    ]
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    print_plan(plan)
+    rows = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "│" in line}
+    assert [c.strip() for c in rows["chain"].split("│")[2:6]] == ["4", "0", "0", "–"]
+    assert "solo" not in rows["chain"] and "solo" in rows["orth"]

@@ -4,6 +4,9 @@ number of requests, and complete when it ends (`service.tracking.tracker.Tracker
 from __future__ import annotations
 
 import collections
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import trainers
 from service.store.ledger import Ledger
 from service.store.models import Trial
 from service.tracking.context import StudyContext
-from service.tracking.tracker import Tracker
+from service.tracking.tracker import MLFLOW_FAIL_FAST, Tracker
 from trainers import Criterion
 
 INTERVAL = 1.0  # seconds between two live writes of a run, in these tests
@@ -444,3 +447,46 @@ def test_the_parent_runs_best_config_names_its_model(tmp_path):
     finally:
         tracker.close()
     assert json.loads(tags["memsweep.best_config"]) == {"model": "orth", "params": {"lr": 0.001}}
+
+
+# MLflow's settings are a process's, set once at its start (`prepare_mlflow_process`, by each entry point):
+# building a `Tracker` leaves the environment alone, and a server or a command still gives up on a tracking
+# server that is down within seconds, unless MLFLOW_HTTP_* say otherwise.
+
+
+MLFLOW_SETTINGS = ("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", *MLFLOW_FAIL_FAST)
+
+
+def test_a_tracker_leaves_the_environment_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from service.tracking.tracker import Tracker
+
+    for name in MLFLOW_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "seams", artifacts=tmp_path / "artifacts")
+    assert dict(os.environ) == before
+
+
+def settings_at_start(entry: str, **env: str) -> list[str]:
+    """The MLflow settings of a fresh process once an entry point ran: `memsweep`'s main (a command
+    that tracks nothing), or the app made without the CLI."""
+    start = {
+        "main": "from service.cli.commands import main; main(['presets'])",
+        "app": "from service.api.app import create_app; create_app()",
+    }[entry]
+    code = (
+        f"import os, sys; {start}; print(*(os.environ.get(n) for n in {MLFLOW_SETTINGS!r}), file=sys.stderr)"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RAY_", "MEMSWEEP_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr.strip().splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("entry", ["main", "app"])
+def test_every_entry_point_sets_mlflows_fail_fast_settings_and_explicit_ones_win(entry: str, tmp_path: Path):
+    home = {"MEMSWEEP_HOME": str(tmp_path)}
+    assert settings_at_start(entry, **home) == ["true", "3", "1", "30"]
+    assert settings_at_start(entry, MLFLOW_HTTP_REQUEST_MAX_RETRIES="7", **home) == ["true", "7", "1", "30"]
