@@ -59,4 +59,6 @@ def log_batches(
 ) -> None:
     """Write params, metrics and tags to a run in `batches` (nothing at all: no request)."""
     for batch in batches(list(params), list(metrics), list(tags)):
+        if not (batch.params or batch.metrics or batch.tags):
+            return
         client.log_batch(run_id, metrics=batch.metrics, params=batch.params, tags=batch.tags)

@@ -116,16 +116,22 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
 def first_curves(
     client: MlflowClient, parent_run_id: str, metrics: list[Metric], status: str
 ) -> list[Metric]:
-    """`metrics` less the curve's points, but those of a `done` study's models whose curve the parent
-    run has not had yet. A metric's history only grows (MLflow 3.17 deletes runs, tags and experiments,
-    never a metric's point), and the UI draws every point of it: written again after an extension, the
-    curve held both counts at each budget whose count moved (4, then 8 at step 1,500). So a model's
-    curve is a metric once, the study as it first ended done (an interrupted study's counts are
-    partial); the curve as the study stands is `CURVE_TABLE` and the figure, rewritten at every end."""
+    """`metrics` less the curve's points the parent run holds already, and less every curve point
+    unless the study ended `done`. A metric's history only grows (MLflow 3.17 deletes runs, tags and
+    experiments, never a metric's point), and the UI draws every point of it: written again after an
+    extension, the curve held both counts at each budget whose count moved (4, then 8 at step 1,500).
+    So a model's curve is a metric once, the study as it first ended done (an interrupted study's counts
+    are partial); the curve as the study stands is `CURVE_TABLE` and the figure, rewritten at every end.
+    A curve a fault cut short (`write_summary` sends each model's in requests of its own, so it lands
+    whole unless it has more points than one request takes) gets the budgets it lacks from the next write."""
     if status != "FINISHED":
         return [m for m in metrics if not m.key.startswith(CURVE)]
-    held = {key for key in client.get_run(parent_run_id).data.metrics if key.startswith(CURVE)}
-    return [m for m in metrics if m.key not in held]
+    held = {
+        key: {m.step for m in client.get_metric_history(parent_run_id, key)}
+        for key in client.get_run(parent_run_id).data.metrics
+        if key.startswith(CURVE)
+    }
+    return [m for m in metrics if m.step not in held.get(m.key, ())]
 
 
 #: the parent run's artifact of the curve as the study stands: one row per model and budget
@@ -152,11 +158,10 @@ def write_summary(
     """A finished study on its parent run: the summary's metrics (its curve once: `first_curves`),
     `summary.json`, the curve as `CURVE_TABLE`, the figures under `plots/`, the best config (`{"model",
     "params"}`), criterion and trainer version as tags; then its final `status`."""
-    log_batches(
-        client,
-        parent_run_id,
-        metrics=first_curves(client, parent_run_id, summary_metrics(summary), status),
-    )
+    metrics = first_curves(client, parent_run_id, summary_metrics(summary), status)
+    log_batches(client, parent_run_id, metrics=[m for m in metrics if not m.key.startswith(CURVE)])
+    for model in summary["success_vs_budget"].get("by_model", {}):  # each curve whole, or not at all
+        log_batches(client, parent_run_id, metrics=[m for m in metrics if m.key == f"{CURVE}{model}"])
     client.log_dict(parent_run_id, summary, "summary.json")
     if summary["success_vs_budget"]["steps"]:
         client.log_text(parent_run_id, curve_table(summary["success_vs_budget"]), CURVE_TABLE)
