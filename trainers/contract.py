@@ -116,6 +116,19 @@ def _settings(cls: Any, kind: str) -> list[Problem]:
     return [] if why is None else [Problem("settings", why)]
 
 
+def _cost_settings(cls: Any, what: str) -> list[Problem]:
+    """`cost_settings` names settings of the cell's `Config` (a name it does not have would leave the
+    setting it meant one shape for all its values, and the plan's estimate off, without a word)."""
+    if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
+        return []
+    unknown = sorted(set(cls.cost_settings) - {f.name for f in dataclasses.fields(cls.Config)})
+    if not unknown:
+        return []
+    return [
+        Problem("settings", f"{what}.cost_settings names {unknown}, which are not fields of {what}.Config")
+    ]
+
+
 def _class(cls: Any, base: type, what: str) -> list[Problem]:
     """A concrete subclass of `base` (a cell's or task's contract starts there), checked in this process's
     numerics mode (the first check fixes it: `trainers.numerics`)."""
@@ -135,7 +148,7 @@ def check_cell(cls: type[Cell]) -> list[Problem]:
     problems = _class(cls, Cell, what)
     if problems:
         return [*problems, _not_checked("every other check", f"they need a concrete {Cell.__qualname__}")]
-    problems = _dataclass_defaults(cls, what) + _settings(cls, "cell")
+    problems = _dataclass_defaults(cls, what) + _settings(cls, "cell") + _cost_settings(cls, what)
     params = list(inspect.signature(cls.__init__).parameters)[1:]
     if params[:4] != ["config", "input_size", "hidden_size", "gen"]:
         problems.append(

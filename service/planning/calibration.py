@@ -44,13 +44,16 @@ import typing
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trainers
 from service.core.settings import Settings
 from service.study.executor import Executor, Task
 from service.study.nodes import embedded, embedded_resources, unplaceable_here
 from trainers import TRAINER_VERSION
+
+if TYPE_CHECKING:
+    from trainers.cells.base import Cell
 
 log = logging.getLogger(__name__)
 
@@ -77,25 +80,29 @@ def shape_of(resolved: trainers.Resolved) -> dict[str, Any]:
     """A trial's config without the values a grid varies: what its cost per step depends on."""
     config = resolved.to_dict()
     shape = {k: v for k, v in config.items() if k not in VALUE_FIELDS}
-    values = {*VALUE_CELL_FIELDS, *coefficients(type(resolved.cell_config))}  # type: ignore[arg-type]  # classes hash
+    values = {*VALUE_CELL_FIELDS, *coefficients(resolved.cell_cls)}
     shape["cell_params"] = {k: v for k, v in config["cell_params"].items() if k not in values}
     return shape
 
 
 @functools.cache
-def coefficients(config: type) -> frozenset[str]:
-    """A cell config's fields declared as floats (`float`, `float | None`): numbers in its recurrence or
-    its initial weights (a step size, a damping, a gain, a gate's bias), never a size or an operation,
-    which are ints, strings and flags; so a grid over them trains one shape (a plugin's coRNN at two `dt`
-    was calibrated twice, for the same compute)."""
-    return frozenset(
-        name
-        for name, tp in typing.get_type_hints(config).items()
-        if tp is float
-        or (
-            typing.get_origin(tp) in (typing.Union, types.UnionType)
-            and set(typing.get_args(tp)) <= {float, type(None)}
+def coefficients(cell: type[Cell]) -> frozenset[str]:
+    """A cell's settings declared as floats (`float`, `float | None`) but its `cost_settings`: numbers in
+    its recurrence or its initial weights (a step size, a damping, a gain, a gate's bias), never a size or
+    an operation, which are ints, strings and flags; so a grid over them trains one shape (a plugin's
+    coRNN at two `dt` was calibrated twice, for the same compute). A float that does change the cost (a
+    density, a `float | None` that skips an operation) is the cell's to declare in `cost_settings`."""
+    return (
+        frozenset(
+            name
+            for name, tp in typing.get_type_hints(cell.Config).items()
+            if tp is float
+            or (
+                typing.get_origin(tp) in (typing.Union, types.UnionType)
+                and set(typing.get_args(tp)) <= {float, type(None)}
+            )
         )
+        - cell.cost_settings
     )
 
 

@@ -401,3 +401,23 @@ def test_a_model_with_nothing_left_to_run_trains_neither_fused_nor_solo(
     rows = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "│" in line}
     assert [c.strip() for c in rows["chain"].split("│")[2:6]] == ["4", "0", "0", "–"]
     assert "solo" not in rows["chain"] and "solo" in rows["orth"]
+
+
+def test_a_float_setting_a_cell_declares_a_cost_is_part_of_its_shape():
+    """A float that changes what a step costs (a density, an operation that None turns off) shared one
+    shape, and so one calibration, with every value of it: the cell declares it in `cost_settings`."""
+    from dataclasses import replace
+
+    from trainers.cells.rnn import RNNCell
+
+    class Gained(RNNCell):
+        cost_settings = frozenset({"input_gain"})
+
+    def gained(gain: float) -> dict[str, object]:
+        resolved = resolve(
+            {"task": "copy", "task_params": {"seq_len": 30}, "cell_params": {"input_gain": gain}}
+        )
+        return shape_of(replace(resolved, cell_cls=Gained))
+
+    assert gained(0.9) != gained(0.5) and gained(0.9) == gained(0.9)
+    assert shape(input_gain=0.9) == shape(input_gain=0.5)  # undeclared: a coefficient, as before

@@ -101,3 +101,20 @@ def test_a_cell_without_forward_cannot_be_built():
 
     with pytest.raises(TypeError, match="abstract"):
         Incomplete({}, 1, 2, torch.Generator())
+
+
+def test_a_cost_setting_the_config_lacks_is_refused_by_the_contract():
+    """A cell's `cost_settings` names settings of its Config: a misspelt one left the setting it meant
+    one calibration shape for all its values, and nothing said so."""
+    from trainers.cells.rnn import RNNCell
+    from trainers.contract import check_cell
+
+    class Misspelt(RNNCell):
+        cost_settings = frozenset({"input_gian"})
+
+    class Declared(RNNCell):
+        cost_settings = frozenset({"input_gain"})
+
+    (problem,) = [p for p in check_cell(Misspelt) if p.check == "settings"]
+    assert "['input_gian']" in str(problem) and "not fields of" in str(problem)
+    assert [p for p in check_cell(Declared) if p.check == "settings"] == []

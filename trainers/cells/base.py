@@ -30,6 +30,10 @@ class Cell(nn.Module, metaclass=ABCMeta):
     #: (not imported here: the fused trainer sits above the cells); the built-ins are listed in
     #: `FUSED_CELLS`, a plugin cell declares its own here; None: its trials train solo
     fused: ClassVar[Any] = None
+    #: the settings of `Config` declared as floats that change what a step costs (a density, an operation
+    #: that None turns off), each value a shape a plan calibrates apart; every other float setting is a
+    #: number in the recurrence or the initial weights (a step size, a gain), one shape for all its values
+    cost_settings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Any, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
         """`config`: an instance of `Config`, resolved (`resolve`); `input_size` d and `hidden_size` N
