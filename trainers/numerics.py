@@ -52,6 +52,8 @@ from pathlib import Path
 
 import torch
 
+from trainers.environ import environ_lock
+
 # the modes by name, what each sets, the default (no torch: a study spec names its mode without it)
 from trainers.numerics_modes import DEFAULT as DEFAULT
 from trainers.numerics_modes import ENV as ENV
@@ -166,7 +168,8 @@ def _batched_rounds_as_single(branch: str, threads: int, rows: int, n: int) -> b
 
 def _set_mkl(mode: Mode) -> None:
     wanted = mode.mkl_cbwr
-    os.environ["MKL_CBWR"] = wanted  # for this process's children too; set() below wins over it here
+    with environ_lock:
+        os.environ["MKL_CBWR"] = wanted  # for this process's children too; set() below wins over it here
     lib = _mkl()
     if lib is None:
         return
@@ -212,33 +215,34 @@ def use(name: str) -> None:
             f"numerics {name!r} is defined for x86-64 CPUs with AVX2; this machine is {platform.machine()}: "
             "use numerics=native (set it per trial, or MEMSWEEP_NUMERICS=native)"
         )
-    told = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")  # what the processes it starts read
-    before = {var: os.environ.get(var) for var in told}
-    try:
-        for var, value in (
-            ("ATEN_CPU_CAPABILITY", mode.aten_capability),
-            ("ONEDNN_MAX_CPU_ISA", mode.onednn_isa),
-        ):
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
-        _set_mkl(mode)
-        capability = torch.backends.cpu.get_cpu_capability()  # fixed from here on
-        if mode.aten_capability is not None and capability != mode.aten_capability.upper():
-            raise (NumericsError if capability == "DEFAULT" else ProcessNumericsError)(
-                f"numerics {name!r} needs ATen's {mode.aten_capability.upper()} kernels, but this process "
-                f"computes with {capability} ("
-                + ("this CPU lacks AVX2" if capability == "DEFAULT" else "torch computed here before")
-                + "): use numerics=native, or train this trial in a new process"
-            )
-    except NumericsError:  # the processes this one starts are not told a mode it does not compute with
-        for var, value in before.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
-        raise
+    with environ_lock:  # the processes another thread starts meanwhile see all of it or none
+        told = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")  # what the processes it starts read
+        before = {var: os.environ.get(var) for var in told}
+        try:
+            for var, value in (
+                ("ATEN_CPU_CAPABILITY", mode.aten_capability),
+                ("ONEDNN_MAX_CPU_ISA", mode.onednn_isa),
+            ):
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+            _set_mkl(mode)
+            capability = torch.backends.cpu.get_cpu_capability()  # fixed from here on
+            if mode.aten_capability is not None and capability != mode.aten_capability.upper():
+                raise (NumericsError if capability == "DEFAULT" else ProcessNumericsError)(
+                    f"numerics {name!r} needs ATen's {mode.aten_capability.upper()} kernels, but this process "
+                    f"computes with {capability} ("
+                    + ("this CPU lacks AVX2" if capability == "DEFAULT" else "torch computed here before")
+                    + "): use numerics=native, or train this trial in a new process"
+                )
+        except NumericsError:  # the processes this one starts are not told a mode it does not compute with
+            for var, value in before.items():
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+            raise
     _current = name
 
 

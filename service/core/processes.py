@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from trainers.environ import environ_lock as _environ_lock  # one lock for os.environ, the trainers' too
 
 
 def started(pid: int) -> str | None:
@@ -53,7 +54,6 @@ def alive(pid: int, since: str | None = None) -> bool:
     return fields[0] != "Z" and (since is None or fields[19] == since)
 
 
-_environ_lock = threading.RLock()  # `marked_environment` and `hidden_environment` nest
 _kept: set[str] = set()  # `keep_from_children`'s
 
 

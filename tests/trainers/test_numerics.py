@@ -296,3 +296,42 @@ print(flushed, int(((x * 1.5) == 0).sum()), x.numel())
     assert out.returncode == 0, out.stderr[-2000:]
     flushed, after_off, n = map(int, out.stdout.split())
     assert (flushed, after_off) == (n, 0)
+
+
+ENVIRON_LOCKED = """
+    import json, os, threading
+    from trainers import numerics
+    from trainers.environ import environ_lock
+
+    told = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # another thread's edit of the environment (a server starting a child: service.core.processes)
+        with environ_lock:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    user = threading.Thread(target=numerics.use, args=(numerics.default_mode(),))
+    user.start()
+    user.join(1.0)
+    during = {"waiting": user.is_alive(), "set": [v for v in told if v in os.environ]}
+    release.set()
+    user.join()
+    holder.join()
+    print(json.dumps({"during": during, "after": [v for v in told if v in os.environ],
+                      "current": numerics.current()}))
+"""
+
+
+@pytest.mark.skipif(not X86, reason="the portable mode is defined for x86-64; elsewhere `use` refuses it")
+def test_a_mode_edits_the_environment_under_the_one_lock_of_the_process():
+    """`use` sets what the processes this one starts read (MKL_CBWR, ...) holding `environ_lock`, the
+    lock the service holds around its own edits and while it starts children: while another thread
+    holds it, `use` waits and the environment is as it was; then it sets its variables as before."""
+    out = run_python(ENVIRON_LOCKED, "portable")
+    assert out["during"] == {"waiting": True, "set": []}
+    assert out["after"] == ["MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"]
+    assert out["current"] == "portable"
