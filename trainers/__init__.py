@@ -5,7 +5,9 @@ result = train({"task": "addition", "task_params": {"seq_len": 100}, "steps": 50
 
 The names below load on first use (PEP 562), so the leaves that need no torch (`trainers.criterion`,
 `trainers.result`, `trainers.config`, `trainers.params`) import without it: the service reads its
-ledger (judges, tabulates and prints results) without loading torch.
+ledger (judges, tabulates and prints results) without loading torch. One thing is done at import: the
+registries are handed what loads their plugins at their first look-up (`trainers.plugins.load`, which
+needs no torch), as they cannot import it themselves (it imports them).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from typing import TYPE_CHECKING, Any
+
+from trainers import plugins as _plugins
+from trainers import registry as _registry
 
 if TYPE_CHECKING:
     from trainers.cells import get_cell, list_cells
@@ -57,6 +62,8 @@ _HOMES = {
     "trainers.tasks": ("get_task", "list_tasks"),
 }  # fmt: skip
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
+
+_registry.load_plugins_with(_plugins.load)
 
 
 def __getattr__(name: str) -> Any:

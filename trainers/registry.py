@@ -35,6 +35,17 @@ def where_plugins_are(what: str = "a plugin") -> str:
 
 #: the registries that load plugins at their first look-up (`load_all_plugins` loads them all)
 _PLUGGABLE: list[Registry[Any]] = []
+#: what loads a pluggable registry's plugins (registry, kind, the class they must subclass): the one of
+#: `trainers.plugins`, which imports the registries' modules and so is not imported by them; the package
+#: (`trainers/__init__.py`) hands it in before any registry can be imported
+PluginLoader = Callable[["Registry[Any]", str, type], None]
+_loader: PluginLoader | None = None
+
+
+def load_plugins_with(loader: PluginLoader) -> None:
+    """Have every pluggable registry load its plugins with `loader`, once, at its first look-up."""
+    global _loader
+    _loader = loader
 
 
 def load_all_plugins() -> None:
@@ -46,9 +57,10 @@ def load_all_plugins() -> None:
 class Registry(Generic[T]):
     """Maps names to components of one kind (tasks, cells, initialisers)."""
 
-    def __init__(self, kind: str, plugins: Callable[[Registry[T]], None] | None = None) -> None:
-        """`plugins`: adds the installed plugins (`trainers.plugins`), once, when a name is first looked
-        up — not at import, so that a plugin's own module may import memsweep before it is complete."""
+    def __init__(self, kind: str, plugins: type | None = None) -> None:
+        """`plugins`: the class an installed plugin of this kind subclasses; given, the registry adds the
+        installed plugins (`trainers.plugins`), once, when a name is first looked up — not at import, so
+        that a plugin's own module may import memsweep before it is complete."""
         self.kind = kind
         self._items: dict[str, T] = {}
         self._refused: dict[str, str] = {}  # name → why (a plugin that could not join: trainers.plugins)
@@ -59,8 +71,13 @@ class Registry(Generic[T]):
 
     def _load_plugins(self) -> None:
         if self._plugins is not None:
-            load, self._plugins = self._plugins, None
-            load(self)
+            if _loader is None:
+                raise RuntimeError(
+                    f"the {self.kind} registry has no plugin loader: import it through the trainers package, "
+                    "whose __init__ hands in trainers.plugins.load"
+                )
+            base, self._plugins = self._plugins, None
+            _loader(self, self.kind, base)
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(item: T) -> T:

@@ -196,3 +196,54 @@ def test_the_cell_in_40_lines_of_docs_plugins_holds_its_contract(tmp_path: Path)
     root = write_dist(tmp_path, "memsweep-leaky", "0.1", {"memsweep.cells": {"leaky": "memsweep_leaky:LeakyCell"}},
                       {"memsweep_leaky/__init__.py": code.group(1)})  # fmt: skip
     assert run_python(CHECK.replace("{names}", "['leaky']"), root) == {"leaky": []}
+
+
+FIRST_LOOK_UP = """
+import json
+import sys
+from trainers.cells import CELLS
+from trainers.tasks import TASKS
+
+at_import = sorted(m for m in ("memsweep_toy", "memsweep_marker") if m in sys.modules)
+cell = CELLS.get("toy").__module__
+try:
+    TASKS.get("marker")
+    task = None
+except Exception as exc:
+    task = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"at_import": at_import, "cell": cell, "task": task}))
+"""
+
+
+def test_a_plugin_joins_at_its_registrys_first_look_up_not_at_import(tmp_path: Path):
+    """Through `trainers.cells` and `trainers.tasks` alone (no `trainers.plugins` named): importing them
+    imports no plugin; looking a name up loads the plugins of that registry."""
+    root = toy_dist(tmp_path / "site", "1.0")
+    write_dist(root, "memsweep-marker", "0.1", {"memsweep.tasks": {"marker": "memsweep_marker:Task"}},
+               {"memsweep_marker/__init__.py": "Task = None\n"})  # fmt: skip
+    out = run_python(FIRST_LOOK_UP, root)
+    assert out["at_import"] == [] and out["cell"] == "memsweep_toy"
+    assert (
+        out["task"].startswith("PluginError: ")
+        and "not a subclass of trainers.tasks.base.Task" in out["task"]
+    )
+
+
+def test_the_registries_do_not_import_the_plugins_module_which_imports_them():
+    """One way: `trainers.plugins` imports the registries (`installed` loads them all); they reach its
+    loader through `trainers.registry`, which `trainers/__init__.py` hands it to."""
+    import ast
+
+    trainers = Path(__file__).resolve().parents[2] / "trainers"
+    for path in (
+        trainers / "registry.py",
+        trainers / "cells" / "__init__.py",
+        trainers / "tasks" / "__init__.py",
+    ):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                imported |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        assert "trainers.plugins" not in imported, path

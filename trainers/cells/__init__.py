@@ -15,10 +15,9 @@ from trainers.cells.sgornn import SGORNNCell
 from trainers.cells.srnn import SRNNCell
 from trainers.cells.urnn import URNNCell
 from trainers.cells.vprnn import VPRNNCell
-from trainers.plugins import load as load_plugins
 from trainers.registry import Registry
 
-CELLS: Registry[type[Cell]] = Registry("cell", lambda r: load_plugins(r, "cell", Cell))
+CELLS: Registry[type[Cell]] = Registry("cell", plugins=Cell)
 for _cell in (
     RNNCell,
     LSTMCell,

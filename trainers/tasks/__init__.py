@@ -3,7 +3,6 @@ group "memsweep.tasks"); the contract tests then cover it."""
 
 from __future__ import annotations
 
-from trainers.plugins import load as load_plugins
 from trainers.registry import Registry
 from trainers.tasks.addition import AdditionTask
 from trainers.tasks.base import Split, Task
@@ -17,7 +16,7 @@ from trainers.tasks.smnist import SMNISTTask
 from trainers.tasks.teacher import TeacherTask
 from trainers.tasks.varcopy import VarCopyTask
 
-TASKS: Registry[type[Task]] = Registry("task", lambda r: load_plugins(r, "task", Task))
+TASKS: Registry[type[Task]] = Registry("task", plugins=Task)
 for _task in (
     CopyTask,
     AdditionTask,
