@@ -30,6 +30,7 @@ import json
 import os
 import tomllib
 import traceback
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,9 +95,10 @@ _PLUGINS: dict[tuple[str, str], Plugin] = {}
 
 
 def load(registry: Registry[Any], kind: str, base: type) -> None:
-    """Register every installed plugin of `kind` in `registry` (called once, by the registries of
-    `trainers.cells` and `trainers.tasks` at their first look-up, after their built-ins). Never raises: a
-    plugin that cannot join is recorded with its reason (`broken`) and refused where its name is used."""
+    """Register every installed plugin of `kind` (a subclass of `base`) in `registry`: called once by each
+    pluggable registry (`trainers.cells`'s, `trainers.tasks`'s) at its first look-up, after its built-ins
+    (`trainers.registry.load_plugins_with`). Never raises: a plugin that cannot join is recorded with its
+    reason (`broken`) and refused where its name is used."""
     if os.environ.get(LOAD_ENV, "1") == "0":
         return
     for ep in sorted(importlib.metadata.entry_points(group=GROUPS[kind]), key=lambda e: (e.name, e.value)):
@@ -182,23 +184,50 @@ def code_files(module: str) -> CodeFiles | None:
     swap file) and `LEFTOVERS`: data a plugin ships is part of what it computes (a run that read other data
     must not be reused), and a file the plugin reads cannot be told from one it does not, so a plugin must
     not write into its package (a cache there would change its identity, and a running server would refuse
-    its studies)."""
+    its studies). A namespace package (no `__init__.py`: no file to find it by, perhaps several folders,
+    some of other distributions) has no folder of its own: its files are those the distribution that
+    declares the entry point installed in it (`_installed_files`)."""
     try:
         spec = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
-        return None
+        spec = None
     if spec is None or spec.origin is None:
-        return None
+        return _installed_files(module)
     origin = Path(spec.origin)
     if not spec.submodule_search_locations:  # one module
         return CodeFiles(origin.parent, [Path(origin.name)], [])
     root = origin.parent
+    files = _sorted_out(root, (p.relative_to(root) for p in root.rglob("*")))
+    return files if files.hashed else _installed_files(module) or files
+
+
+def _installed_files(module: str) -> CodeFiles | None:
+    """The files in the top-level package of `module` that the one distribution declaring an entry point
+    there installed (its RECORD), sorted out as a folder's are; None when there are none (or no RECORD)."""
+    top = module.split(".")[0]
+    owners = {
+        ep.dist.metadata["Name"]: ep.dist
+        for group in GROUPS.values()
+        for ep in importlib.metadata.entry_points(group=group)
+        if ep.module == module and ep.dist is not None
+    }
+    if len(owners) != 1:
+        return None
+    (dist,) = owners.values()
+    listed = [Path(*f.parts[1:]) for f in dist.files or () if len(f.parts) > 1 and f.parts[0] == top]
+    files = _sorted_out(Path(str(dist.locate_file(top))), listed)
+    return files if files.hashed else None
+
+
+def _sorted_out(root: Path, candidates: Iterable[Path]) -> CodeFiles:
+    """The `candidates` (relative to `root`) that are files, sorted into those a digest hashes and the
+    `LEFTOVERS`; bytecode (`__pycache__`) and hidden files and folders dropped."""
     found = sorted(
-        p.relative_to(root)
-        for p in root.rglob("*")
-        if p.is_file()
-        and "__pycache__" not in p.parts
-        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        rel
+        for rel in candidates
+        if "__pycache__" not in rel.parts
+        and not any(part.startswith(".") for part in rel.parts)
+        and (root / rel).is_file()
     )
     left_out = [p for p in found if any(fnmatch.fnmatch(p.name, pattern) for pattern in LEFTOVERS)]
     return CodeFiles(root, [p for p in found if p not in left_out], left_out)
