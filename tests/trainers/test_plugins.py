@@ -4,11 +4,12 @@ its own made-up distributions (`tests.plugin_dists`): the registries load plugin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.plugin_dists import FUSED_TOY, run_python, toy_cell, toy_dist, write_dist
+from tests.plugin_dists import FUSED_TOY, memsweep, run_python, toy_cell, toy_dist, write_dist
 
 TRAIN_TOY = """
 import json
@@ -247,3 +248,77 @@ def test_the_registries_do_not_import_the_plugins_module_which_imports_them():
             elif isinstance(node, ast.ImportFrom) and node.module is not None:
                 imported |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
         assert "trainers.plugins" not in imported, path
+
+
+# The contract check reports every failing check in one run (`trainers.contract`), and names the ones that
+# could not run; `memsweep plugins check` and the door (`service.study.plugins.run_check`) say the same.
+
+
+@pytest.mark.slow
+def test_a_cell_with_two_faults_is_told_both_at_once_and_one_that_cannot_be_built_what_was_not_checked(
+    tmp_path: Path,
+) -> None:
+    two = toy_dist(  # draws from torch's global generator, and mixes its examples across the batch
+        tmp_path / "two",
+        name="two",
+        extra_init="torch.randn(1)",
+        extra_forward="out = out - out.mean(1, keepdim=True)",
+    )
+    unbuildable = toy_dist(tmp_path / "unbuildable", name="unbuildable", extra_init="raise ValueError('no')")
+    found = run_python(
+        "import json; from service.study.plugins import run_check; "
+        "print(json.dumps(run_check(['cell:two', 'cell:unbuildable'], 600)))",
+        two,
+        unbuildable,
+    )
+    assert isinstance(found, dict)
+    two_problems = found["cell:two"]
+    assert any(p.startswith("generator: building a 'two' cell") for p in two_problems), two_problems
+    assert any(p.startswith("batch: on task") and "states must be its own" in p for p in two_problems), (
+        two_problems
+    )
+    assert not any(p.startswith("not checked") for p in two_problems), two_problems
+    assert found["cell:unbuildable"] == [
+        "constructor: building it at its defaults failed: ValueError: no",
+        "not checked: parameters, generator, shapes, loss, gradient, batch: they need a cell built at its "
+        "defaults (constructor, above)",
+    ]
+
+    checked = memsweep("plugins", "check", "two", paths=(two,))
+    assert checked.returncode == 1
+    assert "  - generator: building a 'two' cell" in checked.stdout and "  - batch: on task" in checked.stdout
+
+
+# The fused form docs/plugins.md gives ('A fused form') for its leaky cell ('A cell in 40 lines'):
+# installed as a plugin, it joins bundles and each member is its solo run bit for bit
+# (`trainers.contract`); the same form with `(1 - g) * h` rounded otherwise fails as the doc says.
+
+
+CHECK_DOC_FORM = """
+import json
+from trainers.cells import CELLS
+from trainers.contract import check_cell
+from trainers.fused.cells import FUSED_CELLS
+print(json.dumps({"fused": FUSED_CELLS["leaky"].states.__name__, "problems": [str(p) for p in check_cell(CELLS.get("leaky"))]}))
+"""
+
+
+def _doc_block(doc: str, heading: str) -> str:
+    found = re.search(rf"## {heading}[^\n]*\n.*?```python\n(.*?)```", doc, re.S)
+    assert found is not None, heading
+    return found.group(1)
+
+
+@pytest.mark.slow
+def test_the_fused_form_of_docs_plugins_trains_each_member_as_its_solo_run(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
+    cell, fused = _doc_block(doc, "A cell in 40 lines"), _doc_block(doc, "A fused form")
+    drifted = fused.replace("h = (1 - g) * h + g *", "h = h - g * h + g *")  # the bundle's alone
+    assert drifted != fused
+    for name, code in (("doc", cell + "\n" + fused), ("drifted", cell + "\n" + drifted)):
+        write_dist(tmp_path / name, "memsweep-leaky", "0.1", {"memsweep.cells": {"leaky": "memsweep_leaky:LeakyCell"}},
+                   {"memsweep_leaky/__init__.py": code})  # fmt: skip
+    assert run_python(CHECK_DOC_FORM, tmp_path / "doc") == {"fused": "leaky_states", "problems": []}
+    found = run_python(CHECK_DOC_FORM, tmp_path / "drifted")
+    assert isinstance(found, dict) and found["problems"], found
+    assert all(p.startswith("fused: member") and "bit for bit" in p for p in found["problems"]), found
