@@ -56,6 +56,8 @@ from typing import Any
 
 import torch
 
+from trainers.environ import environ_lock
+
 NORM_EPS = 1e-12  # F.normalize's eps: n = max(‖V‖₅, ε)
 
 
@@ -200,29 +202,33 @@ def _build(where: Path) -> None:
     import ninja  # the build tool torch's builder runs, on PATH for the build, venv activated or not
 
     quiet = logging.getLogger("torch.utils.cpp_extension")  # its import warns "no CUDA runtime"
-    level, path = quiet.level, os.environ.get("PATH", "")
+    level = quiet.level
     quiet.setLevel(logging.ERROR)
-    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])
-    try:
-        from torch.utils.cpp_extension import load
+    with environ_lock:  # no process started meanwhile inherits the build's PATH, nor loses its own edit
+        path = os.environ.get("PATH", "")
+        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])
+        try:
+            from torch.utils.cpp_extension import load
 
-        where.mkdir(parents=True, exist_ok=True)
-        text = SOURCE.read_bytes()
-        source = where / SOURCE.name  # a copy at a path of its own: every checkout builds the same command
-        if not source.exists() or source.read_bytes() != text:
-            part = where / f"{SOURCE.name}.{os.getpid()}"
-            part.write_bytes(text)
-            part.replace(source)
-        load(
-            where.name,
-            [str(source)],
-            build_directory=str(where),
-            is_python_module=False,
-            extra_cflags=["-O2"],
-        )
-    finally:
-        os.environ["PATH"] = path
-        quiet.setLevel(level)
+            where.mkdir(parents=True, exist_ok=True)
+            text = SOURCE.read_bytes()
+            source = (
+                where / SOURCE.name
+            )  # a copy at a path of its own: every checkout builds the same command
+            if not source.exists() or source.read_bytes() != text:
+                part = where / f"{SOURCE.name}.{os.getpid()}"
+                part.write_bytes(text)
+                part.replace(source)
+            load(
+                where.name,
+                [str(source)],
+                build_directory=str(where),
+                is_python_module=False,
+                extra_cflags=["-O2"],
+            )
+        finally:
+            os.environ["PATH"] = path
+            quiet.setLevel(level)
     (where / "built").touch()
 
 

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from service.core import processes
 from service.core.settings import SECRET_VARIABLES, Settings
+from trainers.environ import environ_lock
 
 log = logging.getLogger(__name__)
 
@@ -102,24 +103,30 @@ def prepare_ray_process(settings: Settings) -> None:
       with this process and its Ray (`processes.keep_from_children`)."""
     if "ray" in sys.modules:  # too late: Ray read both at import (`_start_ray` warns where it matters)
         return
-    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-    if not embedded(settings):
-        return
-    made = [name for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if name not in os.environ]
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    if os.environ["RAY_AUTH_MODE"] == "token":
-        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-    # made for this process's Ray: no server it starts inherits them (a local MLflow had the token, and a
-    # `memsweep serve` started to join a cluster would have asked it for a token it has not)
-    processes.keep_from_children(*made)
+    with environ_lock:
+        os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+        if not embedded(settings):
+            return
+        made = [name for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if name not in os.environ]
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        if os.environ["RAY_AUTH_MODE"] == "token":
+            os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+        # made for this process's Ray: no server it starts inherits them (a local MLflow had the token, and
+        # a `memsweep serve` started to join a cluster would have asked it for a token it has not)
+        processes.keep_from_children(*made)
 
 
 def _start_ray(settings: Settings) -> None:
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "4")
+    with environ_lock:
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+        os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "4")
+        # A unit whose worker or node died is memsweep's to handle (its members run again, or end with the
+        # reason): Tune logged the whole traceback as an ERROR, and "Trials did not complete" at the run's
+        # end, for a fault that lost nothing; `BookCallback.on_trial_error` says it in one line instead
+        os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     # with those loggers off, Tune's end-of-run analysis warns once per trial that it found no result files
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     # nor does anyone read Tune's experiment state (the ledger resumes a study): not its path at each end
@@ -127,11 +134,7 @@ def _start_ray(settings: Settings) -> None:
     # Ray started off the main thread (`on_ray_thread`, on purpose) says that it set no SIGTERM handler:
     # memsweep's processes handle their signals themselves
     _unsay("ray._private.worker", "SIGTERM handler is not set")
-    # A unit whose worker or node died is memsweep's to handle (its members run again, or end with the
-    # reason): Tune logged the whole traceback as an ERROR, and "Trials did not complete" at the run's
-    # end, for a fault that lost nothing; `BookCallback.on_trial_error` says it in one line instead
-    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
-    _unsay("ray.tune.tune", "Trials did not complete")
+    _unsay("ray.tune.tune", "Trials did not complete")  # (said once, `TUNE_PRINT_ALL_TRIAL_ERRORS` above)
     prepare_ray_process(settings)
     if embedded(settings) and "RAY_AUTH_MODE" not in os.environ:  # Ray came in before memsweep could
         log.warning(

@@ -23,6 +23,7 @@ from service.tracking.context import StudyContext
 from service.tracking.live import LiveClock
 from service.tracking.parent_run import create_parent, write_progress, write_summary
 from service.tracking.pool import WriterPool
+from trainers.environ import environ_lock
 
 if TYPE_CHECKING:
     from service.store.models import Trial
@@ -47,9 +48,10 @@ def prepare_mlflow_process() -> None:
       within seconds (`MLFLOW_FAIL_FAST`; MLflow's own client would retry each for about 4 minutes
       and hold a finished study "running" meanwhile). Explicit MLFLOW_HTTP_* settings win.
     - MLflow prints no run's URL on stdout (the CLI's output is memsweep's)."""
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    for name, value in MLFLOW_FAIL_FAST.items():
-        os.environ.setdefault(name, value)
+    with environ_lock:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        for name, value in MLFLOW_FAIL_FAST.items():
+            os.environ.setdefault(name, value)
 
 
 def is_server(tracking_uri: str) -> bool:
