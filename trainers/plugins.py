@@ -186,7 +186,8 @@ def code_files(module: str) -> CodeFiles | None:
     not write into its package (a cache there would change its identity, and a running server would refuse
     its studies). A namespace package (no `__init__.py`: no file to find it by, perhaps several folders,
     some of other distributions) has no folder of its own: its files are those the distribution that
-    declares the entry point installed in it (`_installed_files`)."""
+    declares the entry point installed in it (`_installed_files`), or for an editable install the
+    package's folder in its source (its RECORD lists none)."""
     try:
         spec = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
@@ -203,7 +204,9 @@ def code_files(module: str) -> CodeFiles | None:
 
 def _installed_files(module: str) -> CodeFiles | None:
     """The files in the top-level package of `module` that the one distribution declaring an entry point
-    there installed (its RECORD), sorted out as a folder's are; None when there are none (or no RECORD)."""
+    there installed (its RECORD), sorted out as a folder's are, or, as an editable install's RECORD lists
+    none, those of the package's folder in its source (`SOURCE/TOP` or `SOURCE/src/TOP`); None when there
+    are none."""
     top = module.split(".")[0]
     owners = {
         ep.dist.metadata["Name"]: ep.dist
@@ -216,7 +219,14 @@ def _installed_files(module: str) -> CodeFiles | None:
     (dist,) = owners.values()
     listed = [Path(*f.parts[1:]) for f in dist.files or () if len(f.parts) > 1 and f.parts[0] == top]
     files = _sorted_out(Path(str(dist.locate_file(top))), listed)
-    return files if files.hashed else None
+    if files.hashed:
+        return files
+    source = _editable_source(dist)  # an editable install's RECORD lists none: its package is in its source
+    for root in () if source is None else (source / top, source / "src" / top):
+        if root.is_dir():
+            files = _sorted_out(root, (p.relative_to(root) for p in root.rglob("*")))
+            return files if files.hashed else None
+    return None
 
 
 def _sorted_out(root: Path, candidates: Iterable[Path]) -> CodeFiles:
@@ -286,13 +296,9 @@ def version_behind(plugin: Plugin) -> str | None:
         dist = importlib.metadata.distribution(plugin.distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-    try:
-        url = json.loads(dist.read_text("direct_url.json") or "{}")
-    except json.JSONDecodeError:
+    source = _editable_source(dist)
+    if source is None:
         return None
-    if not url.get("dir_info", {}).get("editable") or not str(url.get("url", "")).startswith("file:"):
-        return None
-    source = Path(unquote(urlparse(url["url"]).path))
     try:
         project = tomllib.loads((source / "pyproject.toml").read_text()).get("project", {})
     except (OSError, tomllib.TOMLDecodeError):
@@ -301,6 +307,18 @@ def version_behind(plugin: Plugin) -> str | None:
     if not isinstance(declared, str) or _same_version(declared, dist.version):
         return None
     return f"version {declared} in {source / 'pyproject.toml'}, {dist.version} installed: run pip install -e {source} again"
+
+
+def _editable_source(dist: importlib.metadata.Distribution) -> Path | None:
+    """The source folder of an editable install (`pip install -e`, where PEP 610's direct_url.json says),
+    or None: not editable, or not a local folder."""
+    try:
+        url = json.loads(dist.read_text("direct_url.json") or "{}")
+    except json.JSONDecodeError:
+        return None
+    if not url.get("dir_info", {}).get("editable") or not str(url.get("url", "")).startswith("file:"):
+        return None
+    return Path(unquote(urlparse(url["url"]).path))
 
 
 def _same_version(declared: str, installed: str) -> bool:

@@ -89,3 +89,31 @@ def test_a_regular_packages_digest_is_its_folders_as_before_whatever_its_record_
     pinned = run_python(DIGESTS, site)["pinned"]
     assert pinned["digest"] == "15f96e781c08e6d5"
     assert pinned["hashed"] == ["__init__.py", "table.json"] and pinned["left_out"] == ["__init__.py.orig"]
+
+
+def test_an_editable_namespace_plugin_is_known_by_its_source_folder_and_an_edit_moves_it(
+    tmp_path: Path,
+) -> None:
+    """`pip install -e` of a namespace-package plugin writes a RECORD that lists none of its files (only
+    the editable finder's), so its digest was empty and an edit in its source moved no identity: its
+    files are the package's folder in the source that PEP 610's direct_url.json names."""
+    site, source = tmp_path / "site", tmp_path / "source"
+    write_dist(
+        site, "memsweep-ns-edit", "1.0", {"memsweep.cells": {"nsedit": "memsweep_ns.edit:ToyCell"}}, {}
+    )
+    info = site / "memsweep_ns_edit-1.0.dist-info"
+    (info / "direct_url.json").write_text(
+        json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}})
+    )
+    _record(site, "memsweep-ns-edit", "1.0", ["__editable__.memsweep_ns_edit-1.0.pth"])
+    package = source / "src" / "memsweep_ns" / "edit"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(toy_cell("nsedit"))
+    (package / "__init__.py.orig").write_text("x = 1\n")
+
+    before = run_python(DIGESTS, site, source / "src")["nsedit"]
+    assert before["problem"] is None and len(before["digest"]) == 16
+    assert before["hashed"] == ["edit/__init__.py"] and before["left_out"] == ["edit/__init__.py.orig"]
+    (package / "__init__.py").write_text(toy_cell("nsedit", extra_forward="out = out * 1.0"))
+    edited = run_python(DIGESTS, site, source / "src")["nsedit"]["digest"]
+    assert len(edited) == 16 and edited != before["digest"]
