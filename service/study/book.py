@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trainers
 from service.core.states import UNFINISHED
@@ -18,6 +18,9 @@ from trainers import plugins
 from trainers.model import build_model, count_params
 from trainers.runtime import record_task
 from trainers.schedule import Schedule
+
+if TYPE_CHECKING:  # the worker's record of where it trains; the book only keeps it
+    from service.study.worker import Placement
 
 #: the reason of a trial, and the note of its study, that a run stopped because its process did (a
 #: server's shutdown, a Ctrl-C of `memsweep run`), not its user: pending, to resume at the next start
@@ -104,7 +107,9 @@ class TrialBook:
     1. `started(run, unit)` once, when the unit's worker starts: each member not finished yet is
        started in the ledger and counted (`starts`);
     2. `reported(run, events)` any number of times: evaluations and finished members, in order
-       (and `tick()` between them, as often as the executor's loop turns);
+       (and `tick()` between them, as often as the executor's loop turns); `placed(run, placement)`
+       at most once, before the events of the report that carried it: where its worker trains, which
+       the members a scheduler stops record (their results, which say it, never come);
     3. then exactly one of `ended(run)` (the executor trial returned or was stopped: the members it
        did not finish are stopped with the run (see below), else pruned by the scheduler) or
        `failed(run, reason, unit)` (its worker, process or node died: an infrastructure fault, not a
@@ -142,6 +147,7 @@ class TrialBook:
         self._param_counts: dict[str, int] = {}  # a model's shape (`_param_count`) → its parameters
         self.specs: dict[str, TrialSpec] = {}  # config hash → the trial, as its unit started it
         self.open: dict[str, set[str]] = {}  # executor trial → members not yet finished
+        self.placements: dict[str, Placement] = {}  # executor trial → where its worker trains
         self.history: dict[str, list[trainers.Evaluation]] = {}
         self.starts: dict[
             str, int
@@ -176,6 +182,11 @@ class TrialBook:
             self.record.started(row_id, m)
         self.open[run] = todo
 
+    def placed(self, run: str, placement: Placement) -> None:
+        """Where the executor trial's worker trains its unit (`service.study.worker.Placement`)."""
+        if run in self.open:
+            self.placements[run] = placement
+
     def reported(self, run: str, events: Iterable[Event]) -> None:
         mine = self.open.get(run, set())
         for event in events:
@@ -202,7 +213,8 @@ class TrialBook:
     def prune_unstarted(self, run: str, unit: Unit, reason: str) -> None:
         """The unit's members recorded `pruned` without training (seeds added to a point a scheduler
         stopped before: `Engine`), ended at once; never started (`runs` stays 0: they said 1, and a
-        plan's actual counted them as trained)."""
+        plan's actual counted them as trained), so with no device, node or final metric: nothing
+        trained them anywhere."""
         self._tried(run, unit)
         for key in sorted(self.open.get(run, set())):
             result = trainers.TrialResult(status="pruned", reason=reason)
@@ -260,15 +272,20 @@ class TrialBook:
         self.record.finished(self.ids[key], result)
         self.open.get(run, set()).discard(key)
 
-    def _with_task(self, result: trainers.TrialResult, key: str) -> None:
+    def _with_task(self, result: trainers.TrialResult, key: str, placement: Placement | None = None) -> None:
         """A pruned (or cancelled) trial's result, which its worker never sent, with what it records of
         its task (the baselines: its last loss stays comparable), its budget, its model's parameter count
         (it read 0: the model is built here, its weights drawn from the trial's own stream, as the
-        worker's), and the plugins its cell and task come from (`plugin.cell`, as its worker records
-        them: a comparison of two studies saw no code change in a plugin whose trials asha stopped)."""
+        worker's), where it trained (`placement`: its device, node and numerics provenance, which a
+        comparison with finished trials found empty), and the plugins its cell and task come from
+        (`plugin.cell`, as its worker records them: a comparison of two studies saw no code change in a
+        plugin whose trials asha stopped)."""
         spec = self.specs.get(key)
         if spec is None:
             return
+        if placement is not None:
+            result.device, result.node = placement.device, placement.node
+            result.provenance = {**(result.provenance or {}), **placement.provenance}
         cfg = spec.resolved.config
         used = {f"plugin.{kind}": ident for kind, ident in plugins.identities(cfg.cell, cfg.task).items()}
         if used:
@@ -312,9 +329,9 @@ class TrialBook:
                 result = trainers.TrialResult(
                     status="pruned", reason=f"{reason} after {evaluations}", history=history,
                     final_val_loss=last.val_loss if last else None, steps=last.step if last else 0,
-                    seconds=last.seconds if last else 0.0,
+                    final_metric=last.metric if last else None, seconds=last.seconds if last else 0.0,
                 )  # fmt: skip
-                self._with_task(result, key)
+                self._with_task(result, key, self.placements.get(run))
                 self._finish(run, key, result)
             elif self.starts.get(key, 0) < self.attempts:
                 note = f"{reason} (attempt {self.starts[key]} of {self.attempts}; it runs again)"
@@ -327,4 +344,5 @@ class TrialBook:
                 self.ledger.stop_trial(self.ids[key], "error", note, history)
                 self.record.stopped(self.ids[key], key, "error", note)
         self.open.pop(run, None)
+        self.placements.pop(run, None)
         return again

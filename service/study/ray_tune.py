@@ -118,6 +118,9 @@ class BookCallback(Callback):
     ) -> None:
         # taken out of the result: Tune keeps its last result in the experiment state, and the
         # events (trained matrices among them) are recorded by the book, once
+        placement = result.pop("placement", None)
+        if placement is not None:
+            self.book.placed(trial.trial_id, placement)
         self.book.reported(trial.trial_id, result.pop("events", []))
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:

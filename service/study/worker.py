@@ -6,15 +6,41 @@ driver records the reports (`service.study.book`)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import trainers
 from service.core.trial import Evaluated, Event, Finished, TrialSpec, Unit, objective
 from trainers import plugins
-from trainers.numerics import NumericsError, ProcessNumericsError
+from trainers.numerics import NumericsError, ProcessNumericsError, provenance
 from trainers.numerics import use as use_numerics
+from trainers.runtime import resolve_device
 from trainers.schedule import Ending
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a unit's worker trains its members, as a member's result records it: the node, the device
+    and where its numbers come from (`trainers.numerics.provenance`). A unit's first report carries it,
+    once (`Reports`): the driver records it on the members a scheduler stops, whose results never come
+    (`service.study.book.TrialBook.placed`)."""
+
+    node: str
+    device: str
+    provenance: Mapping[str, str]
+
+    @classmethod
+    def of(cls, member: TrialSpec, node: str) -> Placement | None:
+        """Where `member` trains in this process, once it took its numerics mode (which the provenance
+        names), as `trainers.runtime.record_device` records it but its plugins (each member's own: the
+        driver adds them). A unit's members share their device (the study's). None when the device
+        cannot say: its members fail with the reason."""
+        try:
+            device = resolve_device(member.resolved.config.device)
+            return cls(node, str(device), provenance(device))
+        except Exception:
+            return None
 
 
 def _course(resolved: trainers.Resolved) -> Ending | None:
@@ -35,7 +61,8 @@ class Reports:
     evaluations: `Known.at`), `evaluations` (the most evaluations any member trained here has had:
     the scheduler's time), `complete` (every member has its result, none of them pruned; a unit's last
     report without it was cut short, by a scheduler or a cancel), `pruned_at` (when a member finished
-    before was pruned: its evaluations then) and its `events`.
+    before was pruned: its evaluations then) and its `events`; the first report after the worker took
+    its numerics mode carries its `placement` too, once (a bundle's hundreds of members share it).
 
     A round in which some member's evaluation ends it (its budget's end, its early stop or its
     failure: `trainers.schedule.Ending`), or that comes just before members' results (one failed its
@@ -52,6 +79,7 @@ class Reports:
         self.counts: dict[int, int] = {}  # member → its evaluations reported
         self.left = len(self.todo)  # members without a result
         self.held: list[Event] = []
+        self.placement: Placement | None = None  # where the members train, until a report carried it
 
     def learn_courses(self) -> None:
         """Each member's ending rules (builds its task: under the study's numerics mode)."""
@@ -87,11 +115,13 @@ class Reports:
         evaluations = max(self.counts.values(), default=0)
         values = [v for k in self.known if (v := k.at(evaluations)) is not None] + list(self.latest.values())
         pruned = [k.pruned_at for k in self.known if k.pruned_at is not None]
+        placement, self.placement = self.placement, None
         self.report({
             "objective": statistics.fmean(values) if values else 0.0,
             "evaluations": evaluations,
             "complete": self.left == 0 and not pruned,
             **({"pruned_at": max(pruned)} if pruned else {}),
+            **({"placement": placement} if placement else {}),
             "events": events,
         })  # fmt: skip
 
@@ -143,6 +173,8 @@ def train_unit(unit: Unit, report: Callable[[dict[str, Any]], None], node: str) 
         raise
     except NumericsError:
         pass  # the machine's: each member meets it again in `trainers.train` and fails with it
+    else:
+        reports.placement = Placement.of(todo[0], node)
     check_code(todo, node)
     reports.learn_courses()
 

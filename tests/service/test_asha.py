@@ -235,6 +235,27 @@ def test_a_members_last_evaluation_goes_out_with_its_result_when_another_fails_i
     assert reports[-1]["complete"] is True
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_units_first_report_says_where_it_trains_once(fused):
+    """Where the worker trains (node, device, numerics provenance) goes out once, with the unit's first
+    report: the driver records it on the members a scheduler stops, whose results never come."""
+    spec = StudySpec.model_validate(
+        {"space": {"dims": {"lr": [1e-3]}}, "base": {**TINY, "steps": 30}, "seeds": [1, 2]}
+    )
+    reports, _ = reports_of(spec, fused)
+    assert ["placement" in r for r in reports] == [True, False, False]
+    placement = reports[0]["placement"]
+    results = [e.result for r in reports for e in r["events"] if isinstance(e, Finished)]
+    for result in results:  # as each member's own result records it
+        assert (placement.node, placement.device) == (result.node, result.device) == ("here", "cpu")
+        assert dict(placement.provenance) == _numerics(result.provenance)
+
+
+def _numerics(provenance: dict[str, str]) -> dict[str, str]:
+    """A result's provenance but how its fused bundle ran (`trainers.fused.loop`: its result's alone)."""
+    return {k: v for k, v in provenance.items() if k != "bundle_members"}
+
+
 def test_a_split_bundle_counts_evaluations_per_member_not_per_round(monkeypatch):
     """A bundle out of memory trains again in halves, one after the other; each half's rounds counted
     as the unit's rounds ran ASHA's time ahead of every seed (10 for 6 evaluations)."""
@@ -473,10 +494,37 @@ def test_asha_prunes_whole_points_once_and_keeps_the_best_to_its_end(engine, mlf
         assert t.budget_steps == 80
     done = next(t for t in trials if t.status == "done")
     assert {t.param_count for t in pruned} == {done.param_count} and done.param_count  # it read 0
+    assert all(t.final_metric is None and t.history[-1]["metric"] is None for t in pruned)  # no metric
+    assert {(t.device, t.node) for t in trials} == {(done.device, done.node)} and done.node
     from mlflow.tracking import MlflowClient  # the parent run counts them too, beside failed
 
     parent = MlflowClient(mlflow_uri).get_run(engine.ledger.study(study.id).mlflow_run_id)
     assert parent.data.metrics["pruned"] == len(pruned) and parent.data.metrics["failed"] == 0
+
+
+@pytest.mark.slow
+def test_a_pruned_trial_records_its_last_metric_and_where_it_trained(engine, mlflow_uri):
+    """The driver never receives a pruned trial's result, so its row (and child run) lacked what a
+    finished one has: its task's metric (copy's recall accuracy) at its last evaluation, the device and
+    node it trained on, and where its numbers came from (numerics mode, MKL, capability, versions)."""
+    from mlflow.tracking import MlflowClient
+
+    _, trials, _ = run_by_lr(engine, asha_spec(base={**LONG, "task": "copy", "seq_len": 24}))
+    done = next(t for t in trials if t.status == "done")
+    assert done.metric_name == "recall_accuracy" and done.device and done.node and done.provenance
+    client = MlflowClient(mlflow_uri)
+    for t in (t for t in trials if t.status == "pruned"):
+        last = t.history[-1]["metric"]
+        assert last is not None and t.final_metric == last
+        assert (t.device, t.node) == (done.device, done.node)
+        # where its numbers came from, as the finished trials' (but how their bundle ran, which its
+        # trainer records with their results: `bundle_members`)
+        assert t.provenance == _numerics(done.provenance)
+        assert {"numerics", "capability", "torch"} <= set(t.provenance)
+        run = client.get_run(t.mlflow_run_id)  # its child run's tags and metrics come from its row
+        assert (run.data.tags["memsweep.device"], run.data.tags["memsweep.node"]) == (t.device, t.node)
+        assert run.data.tags["memsweep.provenance.numerics"] == t.provenance["numerics"]
+        assert run.data.metrics["final_metric"] == pytest.approx(last)
 
 
 @pytest.mark.slow
