@@ -302,6 +302,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(planned))
     else:
         print_plan(planned)
+    if planned.get("where_unknown"):  # a plan as a preflight check fails where a run would
+        print(f"error: the plan has no estimate: {planned['where_unknown']}", file=sys.stderr)
+        return 1
     return 0
 
 

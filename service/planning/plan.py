@@ -306,7 +306,7 @@ def _plan(
             "with their points, not trained"
         )
     schedules = Schedules()
-    node, capacity = _where(engine, spec, calibrate, start_ray, notes, cancel)
+    node, capacity, where_unknown = _where(engine, spec, calibrate, start_ray, notes, cancel)
     slots = max(1, min(spec.concurrency, capacity or spec.concurrency))
     shapes = _Shapes(units)
     found: dict[str, dict[str, Any]] = {}
@@ -339,6 +339,7 @@ def _plan(
         slots=slots,
         resources={"cpus": cpus, "gpus": gpus},
         node_type=node,
+        where_unknown=where_unknown,
         shapes=shapes.rows(found, cached),
         cached=bool(shapes.probes) and cached == set(shapes.probes),
         calibration_seconds=spent,
@@ -398,19 +399,25 @@ def _where(
     start_ray: Callable[[], None] | None,
     notes: list[str],
     cancel: threading.Event | None = None,
-) -> tuple[str | None, int | None]:
-    """(node type, how many units fit the cluster at once) of where the study's trials run; (None,
-    None) and a note when that is unknown (or `cancel` stopped the asking)."""
+) -> tuple[str | None, int | None, str | None]:
+    """(node type, how many units fit the cluster at once, None) of where the study's trials run; (None,
+    None, why) and a note when that is unknown (the cluster could not be joined, say), (None, None,
+    None) when `cancel` stopped the asking."""
     try:
         if calibrate and start_ray is not None and not embedded(engine.settings):
             start_ray()  # a cluster's node type is asked of the cluster
-        return where_trials_run(
+        node, capacity = where_trials_run(
             engine.executor, engine.settings, spec.resources.cpus, spec.resources.gpus,
             start=calibrate and start_ray is None, cancel=cancel,
         )  # fmt: skip
+        return node, capacity, None
     except Exception as exc:
-        notes.append(f"where the trials run is unknown ({type(exc).__name__}: {exc}); no estimate")
-        return None, None
+        cause = (
+            exc.__cause__ or exc
+        )  # a start of Ray says what failed, raised from it (`StudyRunner.start_ray`)
+        why = f"{type(cause).__name__}: {cause}"
+        notes.append(f"where the trials run is unknown ({why}); no estimate")
+        return None, None, None if cancel is not None and cancel.is_set() else why
 
 
 class _Shapes:

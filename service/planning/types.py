@@ -130,6 +130,11 @@ class StudyPlan(BaseModel):
     slots: int = Field(description="units at once: the concurrency, or fewer when the cluster fits fewer")
     resources: dict[str, float]
     node_type: str | None = Field(description="what the trials run on (CPU model × count, + GPU)")
+    where_unknown: str | None = Field(
+        default=None,
+        description="why where the trials run could not be learnt (a Ray cluster that cannot be joined, "
+        "…), so the plan has no estimate; None when it was (`memsweep plan` exits 1 when it was not)",
+    )
     shapes: list[PlanShape]
     cached: bool = Field(description="every calibration came from the cache (nothing was measured now)")
     calibration_seconds: float = Field(description="time spent calibrating for this answer")

@@ -421,3 +421,24 @@ def test_a_float_setting_a_cell_declares_a_cost_is_part_of_its_shape():
 
     assert gained(0.9) != gained(0.5) and gained(0.9) == gained(0.9)
     assert shape(input_gain=0.9) == shape(input_gain=0.5)  # undeclared: a coefficient, as before
+
+
+def test_a_plan_that_cannot_join_its_cluster_exits_1_and_says_why(tmp_path: Path):
+    """`memsweep plan` against a Ray cluster it cannot join printed a plan with no estimate, the cause in
+    its last note, and exited 0: a script that plans as a preflight check went on to a run that fails."""
+    from service.cli.servers import free_port
+    from tests.plugin_dists import memsweep
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    environ = {"MEMSWEEP_HOME": str(tmp_path / "home"), "MEMSWEEP_RAY_ADDRESS": address}
+    done = memsweep("plan", "orhan2020-copy500", "--seeds", "1", "--json", environ=environ)
+    assert done.returncode == 1, done.stderr[-2000:]
+    planned = json.loads(done.stdout)
+    assert (
+        planned["estimate"] is None
+        and f"cannot join the Ray cluster at {address}" in planned["where_unknown"]
+    )
+    assert (
+        f"error: the plan has no estimate: ConnectionError: cannot join the Ray cluster at {address}"
+        in done.stderr
+    )
