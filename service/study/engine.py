@@ -646,6 +646,7 @@ class Engine:
                     wait_for_others(
                         self.ledger, study, waits, stop.event, lambda n: record.progress(force=True)
                     )
+                    record.took(waits)  # those that took the other study's result meanwhile
 
         try:
             if book.sampled:
@@ -683,6 +684,7 @@ class Engine:
             log.info(
                 "study %s: %d trials take the results another study has since finished", study.id, len(taken)
             )
+            record.took(taken)
             record.progress(force=True)
         return [t for t in todo if t.config_hash not in taken and t.config_hash not in waits], waits
 
@@ -705,6 +707,7 @@ class Engine:
             if taken or deferred:
                 record.unexpect(taken | deferred)
                 if taken:
+                    record.took(taken)
                     record.progress(force=True)
                 log.info(
                     "study %s: of a unit's %d trials, %d took another study's results and %d are another "
@@ -734,6 +737,7 @@ class Engine:
             if taken:
                 held.deferred -= taken
                 held.taken |= taken
+                record.took(taken)
                 log.info(
                     "study %s: %d trials took the results another study has just finished",
                     study.id,

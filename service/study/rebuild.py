@@ -15,6 +15,7 @@ from service.core.states import FINISHED
 from service.reports.study_summary import summarise
 from service.store.ledger import Ledger
 from service.study.recorder import run_id_setter
+from service.tracking.child_run import is_complete
 from service.tracking.context import StudyContext
 from service.tracking.server import server_healthy
 from service.tracking.tracker import Tracker
@@ -66,18 +67,19 @@ def finish_in_mlflow(
 
 
 def reconcile_children(ledger: Ledger, study_id: str, tracker: Tracker, mlflow: StudyContext) -> None:
-    """Every finished trial gets one complete child run (reused trials included); a run that an
-    outage left incomplete is made again, and a child run no trial owns is deleted."""
+    """Every finished trial gets one complete child run (reused trials included): a run whose status
+    or `memsweep.status` is not its trial's in the ledger now (one an outage left incomplete, or a
+    cancelled run's of a trial that took another study's result since) is made again, and a child run
+    no trial owns is deleted."""
     tracker.flush()  # child runs still queued have not recorded their run id yet
     children = tracker.child_statuses(mlflow.experiment_id, mlflow.parent_run_id)
     owned = set()
     for t in ledger.trials(study_id, FINISHED):
-        status = children.get(t.mlflow_run_id) if t.mlflow_run_id else None
-        if status in ("FINISHED", "FAILED", "KILLED"):
+        run = children.get(t.mlflow_run_id) if t.mlflow_run_id else None
+        if run is not None and is_complete(t, *run):
             owned.add(t.mlflow_run_id)
             continue
-        if status is not None:  # RUNNING: the outage came between its first and last request
-            tracker.delete_run(t.mlflow_run_id)  # type: ignore[arg-type]
+        # made whole again; the run it had, if any, is deleted then (`Tracker.log_trial`)
         tracker.log_trial(mlflow, t, ledger.matrices(t.id), run_id_setter(ledger, t.id))
     tracker.flush()
     owned |= {t.mlflow_run_id for t in ledger.trials(study_id) if t.mlflow_run_id}

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from service.core.states import FINISHED
 from service.core.trial import TrialSpec
 from service.reports.summary import success_table
 from service.store.ledger import Ledger
@@ -52,6 +53,18 @@ class StudyRecorder:
         with self._lock:
             for h in hashes:
                 self._expected.pop(h, None)
+
+    def took(self, hashes: Iterable[str]) -> None:
+        """Trials of these hashes that took another study's result (`Ledger.take_results`): each one's
+        child run made whole now, as a finished trial's is, replacing the run an earlier run of it left
+        (a cancel's, ended KILLED with the partial curve)."""
+        wanted = set(hashes)
+        if not wanted:
+            return
+        for row in self.ledger.trials(self.study_id, FINISHED):
+            if row.config_hash in wanted and row.reused_from is not None:
+                matrices = self.ledger.matrices(row.id)
+                self.tracker.log_trial(self.mlflow, row, matrices, run_id_setter(self.ledger, row.id))
 
     def started(self, trial_id: int, spec: TrialSpec) -> None:
         row = self.ledger.trial(trial_id)

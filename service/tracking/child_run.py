@@ -15,6 +15,7 @@ from service.tracking.live import LiveRun, Stamped, stamp
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric, Param, RunTag
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from service.store.models import Trial
@@ -28,9 +29,26 @@ METRIC_FIELDS = (
     "param_count", "henrici_index", "success", "success_threshold",
 )  # fmt: skip
 
-#: a finished trial's status → its child run's terminal status (FINISHED for any other)
+#: a finished trial's status → its child run's terminal status (FINISHED for any other: `run_status`)
 RUN_STATUS = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 MATRIX_CONVENTION = "W_ij: from unit j to unit i; V_ij: from input j to unit i"
+
+
+def run_status(trial_status: str) -> str:
+    """The terminal status of a finished trial's child run (`RUN_STATUS`)."""
+    return RUN_STATUS.get(trial_status, "FINISHED")
+
+
+def is_complete(trial: Trial, status: str, status_tag: str | None) -> bool:
+    """Whether a child run of the finished `trial` (its MLflow `status` and `memsweep.status` tag) is
+    the complete run of what the ledger holds now: not one an outage left RUNNING, nor one that ended
+    otherwise (a cancelled run's, KILLED, of a trial that took another study's result since)."""
+    return status == run_status(trial.status) and status_tag == trial.status
+
+
+def is_missing(exc: MlflowException) -> bool:
+    """Whether MLflow answered that it has no such run (or experiment)."""
+    return "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code) or "not found" in str(exc).lower()
 
 
 def run_params(trial: Trial) -> list[Param]:
@@ -74,7 +92,7 @@ def result_metrics(trial: Trial, result: TrialResult, criterion: Criterion) -> l
 
 def result_tags(trial: Trial) -> list[RunTag]:
     """A finished trial's tags: its status, node, device, provenance and reason; and, for a trial that
-    took another's result instead of training (`runs` 0), that trial's ledger id."""
+    took another's result (`reused_from`), that trial's ledger id."""
     from mlflow.entities import RunTag
 
     tags = [RunTag("memsweep.status", trial.status)]
@@ -128,8 +146,10 @@ class ChildRuns:
     ) -> None:
         """A finished trial's child run complete (see `Tracker.log_trial`): what its live writes have
         not sent, or the whole run when it has none yet (a short trial, a reused one, or one rebuilt by
-        a sync)."""
+        a sync), which replaces the run its row names, if any: that one is deleted once this one is
+        whole."""
         result = trial.result()
+        earlier = None
         if live is not None and live.run is not None:  # a live run: what it has not had yet
             (run_id, artifact_uri), unsent = live.run, live.curve
             params = [] if live.params_sent else run_params(trial)
@@ -137,6 +157,7 @@ class ChildRuns:
             run_id, artifact_uri = self.create(study, trial, trial.status)
             on_run_id(run_id)
             unsent, params = stamp(result.history), run_params(trial)
+            earlier = trial.mlflow_run_id
         metrics = curve_metrics(unsent) + result_metrics(trial, result, study.criterion)
         log_batches(self.client, run_id, params, metrics, result_tags(trial))
         if trial.traceback:
@@ -146,7 +167,9 @@ class ChildRuns:
             # server for the run again, only to learn the artifact URI create_run already gave
             matrix = json.dumps({**matrices, "convention": MATRIX_CONVENTION})
             self.write_artifact(artifact_uri, matrix, "recurrent_matrix.json")
-        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.status, "FINISHED"))
+        self.client.set_terminated(run_id, status=run_status(trial.status))
+        if earlier is not None and earlier != run_id:
+            self.delete(earlier)
 
     def stop(self, live: LiveRun, status: str, reason: str) -> None:
         """A trial stopped before its end (see `Tracker.trial_stopped`): its live run, if made, gets what
@@ -178,6 +201,23 @@ class ChildRuns:
             tags = [RunTag("memsweep.status", "pending"), RunTag("memsweep.reason", reason)]
             log_batches(self.client, run_id, [], [], tags)
             self.client.set_terminated(run_id, status="KILLED")
+
+    def delete(self, run_id: str) -> None:
+        """Delete a run (see `Tracker.delete_run`); one MLflow has deleted, or never had, is left alone."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            info = self.client.get_run(run_id).info
+        except MlflowException as exc:
+            if is_missing(exc):  # never made, or MLflow's store was reset: nothing to delete
+                return
+            raise
+        if info.lifecycle_stage == "deleted":
+            return
+        if info.status == "RUNNING":
+            self.client.set_tag(run_id, "memsweep.replaced", "incomplete: made again whole, then deleted")
+            self.client.set_terminated(run_id, status="KILLED")
+        self.client.delete_run(run_id)
 
     def write_artifact(self, artifact_uri: str, text: str, name: str) -> None:
         """`text` as the artifact `name` of the run at `artifact_uri`."""

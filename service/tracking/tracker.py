@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from service.tracking.child_run import ChildRuns
+from service.tracking.child_run import ChildRuns, is_missing
 from service.tracking.comparison import write_comparison
 from service.tracking.context import StudyContext
 from service.tracking.live import LiveClock
@@ -120,23 +120,25 @@ class Tracker:
         try:
             run = self.client.get_run(run_id)
         except MlflowException as exc:
-            if "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code) or "not found" in str(exc).lower():
+            if is_missing(exc):
                 return None
             raise
         return "DELETED" if run.info.lifecycle_stage == "deleted" else str(run.info.status)
 
-    def child_statuses(self, experiment_id: str, parent_run_id: str) -> dict[str, str]:
-        """Every child run of the parent: run id → status."""
+    def child_statuses(self, experiment_id: str, parent_run_id: str) -> dict[str, tuple[str, str | None]]:
+        """Every child run of the parent: run id → (its status, its `memsweep.status` tag)."""
         from mlflow.entities import ViewType
 
-        out: dict[str, str] = {}
+        out: dict[str, tuple[str, str | None]] = {}
         token = None
         while True:
             page = self.client.search_runs(
                 [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
                 run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token,
             )  # fmt: skip
-            out.update({r.info.run_id: str(r.info.status) for r in page})
+            out.update(
+                {r.info.run_id: (str(r.info.status), r.data.tags.get("memsweep.status")) for r in page}
+            )
             token = page.token
             if not token:
                 return out
@@ -145,10 +147,7 @@ class Tracker:
         """Delete a run (and forget it, if it was a live child run of this tracker). A run still
         RUNNING (an outage, a killed worker or API came between its first and last request) is ended
         KILLED first: deleted runs can be restored, and MLflow's UI would count it as running."""
-        if self.client.get_run(run_id).info.status == "RUNNING":
-            self.client.set_tag(run_id, "memsweep.replaced", "incomplete: made again whole, then deleted")
-            self.client.set_terminated(run_id, status="KILLED")
-        self.client.delete_run(run_id)
+        self.children.delete(run_id)
         self._live.forget(run_id)
 
     def log_comparison(self, comparison: dict[str, Any], table_csv: str, figure: bytes) -> tuple[str, str]:
@@ -183,7 +182,8 @@ class Tracker:
         """A finished trial's child run complete: its final metrics (success judged under the study's
         criterion), tags and artifacts (`matrices`: the trained {"W": [N][N], "V": [N][d] or None}),
         then terminated; made whole when it has none yet (a short trial, a reused one, or one rebuilt by
-        a sync), `on_run_id` then getting its run id."""
+        a sync), `on_run_id` then getting its run id, and the run the trial's row named till then (a
+        cancelled run's, ended KILLED; one an outage left incomplete) deleted: one run per trial."""
         live = self._live.ended(trial.config_hash)
         finish = partial(self.children.finish, study, trial, matrices, on_run_id, live)
         self._pool.submit(finish, key=trial.config_hash)

@@ -147,7 +147,7 @@ class MemoryTracker:
         return "exp-0", run_id
 
     def trial_started(self, study: Any, row: Any, set_run_id: Callable[[str], None]) -> None:
-        set_run_id(self._new(parent=study.parent_run_id, trial=row.config_hash))
+        set_run_id(self._new(parent=study.parent_run_id, trial=row.config_hash, trial_status="running"))
 
     def trial_evaluated(self, config_hash: str, evaluations: Any) -> None:
         pass
@@ -165,7 +165,9 @@ class MemoryTracker:
         run_id = (
             row.mlflow_run_id if row.mlflow_run_id in self.runs else self._new(parent=study.parent_run_id)
         )
-        self.runs[run_id].update(status="FINISHED", trial=row.config_hash, loss=row.final_val_loss)
+        self.runs[run_id].update(
+            status="FINISHED", trial=row.config_hash, loss=row.final_val_loss, trial_status=row.status
+        )
         set_run_id(run_id)
 
     def study_progress(self, parent: str, table: Any) -> None:
@@ -184,8 +186,10 @@ class MemoryTracker:
     def abandon(self, why: str) -> list[str]:
         return [why]
 
-    def child_statuses(self, exp_id: str, parent: str) -> dict[str, str]:
-        return {k: r["status"] for k, r in self.runs.items() if r.get("parent") == parent}
+    def child_statuses(self, exp_id: str, parent: str) -> dict[str, tuple[str, str | None]]:
+        return {
+            k: (r["status"], r.get("trial_status")) for k, r in self.runs.items() if r.get("parent") == parent
+        }
 
     def delete_run(self, run_id: str) -> None:
         self.runs.pop(run_id, None)
@@ -241,7 +245,7 @@ def test_a_grid_runs_each_trial_once_records_it_and_ends_done(make_engine: Any) 
     (tracker,) = trackers
     children = tracker.child_statuses("exp-0", study_row(engine, study.id).mlflow_run_id)
     assert sorted(children) == sorted(t.mlflow_run_id for t in trials)
-    assert set(children.values()) == {"FINISHED"}
+    assert {status for status, _ in children.values()} == {"FINISHED"}
     assert tracker.summaries == [(study_row(engine, study.id).mlflow_run_id, "FINISHED")]
     assert summary["counts"]["done"] == 4 and summary["counts"]["failed"] == 2
 
@@ -1205,3 +1209,126 @@ def test_a_study_calibrating_behind_a_running_one_says_what_it_waits_for(
         release.set()
         runner.shutdown(timeout=30)
     assert studies.get(planned.id).waiting is None  # no longer queued here
+
+
+class CancelledMidUnit(InProcess):
+    """Its study's user cancels while the `at`-th unit trains, once that unit's trial has its live child
+    run: the driver hears no more of the unit, as of a trial Ray stops, and its trial ends `cancelled`
+    with the evaluations it made."""
+
+    def __init__(self, ledger: Any, stop: Stop, at: int) -> None:
+        super().__init__()
+        self.ledger, self.stop, self.at, self.units = ledger, stop, at, 0
+
+    def _unit(self, run: str, unit: Unit, book: TrialBook) -> float | None:
+        self.units += 1
+        if self.units != self.at:
+            return super()._unit(run, unit, book)
+        book.started(run, unit)
+        (member,) = unit.members
+
+        def report(result: dict[str, Any]) -> None:
+            if self.stop.event.is_set():
+                return
+            book.reported(run, result["events"])
+            deadline = time.monotonic() + 30
+            while self.ledger.trial(book.ids[member.config_hash]).mlflow_run_id is None:
+                assert time.monotonic() < deadline, "its live child run was never made"
+                time.sleep(0.05)
+            self.stop.cancel()
+
+        train_unit(unit, report, node="in-process")
+        book.ended(run)
+        return None
+
+
+def four_done(name: str) -> StudySpec:
+    """Four trials that all end `done`, one unit each."""
+    models = {m: {"fixed": {"init": m}, "dims": {"lr": [1e-3]}} for m in ("chain", "orthogonal")}
+    return grid(name=name, space={"models": models}, bundle_size=1, concurrency=1)
+
+
+def tracked_engine(tmp_path: Path, mlflow_uri: str, executor: InProcess) -> Engine:
+    """The engine with the real tracker on a real MLflow server, each trial's live run made at its start."""
+    settings = Settings(
+        home=tmp_path, mlflow_tracking_uri=mlflow_uri, mlflow_live_interval=0.0, trial_attempts=2
+    )
+    return Engine(settings, executor=executor)
+
+
+def child_runs(engine: Engine, study_id: str) -> dict[str, list[Any]]:
+    """The study's child runs in MLflow (deleted ones left out), by their trial's config hash."""
+    from mlflow.tracking import MlflowClient
+
+    study = engine.ledger.get_study(study_id)
+    found = MlflowClient(engine.tracking_uri()).search_runs(
+        [study.mlflow_experiment_id], filter_string=f"tags.mlflow.parentRunId = '{study.mlflow_run_id}'"
+    )
+    runs: dict[str, list[Any]] = {}
+    for r in found:
+        runs.setdefault(r.data.tags["memsweep.config_hash"], []).append(r)
+    return runs
+
+
+def test_a_cancelled_trial_that_takes_another_studys_result_gets_one_finished_run(
+    tmp_path: Path, mlflow_uri: str
+) -> None:
+    """Cancelled while it trained, its child run ended KILLED (`cancelled`, a partial curve); another
+    study then trained its config, and the resumed study took that result: its row read `done`, its
+    run stayed KILLED, and a sync kept it so. Now every trial of the resumed study has exactly one
+    child run, FINISHED with its result, the cancelled one gone."""
+    stop = Stop()
+    ex = CancelledMidUnit(None, stop, at=2)
+    engine = tracked_engine(tmp_path, mlflow_uri, ex)
+    ex.ledger = engine.ledger
+    a = engine.create_study(four_done("a"))
+    assert engine.run_study(a.id, stop=stop)["state"] == "cancelled"
+    (cut,) = [
+        t for t in engine.ledger.trials(a.id) if t.mlflow_run_id is not None and t.status == "cancelled"
+    ]
+    (killed,) = child_runs(engine, a.id)[cut.config_hash]
+    assert killed.info.status == "KILLED" and killed.data.tags["memsweep.status"] == "cancelled"
+
+    b = engine.create_study(four_done("b"))  # the same configs, trained to the end
+    assert engine.run_study(b.id)["state"] == "done"
+    assert engine.run_study(a.id)["state"] == "done"  # the resume takes b's results
+
+    trials = engine.ledger.trials(a.id)
+    assert {t.status for t in trials} == {"done"}
+    runs = child_runs(engine, a.id)
+    assert sorted(runs) == sorted(t.config_hash for t in trials)
+    for t in trials:
+        (run,) = runs[t.config_hash]  # exactly one each
+        assert run.info.run_id == t.mlflow_run_id
+        assert run.info.status == "FINISHED" and run.data.tags["memsweep.status"] == "done"
+        assert run.data.metrics["final_val_loss"] == pytest.approx(t.final_val_loss)
+    (taken,) = [t for t in trials if t.config_hash == cut.config_hash]
+    assert taken.reused_from is not None and taken.runs == 1  # it took b's result after one start
+    assert runs[cut.config_hash][0].data.tags["memsweep.reused_from"] == str(taken.reused_from)
+
+
+def test_a_sync_remakes_a_done_trials_run_that_says_otherwise(tmp_path: Path, mlflow_uri: str) -> None:
+    """A sync took any ended child run for complete, whatever its trial's status in the ledger: a done
+    trial's run left KILLED and `cancelled` (by the bug above, or any other) stayed so. A sync now makes
+    it again from the ledger, and leaves the runs that agree with it alone."""
+    from mlflow.tracking import MlflowClient
+
+    engine = tracked_engine(tmp_path, mlflow_uri, InProcess())
+    study = engine.create_study(four_done("s"))
+    assert engine.run_study(study.id)["state"] == "done"
+    before = {t.config_hash: t.mlflow_run_id for t in engine.ledger.trials(study.id)}
+    wrong, *right = engine.ledger.trials(study.id)
+    client = MlflowClient(mlflow_uri)
+    client.set_tag(wrong.mlflow_run_id, "memsweep.status", "cancelled")
+    client.set_terminated(wrong.mlflow_run_id, status="KILLED")
+
+    assert engine.sync_tracking(study.id)["mlflow_errors"] == []
+    runs = child_runs(engine, study.id)
+    after = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    (remade,) = runs[wrong.config_hash]
+    assert remade.info.run_id == after[wrong.config_hash].mlflow_run_id != wrong.mlflow_run_id
+    assert remade.info.status == "FINISHED" and remade.data.tags["memsweep.status"] == "done"
+    assert remade.data.metrics["final_val_loss"] == pytest.approx(wrong.final_val_loss)
+    assert client.get_run(wrong.mlflow_run_id).info.lifecycle_stage == "deleted"
+    for t in right:  # each agreed with the ledger: the same run as before
+        assert [r.info.run_id for r in runs[t.config_hash]] == [before[t.config_hash]]
