@@ -33,14 +33,17 @@ from service.core.spec import expected_trials
 from service.core.states import FINISHED, RESUMABLE
 from service.planning.record import plan_run, record_actual
 from service.store.ledger import ClaimLostError
+from service.store.patience import outage
 from service.study.book import SHUTDOWN_NOTE, Stop
 from service.study.claim import StudyBusyError, StudyClaim, gone
-from service.study.engine import ORPHAN_NOTE, Engine
+from service.study.engine import ORPHAN_NOTE, Engine, run_error
 
 log = logging.getLogger(__name__)
 
 #: seconds between two starts of a local MLflow server that keeps failing to start, at most
 MLFLOW_RESTART_MAX = 600.0
+#: seconds between two looks at a ledger that did not answer, first and at most (`StudyRunner._run`)
+LEDGER_POLL = (1.0, 15.0)
 
 
 def run_planned(
@@ -360,7 +363,18 @@ class StudyRunner:
 
     def _run(self, study_id: str, a: Active) -> None:
         """Claim the study and run it; every write of it, a failure's and a shutdown's included, is made
-        while the claim is held, so the ledger refuses it once another process took the study over."""
+        while the claim is held, so the ledger refuses it once another process took the study over. A
+        run the ledger stopped (it did not answer past its patience: `service.store.patience.outage`)
+        leaves the study pending, and it runs again here once the ledger answers (`_after_outage`)."""
+        try:
+            while self._run_once(study_id, a) and self._after_outage(study_id, a):
+                log.info("study %s: the ledger answers again; resuming it", study_id)
+        finally:
+            with self._lock:
+                self._active.pop(study_id, None)
+
+    def _run_once(self, study_id: str, a: Active) -> bool:
+        """One claimed run of the study (`_run`); True when the ledger stopped it (an outage)."""
         ledger = self.engine.ledger
         try:
             # one process runs a study at a time; a sync of its MLflow runs holding it is waited for
@@ -370,12 +384,18 @@ class StudyRunner:
                 except ClaimLostError:
                     raise
                 except Exception as exc:
+                    down = outage(exc)
+                    if down is not None:  # the engine said so in the study and logged the traceback
+                        log.warning(
+                            "study %s stopped: %s; it runs again once the ledger answers", study_id, down
+                        )
+                        return True
                     log.exception("study %s failed", study_id)
                     study = ledger.get_study(study_id)
                     # failed before the engine said so; a shutdown's leaves it pending, the error kept
                     if study is not None and study.state in RESUMABLE:
                         state = a.stop.settle() or "failed"
-                        ledger.update_study(study_id, state=state, error=f"{type(exc).__name__}: {exc}")
+                        ledger.update_study(study_id, state=state, error=run_error(exc))
         except StudyBusyError as exc:  # another process runs it: nothing here touches it
             if a.stop.by_user:  # cancelled while it waited for a sync to let it go
                 ledger.cancel_unclaimed_study(study_id)
@@ -385,11 +405,41 @@ class StudyRunner:
         except ClaimLostError as exc:  # another process took it over mid-run: its state is that one's
             log.error("%s", exc)
             self.refused[study_id] = str(exc)
-        except Exception:  # the claim itself (the ledger down past its patience): the study stays as it is
-            log.exception("study %s could not be claimed or let go", study_id)
-        finally:
-            with self._lock:
-                self._active.pop(study_id, None)
+        except Exception as exc:  # the claim itself, or its release: the study stays as it is
+            down = outage(exc)
+            if down is None:
+                log.exception("study %s could not be claimed or let go", study_id)
+                return False
+            log.warning("study %s: its claim: %s; it runs again once the ledger answers", study_id, down)
+            return True
+        return False
+
+    def _after_outage(self, study_id: str, a: Active) -> bool:
+        """Wait for the ledger to answer again after an outage stopped the study's run: True to run it
+        again (it is still pending or running there); False when this runner stops first (a shutdown: its
+        next start resumes it), or its user cancels it meanwhile (then it ends cancelled). Queued again
+        meanwhile (`is_queued`), with a new stop: the run's was settled."""
+        with self._lock:
+            if self._stopping:
+                return False
+            a.stop, a.started, a.planning, a.summary = Stop(), None, False, None
+            stop = a.stop
+        delay, most = LEDGER_POLL
+        while not stop.event.wait(delay):
+            delay = min(2 * delay, most)
+            if self.engine.ledger.unreachable() is not None:
+                continue
+            try:
+                study = self.engine.ledger.get_study(study_id)
+            except Exception:  # gone again: look again later
+                continue
+            return study is not None and study.state in RESUMABLE
+        if stop.by_user:
+            try:
+                self.engine.ledger.cancel_unclaimed_study(study_id)
+            except Exception:
+                log.exception("study %s: its cancel could not be written; it stays pending", study_id)
+        return False
 
     def _run_claimed(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger

@@ -14,6 +14,7 @@ import trainers
 from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
+from service.store.patience import outage
 from trainers import plugins
 from trainers.model import build_model, count_params
 from trainers.runtime import record_task
@@ -27,6 +28,18 @@ if TYPE_CHECKING:  # the worker's record of where it trains; the book only keeps
 SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
 #: the reason of a trial its study's user cancelled it with
 CANCEL_NOTE = "the study was cancelled"
+#: what follows the outage (`service.store.patience.outage`) in the reason of a trial its run left
+#: unfinished when the driver's ledger did not answer past its patience: the driver's fault, not the trial's
+OUTAGE_NOTE = (
+    "pending, no attempt spent (the ledger's outage, not the trial's fault): it trains when its study "
+    "runs again, which its server (or `memsweep run`) starts once the ledger answers"
+)
+#: the reason of a trial whose result came while the ledger did not answer (`TrialBook.kept`)
+KEPT_NOTE = (
+    "its result came while the ledger did not answer: this process keeps it, and writes it when it runs "
+    "the study again (once the ledger answers), without training it again; a restart loses it, and it "
+    "trains again"
+)
 
 
 class Stop:
@@ -129,7 +142,13 @@ class TrialBook:
     `pending` with SHUTDOWN_NOTE, for the next start, in the ledger and MLflow alike (before, they read
     `cancelled` as by a user until the runner rewrote them, and a kill meanwhile left them so). At the
     run's end `settle` reads the cause once: a user's cancel that came while a shutdown stopped the run
-    ends the members already left pending `cancelled` too."""
+    ends the members already left pending `cancelled` too.
+
+    A run whose ledger does not answer past its patience (`service.store.patience.outage`) ends with
+    that error; its open members go back to `pending` with no attempt spent (`pause_unfinished`: the
+    driver's fault, not theirs), and a result that came and could not be written is kept (`kept`, the
+    engine's for the study, in this process) and written by the study's next run here (`write_kept`)
+    before anything trains: it trains again only when the process ends first."""
 
     def __init__(
         self,
@@ -139,8 +158,11 @@ class TrialBook:
         stop: Stop,
         sampled: bool,
         attempts: int = 3,
+        kept: dict[str, trainers.TrialResult] | None = None,
     ) -> None:
         self.ledger, self.study_id, self.record, self.stop = ledger, study_id, record, stop
+        #: config hash → a result the ledger did not take (an outage): written by the study's next run
+        self.kept = kept if kept is not None else {}
         self.sampled = sampled  # sampled points get their ledger rows as they start
         self.attempts = attempts
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
@@ -189,15 +211,26 @@ class TrialBook:
 
     def reported(self, run: str, events: Iterable[Event]) -> None:
         mine = self.open.get(run, set())
+        down: Exception | None = None  # the ledger did not answer a result's write past its patience
         for event in events:
             key = event.config_hash
             if key not in mine:  # finished before this unit started, or trained by another unit
                 continue
             if isinstance(event, Evaluated):
-                self.history[key].append(event.evaluation)
-                self.record.evaluated(self.ids[key], key, self.history[key])
+                if down is None:
+                    self.history[key].append(event.evaluation)
+                    self.record.evaluated(self.ids[key], key, self.history[key])
+            elif down is not None:  # the report's other results: kept, not waited for again
+                self.kept[key] = event.result
             else:
-                self._finish(run, key, event.result)
+                try:
+                    self._finish(run, key, event.result)
+                except Exception as exc:
+                    if outage(exc) is None:
+                        raise
+                    down = exc
+        if down is not None:
+            raise down
 
     def tick(self) -> None:
         """The executor's loop turned: the running trials' evaluations the recorder held back are
@@ -256,6 +289,31 @@ class TrialBook:
         for run in list(self.open):
             self._close(run, *how)
 
+    def pause_unfinished(self, reason: str) -> None:
+        """Every executor trial still open when the run itself stops on an error (the ledger not answering
+        past its patience, Ray's driver): stopped with the run (and said so), else `pending` for `reason`
+        with no attempt spent (the run's error is no fault of the trial); a member whose result is kept
+        (`kept`: the ledger did not take it) says so (KEPT_NOTE)."""
+        how = self.stop.outcome() if self.stop.event.is_set() else ("pending", reason)
+        for run in list(self.open):
+            self._close(run, *how)
+
+    def write_kept(self) -> list[str]:
+        """The results an earlier run of the study in this process could not write (`kept`), recorded now
+        on their trials still unfinished, before anything trains: none trains again, and each keeps the
+        one start (`runs`) that trained it. A result whose trial has finished since (another process
+        trained it) is dropped. Their config hashes."""
+        if not self.kept:
+            return []
+        rows = {t.config_hash: t.id for t in self.ledger.trials(self.study_id, UNFINISHED)}
+        written = []
+        for key, result in sorted(self.kept.items()):
+            if key in rows:
+                self.record.finished(rows[key], result)
+                written.append(key)
+            del self.kept[key]
+        return written
+
     def settle(self) -> str | None:
         """The run's end (`Stop.settle`): the state its stop ends the study in, None when none did; the
         members a shutdown left pending before its user's cancel came end `cancelled` with the rest."""
@@ -269,7 +327,12 @@ class TrialBook:
 
     def _finish(self, run: str, key: str, result: trainers.TrialResult) -> None:
         self.history.pop(key, None)
-        self.record.finished(self.ids[key], result)
+        try:
+            self.record.finished(self.ids[key], result)
+        except Exception as exc:
+            if outage(exc) is not None:  # the ledger did not take it: kept for the study's next run here
+                self.kept[key] = result
+            raise
         self.open.get(run, set()).discard(key)
 
     def _with_task(self, result: trainers.TrialResult, key: str, placement: Placement | None = None) -> None:
@@ -307,9 +370,9 @@ class TrialBook:
 
     def _close(self, run: str, how: str, reason: str) -> list[str]:
         """The members an executor trial left unfinished: stopped with the run (`how` cancelled by its
-        user, or pending for its process's next start: no attempt spent, nothing to run again in this
-        run), pruned (by the scheduler), or interrupted by an infrastructure fault (pending again, or
-        error); the config hashes of those a fault sent back to pending."""
+        user, or pending for its process's next start or the study's resume: no attempt spent, nothing
+        to run again in this run), pruned (by the scheduler), or interrupted by an infrastructure fault
+        (pending again, or error); the config hashes of those a fault sent back to pending."""
         again = []
         for key in sorted(self.open.get(run, set())):
             history = self.history.pop(key, [])
@@ -320,8 +383,9 @@ class TrialBook:
                 task = trainers.TrialResult()
                 if history:  # what it records of its task: its evaluations are judged at a budget reached
                     self._with_task(task, key)
-                self.ledger.stop_trial(self.ids[key], status, reason, history, task)
-                self.record.stopped(self.ids[key], key, status, reason)
+                note = KEPT_NOTE if status == "pending" and key in self.kept else reason
+                self.ledger.stop_trial(self.ids[key], status, note, history, task)
+                self.record.stopped(self.ids[key], key, status, note)
                 if status == "pending":
                     self.paused[key] = self.ids[key]
             elif how == "pruned":

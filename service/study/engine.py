@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -38,8 +39,9 @@ from service.reports.compare import plugin_versions
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
+from service.store.patience import outage
 from service.study import elsewhere
-from service.study.book import SHUTDOWN_NOTE, Stop, TrialBook
+from service.study.book import OUTAGE_NOTE, SHUTDOWN_NOTE, Stop, TrialBook
 from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
@@ -263,16 +265,57 @@ def draws_otherwise(old: SearchSpace, new: SearchSpace, settings: Mapping[str, A
     return False
 
 
+#: a line of a traceback's text that names what was raised: `package.module.NameError: its message`
+RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?:: (.*))?$")
+#: what follows a ledger outage (`service.store.patience.outage`) in the error of the study it paused
+OUTAGE_STUDY_NOTE = (
+    "the study is pending and its trials spent no attempt: its server (or `memsweep run`) resumes it once "
+    "the ledger answers; if that process stops first, its next start or `memsweep resume {id}` does"
+)
+
+
+def run_error(exc: BaseException) -> str:
+    """A run's error in one line a person can read (the traceback is the log's): a ledger outage past its
+    patience as such (`outage`), else what was raised first. Ray Tune re-raises a callback's error as a
+    TuneError whose text is that error's traceback, the error itself chained to it, or only in that text:
+    then its last exception line."""
+    down = outage(exc)
+    if down is not None:
+        return down
+    embedded = "Traceback (most recent call last):"
+    seen: set[int] = set()
+    while embedded in str(exc) and (exc.__cause__ or exc.__context__) is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]  # not None: the loop's test
+    name, lines = type(exc).__name__, str(exc).strip().splitlines()
+    if embedded in str(exc):
+        raised = [
+            m for line in lines if (m := RAISED.match(line.rstrip())) and embedded not in (m.group(2) or "")
+        ]
+        if raised:
+            name, lines = raised[-1].group(1), [raised[-1].group(2) or ""]
+    first = lines[0].strip() if lines else ""
+    return f"{name}: {first[:500]}" if first else name
+
+
 @contextlib.contextmanager
 def closing(book: TrialBook) -> Iterator[None]:
-    """What the block leaves running when it raises (a ledger outage past its patience inside a
-    callback, Ray's own failure) is closed as interrupted with the reason, pending again for the
-    study's resume, before the study fails: not left `running` without one."""
+    """What the block leaves running when it raises (Ray's own failure, a ledger outage past its
+    patience inside a callback) goes back to `pending` with the cause in one line, before the study
+    stops: not left `running` without one, nor charged an attempt (the run's error, not the trial's;
+    it said "attempt 1 of 3; it runs again" while nothing ran it again). A result that came while the
+    ledger did not answer is kept for the study's next run here (`TrialBook.pause_unfinished`)."""
     try:
         yield
     except BaseException as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        book.close_unfinished(f"the study's run stopped ({type(exc).__name__}: {first})")
+        down = outage(exc)
+        if down is not None:  # its runner resumes the study once the ledger answers (`service.runner`)
+            book.pause_unfinished(f"{down}; {OUTAGE_NOTE}")
+        else:  # the study fails: a user resumes it
+            book.pause_unfinished(
+                f"the study's run stopped ({run_error(exc)}); pending, no attempt spent: it trains when "
+                f"the study is resumed (`memsweep resume {book.study_id}`)"
+            )
         raise
 
 
@@ -295,6 +338,8 @@ class Engine:
         self.new_tracker = tracker or self._tracker
         #: the recorder of each study this engine runs (its pace: `StudyRecorder.eta`)
         self.progress: dict[str, StudyRecorder] = {}
+        #: per study, the results a run could not write (the ledger did not answer): its next run's first
+        self.unwritten: dict[str, dict[str, trainers.TrialResult]] = {}
 
     def _tracker(self, uri: str) -> Tracker:
         s = self.settings
@@ -481,13 +526,21 @@ class Engine:
                     f"study {study.id} was taken over by another process; this run stopped "
                     f"({type(exc).__name__})"
                 ) from exc
-            log.exception("study %s failed", study.id)
             # stopping for a shutdown, its trials were left pending for the next start: so is the study,
             # the error kept (`failed` is never resumed, while its trials said the next start would); a
-            # study its user cancelled ends cancelled, as its trials did
-            state = stop.settle() or "failed"
-            self.ledger.update_study(study.id, state=state, error=f"{type(exc).__name__}: {exc}")
-            tracker.close()
+            # study its user cancelled ends cancelled, as its trials did. The ledger not answering past its
+            # patience leaves it pending too, for its runner to resume once it answers (`service.runner`)
+            down = outage(exc)
+            if down is None:
+                log.exception("study %s failed", study.id)
+                state, error = stop.settle() or "failed", run_error(exc)
+            else:
+                log.error("study %s stopped: %s", study.id, down, exc_info=exc)
+                state, error = stop.settle() or "pending", f"{down}; {OUTAGE_STUDY_NOTE.format(id=study.id)}"
+            try:  # (a ledger still down raises here: its runner waits for it all the same)
+                self.ledger.update_study(study.id, state=state, error=error)
+            finally:
+                tracker.close()
             raise
         finally:
             self.progress.pop(study.id, None)
@@ -561,8 +614,11 @@ class Engine:
         attempts = self.settings.trial_attempts
         self.pend_orphans(study.id)  # the runner did at its claim; a caller without one, here
         book = TrialBook(
-            self.ledger, study.id, record, stop, sampled=spec.sampler != "grid", attempts=attempts
-        )
+            self.ledger, study.id, record, stop, sampled=spec.sampler != "grid", attempts=attempts,
+            kept=self.unwritten.setdefault(study.id, {}),
+        )  # fmt: skip
+        if written := book.write_kept():  # a run the ledger failed could not: written, not trained again
+            log.info("study %s: %d results a ledger outage held back are written", study.id, len(written))
         request = RunRequest(
             f"study-{study.id}", resources, spec.concurrency, stop.event,
             asha=spec.asha if spec.scheduler == "asha" else None,

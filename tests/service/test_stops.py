@@ -1,7 +1,8 @@
 """How a study's trials read when its run stops other than by finishing: a server's shutdown (pending,
 for the next start, not cancelled as by a user), a process that died (pending once the next run claims
-the study), a trial that starts again (no reason left from the run before); and an extension of a
-sampled study's budget, which only grows. A real SQLite ledger throughout; the runs on a real Ray and
+the study), the ledger not answering past its patience (pending, no attempt spent, no result lost,
+resumed once it answers), a trial that starts again (no reason left from the run before); and an
+extension of a sampled study's budget, which only grows. A real SQLite ledger throughout; the runs on a real Ray and
 a real MLflow server, through the runner a server uses."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from mlflow.tracking import MlflowClient
 from service.core import processes
 from service.core.settings import Settings
 from service.core.spec import StudySpec
+from service.core.trial import Finished
 from service.store.ledger import Ledger
 from service.study.book import CANCEL_NOTE, SHUTDOWN_NOTE
 from service.study.executor import RunRequest
@@ -354,3 +357,224 @@ def test_the_stop_is_decided_once_at_the_runs_end() -> None:
     done = Stop()
     assert done.settle() is None
     assert not done.cancel() and done.settle() is None  # the run has ended: nothing is left to cancel
+
+
+# The ledger's database gone past its patience while a run records (issue: PostgreSQL stopped 150 s under
+# a server): the study failed with a 9,749-character TuneError traceback, its trials read "the study's run
+# stopped (TuneError: Traceback (most recent call last):) (attempt 1 of 3; it runs again)" though nothing
+# resumed it, the outage spent an attempt of each, and the results that came meanwhile were lost. A real
+# SQLite ledger made unavailable (its file moved away: no connection opens), a patience of half a second.
+
+PATIENCE = 0.5
+
+
+class LedgerFile:
+    """The ledger's SQLite file moved away and a folder in its place, as a stopped database server: every
+    new connection fails (`unable to open database file`, SQLAlchemy's OperationalError) until `up`."""
+
+    def __init__(self, engine: Any) -> None:
+        self.database = engine.ledger.database
+        self.path = Path(self.database.url.database)
+        self.away = self.path.with_name(self.path.name + ".away")
+        self.lock = threading.Lock()
+
+    def down(self) -> None:
+        with self.lock:
+            self.database.dispose()  # the pool's connections closed: the next call opens one
+            self.path.rename(self.away)
+            self.path.mkdir()
+
+    def up(self) -> None:
+        with self.lock:
+            if self.away.exists():
+                self.path.rmdir()
+                self.away.rename(self.path)
+            self.database.dispose()
+
+
+class LedgerGoesDown(InProcess):
+    """Ray Tune's run as the outage met it: two units started (concurrency 2), the first one's results
+    reported while the ledger is down; the driver's write of them outlasts its patience, and Tune
+    re-raises the callback's error as a TuneError of its traceback's text (`TuneController`), ending
+    the run with the second unit open. The ledger comes back at once (`back_after` None), or that many
+    seconds later. Only its first run does so; the next runs train as `InProcess`."""
+
+    def __init__(self, ledger: LedgerFile, back_after: float | None = None) -> None:
+        super().__init__()
+        self.ledger, self.back_after = ledger, back_after
+        self.outages = 0
+        self.reported: list[str] = []  # the first unit's members, whose results came during the outage
+        self.open: list[str] = []  # the second unit's, which never reported
+
+    def run(self, request: RunRequest, book: Any) -> None:
+        if self.outages:
+            return super().run(request, book)
+        from ray.tune.error import TuneError
+
+        from service.study.worker import train_unit
+
+        self.outages += 1
+        first, second = request.units[0], request.units[1]
+        book.started("tune-1", first)
+        book.started("tune-2", second)
+        self.rounds.append([[m.config_hash for m in u.members] for u in (first, second)])
+        reports: list[dict[str, Any]] = []
+        train_unit(first, reports.append, node="in-process")
+        self.reported = [m.config_hash for m in first.members]
+        self.open = [m.config_hash for m in second.members]
+        error: Exception | None = None
+        try:
+            for report in reports:
+                if any(isinstance(e, Finished) for e in report["events"]):
+                    self.ledger.down()
+                book.reported("tune-1", report["events"])
+        except Exception:
+            error = TuneError(traceback.format_exc())  # as Ray's controller raises it, chained
+        assert error is not None, "the ledger took the results it did not answer for"
+        if self.back_after is None:
+            self.ledger.up()
+        else:
+            threading.Timer(self.back_after, self.ledger.up).start()
+        raise error
+
+
+def outage_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, back_after: float | None = None) -> Any:
+    """An engine (`make_engine`'s) on a ledger that goes down under its first run (`LedgerGoesDown`)."""
+    import contextvars
+
+    from service.store import patience
+    from service.study.engine import Engine
+    from tests.service.test_lifecycle import MemoryTracker
+
+    monkeypatch.setattr(patience, "PATIENCE", contextvars.ContextVar("ledger_patience", default=PATIENCE))
+    settings = Settings(home=tmp_path, mlflow_tracking_uri="memory://lifecycle", trial_attempts=2)
+    engine = Engine(settings, tracker=MemoryTracker)  # type: ignore[arg-type]
+    engine._executor = LedgerGoesDown(LedgerFile(engine), back_after)
+    return engine
+
+
+def test_a_ledger_outage_past_its_patience_is_said_in_one_line_spends_no_attempt_and_loses_no_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The study reads `pending` with the outage in one line, its trials too, none charged an attempt;
+    the results that came during the outage are written by the study's next run, not trained again."""
+    from ray.tune.error import TuneError
+
+    engine = outage_engine(tmp_path, monkeypatch)
+    ex = engine._executor
+    study = engine.create_study(grid(bundle_size=1))
+    with pytest.raises(TuneError, match="Traceback"):  # the run's error itself, whole, for the log
+        engine.run_study(study.id)
+    row = engine.ledger.study(study.id)
+    said = f"the ledger (SQLite {ex.ledger.path}) did not answer for"
+    assert row.state == "pending", (row.state, row.error)
+    error = row.error or ""
+    assert error.startswith(said) and "unable to open database file" in error, error
+    assert "\n" not in error and "Traceback" not in error and len(error) < 600, error
+    assert f"memsweep resume {study.id}" in error
+    rows = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    for h in ex.open:  # open, no result: pending, the outage said, no attempt spent
+        t = rows[h]
+        assert (t.status, t.runs) == ("pending", 1), (t.status, t.reason)
+        assert (t.reason or "").startswith(said) and "no attempt spent" in (t.reason or ""), t.reason
+        assert "once the ledger answers" in (t.reason or "") and "\n" not in (t.reason or "")
+        assert "Traceback" not in (t.reason or "") and "attempt 1 of" not in (t.reason or "")
+    for h in ex.reported:  # its result came: kept for the next run, which writes it
+        assert (rows[h].status, rows[h].runs) == ("pending", 1)
+        assert (rows[h].reason or "").startswith("its result came while the ledger did not answer")
+    assert set(engine.unwritten[study.id]) == set(ex.reported)
+
+    engine.run_study(study.id)  # its resume: the kept results first, then what is left
+    trained = [h for units in ex.rounds[1:] for unit in units for h in unit]
+    assert not set(ex.reported) & set(trained), "a result kept was trained again"
+    final = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    assert engine.ledger.study(study.id).state == "done" and not engine.unwritten[study.id]
+    assert all(t.status in ("done", "failed") for t in final.values()), [t.status for t in final.values()]
+    # each trained once, but the one the outage stopped (twice, and counted so): none twice unsaid
+    assert {h: t.runs for h, t in final.items()} == {h: 2 if h in ex.open else 1 for h in final}
+    assert all(final[h].final_val_loss is not None for h in ex.reported)
+
+
+class CallbackFails(InProcess):
+    """Ray Tune's run as a driver's callback that raises meets it: two units started, then the callback's
+    error re-raised as a TuneError of its traceback's text, chained to it (as Tune's controller does), or
+    that text alone (`chained` False)."""
+
+    def __init__(self, chained: bool) -> None:
+        super().__init__()
+        self.chained = chained
+
+    def run(self, request: RunRequest, book: Any) -> None:
+        from ray.tune.error import TuneError
+
+        for i, unit in enumerate(request.units[:2]):
+            book.started(f"tune-{i}", unit)
+        try:
+            {}["lr"]  # a callback's bug
+        except KeyError:
+            text = traceback.format_exc()
+            if self.chained:
+                raise TuneError(text)  # noqa: B904  (chained implicitly, as Tune's controller raises it)
+        raise TuneError(text)
+
+
+@pytest.mark.parametrize("chained", [True, False])
+def test_a_failed_runs_error_and_its_trials_reason_name_the_error_ray_tune_wrapped(
+    tmp_path: Path, chained: bool
+) -> None:
+    """The study's error was Ray Tune's whole traceback, and its trials read its first line: "the study's
+    run stopped (TuneError: Traceback (most recent call last):) (attempt 1 of 3; it runs again)", though
+    nothing runs a failed study again. Now both name what was raised, in one line."""
+    from ray.tune.error import TuneError
+
+    from service.study.engine import Engine
+    from tests.service.test_lifecycle import MemoryTracker
+
+    settings = Settings(home=tmp_path, mlflow_tracking_uri="memory://lifecycle", trial_attempts=2)
+    engine = Engine(settings, executor=CallbackFails(chained), tracker=MemoryTracker)  # type: ignore[arg-type]
+    study = engine.create_study(grid(bundle_size=1))
+    with pytest.raises(TuneError):
+        engine.run_study(study.id)
+    row = engine.ledger.study(study.id)
+    assert (row.state, row.error) == ("failed", "KeyError: 'lr'")
+    stopped = [t for t in engine.ledger.trials(study.id) if t.runs == 1]
+    assert len(stopped) == 2
+    for t in stopped:
+        assert t.status == "pending" and (t.reason or "").startswith(
+            "the study's run stopped (KeyError: 'lr'); "
+        )
+        assert "Traceback" not in (t.reason or "") and "it runs again" not in (t.reason or ""), t.reason
+        assert f"memsweep resume {study.id}" in (t.reason or "")
+
+
+@pytest.mark.parametrize("back_after", [None, 2.0])
+def test_a_server_resumes_a_study_a_ledger_outage_stopped_once_the_ledger_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, back_after: float | None
+) -> None:
+    """Nothing resumed the study until its user ran `memsweep resume`, though its trials said "it runs
+    again". The runner now waits for the ledger and runs it again, the ledger back as the run stopped or
+    (`back_after`) a while after (the study's and its trials' writes outlast their patience too): the
+    study ends `done`, every result recorded, none trained twice but those the outage stopped."""
+    import service.runner as runner_module
+    from service.runner import StudyRunner
+
+    engine = outage_engine(tmp_path, monkeypatch, back_after)
+    ex = engine._executor
+    monkeypatch.setattr(runner_module, "plan_run", lambda engine, study_id, cancel: None)
+    monkeypatch.setattr(runner_module, "LEDGER_POLL", (0.2, 0.5), raising=False)
+    study = engine.create_study(grid(bundle_size=1))
+    runner = StudyRunner(engine, workers=1)
+    runner.start_ray()
+    try:
+        assert runner.submit(study.id)
+        wait_until(
+            "the study was never resumed", lambda: bool(ex.outages) and not runner.is_active(study.id), 60
+        )
+    finally:
+        ex.ledger.up()
+        runner.shutdown(timeout=30)
+    row = engine.ledger.study(study.id)
+    assert (row.state, row.error) == ("done", None), (row.state, row.error)
+    final = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    assert all(t.status in ("done", "failed") for t in final.values())
+    assert {h: t.runs for h, t in final.items()} == {h: 2 if h in ex.open else 1 for h in final}
