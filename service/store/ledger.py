@@ -677,6 +677,29 @@ class Ledger:
             return False
         return True
 
+    def place_trials(self, study_id: str, trial_ids: Sequence[int], device: str, node: str) -> bool:
+        """Where running trials train (their device and node), as soon as their worker says: a running
+        trial showed none until its end, so which node to take down, or which one was slow, could not be
+        told. One statement; a trial no longer running keeps what its end wrote. Best effort, as
+        `record_evaluations`: False, at once, while the database does not answer (its end writes both)."""
+        trials = cast(Table, Trial.__table__)
+        write = (
+            update(trials)
+            .where(
+                trials.c.id.in_(list(trial_ids)), trials.c.study_id == study_id, trials.c.status == "running"
+            )
+            .values(device=device, node=node)
+        )
+        try:
+            with self.session() as s:
+                self._fence(s, study_id)
+                if trial_ids:
+                    s.connection().execute(write)
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("ledger: where the running trials train waits (%s)", str(exc).splitlines()[0])
+            return False
+        return True
+
     @outlasting
     def finish_trial(self, trial_id: int, result: TrialResult) -> Trial:
         """Record a trial's result and its trained matrices (its success is the study's to judge)."""

@@ -205,9 +205,13 @@ class TrialBook:
         self.open[run] = todo
 
     def placed(self, run: str, placement: Placement) -> None:
-        """Where the executor trial's worker trains its unit (`service.study.worker.Placement`)."""
+        """Where the executor trial's worker trains its unit (`service.study.worker.Placement`): kept for
+        the members a scheduler stops, and written on its running members' rows at once (what `GET
+        /studies/{id}/trials?status=running` and `memsweep trials` show)."""
         if run in self.open:
             self.placements[run] = placement
+            ids = [self.ids[key] for key in sorted(self.open[run])]
+            self.ledger.place_trials(self.study_id, ids, placement.device, placement.node)
 
     def reported(self, run: str, events: Iterable[Event]) -> None:
         mine = self.open.get(run, set())

@@ -567,6 +567,23 @@ def test_a_member_open_in_one_unit_is_neither_started_nor_recorded_by_another(ma
     assert (after.status, after.runs, after.final_val_loss) == ("done", 1, 0.125)
 
 
+def test_a_running_trial_shows_its_device_and_node_once_its_worker_says(make_engine: Any) -> None:
+    """A running trial's `node` was null until its end (`memsweep trials ID --status running` could not
+    say which node to take down, or which one was slow): the unit's first report says where its worker
+    trains (`Placement`), and the book writes it on its running members' rows at once."""
+    from service.study.worker import Placement
+
+    engine, _, _ = make_engine()
+    study = engine.create_study(grid())
+    first, second = engine.ledger.trials(study.id)[:2]
+    book = TrialBook(engine.ledger, study.id, Recorded(engine), Stop(), sampled=False)
+    book.started("a", Unit((first.spec(),)))
+    book.placed("a", Placement("node-7", "cpu", {"numerics": "portable"}))
+    row, other = engine.ledger.trial(first.id), engine.ledger.trial(second.id)
+    assert (row.status, row.device, row.node) == ("running", "cpu", "node-7")
+    assert (other.status, other.device, other.node) == ("pending", None, None)  # not in the unit
+
+
 def test_a_trial_stopped_before_its_worker_reports_names_the_plugin_it_would_have_run(
     make_engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
