@@ -1,0 +1,283 @@
+"""memsweep's default Orhan & Pitkow protocol (docs/protocol.md §1) against an independent transcription of
+the authors' Keras 2.2.4 / TensorFlow model and training step (their train.py), written here in plain
+autograd from Keras's and TensorFlow's source, one small function per piece.
+
+The transcription starts from memsweep's initial weights (what the initialisers draw is tested elsewhere)
+and fits memsweep's batches; the cell, the readout, the loss, the clip and the optimiser are its own. It
+must give `trainers.train`'s training loss at every step, its validation loss after every step (all the
+weights, readout included) and its trained W and V. A change to memsweep's cell, loss, clip or optimiser
+that departs from what Keras computed fails here; one that only reorders float32 sums does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+from search_spaces.orhan2020 import ADDITION_750, COPY_500
+from search_spaces.space import SearchSpace
+from trainers import resolve, train
+from trainers.config import Resolved, TrainConfig
+from trainers.model import build_model
+from trainers.numerics import default_mode
+from trainers.runtime import training_batches
+from trainers.tasks import TASKS
+
+pytestmark = pytest.mark.numerics  # the numbers themselves: CI runs them under every numerics mode
+
+# Float32 noise, not room for another formula. memsweep and the transcription compute the same float32
+# formulas in other orders (the scan's hoisted x Vᵀ + b against Keras's per-step (x K + b) + h R, torch's
+# softmax kernel against exp(z − max)/Σ, torch's clip coefficient c/(n + 1e-6) against Keras's c/n, and,
+# on another CPU, other kernels), so they part by a few ulps (2⁻²³ ≈ 1.2e-7) and RMSprop carries that on.
+# Measured on these cases (Xeon, portable AVX2 and native AVX-512): losses at most 8.5e-7 relative, W and V
+# at most 4.4e-7 of their largest entry. 1e-5 is float32's own error on these trajectories (the
+# transcription in float32 parts from itself in float64 by up to 7.6e-6, addition-identity's clipped
+# steps amplifying it): a tighter bound would test rounding, not formulas. The departures tried move the
+# losses further: ε inside the √ by 3e-5 to 1.5e-3, a per-tensor clip by 1.5e-2 to 5e-2 (the clipped
+# cases), two biases (nn.RNN's) by 1e-2 to 0.7; Keras's loss against log-softmax shows in the loss test.
+RTOL = 1e-5
+WEIGHT_TOL = 1e-5  # of the matrix's largest entry: entries that start at zero have no relative precision
+KERAS_EPSILON = 1e-7  # keras.backend.epsilon(): the loss's clip and RMSprop's ε
+CPU = torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The transcription: Keras 2.2.4 on TensorFlow 1.x, float32 (Keras's floatx), batch-major [B, T, ·].
+
+
+class TFElu(torch.autograd.Function):
+    """TF's Elu and EluGrad kernels (tensorflow/core/kernels/relu_op_functor.h): y = exp(a) − 1 where
+    a < 0, else a; the gradient g·(y + 1) where y < 0, else g."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor) -> torch.Tensor:
+        y = torch.where(a < 0, torch.exp(a.clamp(max=0.0)) - 1.0, a)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.where(y < 0, g * (y + 1.0), g)
+
+
+def tf_relu(a: torch.Tensor) -> torch.Tensor:
+    """TF's Relu and ReluGrad: a·[a > 0], whose gradient g·[a > 0] autograd takes through the mask."""
+    return a * (a > 0).to(a.dtype)
+
+
+class TFClipByValue(torch.autograd.Function):
+    """tf.clip_by_value and its gradient (ClipByValue's, Minimum/Maximum's before it): g passes where
+    lo ≤ x ≤ hi, ties included, and is zero strictly outside."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.lo, ctx.hi = lo, hi
+        return x.clamp(lo, hi)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (x,) = ctx.saved_tensors
+        return g * ((x >= ctx.lo) & (x <= ctx.hi)).to(g.dtype), None, None
+
+
+def simple_rnn(x: torch.Tensor, K: torch.Tensor, R: torch.Tensor, b: torch.Tensor, act: Any) -> torch.Tensor:
+    """keras/layers/recurrent.py SimpleRNNCell.call, stepped by K.rnn: h_t = act((x_t K + b) + h_{t−1} R)."""
+    B, T, _ = x.shape  # x [B, T, d]; K [d, N], R [N, N], h_0 = 0
+    h = x.new_zeros(B, R.shape[0])
+    hs = []
+    for t in range(T):
+        h = act((x[:, t] @ K + b) + h @ R)
+        hs.append(h)
+    return torch.stack(hs, 1)  # [B, T, N]
+
+
+def keras_softmax(z: torch.Tensor) -> torch.Tensor:
+    """keras/activations.py softmax for ndim > 2: e = exp(z − max z); e / Σ e."""
+    e = torch.exp(z - z.max(-1, keepdim=True).values)
+    return e / e.sum(-1, keepdim=True)
+
+
+def categorical_crossentropy(target: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """keras/backend/tensorflow_backend.py categorical_crossentropy (from_logits=False): output /= Σ output;
+    tf.clip_by_value(output, ε, 1 − ε); −Σ target·log(output) over the last axis."""
+    output = output / output.sum(-1, keepdim=True)
+    output = TFClipByValue.apply(output, KERAS_EPSILON, 1.0 - KERAS_EPSILON)
+    return -(target * torch.log(output)).sum(-1)
+
+
+def mean_squared_error(target: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """keras/losses.py mean_squared_error: the mean over the last axis of (output − target)²."""
+    return ((output - target) ** 2).mean(-1)
+
+
+def weighted_objective(score: torch.Tensor) -> torch.Tensor:
+    """keras/engine/training_utils.py weighted_masked_objective with unit sample weights: the mean over
+    every axis after the batch's, then over the batch."""
+    while score.dim() > 1:
+        score = score.mean(-1)
+    return score.mean()
+
+
+def clip_by_global_norm(grads: list[torch.Tensor], c: float) -> tuple[list[torch.Tensor], bool]:
+    """keras/optimizers.py Optimizer.get_gradients with clipnorm: ONE norm n = √(Σ_g Σ g²) over every
+    gradient, then each g·(c/n) when n ≥ c (its `clip_norm`); and whether it clipped. No clip for c = 0."""
+    n = torch.sqrt(sum((g * g).sum() for g in grads))
+    if c > 0 and n >= c:
+        return [g * (c / n) for g in grads], True
+    return grads, False
+
+
+def rmsprop_(
+    params: list[torch.Tensor], grads: list[torch.Tensor], accs: list[torch.Tensor], lr: float
+) -> None:
+    """keras/optimizers.py RMSprop.get_updates at Keras 2.2.4's defaults ρ = 0.9, ε = 1e-7, no decay:
+    a ← ρa + (1 − ρ)g²;  p ← p − lr·g / (√a + ε)."""
+    rho = 0.9
+    for p, g, a in zip(params, grads, accs, strict=True):
+        a.copy_(rho * a + (1.0 - rho) * g * g)
+        p.sub_(lr * g / (torch.sqrt(a) + KERAS_EPSILON))
+
+
+@dataclasses.dataclass
+class KerasRun:
+    losses: list[float] = dataclasses.field(default_factory=list)  # each step's training loss
+    val_losses: list[float] = dataclasses.field(default_factory=list)  # after each step
+    W: torch.Tensor | None = None  # trained, in memsweep's convention: W = Rᵀ, V = Kᵀ
+    V: torch.Tensor | None = None
+    clipped: int = 0  # steps on which the global-norm clip acted
+    saturated: int = 0  # training positions whose target's probability fell outside [ε, 1 − ε]
+
+
+def keras_run(resolved: Resolved) -> KerasRun:
+    """Orhan's train.py model, SimpleRNN → Dense → softmax (copy) or linear (addition), fitted by the
+    functions above for the trial's steps from memsweep's initial weights on memsweep's batches."""
+    cfg, task = resolved.config, resolved.make_task()
+    net = build_model(resolved, task)  # its initial weights; nothing of its arithmetic is used
+    K = net.cell.weight_ih.detach().T.clone()  # [d, N]
+    R = net.cell.weight_hh.detach().T.clone()  # [N, N]
+    b = net.cell.bias.detach().clone()  # [N]
+    D = net.readout.weight.detach().T.clone()  # Dense kernel [N, C]
+    c = net.readout.bias.detach().clone()  # [C]
+    params = [p.requires_grad_() for p in (K, R, b, D, c)]
+    accs = [torch.zeros_like(p) for p in params]
+    act = TFElu.apply if resolved.cell_config.nonlinearity == "elu" else tf_relu
+    copy = task.output == "sequence"  # copy: return_sequences=True, softmax, categorical cross-entropy
+
+    def fit_loss(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The batch's loss (x [T, B, d] time-major, as memsweep encodes it) and its saturated positions."""
+        H = simple_rnn(x.transpose(0, 1), K, R, b, act)  # [B, T, N]
+        if not copy:
+            return weighted_objective(mean_squared_error(y, H[:, -1] @ D + c)), 0  # y [B, 1]
+        p = keras_softmax(H @ D + c)  # [B, T, C]
+        target = torch.nn.functional.one_hot(y.T, p.shape[-1]).to(p.dtype)  # y [T, B] → [B, T, C]
+        p_y = (p * target).sum(-1) / p.sum(-1)
+        saturated = int(((p_y < KERAS_EPSILON) | (p_y > 1.0 - KERAS_EPSILON)).sum())
+        return weighted_objective(categorical_crossentropy(target, p)), saturated
+
+    val_x, val_y = task.encode(task.val_split().take(slice(None)), CPU)
+    batches = training_batches(task, cfg.batch_size, cfg.seed)
+    run = KerasRun()
+    for _ in range(cfg.steps or 0):
+        loss, saturated = fit_loss(*task.encode(next(batches), CPU))
+        grads, clipped = clip_by_global_norm(list(torch.autograd.grad(loss, params)), cfg.clip_norm or 0.0)
+        with torch.no_grad():
+            rmsprop_(params, grads, accs, cfg.lr)
+            run.val_losses.append(float(fit_loss(val_x, val_y)[0]))
+        run.losses.append(float(loss.detach()))
+        run.clipped += clipped
+        run.saturated += saturated
+    run.W, run.V = R.detach().T, K.detach().T
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------
+# memsweep, training a trial of the preset as a study would (the preset's settings at a small shape).
+
+
+def preset_trial(space: SearchSpace, model: str, **settings: Any) -> dict[str, Any]:
+    """A trial config of preset `space`'s model `model`: its flat settings put where TrainConfig holds
+    them (top level, task_params, cell_params)."""
+    flat = {**space.base, **space.model(model).fixed, **settings}
+    top = {f.name for f in dataclasses.fields(TrainConfig)}
+    task_fields = {f.name for f in dataclasses.fields(TASKS.get(flat["task"]).Config)}
+    config: dict[str, Any] = {"task_params": {}, "cell_params": {}}
+    for key, value in flat.items():
+        where = config if key in top else config["task_params" if key in task_fields else "cell_params"]
+        where[key] = value
+    return config
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    space: SearchSpace
+    model: str
+    scale: float  # a value of the preset's grid, as is lr
+    lr: float
+    steps: int = 30
+    clips: bool = False  # the global-norm clip acts on some step (checked: the case keeps its point)
+    saturates: bool = False  # some target's probability passes the loss's clip
+
+
+CASES = {
+    # confident enough from step ~280 that some blanks' probabilities pass 1 − ε (the clip's zero gradient)
+    "copy-chain": Case(COPY_500, "chain", 1.02, 8e-4, steps=320, saturates=True),
+    "copy-fbchain": Case(COPY_500, "fbchain", 0.05, 3e-4),
+    "copy-orthogonal": Case(COPY_500, "orthogonal", 1.0, 8e-4),
+    "addition-identity": Case(ADDITION_750, "identity", 1.0, 1e-4, clips=True),  # every step clipped
+    "addition-chain": Case(ADDITION_750, "chain", 1.05, 8e-4, clips=True),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_memsweep_trains_as_the_authors_keras_code_did(name: str) -> None:
+    case = CASES[name]
+    config = preset_trial(
+        case.space, case.model, scale=case.scale, lr=case.lr, seq_len=24, hidden=16, seed=1,
+        steps=case.steps, eval_every=1, n_val=16, device="cpu", threads=1, numerics=default_mode(),
+    )  # fmt: skip
+    result = train(config)  # eval_every=1: each evaluation's train_loss is that one step's loss
+    assert result.status == "done", result.reason
+    keras = keras_run(resolve(config))
+    coverage = (keras.clipped > 0, keras.saturated > 0)
+    assert coverage == (case.clips, case.saturates), f"clipped {keras.clipped}, saturated {keras.saturated}"
+
+    got = torch.tensor([[e.train_loss, e.val_loss] for e in result.history], dtype=torch.float64)
+    want = torch.tensor([keras.losses, keras.val_losses], dtype=torch.float64).T
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0.0, msg=lambda m: f"[train, val] losses: {m}")
+    for matrix, mine, theirs in (
+        ("W", result.recurrent_matrix, keras.W),
+        ("V", result.input_matrix, keras.V),
+    ):
+        scale = float(theirs.abs().max())
+        torch.testing.assert_close(
+            mine, theirs, rtol=0.0, atol=WEIGHT_TOL * scale, msg=lambda m, w=matrix: f"{w}: {m}"
+        )
+
+
+def test_the_copy_loss_is_keras_past_its_clip_too() -> None:
+    """Targets far past the clip at both ends (loss capped at −ln ε, no gradient) and inside it: the loss
+    and its gradient as Keras's, where training reaches the low end only when a run goes wrong."""
+    task = resolve(preset_trial(COPY_500, "chain", seq_len=24, numerics=default_mode())).make_task()
+    gen = torch.Generator().manual_seed(0)
+    _, y = task.encode(task.sample(16, gen), CPU)  # y [T, B]
+    logits = torch.randn(*y.shape, task.output_dim, generator=gen)
+    wrong = torch.nn.functional.one_hot((y + 1) % task.output_dim, task.output_dim).bool()
+    right = torch.nn.functional.one_hot(y, task.output_dim).bool()
+    logits[:4] += 30.0 * wrong[:4]  # confidently wrong: p_y < ε
+    logits[4:8] += 30.0 * right[4:8]  # confidently right: p_y > 1 − ε
+    mine = logits.clone().requires_grad_()
+    theirs = logits.transpose(0, 1).clone().requires_grad_()  # Keras's [B, T, C]
+    loss = task.loss(mine, y)
+    target = torch.nn.functional.one_hot(y.T, task.output_dim).float()
+    keras = weighted_objective(categorical_crossentropy(target, keras_softmax(theirs)))
+    torch.testing.assert_close(loss, keras, rtol=RTOL, atol=0.0)
+    (g_mine,) = torch.autograd.grad(loss, mine)
+    (g_theirs,) = torch.autograd.grad(keras, theirs)
+    scale = float(g_theirs.abs().max())
+    torch.testing.assert_close(g_mine, g_theirs.transpose(0, 1), rtol=0.0, atol=WEIGHT_TOL * scale)
+    assert not g_theirs[:, :8].any()  # the clip's zero gradient is in play
