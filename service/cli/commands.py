@@ -243,41 +243,76 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: seconds the progress bar's reads wait on a ledger that does not answer (the run's own writes wait
+#: out `service.store.patience.OUTAGE_PATIENCE`, and its runner resumes the study after a longer outage)
+BAR_PATIENCE = 5.0
+
+
 def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
     """The study's bar while `runner` runs it: its counts against the trials it will hold (a sampled
-    study's budget while it draws), and the runner's ETA (the server's)."""
+    study's budget while it draws), and the runner's ETA (the server's). While the ledger does not
+    answer it says so and waits with the runner, which resumes the study once it does: the bar gave up
+    after the ledger's two minutes, ending `memsweep run` while its study was still to resume."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from sqlalchemy.exc import InterfaceError, OperationalError
 
-    from service.core.spec import expected_trials
-    from service.core.states import FINISHED
+    from service.store.patience import PATIENCE
 
     ledger, plan_shown = runner.engine.ledger, False
     spec = ledger.get_study(study_id).spec
-    with Progress(
-        TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), transient=False, disable=quiet,
-    ) as bar:  # fmt: skip
-        task = bar.add_task("study", total=None, info="")
-        while True:
-            active, queued = runner.is_active(study_id), runner.is_queued(study_id)
-            if not plan_shown and not queued:  # its plan, kept before the run (calibrating new shapes)
-                plan_shown = True
-                plan = (ledger.get_study(study_id).plan or {}).get("planned")
-                if plan and not quiet:
-                    bar.console.print(plan_line(plan), style=None, highlight=False)
-            c = ledger.counts(study_id)
-            eta = runner.eta(study_id)
-            info = (
-                f"running {c['running']} · failed {c['failed']}{pruned_part(c)} · successes {c['succeeded']}"
-            )
-            if active:
-                info += f" · ETA {eta:,.0f}s" if eta is not None else " · ETA –"
-            # the last turn, the run over: a `done` study's own total (a sampler ends short over a small space)
-            total = expected_trials(spec, c["total"], None if active else ledger.get_study(study_id).state)
-            bar.update(task, total=total or None, completed=sum(c[s] for s in FINISHED), info=info)
-            if not active:
-                return
-            time.sleep(0.5)
+    patience = PATIENCE.set(BAR_PATIENCE)  # this thread's reads only: the runner's threads keep theirs
+    try:
+        with Progress(
+            TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(), transient=False, disable=quiet,
+        ) as bar:  # fmt: skip
+            task = bar.add_task("study", total=None, info="")
+            while True:
+                active, queued = runner.is_active(study_id), runner.is_queued(study_id)
+                try:  # its plan once it is no longer queued (kept before the run, calibrating new shapes)
+                    _show_turn(bar, task, runner.engine.ledger, runner.eta(study_id), study_id, spec, active,
+                               None if plan_shown or queued else quiet)  # fmt: skip
+                    plan_shown = plan_shown or not queued
+                except (OperationalError, InterfaceError) as exc:
+                    if not active:
+                        raise
+                    said = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:120]
+                    bar.update(
+                        task, info=f"the ledger does not answer ({said}); the study resumes once it does"
+                    )
+                if not active:
+                    return
+                time.sleep(0.5)
+    finally:
+        PATIENCE.reset(patience)
+
+
+def _show_turn(
+    bar: Any,
+    task: Any,
+    ledger: Any,
+    eta: float | None,
+    study_id: str,
+    spec: Any,
+    active: bool,
+    plan_quiet: bool | None,
+) -> None:
+    """One turn of `show_progress`: the study's plan first when `plan_quiet` is not None (printed unless
+    it is True), then its counts."""
+    from service.core.spec import expected_trials
+    from service.core.states import FINISHED
+
+    if plan_quiet is not None:
+        plan = (ledger.get_study(study_id).plan or {}).get("planned")
+        if plan and not plan_quiet:
+            bar.console.print(plan_line(plan), style=None, highlight=False)
+    c = ledger.counts(study_id)
+    info = f"running {c['running']} · failed {c['failed']}{pruned_part(c)} · successes {c['succeeded']}"
+    if active:
+        info += f" · ETA {eta:,.0f}s" if eta is not None else " · ETA –"
+    # the last turn, the run over: a `done` study's own total (a sampler ends short over a small space)
+    total = expected_trials(spec, c["total"], None if active else ledger.get_study(study_id).state)
+    bar.update(task, total=total or None, completed=sum(c[s] for s in FINISHED), info=info)
 
 
 def studies_for(args: argparse.Namespace) -> Any:

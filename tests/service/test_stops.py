@@ -578,3 +578,41 @@ def test_a_server_resumes_a_study_a_ledger_outage_stopped_once_the_ledger_answer
     final = {t.config_hash: t for t in engine.ledger.trials(study.id)}
     assert all(t.status in ("done", "failed") for t in final.values())
     assert {h: t.runs for h, t in final.items()} == {h: 2 if h in ex.open else 1 for h in final}
+
+
+def test_memsweep_runs_bar_waits_out_a_ledger_outage_with_its_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memsweep run`'s bar read the ledger with the engine's whole patience and raised past it, ending the
+    command while its runner waited to resume the study once the ledger answered: it says the ledger does
+    not answer, and goes on with the runner."""
+    from service.cli import commands
+
+    engine = outage_engine(tmp_path, monkeypatch)
+    ledger = engine._executor.ledger
+    study = engine.create_study(grid(bundle_size=1))
+    monkeypatch.setattr(commands, "BAR_PATIENCE", 0.3, raising=False)  # (the bar had no patience of its own)
+
+    class Runner:
+        """The runner as the bar sees it: the study runs for five turns, the ledger down for three."""
+
+        def __init__(self) -> None:
+            self.engine, self.turns = engine, 0
+
+        def is_active(self, study_id: str) -> bool:
+            self.turns += 1
+            if self.turns == 1:
+                ledger.down()
+            if self.turns == 4:
+                ledger.up()
+            return self.turns < 5
+
+        def is_queued(self, study_id: str) -> bool:
+            return False
+
+        def eta(self, study_id: str) -> float | None:
+            return None
+
+    runner = Runner()
+    commands.show_progress(runner, study.id, quiet=True)
+    assert runner.turns == 5  # every turn taken, the outage's included
