@@ -4,10 +4,13 @@ running trials (the study's ETA)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from service.core.states import FINISHED
 from service.core.trial import TrialSpec
@@ -16,6 +19,8 @@ from service.store.ledger import Ledger
 from service.tracking.context import StudyContext
 from service.tracking.tracker import Tracker
 from trainers import Evaluation, TrialResult
+
+log = logging.getLogger(__name__)
 
 #: seconds between two updates of a study's live counts on its parent run
 PROGRESS_INTERVAL = 10.0
@@ -104,6 +109,11 @@ class StudyRecorder:
                 self._unwritten = {**unwritten, **self._unwritten}
 
     def finished(self, trial_id: int, result: TrialResult) -> None:
+        """A trial's result into the ledger (raising when the ledger did not take it: the caller keeps
+        it, `TrialBook._finish`), then its child run and the parent run's counts. Once the result is
+        written, a ledger that stops answering raises nothing more here: the child run's id and the counts
+        wait for the study's next write or sync, and the trial is not taken for one the ledger lacks (a
+        written result was kept and its `done` row written back to `pending`)."""
         with self._lock:
             self._unwritten.pop(trial_id, None)
         row = self.ledger.finish_trial(trial_id, result)
@@ -111,10 +121,14 @@ class StudyRecorder:
         if result.recurrent_matrix is not None:
             v = result.input_matrix
             matrices = {"W": result.recurrent_matrix.tolist(), "V": v.tolist() if v is not None else None}
-        self.tracker.log_trial(self.mlflow, row, matrices, run_id_setter(self.ledger, trial_id))
         with self._lock:
             self._running.pop(row.config_hash, None)
-        self.progress()
+        try:
+            self.tracker.log_trial(self.mlflow, row, matrices, run_id_setter(self.ledger, trial_id))
+            self.progress()
+        except (OperationalError, InterfaceError) as exc:  # the ledger's, after the result was written
+            log.warning("study %s: trial %d written; its run id or the counts wait (%s)", self.study_id,
+                        trial_id, str(exc).splitlines()[0])  # fmt: skip
 
     def stopped(self, trial_id: int, config_hash: str, status: str, reason: str) -> None:
         """A trial stopped before its end (cancelled, or interrupted: pending to run again, or error):

@@ -616,3 +616,72 @@ def test_memsweep_runs_bar_waits_out_a_ledger_outage_with_its_runner(
     runner = Runner()
     commands.show_progress(runner, study.id, quiet=True)
     assert runner.turns == 5  # every turn taken, the outage's included
+
+
+class DownAfterACommit(InProcess):
+    """Its first run: a bundle's results reported, the ledger going down just after the first one is
+    committed (as the child run's id and the counts are written next), and Tune re-raising the callback's
+    error. Later runs train as `InProcess`."""
+
+    def __init__(self, ledger: LedgerFile) -> None:
+        super().__init__()
+        self.ledger, self.first, self.members = ledger, True, []
+
+    def run(self, request: RunRequest, book: Any) -> None:
+        if not self.first:
+            return super().run(request, book)
+        self.first = False
+        from ray.tune.error import TuneError
+
+        from service.study.worker import train_unit
+
+        unit = request.units[0]
+        book.started("tune-1", unit)
+        reports: list[dict[str, Any]] = []
+        train_unit(unit, reports.append, node="in-process")
+        self.members = [m.config_hash for m in unit.members]
+        written = book.ledger.finish_trial
+
+        def then_down(trial_id: int, result: Any) -> Any:
+            row = written(trial_id, result)
+            self.ledger.down()
+            return row
+
+        book.ledger.finish_trial = then_down
+        try:
+            for report in reports:
+                book.reported("tune-1", report["events"])
+        except Exception:
+            raise TuneError(traceback.format_exc()) from None
+        finally:
+            book.ledger.finish_trial = written
+            self.ledger.up()
+        raise AssertionError("the second result's write outlasts its patience")
+
+
+def test_a_result_written_just_before_an_outage_stays_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger stopping right after a result's write (before the child run's id and the counts) read
+    as if the write had failed: the result was kept and its `done` row written back to `pending`, saying
+    it was held in memory, and it would have been written again (or, after a restart, trained again)."""
+    from ray.tune.error import TuneError
+
+    engine = outage_engine(tmp_path, monkeypatch)
+    ex = DownAfterACommit(engine._executor.ledger)
+    engine._executor = ex
+    study = engine.create_study(grid(bundle_size=2))
+    with pytest.raises(TuneError):
+        engine.run_study(study.id)
+    rows = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    first, second = ex.members[:2]
+    assert (rows[first].status, rows[first].runs) == ("done", 1), (rows[first].status, rows[first].reason)
+    assert set(engine.unwritten[study.id]) == {second}  # only the result the ledger did not take
+    engine.run_study(study.id)
+    rows = {t.config_hash: t for t in engine.ledger.trials(study.id)}
+    assert (rows[first].status, rows[first].runs, rows[second].status, rows[second].runs) == (
+        "done",
+        1,
+        "done",
+        1,
+    )
