@@ -416,9 +416,9 @@ class StudyRunner:
 
     def _after_outage(self, study_id: str, a: Active) -> bool:
         """Wait for the ledger to answer again after an outage stopped the study's run: True to run it
-        again (it is still pending or running there); False when this runner stops first (a shutdown: its
-        next start resumes it), or its user cancels it meanwhile (then it ends cancelled). Queued again
-        meanwhile (`is_queued`), with a new stop: the run's was settled."""
+        again (it is still pending or running there, or its user cancelled it meanwhile: that run writes
+        the cancel); False when this runner stops first (a shutdown: its next start resumes it). Queued
+        again meanwhile (`is_queued`), with a new stop: the run's was settled."""
         with self._lock:
             if self._stopping:
                 return False
@@ -434,12 +434,18 @@ class StudyRunner:
             except Exception:  # gone again: look again later
                 continue
             return study is not None and study.state in RESUMABLE
-        if stop.by_user:
-            try:
-                self.engine.ledger.cancel_unclaimed_study(study_id)
-            except Exception:
-                log.exception("study %s: its cancel could not be written; it stays pending", study_id)
-        return False
+        if not stop.by_user:
+            return False
+        # its user's cancel: written by one more run, which finds its stop set once it holds the study
+        # (`stopped_state`). Here, the study may still read `running` under this process (the outage ate
+        # the failure's writes and the claim's release), which no unclaimed cancel may touch: the cancel
+        # was answered, and nothing wrote it
+        while self.engine.ledger.unreachable() is not None:
+            with self._lock:
+                if self._stopping:
+                    return False
+            time.sleep(most)
+        return True
 
     def _run_claimed(self, study_id: str, a: Active) -> None:
         ledger = self.engine.ledger

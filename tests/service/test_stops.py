@@ -685,3 +685,37 @@ def test_a_result_written_just_before_an_outage_stays_done(
         "done",
         1,
     )
+
+
+def test_a_cancel_while_the_runner_waits_out_an_outage_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long outage ate the failure's writes and the claim's release (the study still `running` under
+    this process); a cancel while the runner waited for the ledger was answered, but only an unclaimed
+    study's cancel was tried, which a held one refuses: nothing was written, and the next start trained
+    the study its user had cancelled. The cancel is written by one more run, which finds its stop set."""
+    import concurrent.futures
+
+    import service.runner as runner_module
+    from service.runner import Active, StudyRunner
+    from service.study.claim import this_process
+    from service.study.engine import Engine
+    from tests.service.test_lifecycle import MemoryTracker
+
+    monkeypatch.setattr(runner_module, "LEDGER_POLL", (0.2, 0.2))
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri="memory://x"), tracker=MemoryTracker)  # type: ignore[arg-type]
+    engine._executor = InProcess()  # (Ray's stand-in: the run ends before it would train)
+    study = engine.create_study(grid(bundle_size=1))
+    engine.ledger.update_study(study.id, state="running", owner=this_process(), owner_beat=time.time())
+    runner, a = StudyRunner(engine, workers=1), Active()
+    with runner._lock:
+        runner._active[study.id] = a
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        a.future = pool.submit(runner._after_outage, study.id, a)
+        time.sleep(0.1)
+        assert runner.cancel(study.id)
+        assert a.future.result(timeout=30) is True  # to run once more, its stop set
+    runner._run(study.id, a)
+    row = engine.ledger.study(study.id)
+    assert (row.state, row.owner) == ("cancelled", None)
+    runner.shutdown()
