@@ -427,7 +427,9 @@ class StudyRunner:
         delay, most = LEDGER_POLL
         while not stop.event.wait(delay):
             delay = min(2 * delay, most)
-            if self.engine.ledger.unreachable() is not None:
+            # answering is not enough: a database that refuses writes (read-only, full) would fail the
+            # run's claim again after the whole patience, and again, for ever
+            if self.engine.ledger.unreachable() is not None or self.engine.ledger.unwritable() is not None:
                 continue
             try:
                 study = self.engine.ledger.get_study(study_id)

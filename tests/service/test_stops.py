@@ -719,3 +719,42 @@ def test_a_cancel_while_the_runner_waits_out_an_outage_is_written(
     row = engine.ledger.study(study.id)
     assert (row.state, row.owner) == ("cancelled", None)
     runner.shutdown()
+
+
+def test_the_runner_resumes_a_paused_study_only_once_the_ledger_takes_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database that answers but refuses writes (read-only, full) passed the runner's check that it
+    answered: the study ran again, its claim's write failed after the whole patience, and so on for
+    ever. The runner waits until the ledger takes writes."""
+    import concurrent.futures
+
+    from sqlalchemy import event
+
+    import service.runner as runner_module
+    from service.runner import Active, StudyRunner
+    from service.study.engine import Engine
+    from tests.service.test_lifecycle import MemoryTracker
+
+    def read_only(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.execute("PRAGMA query_only = ON")  # SQLite's refusal of a read-only file's writes
+
+    monkeypatch.setattr(runner_module, "LEDGER_POLL", (0.1, 0.1))
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri="memory://x"), tracker=MemoryTracker)  # type: ignore[arg-type]
+    study = engine.create_study(grid(bundle_size=1))
+    database = engine.ledger.database
+    runner, a = StudyRunner(engine, workers=1), Active()
+    event.listen(database, "connect", read_only)
+    database.dispose()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waited = pool.submit(runner._after_outage, study.id, a)
+            time.sleep(1.0)
+            assert not waited.done()  # it answers, and refuses writes: still waiting
+            event.remove(database, "connect", read_only)
+            database.dispose()
+            assert waited.result(timeout=10) is True
+    finally:
+        if event.contains(database, "connect", read_only):
+            event.remove(database, "connect", read_only)
+        runner.shutdown()
