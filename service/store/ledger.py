@@ -647,9 +647,11 @@ class Ledger:
             trial.status = "running"
             trial.runs = (trial.runs or 0) + 1
             # it trains from its first step: an earlier run's evaluations are not its, nor why that run
-            # stopped (a cancel, a shutdown, a fault); `runs` says it is a start again
+            # stopped (a cancel, a shutdown, a fault), nor where it ran (a lost node, until its new
+            # worker says: `place_trials`); `runs` says it is a start again
             trial.history = None
             trial.reason = None
+            trial.device = trial.node = None
             return trial.id
 
     def record_evaluations(self, study_id: str, histories: Mapping[int, Sequence[Evaluation]]) -> bool:

@@ -582,6 +582,10 @@ def test_a_running_trial_shows_its_device_and_node_once_its_worker_says(make_eng
     row, other = engine.ledger.trial(first.id), engine.ledger.trial(second.id)
     assert (row.status, row.device, row.node) == ("running", "cpu", "node-7")
     assert (other.status, other.device, other.node) == ("pending", None, None)  # not in the unit
+    book.failed("a", "its node died")  # pending again, to run elsewhere: not on the node it lost
+    book.started("b", Unit((first.spec(),)))
+    again = engine.ledger.trial(first.id)
+    assert (again.status, again.runs, again.device, again.node) == ("running", 2, None, None)
 
 
 def test_a_trial_stopped_before_its_worker_reports_names_the_plugin_it_would_have_run(
