@@ -415,7 +415,9 @@ def _where(
         cause = (
             exc.__cause__ or exc
         )  # a start of Ray says what failed, raised from it (`StudyRunner.start_ray`)
-        why = f"{type(cause).__name__}: {cause}"
+        why = (
+            str(cause) if type(cause) is RuntimeError else f"{type(cause).__name__}: {cause}"
+        )  # (ours say it)
         notes.append(f"where the trials run is unknown ({why}); no estimate")
         return None, None, None if cancel is not None and cancel.is_set() else why
 
