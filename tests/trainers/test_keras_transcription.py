@@ -25,6 +25,7 @@ from trainers.model import build_model
 from trainers.numerics import default_mode
 from trainers.runtime import training_batches
 from trainers.tasks import TASKS
+from trainers.tasks.base import cross_entropy, keras_clip
 
 pytestmark = pytest.mark.numerics  # the numbers themselves: CI runs them under every numerics mode
 
@@ -281,3 +282,38 @@ def test_the_copy_loss_is_keras_past_its_clip_too() -> None:
     scale = float(g_theirs.abs().max())
     torch.testing.assert_close(g_mine, g_theirs.transpose(0, 1), rtol=0.0, atol=WEIGHT_TOL * scale)
     assert not g_theirs[:, :8].any()  # the clip's zero gradient is in play
+
+
+def test_a_probability_on_the_clips_bound_keeps_its_gradient_as_in_tensorflow() -> None:
+    """tf.clip_by_value is Minimum then Maximum, whose gradients pass on a tie: a probability lying exactly
+    on ε or 1 − ε keeps its gradient, one strictly outside gets none. torch.clamp passes none on a bound,
+    and a confident softmax output often lies exactly on 1 − ε in float32 (0.99999988)."""
+    lo, hi = (float(torch.tensor(v, dtype=torch.float32)) for v in (KERAS_EPSILON, 1.0 - KERAS_EPSILON))
+    values = [lo / 2, lo, 3e-7, 0.5, 0.9999997, hi, 1.0]  # below, on ε, inside ×3, on 1 − ε, above
+    p = torch.tensor(values, dtype=torch.float32, requires_grad=True)
+    q = torch.tensor(values, dtype=torch.float32, requires_grad=True)
+    mine = keras_clip(p, KERAS_EPSILON)
+    theirs = TFClipByValue.apply(q, KERAS_EPSILON, 1.0 - KERAS_EPSILON)
+    assert torch.equal(mine, theirs)
+    weights = torch.arange(1.0, len(values) + 1)
+    (g_mine,) = torch.autograd.grad(torch.log(mine).mul(weights).sum(), p)
+    (g_theirs,) = torch.autograd.grad(torch.log(theirs).mul(weights).sum(), q)
+    assert torch.equal(g_mine, g_theirs)
+    assert g_mine[[1, 5]].ne(0).all() and g_mine[[0, 6]].eq(0).all()
+
+    # The copy loss: thousands of confident positions, some exactly on 1 − ε (the loss there is −ln(1 − ε),
+    # as it is past the bound), and those keep a gradient.
+    task = resolve(preset_trial(COPY_500, "chain", seq_len=24, numerics=default_mode())).make_task()
+    gen = torch.Generator().manual_seed(0)
+    _, y = task.encode(task.sample(256, gen), CPU)  # y [T, B]
+    right = torch.nn.functional.one_hot(y, task.output_dim).bool()
+    logits = 3.0 * torch.randn(*y.shape, task.output_dim, generator=gen)
+    logits += right * (12.0 + 6.0 * torch.rand(*y.shape, 1, generator=gen))
+    logits.requires_grad_()
+    per_position = cross_entropy(logits, y, KERAS_EPSILON, reduction="none")  # [T, B]
+    (grad,) = torch.autograd.grad(per_position.sum(), logits)
+    at_or_past = per_position == -torch.log(torch.tensor(hi))
+    kept = grad.abs().sum(-1) > 0
+    assert at_or_past.sum() > 100
+    assert (at_or_past & kept).sum() > 10  # on the bound: TF's gradient, where torch.clamp's is zero
+    assert (at_or_past & ~kept).sum() > 10  # past it: none, as in TF

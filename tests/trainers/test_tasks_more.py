@@ -318,6 +318,23 @@ def test_har2_baseline_equals_the_loss_of_the_memoryless_predictor(tiny_har_root
     assert task.metric_sum(torch.where(y > 0, 3.0, -3.0), y) == y.shape[0]  # accuracy: logit > 0 ⇔ 1
 
 
+def test_har2_loss_is_sgornns_sigmoid_cross_entropy_on_the_logits(tiny_har_root):
+    """SGORNN's Keras 2.3.1 hands `binary_crossentropy` to TF 1.15's, which, given the Dense layer's
+    Sigmoid output, takes the op's input and calls `sigmoid_cross_entropy_with_logits`, unclipped: a
+    confidently wrong window costs its whole logit (not Keras 2.2.4's 16.12 nats) and keeps its gradient.
+    Keras 2.2.4's clipped formula is the explicit `prob_clip` ε."""
+    out = torch.tensor([[40.0], [-3.0], [0.5], [25.0]], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([[0.0], [1.0], [1.0], [1.0]], dtype=torch.float64)
+    tf_logits_loss = (out.clamp(min=0) - out * y + torch.log1p(torch.exp(-out.abs()))).mean()
+    task = HAR2Task(HAR2Config(root=str(tiny_har_root)), seed=1)
+    loss = task.loss(out, y)
+    torch.testing.assert_close(loss, tf_logits_loss, rtol=1e-12, atol=0.0)
+    (grad,) = torch.autograd.grad(loss, out)
+    assert grad[0, 0] == pytest.approx(0.25) and grad[3, 0] != 0  # 1/B each: σ(40) − 0 and σ(25) − 1
+    clipped = HAR2Task(HAR2Config(root=str(tiny_har_root), prob_clip=1e-7), seed=1)
+    assert clipped.loss(out, y).item() < loss.item() - 5.0  # the 40-logit window capped near 16.12 nats
+
+
 def test_har2_missing_files_say_where_they_go_and_where_they_come_from(tmp_path):
     task = HAR2Task(HAR2Config(root=str(tmp_path)), seed=1)
     with pytest.raises(FileNotFoundError) as err:

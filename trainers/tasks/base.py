@@ -37,8 +37,9 @@ def cross_entropy(
     `prob_clip` None: PyTorch's `F.cross_entropy` (log-softmax), as the PyTorch papers' code ran it.
     `prob_clip` ε: Keras 2's `categorical_crossentropy` on a softmax output (`from_logits=False`, the
     TensorFlow backend of Keras 2.2.4 that Orhan & Pitkow's code ran): p = softmax(out), rescaled to
-    sum to 1, clipped to [ε, 1 − ε], loss −ln p_y. A position's loss is then at most −ln ε (16.12
-    nats at Keras' ε = 1e-7) and an output saturated past the clip gets no gradient through it.
+    sum to 1, clipped to [ε, 1 − ε] (`keras_clip`), loss −ln p_y. A position's loss is then at most
+    −ln ε (16.12 nats at Keras' ε = 1e-7) and an output saturated past the clip gets no gradient
+    through it.
 
     With few classes (the copy family's 9) the classes go on dim 1 of a [1, C, positions] view, so
     torch's (log-)softmax runs along memory across the positions instead of along rows of C, several
@@ -66,7 +67,7 @@ def _keras_cross_entropy(
     index = torch.where(keep, target, 0).unsqueeze(1)  # [1, 1, P] or [P, 1]
     # output /= sum(output); clip(output, ε, 1 − ε); −Σ_j t_j ln output_j = −ln output_y
     p_y = (torch.gather(p, 1, index) / p.sum(dim=1, keepdim=True)).squeeze(1)  # [1, P] or [P]
-    nll = -torch.log(torch.clamp(p_y, eps, 1.0 - eps)) * keep
+    nll = -torch.log(keras_clip(p_y, eps)) * keep
     if reduction == "none":
         return nll
     if reduction == "sum":
@@ -74,15 +75,27 @@ def _keras_cross_entropy(
     return nll.sum() / keep.sum()
 
 
+def keras_clip(p: torch.Tensor, eps: float) -> torch.Tensor:
+    """Keras 2's `tf.clip_by_value(p, ε, 1 − ε)`, gradient included: TF 1's clip is Minimum then
+    Maximum, whose gradients pass on a tie (`x <= y`, `x >= y`), so a probability lying exactly on a
+    bound keeps its gradient, and only one strictly outside gets none. `torch.clamp` passes none on a
+    bound, and a confident softmax output often lies exactly on 1 − ε in float32 (0.99999988). The
+    value is `torch.clamp`'s; the bounds are rounded to p's dtype, as TF's `_to_tensor(ε)`."""
+    inside = (p >= eps) & (p <= 1.0 - eps)
+    return torch.where(inside, p, p.detach().clamp(eps, 1.0 - eps))
+
+
 def binary_cross_entropy(out: torch.Tensor, y: torch.Tensor, prob_clip: float | None = None) -> torch.Tensor:
     """Mean binary cross-entropy of logits `out` against 0/1 targets `y` (same shape).
 
-    `prob_clip` None: `F.binary_cross_entropy_with_logits`. `prob_clip` ε: Keras 2's
-    `binary_crossentropy` on a sigmoid output: p = sigmoid(out) clipped to [ε, 1 − ε], turned back
-    into a logit ln(p / (1 − p)), then sigmoid cross-entropy with logits (Keras 2.3, TF backend)."""
+    `prob_clip` None: `F.binary_cross_entropy_with_logits`, which is also what Keras 2.3.1 on TF 1.15
+    computes for a sigmoid output (SGORNN's HAR-2: TF's `binary_crossentropy` takes the Sigmoid op's
+    input). `prob_clip` ε: Keras 2.2.4's `binary_crossentropy` (TF backend) on a sigmoid output:
+    p = sigmoid(out) clipped to [ε, 1 − ε] (`keras_clip`), turned back into a logit ln(p / (1 − p)),
+    then sigmoid cross-entropy with logits."""
     if prob_clip is None:
         return F.binary_cross_entropy_with_logits(out, y)
-    p = torch.clamp(torch.sigmoid(out), prob_clip, 1.0 - prob_clip)
+    p = keras_clip(torch.sigmoid(out), prob_clip)
     return F.binary_cross_entropy_with_logits(torch.log(p / (1 - p)), y)
 
 

@@ -13,7 +13,10 @@ readings per line, 7,352 train / 2,947 test windows) and `<root>/UCI HAR Dataset
 - Each channel standardised with the training set's mean and (population) standard deviation over
   windows and steps (SGORNN `load_har`); the test set is the validation set (SGORNN).
 Output: one unit read at the last step; the readout is linear, so the loss is binary cross-entropy on
-logits (= SGORNN's sigmoid + `binary_crossentropy`). Metric: accuracy (logit > 0 ⇔ p > 0.5).
+logits, which is what SGORNN's sigmoid + `binary_crossentropy` computed: Keras 2.3.1 passes the loss to
+TF 1.15's `tf.keras` backend, which, given a Sigmoid op's output, takes that op's input and calls
+`sigmoid_cross_entropy_with_logits`, unclipped (docs/protocol.md §5). Metric: accuracy (logit > 0 ⇔
+p > 0.5).
 Random baseline: the memoryless predictor outputs the training set's label prior p; its loss on the
 training set is the entropy H(p) = −p ln p − (1 − p) ln(1 − p) (on the test set it would be the cross
 entropy against the test prior, which differs by the small prior shift).
@@ -30,7 +33,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from trainers.tasks.base import KERAS_EPSILON, Split, Task, Tensors, binary_cross_entropy
+from trainers.tasks.base import Split, Task, Tensors, binary_cross_entropy
 from trainers.tasks.mnist_files import default_root
 
 DATASET_DIR = "UCI HAR Dataset"
@@ -60,7 +63,10 @@ class HAR2Config:
     )
     n_train: int | None = None  # use only the first n training windows (None: all 7,352)
     n_val: int | None = None  # use only the first n test windows (None: all 2,947)
-    prob_clip: float | None = KERAS_EPSILON  # SGORNN's Keras binary_crossentropy clips p; None: plain BCE
+    # None: sigmoid cross-entropy on the logits, as SGORNN's code ran (Keras 2.3.1 hands
+    # `binary_crossentropy` to TF 1.15's, which takes the Sigmoid op's input: no clip). ε: Keras 2.2.4's
+    # clip of p to [ε, 1 − ε] and back to a logit, a departure from the authors' code.
+    prob_clip: float | None = None
 
 
 def har_files(root: Path, split: str) -> list[Path]:
