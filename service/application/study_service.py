@@ -32,7 +32,8 @@ from service.reports.compare import Comparison, log_comparison
 from service.runner import StudyRunner
 from service.store.models import Study, utc
 from service.study.claim import StudyBusyError, gone, this_process
-from service.study.engine import Engine, drawn_under_other_code
+from service.study.engine import Engine
+from service.study.other_code import drawn_under_other_code
 from service.study.plugins import admit_plugins
 from service.tracking.links import MlflowLinks
 

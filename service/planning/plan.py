@@ -57,6 +57,7 @@ from service.store.models import Calibration, Trial
 from service.study.elsewhere import trained_elsewhere
 from service.study.executor import Executor
 from service.study.nodes import device_on_this_node, embedded
+from service.study.other_code import hash_today, other_code
 from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.search import (
     check_numbers_as_text,
@@ -123,7 +124,11 @@ def plan_spec(
         engine, spec, space.name, trials, todo, units, calibrate, recalibrate, calibrator, start_ray, cancel,
         seeds=len(space.seeds),
     )  # fmt: skip
-    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, spec, None, todo)
+    planned.notes += (
+        discrete_space_notes(spec, space)
+        + elsewhere_notes(engine.ledger, spec, None, todo)
+        + other_code_notes(engine.ledger, todo)
+    )
     return _with_memory(planned, measured)
 
 
@@ -147,6 +152,36 @@ def elsewhere_notes(
         "waits for them and takes their results, training them itself only if that study stops first (they "
         "are counted above as if trained here)"
         for holder, n in sorted(counts.items())
+    ]
+
+
+def other_code_notes(ledger: Ledger, todo: Sequence[TrialSpec]) -> list[str]:
+    """The trials to run that this ledger holds finished under other code: a done trial of the same
+    model and point whose stored config resolves today to the trial's hash, under another stored hash (a
+    TRAINER_VERSION since, or a plugin's code edited). It is not reused, as its numbers are another
+    code's; a grid that trains again what a user ran before now says why (it said only how many)."""
+    wanted = {(point_key(t.model, t.params), repr(t.params.get("seed"))): t.config_hash for t in todo}
+    if not wanted:
+        return []
+    found: dict[str, Trial] = {}  # the trial's hash today → one row made under other code
+    for row in ledger.done_of_models(sorted({t.model for t in todo})):
+        want = wanted.get((point_key(row.model, row.params), repr(row.params.get("seed"))))
+        if want is None or want in found or row.config_hash == want:
+            continue
+        if hash_today(row.config) == want:
+            found[want] = row
+    if not found:
+        return []
+    rows = list(found.values())
+    causes, _ = other_code(rows, len(rows))
+    studies = sorted({r.study_id for r in rows})
+    n = len(rows)
+    return [
+        f"{n} of the trials to run {'was' if n == 1 else 'were'} finished in this ledger under other code "
+        f"(study {', '.join(studies[:3])}{', …' if len(studies) > 3 else ''}): {'; '.join(causes)}. "
+        f"{'It trains' if n == 1 else 'They train'} again, as {'its' if n == 1 else 'their'} results there "
+        "are that code's numbers (CHANGELOG.md says what each TRAINER_VERSION moved); the old results stay "
+        "in their studies"
     ]
 
 
@@ -229,7 +264,11 @@ def plan_study(
         untrained=len(untrained),
         seeds=len(space.seeds),
     )
-    planned.notes += discrete_space_notes(spec, space) + elsewhere_notes(engine.ledger, spec, study_id, again)
+    planned.notes += (
+        discrete_space_notes(spec, space)
+        + elsewhere_notes(engine.ledger, spec, study_id, again)
+        + other_code_notes(engine.ledger, again)
+    )
     return _with_memory(planned, measured), packed
 
 

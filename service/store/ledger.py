@@ -388,6 +388,14 @@ class Ledger:
         return added
 
     @outlasting
+    def done_of_models(self, models: Sequence[str]) -> list[Trial]:
+        """Every trial of these model names that some study finished `done`, under any hash (with its
+        config; its matrices stay unloaded): where a plan looks for results made under other code."""
+        with self.session() as s:
+            q = select(Trial).where(Trial.model.in_(list(models)), Trial.status == "done").order_by(Trial.id)
+            return list(s.scalars(q))
+
+    @outlasting
     def holders(self, study_id: str, hashes: Sequence[str]) -> list[Holder]:
         """The other running studies that hold one of these trials still to train (pending or
         running): who may be training it now (`service.study.elsewhere` decides whether to wait)."""

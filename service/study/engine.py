@@ -35,7 +35,6 @@ from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED, TrialStatus
 from service.core.trial import Known, StaleTrialError, TrialSpec, Unit, known_of
 from service.core.values import repr_value, value_sort_key
-from service.reports.compare import plugin_versions
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
 from service.store.models import Study, Trial
@@ -46,6 +45,7 @@ from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
 from service.study.nodes import prepare_ray_process
+from service.study.other_code import drawn_under_other_code, hash_today, other_code, part_of
 from service.study.packing import bundle, pack_study, point_key, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
@@ -64,7 +64,7 @@ from service.study.search import (
 from service.tracking.context import StudyContext
 from service.tracking.server import ensure_mlflow_server, home_uri, port_of, server_healthy
 from service.tracking.tracker import Tracker
-from trainers import Criterion, plugins
+from trainers import Criterion
 
 log = logging.getLogger(__name__)
 
@@ -149,16 +149,16 @@ def retrained_message(again: Sequence[tuple[Trial, TrialSpec]], old: StudySpec, 
     """Why an extension would train the study's trials `again` (`retrained`), each cause that applies
     with its fix: the extension's settings, a plugin's code (their provenance against the code loaded
     now, as `memsweep compare` reads it), or the trainer version."""
-    now = {r.id: _hash_today(r.config) for r, _ in again}  # each row's config, today
+    now = {r.id: hash_today(r.config) for r, _ in again}  # each row's config, today
     causes: list[str] = []
     fixes: list[str] = []
     moved = sum(now[r.id] is not None and now[r.id] != t.config_hash for r, t in again)
     if moved:
         changed = changed_settings(old, new)
         causes.append(
-            f"{_of(moved, len(again))}the extension changes their settings ({changed})"
+            f"{part_of(moved, len(again))}the extension changes their settings ({changed})"
             if changed
-            else f"{_of(moved, len(again))}their settings now resolve otherwise (a preset's settings changed)"
+            else f"{part_of(moved, len(again))}their settings now resolve otherwise (a preset's settings changed)"
         )
         fixes.append(
             "create a new study with the new settings (memsweep compare sets two studies side by side; "
@@ -180,71 +180,6 @@ def retrained_message(again: Sequence[tuple[Trial, TrialSpec]], old: StudySpec, 
         f"{'; '.join(causes)}, and the study's tables would count both as seeds of one point. "
         f"{advice[:1].upper()}{advice[1:]}"
     )
-
-
-def other_code(remade: Sequence[Trial], of: int) -> tuple[list[str], str]:
-    """Why trials (`remade`, of `of`) were made under other code than the code loaded now, and the fix:
-    a plugin's identity then (their provenance, as `memsweep compare` reads it) and now, else the trainer
-    version (or, with no provenance to tell, a plugin's code)."""
-    ran = plugin_versions({"then": [r.provenance for r in remade], "now": [_plugins_now(r) for r in remade]})
-    edited = {plugin: ids for plugin, ids in ran.items() if len(ids) > 1}
-    if edited:
-        return [
-            f"{_of(len(remade), of)}the {plugin} plugin's code changed since they were made (then "
-            + ", ".join(sorted(i for i, keys in ids.items() if "then" in keys))
-            + "; now "
-            + ", ".join(sorted(i for i, keys in ids.items() if "now" in keys))
-            + ")"
-            for plugin, ids in sorted(edited.items())
-        ], (
-            "put the code they ran back (that version, its files as they were: the digest is of them) and "
-            "restart the server, or create a new study for the new code (memsweep compare then sets the "
-            "two side by side, naming each one's code)"
-        )
-    used = sorted({i for r in remade for i in _plugins_now(r).values()})
-    return [
-        f"{_of(len(remade), of)}they were made under another trainer version (TRAINER_VERSION "
-        f"{trainers.TRAINER_VERSION} now, or THREADED_VERSION for several threads)"
-        + (f", or other code of the plugins they use (now {', '.join(used)})" if used else "")
-    ], (
-        "create a new study from the same spec to train them under this version (finished trials "
-        "this ledger holds are reused)"
-    )
-
-
-def drawn_under_other_code(rows: Sequence[Trial], doing: str) -> str | None:
-    """Why a sampled study may not draw more points (`doing`: an extension, a resume): the points it drew
-    were made under other code (a plugin's edited since, another trainer version), and new draws under
-    today's would mix the two in its sampler's history and its tables (before, only `memsweep compare`
-    noticed). None when every drawn point's config hashes today as it did."""
-    remade = [r for r in rows if _hash_today(r.config) != r.config_hash]
-    if not remade:
-        return None
-    causes, fix = other_code(remade, len(rows))
-    return (
-        f"{doing} would draw new points beside {len(rows)} drawn under other code: {'; '.join(causes)}; "
-        f"its sampler's history and its tables would mix the two. {fix[:1].upper()}{fix[1:]}"
-    )
-
-
-def _hash_today(config: Mapping[str, Any]) -> str | None:
-    """A stored config's hash under the code loaded now; None when it no longer resolves (a setting
-    renamed since, in a trainer version or a plugin): made under other code, as a hash that moved."""
-    try:
-        return trainers.resolve(config).config_hash()
-    except (trainers.ConfigError, trainers.UnknownNameError):
-        return None
-
-
-def _of(part: int, total: int) -> str:
-    """ "3 of them: " where a cause holds for some of the trials, nothing where it holds for all."""
-    return "" if part == total else f"{part} of them: "
-
-
-def _plugins_now(row: Trial) -> dict[str, str]:
-    """The plugins a trial's cell and task come from as this process loaded them, as a provenance."""
-    ids = plugins.identities(row.config["cell"], row.config["task"])
-    return {f"plugin.{kind}": identity for kind, identity in ids.items()}
 
 
 def draws_otherwise(old: SearchSpace, new: SearchSpace, settings: Mapping[str, Any]) -> bool:

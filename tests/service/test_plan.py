@@ -26,7 +26,7 @@ from service.study.search import execution, grid_trials
 from tests.plugin_dists import run_python, toy_dist
 from tests.service.conftest import TINY
 from tests.service.test_api_units import finish_all, grid, ledger_of, settings
-from trainers import resolve
+from trainers import TRAINER_VERSION, resolve
 from trainers.numerics import PORTABLE_COST
 
 
@@ -77,6 +77,41 @@ def test_a_dry_run_answers_the_plan_and_stores_nothing(tmp_path: Path) -> None:
         bad = c.post("/studies?dry_run=true", json=grid(success_fraction=5))
         assert bad.status_code == 422 and "success_fraction" in bad.text
         assert len(ledger_of(c).list_studies()) == 2  # the two made above, no dry run
+
+
+def test_a_plan_says_which_trials_to_run_this_ledger_finished_under_other_code(tmp_path: Path) -> None:
+    """A grid run again after a TRAINER_VERSION bump (or a plugin's edit) trains every trial again, its
+    old results kept under their old hashes; the plan said only how many it would train, and a user took
+    the ledger for one that had lost their results. It now names them, the cause and the studies."""
+    from sqlalchemy import update
+
+    from service.store.models import Trial
+
+    with TestClient(create_app(settings(tmp_path))) as c:
+        old = c.post("/studies", json=grid(concurrency=2)).json()["id"]
+        made_before = c.post("/studies", json=grid(name="made before", concurrency=2)).json()["id"]
+        finish_all(c, old)
+        ledger = ledger_of(c)
+        done = [t for t in ledger.trials(old) if t.status == "done"]
+        with ledger.session() as s:  # two results as an earlier trainer stored them: another hash each
+            for t in done[:2]:
+                s.execute(update(Trial).where(Trial.id == t.id).values(config_hash=f"{t.id:016x}"))
+        said = (
+            f"2 of the trials to run were finished in this ledger under other code (study {old}): they were "
+            f"made under another trainer version (TRAINER_VERSION {TRAINER_VERSION} now"
+        )
+        plan = c.post("/studies?dry_run=true", json=grid(name="again", concurrency=2)).json()
+        assert plan["reused"] == 4 and plan["to_run"] == 4
+        assert sum(said in note for note in plan["notes"]) == 1, plan["notes"]
+        engine = c.app.state.engine  # type: ignore[attr-defined]
+        stored, _ = plan_study(engine, made_before, calibrate=False)  # a study made before says it too
+        assert stored.to_run == 4 and sum(said in note for note in stored.notes) == 1, stored.notes
+        # the failed trials and those reused are not among them; a ledger without such rows says nothing
+        with ledger.session() as s:
+            for t in done[:2]:
+                s.execute(update(Trial).where(Trial.id == t.id).values(config_hash=t.config_hash))
+        plan = c.post("/studies?dry_run=true", json=grid(name="again", concurrency=2)).json()
+        assert plan["to_run"] == 2 and not any("under other code" in note for note in plan["notes"])
 
 
 def test_a_unit_costs_its_calibrated_steps_and_units_fill_the_slots() -> None:
@@ -201,7 +236,7 @@ def test_shapes_that_would_read_the_same_say_where_they_differ():
     """Two shapes that differ in a cell setting the short label leaves out (a plugin cell's field its
     grid varies: here the rnn's `bias`) read apart; a shape alone keeps its short label."""
     from service.planning.calibration import describe_shape, describe_shapes, shape_of
-    from trainers import resolve
+    from trainers import TRAINER_VERSION, resolve
 
     def shape(**cell):
         return shape_of(resolve({"task": "copy", "task_params": {"seq_len": 30}, "cell_params": cell}))
