@@ -11,7 +11,8 @@ RMSprop lr 1e-3, decay (ρ) 0.9, torch's ε 1e-8, no clipping, for every cell ex
 gradient-norm clip 1 and the authors' port's m = 256, k = 4. (Their `train()` for copy and addition
 clips NRU only; the LSTM / GRU / RNN clip in §2.2 is in their pMNIST and TIMIT loops.)
 Data as their code generates it: copy with T blanks between data and recall (T + 20 steps), fresh
-samples, 1,000 per epoch (50 updates); addition with [value, mask] channels, fresh, 100 batches per epoch.
+samples, 1,000 per epoch (50 updates), read out over 10 classes (`main.py`'s `Linear(hidden, 10)`: the
+marker's class is in the softmax, never a target); addition with [value, mask] channels, fresh, 100 batches per epoch.
 Budget: the code's default `epochs = 1000`, run as `range(1, epochs)` = 999 epochs: 49,950 updates (copy)
 and 99,900 (addition). Their curves are the training loss on the fresh data; ours are validated once per
 epoch on a fixed set of 1,000 sequences. No early stop.
@@ -80,6 +81,7 @@ COPY = SearchSpace(
         "task": "copy",
         "layout": "delay",
         "prob_clip": None,
+        "classes": 10,  # their readout: Linear(hidden, 10), the marker's class never a target
         "n_train": 1_000,
         "batch_size": 20,
     },

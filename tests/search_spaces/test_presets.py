@@ -134,3 +134,21 @@ def test_a_misspelt_cell_or_task_in_a_preset_fails_the_check() -> None:
     for kind, typo in (("cell", "rnnn"), ("task", "coppy")):
         with pytest.raises(AssertionError, match=f"{kind} {typo!r} is not registered"):
             check_point("typo", {**point, kind: typo}, 1)
+
+
+def test_each_copy_preset_reads_out_the_classes_its_authors_code_did() -> None:
+    """SRNN's code reads every cell out over 10 classes (`Linear(hidden, 10)`: the marker's too, never a
+    target); Orhan's Keras model and the NRU code (myTorch) over 9. It moves the loss of an untrained
+    model by ln(10/9) a step, so a preset that left it at 9 was not its paper's protocol."""
+    seen: dict[str, set[int]] = {}
+    for name in PRESETS:
+        for _, point in get_preset(name).points():
+            if point["task"] == "copy":
+                seen.setdefault(name, set()).add(build({**point, "seed": 1}).task_config.classes)
+    expected = {
+        "srnn2020-copy": {10},
+        "orhan2020-copy500": {9},
+        "nru2019-copy100": {9},
+        "nru2019-copy200": {9},
+    }
+    assert seen == expected  # a new copy preset: add its authors' readout here

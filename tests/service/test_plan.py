@@ -236,7 +236,7 @@ def test_shapes_that_would_read_the_same_say_where_they_differ():
     """Two shapes that differ in a cell setting the short label leaves out (a plugin cell's field its
     grid varies: here the rnn's `bias`) read apart; a shape alone keeps its short label."""
     from service.planning.calibration import describe_shape, describe_shapes, shape_of
-    from trainers import TRAINER_VERSION, resolve
+    from trainers import resolve
 
     def shape(**cell):
         return shape_of(resolve({"task": "copy", "task_params": {"seq_len": 30}, "cell_params": cell}))

@@ -53,6 +53,23 @@ def test_copy_baseline_equals_the_loss_of_the_memoryless_predictor():
     assert task.loss(logits, y).item() == pytest.approx(task.baseline_loss, rel=1e-6)
 
 
+def test_copy_reads_out_ten_classes_as_srnns_code_does():
+    """SRNN's code reads every cell out through `Linear(hidden, 10)`: the marker's class is in the
+    softmax's sum, never a target. `classes=10` adds it (the SRNN preset sets it); targets, baseline and
+    the memoryless predictor's loss stay, a uniform readout costs ln 10 a step instead of ln 9."""
+    nine = CopyTask(CopyConfig(seq_len=40, layout="delay", prob_clip=None), seed=1)
+    ten = CopyTask(CopyConfig(seq_len=40, layout="delay", prob_clip=None, classes=10), seed=1)
+    assert (nine.output_dim, ten.output_dim) == (9, 10) and ten.baseline_loss == nine.baseline_loss
+    _x, y = ten.encode(ten.sample(8, torch.Generator().manual_seed(0)), CPU)
+    for task in (nine, ten):
+        uniform = torch.zeros(task.seq_len, 8, task.output_dim)
+        assert task.loss(uniform, y).item() == pytest.approx(math.log(task.output_dim), rel=1e-6)
+        memoryless = torch.full((task.seq_len, 8, task.output_dim), -1e9)
+        memoryless[:-10, :, 0] = 0.0
+        memoryless[-10:, :, 1:9] = 0.0
+        assert task.loss(memoryless, y).item() == pytest.approx(task.baseline_loss, rel=1e-6)
+
+
 @pytest.mark.parametrize("channels", ["mask_first", "value_first"])
 def test_addition_channels_positions_and_target(channels):
     task = AdditionTask(AdditionConfig(seq_len=20, channels=channels), seed=1)

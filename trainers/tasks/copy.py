@@ -1,6 +1,7 @@
 """Copy task (Hochreiter & Schmidhuber 1997; Arjovsky et al. 2016; Orhan & Pitkow 2020 §3.1.1).
 
-Symbols: data 1..8, blank 0, marker 9; inputs one-hot over 10 symbols, outputs 9 classes (0..8).
+Symbols: data 1..8, blank 0, marker 9; inputs one-hot over 10 symbols, outputs 9 classes (0..8), or 10
+(`classes`: the marker too, never a target, as SRNN's code reads out).
 Layout (0-based), L = total length:  x[0:10] = data, x[L-11] = 9 (marker), everything else 0;
                                      y[L-10:] = data, everything else 0.
 `layout="total"`: T is the whole sequence, L = T (Orhan's copy-500, their `generate_data.py`).
@@ -14,12 +15,13 @@ Data: Orhan's fixed 60,000 / 10,000 train / validation sets, or fresh batches ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
+from trainers.params import UNHASHED_DEFAULT
 from trainers.seeding import generator
 from trainers.tasks.base import KERAS_EPSILON, Split, Task, Tensors, copy_baseline, cross_entropy
 
@@ -38,6 +40,9 @@ class CopyConfig:
     prob_clip: float | None = (
         KERAS_EPSILON  # Keras 2 clips probabilities (docs/protocol.md §1.6); None: log-softmax
     )
+    # the readout's classes: 9 (blank and symbols 1..8, every target); 10 counts the marker too, never a
+    # target but in the softmax's sum, as SRNN's code reads out every cell (`Linear(hidden, 10)`)
+    classes: Literal[9, 10] = field(default=9, metadata=UNHASHED_DEFAULT)
 
 
 class CopyTask(Task):
@@ -76,7 +81,7 @@ class CopyTask(Task):
 
     @property
     def output_dim(self) -> int:
-        return N_SYMBOLS + 1  # classes 0..8
+        return self.config.classes  # classes 0..8 (and the marker, 9, with classes = 10)
 
     @property
     def baseline_loss(self) -> float:
