@@ -111,7 +111,11 @@ def cpu_flags() -> str:
 def collect() -> dict[str, Any]:
     import torch
 
+    sys.path.insert(0, str(ROOT))
+    from trainers import TRAINER_VERSION
+
     out: dict[str, Any] = {
+        "trainer_version": TRAINER_VERSION,
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "cpu flags": cpu_flags(),
@@ -138,14 +142,21 @@ def collect() -> dict[str, Any]:
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
-    """Side by side; 1 when a portable figure differs (or the torch versions do)."""
+    """Side by side; 1 when a portable figure differs (or the torch or trainer versions do). A file
+    written before the tool recorded the trainer version shows `-` for it and is compared as it is."""
     bad = 0
     w = max(map(len, (*a, *b))) + 2  # the label column: the longest key and a gap
     print(f"{'':<{w}}{'A':<26}{'B':<26}")
-    for key in ("torch", "cpu flags"):
-        print(f"{key:<{w}}{a.get(key)!s:<26}{b.get(key)!s:<26}")
+    for key in ("trainer_version", "torch", "cpu flags"):
+        print(f"{key:<{w}}{a.get(key, '-')!s:<26}{b.get(key, '-')!s:<26}")
     if a.get("torch") != b.get("torch"):
         print("the torch versions differ: the comparison needs the same torch on both machines")
+        bad = 1
+    if (
+        None not in (a.get("trainer_version"), b.get("trainer_version"))
+        and a["trainer_version"] != b["trainer_version"]
+    ):
+        print("the trainer versions differ: a TRAINER_VERSION moves numbers (CHANGELOG.md)")
         bad = 1
     for key in sorted(set(a) | set(b)):
         x, y = a.get(key), b.get(key)

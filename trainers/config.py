@@ -59,8 +59,8 @@ if TYPE_CHECKING:
 #:    trainers.optim.Optimizer. The native mode and the GPU compute what they computed under 8.
 #: 10: Keras's losses as TensorFlow differentiated them (docs/protocol.md §1.6, §5): a probability lying
 #:    exactly on the clip's bound (1 − ε is 0.99999988 in float32, where confident outputs land) keeps
-#:    its gradient, as tf.clip_by_value's Minimum and Maximum pass it on a tie (torch.clamp passed
-#:    none); HAR-2's default loss is the sigmoid cross-entropy on the logits, unclipped, which SGORNN's
+#:    its gradient, as tf.clip_by_value's Minimum and Maximum pass it on a tie (torch 2.14.1's clamp
+#:    passed none; 2.11's passed it); HAR-2's default loss is the sigmoid cross-entropy on the logits, unclipped, which SGORNN's
 #:    Keras 2.3.1 on TF 1.15 computed (the clip-and-logit formula was Keras 2.2.4's, now `prob_clip` ε).
 TRAINER_VERSION = "10"
 

@@ -7,6 +7,7 @@ loss and its metric. Tensors are time-major: inputs x are [T, B, input_dim]. The
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -79,10 +80,21 @@ def keras_clip(p: torch.Tensor, eps: float) -> torch.Tensor:
     """Keras 2's `tf.clip_by_value(p, ε, 1 − ε)`, gradient included: TF 1's clip is Minimum then
     Maximum, whose gradients pass on a tie (`x <= y`, `x >= y`), so a probability lying exactly on a
     bound keeps its gradient, and only one strictly outside gets none. `torch.clamp` passes none on a
-    bound, and a confident softmax output often lies exactly on 1 − ε in float32 (0.99999988). The
-    value is `torch.clamp`'s; the bounds are rounded to p's dtype, as TF's `_to_tensor(ε)`."""
-    inside = (p >= eps) & (p <= 1.0 - eps)
-    return torch.where(inside, p, p.detach().clamp(eps, 1.0 - eps))
+    bound under torch 2.14.1 (2.11's passed it), and a confident softmax output often lies exactly on
+    1 − ε in float32 (0.99999988). The value is `torch.clamp`'s. The bounds are TF's: ε rounded to p's
+    dtype (`_to_tensor(ε)`) and 1 − ε computed in it (`1. - _epsilon`)."""
+    lo, hi = _clip_bounds(eps, p.dtype)
+    inside = (p >= lo) & (p <= hi)
+    return torch.where(inside, p, p.detach().clamp(lo, hi))
+
+
+@functools.cache
+def _clip_bounds(eps: float, dtype: torch.dtype) -> tuple[float, float]:
+    """(ε, 1 − ε) as TF computes them for a tensor of `dtype`: ε rounded to it, then 1 − ε in it
+    (1e-7: 1.0000000117e-07 and 0.99999988 in float32, which rounding 1 − 1e-7 from double also gives;
+    other ε may part by an ulp)."""
+    lo = torch.tensor(eps, dtype=dtype)
+    return float(lo), float(torch.tensor(1.0, dtype=dtype) - lo)
 
 
 def binary_cross_entropy(out: torch.Tensor, y: torch.Tensor, prob_clip: float | None = None) -> torch.Tensor:
