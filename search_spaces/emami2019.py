@@ -14,7 +14,9 @@ Students: `rnn` is their Keras SimpleRNN(relu) — orthogonal recurrent init (ou
 `scale=1.0`); their input kernel is Glorot-uniform, our `rnn` cell's is N(0, 0.9/√n) (no field selects
 Glorot for `rnn`). `urnn` is the same RNN projected onto the orthogonal group after every batch (SVD),
 Keras initialisers. `lstm` is Keras' LSTM (`init="keras"`).
-Protocol (§5 and `melikaemami/URNN:urnn_synth_test.py`): MSE over every step and output, Adam with the
+Protocol (§5 and `melikaemami/URNN:urnn_synth_test.py`): MSE over every step and output, tf.keras' Adam
+(`keras_adam`: ε added to √v, the bias corrections folded into the rate, as every Keras and TensorFlow
+Adam computes it; torch's `adam` adds ε to the bias-corrected √v) with the
 paper's lr 0.01 (the script's CLI default is 1e-3, which the paper overrides), Keras β 0.9/0.999, ε 1e-7,
 batch 10, 100 epochs of 70 updates, validation on the 300 test sequences once per epoch, no clipping, no
 early stop. The trial seed (1) draws the students' weights; the paper's R² = 1 − MSE/Var(Y_test) is
@@ -40,7 +42,7 @@ MODELS = (
 
 PROTOCOL: dict[str, Scalar] = {
     "task": "teacher",
-    "optimizer": "adam",
+    "optimizer": "keras_adam",  # tf.keras' Adam: ε added to √v, not to torch's bias-corrected √v
     "lr": 1e-2,
     "eps": 1e-7,
     "clip_norm": None,

@@ -1,5 +1,13 @@
-"""The optimisers' update rules, RMSprop (Keras' form) and Adam, as torch computes them, and the square
-root they take: one arithmetic for a solo run (`Optimizer`) and a fused bundle (`trainers.fused`).
+"""The optimisers' update rules, RMSprop (Keras' form) and Adam (torch's and Keras' forms), as torch
+computes them, and the square root they take: one arithmetic for a solo run (`Optimizer`) and a fused
+bundle (`trainers.fused`).
+
+Adam has two forms, which part where √v is small against ε: torch's adds ε to the bias-corrected √v,
+p ← p − lr/(1−β1ⁿ) · m/(√v/√(1−β2ⁿ) + ε); Keras' and TensorFlow's (`keras_adam`: Keras 2's
+`optimizers.Adam`, tf.keras' and TF's `ApplyAdam`) fold both corrections into the rate and add ε to √v,
+p ← p − lr·√(1−β2ⁿ)/(1−β1ⁿ) · m/(√v + ε), which is torch's with ε/√(1−β2ⁿ) in place of ε (3.2e-6 for
+ε = 1e-7 at the first step, ε itself only after thousands). One rule computes both (`adam_`), with
+the factors `adam_factors` gives for the form.
 
 Each rule repeats the float32 arithmetic of torch's single-tensor RMSprop and Adam (`torch.optim`'s
 path on the CPU) line by line; its constants are Python floats for a solo run, or [K, 1, …] float32
@@ -53,20 +61,24 @@ def adam_(
     p.add_((m * neg_step).div_(denom))
 
 
-def adam_factors(lr: float, beta1: float, beta2: float, n: int) -> tuple[float, float]:
-    """Adam's factors at step n as torch computes them, in double: −lr / (1 − β1ⁿ) and √(1 − β2ⁿ)."""
+def adam_factors(lr: float, beta1: float, beta2: float, n: int, kind: str = "adam") -> tuple[float, float]:
+    """Adam's factors at step n for `adam_`, in double: torch's −lr / (1 − β1ⁿ) and √(1 − β2ⁿ); for
+    `keras_adam` the rate Keras computes, −lr·√(1 − β2ⁿ)/(1 − β1ⁿ), and 1 (√v / 1 is √v exactly, so
+    `adam_` then adds ε to √v itself)."""
+    if kind == "keras_adam":
+        return -(lr * (1 - beta2**n) ** 0.5 / (1 - beta1**n)), 1.0
     return -(lr / (1 - beta1**n)), (1 - beta2**n) ** 0.5
 
 
 class Optimizer:
-    """A solo run's RMSprop or Adam over its parameters, with this module's rules (the optimiser of
-    the portable mode on the CPU; `make_optimizer`). The part of torch.optim's interface the loop
-    uses: `zero_grad`, `step`."""
+    """A solo run's RMSprop or Adam (either form) over its parameters, with this module's rules (the
+    optimiser of the portable mode on the CPU, and of `keras_adam` everywhere; `make_optimizer`). The
+    part of torch.optim's interface the loop uses: `zero_grad`, `step`."""
 
     def __init__(self, kind: str, params: Iterable[torch.nn.Parameter], *, lr: float, rho: float,
                  betas: tuple[float, float], eps: float, root: Sqrt = numerics.sqrt) -> None:  # fmt: skip
-        if kind not in ("rmsprop", "adam"):
-            raise ValueError(f"unknown optimizer {kind!r}; valid: rmsprop, adam")
+        if kind not in ("rmsprop", "adam", "keras_adam"):
+            raise ValueError(f"unknown optimizer {kind!r}; valid: rmsprop, adam, keras_adam")
         self.kind, self.lr, self.rho, self.betas, self.eps, self.root = kind, lr, rho, betas, eps, root
         self.params = list(params)
         self.state = [
@@ -91,7 +103,7 @@ class Optimizer:
                          eps=self.eps, neg_lr=-self.lr, root=self.root)  # fmt: skip
             return
         beta1, beta2 = self.betas
-        neg_step, bc2_sqrt = adam_factors(self.lr, beta1, beta2, self.step_count)
+        neg_step, bc2_sqrt = adam_factors(self.lr, beta1, beta2, self.step_count, self.kind)
         for i, p in live:
             adam_(p, p.grad, self.state[0][i], self.state[1][i], one_minus_beta1=1 - beta1, beta2=beta2,  # type: ignore[arg-type]
                   one_minus_beta2=1 - beta2, eps=self.eps, neg_step=neg_step, bc2_sqrt=bc2_sqrt,
@@ -99,10 +111,11 @@ class Optimizer:
 
 
 def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> Optimizer | torch.optim.Optimizer:
-    """A solo run's optimiser for `cfg`: this module's `Optimizer` on the CPU in the
-    portable mode (a correctly rounded √), else torch's RMSprop (alpha = ρ: Keras' form) or Adam."""
+    """A solo run's optimiser for `cfg`: this module's `Optimizer` on the CPU in the portable mode (a
+    correctly rounded √) and for `keras_adam` (torch has no such form), else torch's RMSprop (alpha = ρ:
+    Keras' form) or Adam."""
     on_cpu = all(p.device.type == "cpu" for p in params)
-    if on_cpu and numerics.current() == "portable":
+    if (on_cpu and numerics.current() == "portable") or cfg.optimizer == "keras_adam":
         return Optimizer(cfg.optimizer, params, lr=cfg.lr, rho=cfg.rho, betas=cfg.betas, eps=cfg.eps)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)

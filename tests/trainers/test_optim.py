@@ -83,6 +83,44 @@ def test_the_update_rules_with_torchs_root_take_torchs_steps_bit_for_bit(kind):
         assert all(torch.equal(p, q) for p, q in zip(ps, qs, strict=True)), (kind, lr)
 
 
+def keras_adam_transcription(
+    p: torch.Tensor, grads: list[torch.Tensor], lr: float, b1: float, b2: float, eps: float
+) -> torch.Tensor:
+    """Keras 2's `optimizers.Adam.get_updates` (and TensorFlow's `ApplyAdam`), in float64: lr_t = lr ·
+    √(1 − β2ᵗ)/(1 − β1ᵗ); m ← β1 m + (1 − β1) g; v ← β2 v + (1 − β2) g²; p ← p − lr_t · m/(√v + ε)."""
+    p, m, v = p.double(), torch.zeros_like(p, dtype=torch.float64), torch.zeros_like(p, dtype=torch.float64)
+    for t, g in enumerate(grads, 1):
+        lr_t = lr * math.sqrt(1.0 - b2**t) / (1.0 - b1**t)
+        m = b1 * m + (1.0 - b1) * g.double()
+        v = b2 * v + (1.0 - b2) * g.double() ** 2
+        p = p - lr_t * m / (v.sqrt() + eps)
+    return p
+
+
+def test_keras_adam_is_keras_and_tensorflows_rule_and_parts_from_torchs_on_small_gradients():
+    """`keras_adam` adds ε to √v and folds the bias corrections into the rate, as Keras' and TF's Adam
+    (Emami et al.'s tf.keras code); torch's adds ε to the bias-corrected √v, which is Keras' rule with
+    ε/√(1 − β2ⁿ): the two part where a gradient's RMS is near ε, and agree where it is large."""
+    g = torch.Generator().manual_seed(0)
+    start = torch.zeros(
+        50, 50
+    )  # Adam's steps do not depend on p: from 0, p holds them to float32's precision
+    for scale, parts in ((1e-6, True), (1.0, False)):
+        grads = [torch.randn(50, 50, generator=g) * scale for _ in range(10)]
+        steps = {}
+        for kind in ("keras_adam", "adam"):
+            q = torch.nn.Parameter(start.clone())
+            opt = Optimizer(kind, [q], lr=1e-2, rho=0.9, betas=(0.9, 0.999), eps=1e-7)
+            for grad in grads:
+                q.grad = grad.clone()
+                opt.step()
+            steps[kind] = (q.detach() - start).double()
+        want = keras_adam_transcription(start, grads, 1e-2, 0.9, 0.999, 1e-7) - start.double()
+        torch.testing.assert_close(steps["keras_adam"], want, rtol=1e-5, atol=1e-7 * float(want.abs().max()))
+        gap = float((steps["adam"] - want).abs().max() / want.abs().max())
+        assert (gap > 0.05) == parts, (scale, gap)  # torch's rule is another one where √v ~ ε
+
+
 PORTABLE_UPDATE = """
     import json, numpy as np, torch
     from trainers import numerics
@@ -94,7 +132,7 @@ PORTABLE_UPDATE = """
         return torch.from_numpy(np.sqrt(t.numpy()))
 
     out = {}
-    for kind in ("rmsprop", "adam"):
+    for kind in ("rmsprop", "adam", "keras_adam"):
         cfg = resolve({"optimizer": kind, "lr": 1e-3}).config
         g = torch.Generator().manual_seed(1)
         start = [torch.randn(100, 100, generator=g), torch.randn(10, 100, generator=g), torch.randn(9, generator=g)]
@@ -119,7 +157,7 @@ def test_a_portable_solo_runs_update_takes_the_correctly_rounded_root():
     (before issue 33: torch's own optimiser, whose MKL √ parted from IEEE's on ~4 % of a step's
     elements, and from an Intel Xeon's)."""
     differing = run_python(PORTABLE_UPDATE)
-    assert differing == {"rmsprop": 0, "adam": 0}
+    assert differing == {"rmsprop": 0, "adam": 0, "keras_adam": 0}
 
 
 def test_sqrt_and_log_follow_this_processs_mode():

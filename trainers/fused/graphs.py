@@ -174,7 +174,10 @@ class GraphedStep:
         self.losses: torch.Tensor | None = None
         self.side: Any = None  # torch.cuda.Stream, made at the first warm-up
         opt = bundle.optimizer
-        if opt.kind == "adam":  # its per-step factors live in device buffers, filled before each step
+        if opt.kind in (
+            "adam",
+            "keras_adam",
+        ):  # its per-step factors live in device buffers, filled before each step
             K = bundle.size
             opt.static_factors = (torch.empty(K, device=bundle.device), torch.empty(K, device=bundle.device))
 

@@ -54,10 +54,13 @@ class FusedOptimizer:
         self.static_factors: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def adam_factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Adam's per-member factors at step n, [K] float32 on `device`: −lr / (1 − β1ⁿ) and
-        √(1 − β2ⁿ), computed in double as torch's Adam computes them, then rounded once."""
+        """Adam's per-member factors at step n, [K] float32 on `device` (`trainers.optim.adam_factors`
+        for the bundle's form), computed in double, then rounded once."""
         f = self.f64
-        factors = [adam_factors(*member, n) for member in zip(f["lr"], f["beta1"], f["beta2"], strict=True)]
+        factors = [
+            adam_factors(*member, n, self.kind)
+            for member in zip(f["lr"], f["beta1"], f["beta2"], strict=True)
+        ]
         neg_step, bc2_sqrt = (
             torch.tensor(column, dtype=torch.float64).to(device, torch.float32)
             for column in zip(*factors, strict=True)
