@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 #:    its gradient, as tf.clip_by_value's Minimum and Maximum pass it on a tie (torch 2.14.1's clamp
 #:    passed none; 2.11's passed it); HAR-2's default loss is the sigmoid cross-entropy on the logits, unclipped, which SGORNN's
 #:    Keras 2.3.1 on TF 1.15 computed (the clip-and-logit formula was Keras 2.2.4's, now `prob_clip` ε).
+#:    Presets (new values, no default moved): Emami et al.'s Adam is `keras_adam` (tf.keras' ε on √v),
+#:    SRNN's copy reads out 10 classes (`classes`), as their code did.
 TRAINER_VERSION = "10"
 
 
