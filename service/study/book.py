@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trainers
@@ -36,9 +36,9 @@ OUTAGE_NOTE = (
 )
 #: the reason of a trial whose result came while the ledger did not answer (`TrialBook.kept`)
 KEPT_NOTE = (
-    "its result came while the ledger did not answer: this process keeps it, and writes it when it runs "
-    "the study again (once the ledger answers), without training it again; a restart loses it, and it "
-    "trains again"
+    "its result came while the ledger did not answer: it is kept on this machine's disk (the home's "
+    "unwritten/ folder) and written when the study runs here again (once the ledger answers, by this "
+    "process or the next), without training it again"
 )
 
 
@@ -147,8 +147,8 @@ class TrialBook:
     A run whose ledger does not answer past its patience (`service.store.patience.outage`) ends with
     that error; its open members go back to `pending` with no attempt spent (`pause_unfinished`: the
     driver's fault, not theirs), and a result that came and could not be written is kept (`kept`, the
-    engine's for the study, in this process) and written by the study's next run here (`write_kept`)
-    before anything trains: it trains again only when the process ends first."""
+    engine's for the study: on disk, `service.study.kept`) and written by the study's next run on this
+    machine (`write_kept`) before anything trains, by this process or the next."""
 
     def __init__(
         self,
@@ -158,11 +158,11 @@ class TrialBook:
         stop: Stop,
         sampled: bool,
         attempts: int = 3,
-        kept: dict[str, trainers.TrialResult] | None = None,
+        kept: MutableMapping[str, trainers.TrialResult] | None = None,
     ) -> None:
         self.ledger, self.study_id, self.record, self.stop = ledger, study_id, record, stop
         #: config hash → a result the ledger did not take (an outage): written by the study's next run
-        self.kept = kept if kept is not None else {}
+        self.kept: MutableMapping[str, trainers.TrialResult] = kept if kept is not None else {}
         self.sampled = sampled  # sampled points get their ledger rows as they start
         self.attempts = attempts
         self.ids: dict[str, int] = {}  # config hash → ledger trial id
@@ -303,7 +303,7 @@ class TrialBook:
             self._close(run, *how)
 
     def write_kept(self) -> list[str]:
-        """The results an earlier run of the study in this process could not write (`kept`), recorded now
+        """The results an earlier run of the study on this machine could not write (`kept`), recorded now
         on their trials still unfinished, before anything trains: none trains again, and each keeps the
         one start (`runs`) that trained it. A result whose trial has finished since (another process
         trained it) is dropped. Their config hashes."""
@@ -311,11 +311,12 @@ class TrialBook:
             return []
         rows = {t.config_hash: t.id for t in self.ledger.trials(self.study_id, UNFINISHED)}
         written = []
-        for key, result in sorted(self.kept.items()):
-            if key in rows:
+        for key in sorted(self.kept):
+            result = self.kept.get(key)  # None: its file could not be read (set aside): it trains again
+            if result is not None and key in rows:
                 self.record.finished(rows[key], result)
                 written.append(key)
-            del self.kept[key]
+            self.kept.pop(key, None)
         return written
 
     def settle(self) -> str | None:

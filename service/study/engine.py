@@ -27,7 +27,6 @@ from functools import partial
 from itertools import pairwise
 from typing import Any
 
-import trainers
 from search_spaces import SearchSpace
 from service.core.errors import StudyError
 from service.core.settings import Settings
@@ -44,6 +43,7 @@ from service.study.book import OUTAGE_NOTE, SHUTDOWN_NOTE, Stop, TrialBook
 from service.study.claim import StudyClaim
 from service.study.elsewhere import Held, alive, look_elsewhere, wait_for_others
 from service.study.executor import Executor, RunRequest
+from service.study.kept import KeptResults
 from service.study.nodes import prepare_ray_process
 from service.study.other_code import drawn_under_other_code, hash_today, other_code, part_of
 from service.study.packing import bundle, pack_study, point_key, stopped_points
@@ -273,8 +273,9 @@ class Engine:
         self.new_tracker = tracker or self._tracker
         #: the recorder of each study this engine runs (its pace: `StudyRecorder.eta`)
         self.progress: dict[str, StudyRecorder] = {}
-        #: per study, the results a run could not write (the ledger did not answer): its next run's first
-        self.unwritten: dict[str, dict[str, trainers.TrialResult]] = {}
+        #: per study, the results a run could not write (the ledger did not answer), on disk under the
+        #: home's unwritten/ (`service.study.kept`): its next run's first, in this process or the next
+        self.unwritten: dict[str, KeptResults] = {}
 
     def _tracker(self, uri: str) -> Tracker:
         s = self.settings
@@ -550,7 +551,7 @@ class Engine:
         self.pend_orphans(study.id)  # the runner did at its claim; a caller without one, here
         book = TrialBook(
             self.ledger, study.id, record, stop, sampled=spec.sampler != "grid", attempts=attempts,
-            kept=self.unwritten.setdefault(study.id, {}),
+            kept=self.unwritten.setdefault(study.id, KeptResults(self.settings.home / "unwritten" / study.id)),
         )  # fmt: skip
         if written := book.write_kept():  # a run the ledger failed could not: written, not trained again
             log.info("study %s: %d results a ledger outage held back are written", study.id, len(written))

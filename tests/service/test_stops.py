@@ -659,6 +659,44 @@ class DownAfterACommit(InProcess):
         raise AssertionError("the second result's write outlasts its patience")
 
 
+def test_a_result_kept_through_an_outage_outlives_its_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The results that came while the ledger did not answer were kept in the process's memory: a
+    restart before the ledger came back (a server redeployed, `memsweep run` interrupted) lost them and
+    they trained again. They are kept on disk under the home, and the study's next run in another
+    process writes them, training none of them again; one whose file cannot be read trains again."""
+    from ray.tune.error import TuneError
+
+    from service.study.engine import Engine
+    from tests.service.test_lifecycle import MemoryTracker
+
+    engine = outage_engine(tmp_path, monkeypatch)
+    ex = engine._executor
+    study = engine.create_study(grid(bundle_size=2))
+    with pytest.raises(TuneError):
+        engine.run_study(study.id)
+    assert len(ex.reported) == 2  # a bundle of two whose results came during the outage
+    folder = tmp_path / "unwritten" / study.id
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{h}.result.pt" for h in ex.reported)
+    reason = {t.config_hash: t.reason for t in engine.ledger.trials(study.id)}[ex.reported[0]] or ""
+    assert "kept on this machine's disk" in reason and "by this process or the next" in reason, reason
+
+    # the process ends; a new one (its own engine, as a restarted server's) runs the study
+    spoiled = ex.reported[-1]
+    (folder / f"{spoiled}.result.pt").write_bytes(b"not a result")
+    again = Engine(engine.settings, tracker=MemoryTracker)  # type: ignore[arg-type]
+    again._executor = InProcess()
+    again.run_study(study.id)
+    trained = [h for units in again._executor.rounds for unit in units for h in unit]
+    assert set(trained) & set(ex.reported) == {spoiled}, "a kept result was trained again"
+    final = {t.config_hash: t for t in again.ledger.trials(study.id)}
+    assert again.ledger.study(study.id).state == "done"
+    assert all(final[h].status == "done" and final[h].runs == 1 for h in ex.reported if h != spoiled)
+    assert (final[spoiled].status, final[spoiled].runs) == ("done", 2)
+    assert [p.name for p in folder.iterdir()] == [f"{spoiled}.result.pt.unreadable"]  # set aside, said
+
+
 def test_a_result_written_just_before_an_outage_stays_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
