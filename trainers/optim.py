@@ -20,9 +20,9 @@ which on the CPU is MKL's vector maths (`vsSqrt`), whose kernel in the portable 
 branch starts from `rsqrtps`, an approximation whose bits each vendor sets: an Intel Xeon and an AMD
 EPYC parted in the last bit of the first RMSprop step (issue 33).
 
-Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable mode this module's
-`Optimizer`; otherwise torch's own (`torch.optim.RMSprop` / `Adam`), so the native mode and the GPU
-compute what they always computed.
+Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable mode, and for
+`keras_adam` everywhere (torch has no such form), this module's `Optimizer`; otherwise torch's own
+(`torch.optim.RMSprop` / `Adam`), so the native mode and the GPU compute what they always computed.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from trainers import numerics
 from trainers.config import TrainConfig
 
 Constant = float | torch.Tensor  # a Python float (a solo run) or a [K, 1, …] column (a bundle)
+#: the optimisers that keep Adam's two moments and step with `adam_` (the rest: RMSprop)
+ADAM_KINDS = ("adam", "keras_adam")
 Sqrt = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -53,8 +55,9 @@ def adam_(
     one_minus_beta1: Constant, beta2: Constant, one_minus_beta2: Constant, eps: Constant,
     neg_step: Constant, bc2_sqrt: Constant, root: Sqrt = numerics.sqrt,
 ) -> None:  # fmt: skip
-    """m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p − lr/(1−β1ⁿ) · m / (√v / √(1−β2ⁿ) + ε), in
-    place (torch's Adam; `neg_step` = −lr/(1−β1ⁿ) and `bc2_sqrt` = √(1−β2ⁿ) from `adam_factors`)."""
+    """m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p + neg_step · m / (√v / bc2_sqrt + ε), in
+    place, with `adam_factors`' factors: torch's Adam (neg_step = −lr/(1−β1ⁿ), bc2_sqrt = √(1−β2ⁿ)), or
+    Keras' (neg_step = −lr·√(1−β2ⁿ)/(1−β1ⁿ), bc2_sqrt = 1: ε added to √v itself)."""
     m.lerp_(g, one_minus_beta1)
     v.mul_(beta2).addcmul_(g * one_minus_beta2, g)
     denom = root(v).div_(bc2_sqrt).add_(eps)

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, load_only, sessionmaker
 
 from service.core.states import FINISHED, TrialStatus
 from service.core.trial import Known, TrialSpec, known_of
@@ -389,10 +389,17 @@ class Ledger:
 
     @outlasting
     def done_of_models(self, models: Sequence[str]) -> list[Trial]:
-        """Every trial of these model names that some study finished `done`, under any hash (with its
-        config; its matrices stay unloaded): where a plan looks for results made under other code."""
+        """Every trial of these model names that some study finished `done`, under any hash: its identity,
+        config and provenance only (not its history or matrices), where a plan looks for results made
+        under other code."""
         with self.session() as s:
-            q = select(Trial).where(Trial.model.in_(list(models)), Trial.status == "done").order_by(Trial.id)
+            wanted = (Trial.id, Trial.study_id, Trial.config_hash, Trial.model, Trial.params, Trial.config)
+            q = (
+                select(Trial)
+                .options(load_only(*wanted, Trial.provenance, raiseload=True))
+                .where(Trial.model.in_(list(models)), Trial.status == "done")
+                .order_by(Trial.id)
+            )
             return list(s.scalars(q))
 
     @outlasting

@@ -6,6 +6,7 @@ executor only tells it what happened (`Executor`, `service.study.executor`); it 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +20,8 @@ from trainers import plugins
 from trainers.model import build_model, count_params
 from trainers.runtime import record_task
 from trainers.schedule import Schedule
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the worker's record of where it trains; the book only keeps it
     from service.study.worker import Placement
@@ -314,9 +317,19 @@ class TrialBook:
         for key in sorted(self.kept):
             result = self.kept.get(key)  # None: its file could not be read (set aside): it trains again
             if result is not None and key in rows:
-                self.record.finished(rows[key], result)
-                written.append(key)
-            self.kept.pop(key, None)
+                try:
+                    self.record.finished(rows[key], result)
+                    written.append(key)
+                except Exception as exc:
+                    if outage(exc) is not None:
+                        raise  # down again: still kept, for the next run
+                    log.exception(
+                        "study %s: a kept result of %s could not be written; it trains again",
+                        self.study_id,
+                        key,
+                    )
+            with contextlib.suppress(KeyError):
+                del self.kept[key]
         return written
 
     def settle(self) -> str | None:

@@ -697,6 +697,47 @@ def test_a_result_kept_through_an_outage_outlives_its_process(
     assert [p.name for p in folder.iterdir()] == [f"{spoiled}.result.pt.unreadable"]  # set aside, said
 
 
+def test_kept_results_read_back_whole_across_a_record_change_and_a_disk_that_refuses(tmp_path: Path) -> None:
+    """A kept result reads back as it was written, W and V included; one written by a memsweep whose
+    record had another field reads with what this one knows; a wrong file is set aside, not read again;
+    a disk that refuses the file keeps the result in memory; a save a crash cut short leaves nothing."""
+    import torch
+
+    import trainers
+    from service.study.kept import SUFFIX, KeptResults, packed
+    from trainers.result import Evaluation
+
+    result = trainers.TrialResult(
+        final_val_loss=0.25, final_metric=0.5, metric_name="recall_accuracy", steps=20, budget_steps=20,
+        history=[Evaluation(10, 1.0, 0.5, 0.4, 0.3, 1.5), Evaluation(20, 2.0, 0.3, 0.25, 0.5, 3.0)],
+        provenance={"numerics": "portable"}, recurrent_matrix=torch.randn(4, 4), input_matrix=torch.randn(4, 2),
+    )  # fmt: skip
+    kept = KeptResults(tmp_path / "unwritten" / "s1")
+    kept["a1"] = result
+    back = KeptResults(tmp_path / "unwritten" / "s1")["a1"]  # another process's view of the same folder
+    assert back.to_dict() == result.to_dict()
+    assert torch.equal(back.recurrent_matrix, result.recurrent_matrix)
+    assert torch.equal(back.input_matrix, result.input_matrix)
+    other = packed(result)
+    other["fields"] = other["fields"][:-1] + ', "a_field_of_another_version": 1}'
+    torch.save(other, kept.folder / f"b2{SUFFIX}")
+    assert kept["b2"].to_dict() == result.to_dict()
+    torch.save({"not": "a result"}, kept.folder / f"c3{SUFFIX}")
+    assert kept.get("c3") is None and "c3" not in kept and (kept.folder / f"c3{SUFFIX}.unreadable").exists()
+    (kept.folder / f"d4{SUFFIX}.part").write_bytes(b"cut short")
+    assert sorted(kept) == ["a1", "b2"]
+    del kept["a1"], kept["b2"]
+    assert not kept and not (kept.folder / f"d4{SUFFIX}.part").exists()
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    in_memory = KeptResults(blocked / "s2")  # its folder cannot be made
+    in_memory["e5"] = result
+    assert list(in_memory) == ["e5"] and in_memory["e5"] is result and "e5" in in_memory
+    del in_memory["e5"]
+    assert not in_memory
+
+
 def test_a_result_written_just_before_an_outage_stays_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

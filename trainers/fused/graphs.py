@@ -33,6 +33,8 @@ from typing import Any, Protocol
 
 import torch
 
+from trainers.optim import ADAM_KINDS
+
 Batch = dict[int, tuple[torch.Tensor, torch.Tensor]]  # seed → (x, y) on the bundle's device
 
 log = logging.getLogger(__name__)
@@ -174,10 +176,7 @@ class GraphedStep:
         self.losses: torch.Tensor | None = None
         self.side: Any = None  # torch.cuda.Stream, made at the first warm-up
         opt = bundle.optimizer
-        if opt.kind in (
-            "adam",
-            "keras_adam",
-        ):  # its per-step factors live in device buffers, filled before each step
+        if opt.kind in ADAM_KINDS:  # its per-step factors live in device buffers, filled before each step
             K = bundle.size
             opt.static_factors = (torch.empty(K, device=bundle.device), torch.empty(K, device=bundle.device))
 
