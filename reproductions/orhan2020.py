@@ -119,6 +119,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "spec": spec.model_dump(mode="json"),
             "summary": summary,
             "numerics": dict(zip(("modes", "machines"), numerics_of(trials), strict=True)),
+            "failed": [
+                {"model": t.model, "params": t.params, "reason": t.reason}
+                for t in trials
+                if t.status == "failed"
+            ],
             "mlflow_url": ui_link(
                 engine.tracking_uri(), summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
             ),
@@ -189,6 +194,7 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
             at = {row["step"]: row for row in budget["by_model"][model]}
             cells += [f"{at[m]['succeeded']}/{at[m]['trials']}" for m in marks]
             lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        lines += _failed_lines(r.get("failed", []), r["trials"])
         henrici = s["henrici_index"]
         if henrici:
             lines += ["", "Henrici index d(W) of the successful runs (mean ± s.e.m.):", ""]
@@ -208,6 +214,22 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
             ]
         lines += ["", f"MLflow: {r['mlflow_url']}", ""]
     return "\n".join(lines)
+
+
+def _failed_lines(failed: list[dict[str, Any]], trials: int) -> list[str]:
+    """The trials that failed (a non-finite loss: the authors' Keras run would have gone NaN too, and is
+    counted as not succeeding, docs/protocol.md §1.6), each with its point and reason."""
+    if not failed:
+        return []
+    lines = [
+        "",
+        f"Failed: {len(failed)} of {trials} (counted as not succeeding, as the paper's runs would be):",
+        "",
+    ]
+    for f in failed:
+        point = " ".join(f"{k}={v}" for k, v in f["params"].items())
+        lines.append(f"- {f['model']} {point}: {f['reason']}")
+    return lines
 
 
 def _numerics_lines(result: dict[str, Any]) -> list[str]:
