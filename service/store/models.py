@@ -89,7 +89,7 @@ class Trial(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), index=True)
     config_hash: Mapped[str] = mapped_column(String(32), index=True)
-    model: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(100), index=True)
     params: Mapped[dict[str, Any]] = mapped_column(JSON)  # the point's varied settings, seed included
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the full resolved trial config
     # the result (trainers.TrialResult), pending until the trial finishes
