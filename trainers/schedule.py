@@ -63,22 +63,30 @@ class Watch:
         self.guard = cfg.divergence_guard
         self.limit = math.inf if cfg.divergence_guard is None else cfg.divergence_guard * baseline
         self.early_stop_loss = cfg.early_stop_loss
+        self.since = 1  # the first step of the running training loss (the loops reset it at each evaluation)
 
     def check_training(self, step: int, train_loss: float) -> bool:
-        """False (and the trial failed, with its reason) when the running training loss breaks the rule."""
-        reason = self._broken("training", train_loss, step)
+        """False (and the trial failed, with its reason) when the running training loss — the mean over
+        the steps since the last evaluation — breaks the rule. The reason names those steps: the loss is
+        checked only where the schedule says (a check or an evaluation), so it broke somewhere in them."""
+        window = (
+            f"at step {step}"
+            if self.since == step
+            else f"in steps {self.since}–{step} (their mean, checked at {step})"
+        )
+        reason = self._broken("training", train_loss, window)
         if reason is not None:
             self.result.status, self.result.reason = "failed", reason
             return False
         return True
 
-    def _broken(self, which: str, loss: float, step: int) -> str | None:
-        """Why this loss ends the trial, or None."""
+    def _broken(self, which: str, loss: float, where: str) -> str | None:
+        """Why this loss ends the trial, or None; `where`: the step, or steps, it is of ("at step 5")."""
         if not math.isfinite(loss):
-            return f"{which} loss is not finite ({loss}) at step {step}"
+            return f"{which} loss is not finite ({loss}) {where}"
         if loss > self.limit:
             return (
-                f"{which} loss {loss:.4g} at step {step} is above the divergence guard "
+                f"{which} loss {loss:.4g} {where} is above the divergence guard "
                 f"({self.guard:g} × baseline; an opt-in, not the papers' protocol)"
             )
         return None
@@ -92,7 +100,8 @@ class Watch:
         if self.report is not None:
             self.report(evaluation)
         val_loss, step = evaluation.val_loss, evaluation.step
-        reason = self._broken("validation", val_loss, step)
+        self.since = step + 1
+        reason = self._broken("validation", val_loss, f"at step {step}")
         if reason is not None:
             r.status, r.reason = "failed", reason
             return True

@@ -96,6 +96,25 @@ def test_nan_loss_is_a_failed_trial(monkeypatch):
     monkeypatch.setattr(AdditionTask, "loss", loss)
     r = train(cfg(steps=60, eval_every=60))
     assert r.status == "failed" and "nan" in r.reason.lower() and r.steps == 50
+    # checked every 50 steps: the reason names the steps whose mean it was, not the step it went NaN
+    assert r.reason == "training loss is not finite (nan) in steps 1–50 (their mean, checked at 50)"
+
+
+def test_a_nan_reason_names_the_steps_since_the_last_evaluation(monkeypatch):
+    original, calls = AdditionTask.loss, {"n": 0}
+
+    def loss(self, out, y):  # the 25th training step's loss is NaN (evaluations not counted)
+        value = original(self, out, y)
+        calls["n"] += value.requires_grad
+        return value * math.nan if value.requires_grad and calls["n"] == 25 else value
+
+    monkeypatch.setattr(AdditionTask, "loss", loss)
+    r = train(cfg(steps=60, eval_every=20))
+    assert r.status == "failed" and [e.step for e in r.history] == [20]
+    assert r.reason == "training loss is not finite (nan) in steps 21–40 (their mean, checked at 40)"
+    calls["n"] = 0
+    r = train(cfg(steps=60, eval_every=1))  # checked at every step: the step itself
+    assert r.reason == "training loss is not finite (nan) at step 25"
 
 
 def test_an_exception_while_training_is_a_failed_trial(monkeypatch):
