@@ -1,6 +1,7 @@
 """memsweep's default Orhan & Pitkow protocol (docs/protocol.md §1) against an independent transcription of
 the authors' Keras 2.2.4 / TensorFlow model and training step (their train.py), written here in plain
-autograd from Keras's and TensorFlow's source, one small function per piece.
+autograd from Keras's and TensorFlow's source, one small function per piece; and Emami et al.'s students
+(docs/protocol.md §3: their tf.keras SimpleRNN, its URNN projection and tf.keras' Adam) the same way.
 
 The transcription starts from memsweep's initial weights (what the initialisers draw is tested elsewhere)
 and fits memsweep's batches; the cell, the readout, the loss, the clip and the optimiser are its own. It
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from search_spaces.emami2019 import GAUSSIAN_20DB, SPARSE_15DB
 from search_spaces.orhan2020 import ADDITION_750, COPY_500
 from search_spaces.space import SearchSpace
 from trainers import resolve, train
@@ -318,3 +320,103 @@ def test_a_probability_on_the_clips_bound_keeps_its_gradient_as_in_tensorflow() 
     assert at_or_past.sum() > 100
     assert (at_or_past & kept).sum() > 10  # on the bound: TF's gradient, where torch.clamp's is zero
     assert (at_or_past & ~kept).sum() > 10  # past it: none, as in TF
+
+
+# ---------------------------------------------------------------------------------------------------
+# Emami et al.'s students (melikaemami/URNN:urnn_synth_test.py, tf.keras): SimpleRNN(relu,
+# return_sequences) → TimeDistributed(Dense(linear)), the MSE over every step and output, tf.keras' Adam,
+# and for the URNN the recurrent kernel replaced by its polar factor after every batch (`project`).
+
+
+def keras_adam_(
+    params: list[torch.Tensor], grads: list[torch.Tensor], ms: list[torch.Tensor], vs: list[torch.Tensor],
+    lr: float, n: int,
+) -> None:  # fmt: skip
+    """tf.keras' Adam (optimizer_v2/adam.py → ApplyAdam) at its defaults β 0.9/0.999, ε 1e-7, step n ≥ 1:
+    m ← β1 m + (1 − β1) g;  v ← β2 v + (1 − β2) g²;  p ← p − lr·√(1 − β2ⁿ)/(1 − β1ⁿ) · m / (√v + ε)."""
+    beta1, beta2 = 0.9, 0.999
+    rate = lr * (1.0 - beta2**n) ** 0.5 / (1.0 - beta1**n)
+    for p, g, m, v in zip(params, grads, ms, vs, strict=True):
+        m.copy_(beta1 * m + (1.0 - beta1) * g)
+        v.copy_(beta2 * v + (1.0 - beta2) * g * g)
+        p.sub_(rate * m / (torch.sqrt(v) + KERAS_EPSILON))
+
+
+def polar(w: torch.Tensor) -> torch.Tensor:
+    """Their `project`: U, s, Vt = svd(W); W ← U Vt (numpy on the float32 kernel)."""
+    u, _, vh = torch.linalg.svd(w)
+    return u @ vh
+
+
+def keras_student_run(resolved: Resolved, project: bool) -> KerasRun:
+    """Their student, fitted by the functions above for the trial's steps from memsweep's initial weights
+    on memsweep's batches; `project`: the URNN's polar projection of the recurrent kernel after each batch."""
+    cfg, task = resolved.config, resolved.make_task()
+    net = build_model(resolved, task)
+    K = net.cell.weight_ih.detach().T.clone()  # [d, N]
+    R = net.cell.weight_hh.detach().T.clone()  # [N, N]
+    b = net.cell.bias.detach().clone()  # [N]
+    D = net.readout.weight.detach().T.clone()  # Dense kernel [N, nout]
+    c = net.readout.bias.detach().clone()  # [nout]
+    params = [p.requires_grad_() for p in (K, R, b, D, c)]
+    ms, vs = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+
+    def fit_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """x [T, B, nin], y [T, B, nout] time-major, as memsweep encodes them; Keras's are batch-major."""
+        H = simple_rnn(x.transpose(0, 1), K, R, b, tf_relu)  # [B, T, N]
+        return weighted_objective(mean_squared_error(y.transpose(0, 1), H @ D + c))
+
+    val_x, val_y = task.encode(task.val_split().take(slice(None)), CPU)
+    batches = training_batches(task, cfg.batch_size, cfg.seed)
+    run = KerasRun()
+    for n in range(1, (cfg.steps or 0) + 1):
+        loss = fit_loss(*task.encode(next(batches), CPU))
+        grads = list(torch.autograd.grad(loss, params))  # no clipnorm
+        with torch.no_grad():
+            keras_adam_(params, grads, ms, vs, cfg.lr, n)
+            if project:
+                R.copy_(polar(R))
+            run.val_losses.append(float(fit_loss(val_x, val_y)))
+        run.losses.append(float(loss.detach()))
+    run.W, run.V = R.detach().T, K.detach().T
+    return run
+
+
+STUDENTS = {  # (preset, model, teacher realisation, hidden): both figures' input laws, n below and above n_true
+    "rnn-gaussian": (GAUSSIAN_20DB, "rnn", 1, 6),
+    "urnn-gaussian": (GAUSSIAN_20DB, "urnn", 2, 8),
+    "rnn-sparse": (SPARSE_15DB, "rnn", 3, 2),
+    "urnn-sparse": (SPARSE_15DB, "urnn", 1, 4),
+}
+
+
+@pytest.mark.parametrize("name", STUDENTS)
+def test_emamis_students_train_as_their_tf_keras_code_did(name: str) -> None:
+    space, model, teacher, hidden = STUDENTS[name]
+    config = preset_trial(
+        space, model, hidden=hidden, teacher_seed=teacher, seq_len=40, n_train=30, n_val=10, seed=1,
+        epochs=1, steps=24, eval_every=1, device="cpu", threads=1, numerics=default_mode(),
+    )  # fmt: skip
+    result = train(config)
+    assert result.status == "done", result.reason
+    keras = keras_student_run(resolve(config), project=model == "urnn")
+
+    got = torch.tensor([[e.train_loss, e.val_loss] for e in result.history], dtype=torch.float64)
+    want = torch.tensor([keras.losses, keras.val_losses], dtype=torch.float64).T
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0.0, msg=lambda m: f"[train, val] losses: {m}")
+    assert got[-1, 1] < 0.9 * got[0, 1], (
+        "the student learns: a case that only tests a frozen network says little"
+    )
+    for matrix, mine, theirs in (
+        ("W", result.recurrent_matrix, keras.W),
+        ("V", result.input_matrix, keras.V),
+    ):
+        scale = float(theirs.abs().max())
+        torch.testing.assert_close(
+            mine, theirs, rtol=0.0, atol=WEIGHT_TOL * scale, msg=lambda m, w=matrix: f"{w}: {m}"
+        )
+    if model == "urnn":  # on the orthogonal group after the last step, as theirs
+        eye = torch.eye(hidden, dtype=torch.float64)
+        torch.testing.assert_close(
+            result.recurrent_matrix.double() @ result.recurrent_matrix.double().T, eye, rtol=0.0, atol=1e-6
+        )
