@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,12 +160,14 @@ class SearchSpace:
         seeds: Sequence[int] | None = None,
         dims: Mapping[str, Dimension] | None = None,
         models: Sequence[str] | None = None,
+        settings: Collection[str] | None = None,
     ) -> SearchSpace:
         """A copy with settings added to `base`, other seeds, dimensions replaced in every model
         that has them, or only some models (e.g. a shorter budget on a smaller grid).
 
         A `base` setting that a model varies or fixes is refused: the model's own value would win,
-        so the setting would be silently ignored."""
+        so the setting would be silently ignored. A dimension no model varies is refused; `settings`,
+        the names its trials take (the service's, from the trainers), tells a typo from a setting."""
         if models is not None and not models:
             raise SpaceError(
                 "models: [] selects no model; leave `models` out to run all of them, or name some of: "
@@ -195,15 +197,27 @@ class SearchSpace:
                     near = did_you_mean(key, varied)
                     if others:
                         hints.append(f"{key} is a dimension of {', '.join(others)}, not of the models chosen")
-                    elif near:
-                        hints.append(near)
+                    elif settings is None:
+                        hints.append(
+                            near
+                            or f"if {key} is a setting of these trials, give it one value for every trial in base"
+                        )
+                    elif key not in settings:
+                        near = near or did_you_mean(key, settings)
+                        hints.append(
+                            f"{key} is no setting of these trials, nor of their task or cells"
+                            + (f": {near}" if near else "")
+                        )
                     else:
                         hints.append(
-                            f"if {key} is a setting of these trials, give it one value for every trial in base"
+                            f"{key} is a setting of these trials that no model varies: give it one value for "
+                            f"every trial in base, or sweep it in a model of your own beside these (space: "
+                            f"{{models: {{NAME: {{fixed: {{...}}, dims: {{{key}: [value1, value2]}}}}}}}})"
                         )
                 raise SpaceError(
-                    f"cannot override {unknown}: not a dimension of space {self.name!r}'s models "
-                    f"{', '.join(m.name for m in chosen)} (dimensions: {varied}); {'; '.join(hints)}"
+                    f"cannot override {unknown}: not a dimension of the models "
+                    f"{', '.join(m.name for m in chosen)} of space {self.name!r} (dimensions: {varied}); "
+                    f"{'; '.join(hints)}"
                 )
             chosen = tuple(
                 Model(m.name, m.fixed, {k: dims.get(k, d) for k, d in m.dims.items()}) for m in chosen

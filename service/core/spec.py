@@ -6,6 +6,7 @@ turns it into trials.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -16,14 +17,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
+from search_spaces import PRESETS, Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
 from search_spaces.space import check_distinct, did_you_mean, distinct
 from service.core.errors import StudyError
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
 from trainers.numerics_modes import Numerics, default_mode
 from trainers.params import field_names
-from trainers.registry import PluginError, UnknownNameError
+from trainers.registry import PluginError, Registry, UnknownNameError
 
 # The trainers' registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a spec's space
 # meets them, so a stored spec is read and judged without torch (the CLI's reads of its ledger).
@@ -318,17 +319,58 @@ class StudySpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _dims_have_values(self, info: ValidationInfo) -> StudySpec:
+        """A dimension with no values (`dims: {lr: []}`, or `--dim lr=`, which reads as `[""]`) is refused
+        by its path, with values to give: an empty text value reached a trial as `lr = ''`."""
+        if (info.context or {}).get("stored"):
+            return self
+        for prefix, dims in self._written_dims():
+            for key, raw in dims.items():
+                if isinstance(raw, Mapping) and "values" not in raw:
+                    continue  # a range
+                values = raw["values"] if isinstance(raw, Mapping) else raw
+                values = list(values) if isinstance(values, (list, tuple)) else [values]
+                empty = [i for i, v in enumerate(values) if isinstance(v, str) and not v.strip()]
+                if values and not empty:
+                    continue
+                given = [v for i, v in enumerate(values) if i not in empty]
+                said = (
+                    f"[{empty[0]}] = {values[empty[0]]!r} is no value (a comma too many?): give values only"
+                    if given
+                    else " has no values: give one or more"
+                )
+                example = [str(v) for v in given or self._example_values(key)]
+                flag = f" (on the command line: --dim {key}={','.join(example)})" if prefix == "dims" else ""
+                raise ValueError(
+                    f"{prefix}.{key}{said}, e.g. {key}: [{', '.join(example)}]{flag}, or leave {prefix}.{key} out"
+                )
+        return self
+
+    def _written_dims(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """The spec's dimensions as written, each with the path it is written at."""
+        written: list[tuple[str, Mapping[str, Any]]] = [("dims", self.dims)]
+        if self.space is not None:
+            written.append(("space.dims", self.space.dims))
+            written += [(f"space.models.{name}.dims", m.dims) for name, m in self.space.models.items()]
+        return written
+
+    def _example_values(self, key: str) -> list[Any]:
+        """Two values of dimension `key` to show: the preset's first two, else placeholders."""
+        if self.preset is not None:
+            with contextlib.suppress(KeyError):
+                for m in get_preset(self.preset).models:
+                    if isinstance(dim := m.dims.get(key), Values):
+                        return list(dim.values[:2])
+        return ["value1", "value2"]
+
+    @model_validator(mode="after")
     def _each_value_once(self, info: ValidationInfo) -> StudySpec:
         """A value given twice in a dimension (`lr: [1e-3, 0.001]`) is refused where it is written: the
         plan counted both, the study held their trials once. A stored spec (`STORED`), written before
         this rule, is read as it was (its space keeps each value once: `search_spaces.distinct`)."""
         if (info.context or {}).get("stored"):
             return self
-        written: list[tuple[str, Mapping[str, Any]]] = [("dims", self.dims)]
-        if self.space is not None:
-            written.append(("space.dims", self.space.dims))
-            written += [(f"space.models.{name}.dims", m.dims) for name, m in self.space.models.items()]
-        for prefix, dims in written:
+        for prefix, dims in self._written_dims():
             for key, raw in dims.items():
                 values = raw.get("values") if isinstance(raw, Mapping) else raw
                 if isinstance(values, (list, tuple)):
@@ -408,6 +450,7 @@ class StudySpec(BaseModel):
         arms: list[Model] = []
         if self.preset is not None:
             preset = get_preset(self.preset)
+            check_preset_choice(preset, self.base, self.models)
             models, base, seeds = list(preset.models), dict(preset.base), preset.seeds
             name, citation, description = preset.name, preset.citation, preset.description
             own_models = (
@@ -441,7 +484,10 @@ class StudySpec(BaseModel):
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
         base = {**self.base, "numerics": self.numerics}
-        space = space.with_overrides(base=base, seeds=self.seeds, dims=dims or None, models=self.models)
+        settings = trial_settings(dataclasses.replace(space, base={**space.base, **base})) if dims else None
+        space = space.with_overrides(
+            base=base, seeds=self.seeds, dims=dims or None, models=self.models, settings=settings
+        )
         # the preset's settings of its own cell (Orhan's nonlinearity) are its models'; an added cell's arm
         # takes only those the study itself sets
         preset_own = set(space.base) - set(self.base) if arms else set()
@@ -481,6 +527,66 @@ def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | N
                 own[key] = dim_from_dict(value, f"dims.{key}")
         arms.append(Model(name, {"cell": name}, {**shared, **own}))
     return arms
+
+
+def check_preset_choice(preset: SearchSpace, base: Mapping[str, Any], models: list[str] | None) -> None:
+    """Refuse a study's `task` or `cell` (`base`, `--set task=addition`) over the one a preset fixes for its
+    models, when the preset's settings of it are none of the new one's (the copy grid's `layout` on
+    addition; Orhan's `nonlinearity` on lstm): said as the preset's, not as an unknown field the user never
+    set. A cell beside the preset's models is an arm of its own (`models`)."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
+    registries: dict[str, Registry[Any]] = {"task": TASKS, "cell": CELLS}
+    ours = [m.name for m in preset.models if models is None or m.name in models]
+    for key, registry in registries.items():
+        new, old = base.get(key), preset.base.get(key)
+        if not ours or new == old or new not in registry or old not in registry:
+            continue  # (an unknown name is refused naming it, where the trials are resolved)
+        fields = set(field_names(registry.get(str(new)).Config)) | set(TOP_FIELDS)
+        own = field_names(registry.get(str(old)).Config)
+        stranded = [k for k in preset.base if k in own and k not in fields and k not in base]
+        if not stranded:
+            continue
+        why = (
+            f"base.{key} = {new!r}: preset {preset.name!r} fixes {key} {old!r} for its models, with "
+            f"{', '.join(f'{k} = {preset.base[k]!r}' for k in stranded)} ({old}'s settings, none of {new}'s)"
+        )
+        if key == "task":
+            grids = [p.name for p in PRESETS.values() if p.base.get("task") == new]
+            other = (
+                f"run one of its presets, {', '.join(grids)} (`memsweep presets` lists them), or an explicit `space`"
+                if grids
+                else f"give an explicit `space` with base: {{task: {new}}} (no preset is a grid of {new})"
+            )
+            raise SpaceError(
+                f"{why}; the task is the preset's: leave task out of base, and for task {new!r} {other}"
+            )
+        arms = list(dict.fromkeys([*(models or ours), str(new)]))
+        raise SpaceError(
+            f"{why}; the cell is the preset's: leave cell out of base, and to train {new} beside its models "
+            f"on its protocol, add {new} as a model: models: [{', '.join(arms)}] (on the command line: "
+            f"--models {','.join(arms)})"
+        )
+
+
+def trial_settings(space: SearchSpace) -> set[str] | None:
+    """The settings a trial of `space` takes: a trial's, its tasks' and its models' cells' (also written
+    `task.x`, `cell.x`); None when one of its tasks or cells is not registered (refused, naming it, where
+    its trials are resolved)."""
+    from trainers.cells import CELLS
+    from trainers.tasks import TASKS
+
+    names = set(TOP_FIELDS) - {"task_params", "cell_params"}
+    for key, registry, default in (("task", TASKS, TrainConfig.task), ("cell", CELLS, TrainConfig.cell)):
+        chosen = {space.base.get(key, default), *(m.fixed[key] for m in space.models if key in m.fixed)}
+        chosen |= {v for m in space.models if isinstance(d := m.dims.get(key), Values) for v in d.values}
+        for name in chosen:
+            if not (isinstance(name, str) and name in registry):
+                return None
+            own = field_names(registry.get(name).Config)
+            names |= {*own, *(f"{key}.{n}" for n in own)}
+    return names
 
 
 #: fields that pick a preset model's cell or initialiser: never shared with an added cell's arm

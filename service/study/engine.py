@@ -115,14 +115,24 @@ def dropped_values(rows: Sequence[Any], trials: Sequence[Any]) -> dict[str, list
     return {k: sorted(v, key=value_sort_key) for k, v in dropped.items()}
 
 
-def dropped_message(dropped: Mapping[str, Sequence[str]]) -> str:
+def dropped_message(dropped: Mapping[str, Sequence[str]], seeds: Sequence[int] = ()) -> str:
+    """Why an extension is refused (`dropped_values`), with the fix: left-out seeds as the whole list to
+    give, the study's and the extension's `seeds`."""
     said = "; ".join(f"{k}: {', '.join(v)}" for k, v in dropped.items())
+    examples = []
+    if "seed" in dropped:
+        every = sorted({*seeds, *(int(s) for s in dropped["seed"])})
+        examples.append(f"seeds: {every}, or --seeds {','.join(map(str, every))}")
+    if set(dropped) - {"seed"}:
+        examples.append(
+            "dims: {lr: [old values…, new]}, or --dim lr=OLD,…,NEW; a new dimension with the value its "
+            "trials ran at"
+        )
     return (
         f"extend adds points and keeps the study's; this one leaves out values its trials hold ({said}). "
-        "Give each dimension, model list or seed list its values so far with the new ones (e.g. "
-        "dims: {lr: [old values…, new]}, or --dim lr=OLD,…,NEW; a new dimension with the value its "
-        "trials ran at), or create a new study for the other values (finished trials this ledger holds "
-        "are reused)"
+        f"Give each dimension, model list or seed list its values so far with the new ones (e.g. "
+        f"{'; '.join(examples)}), or create a new study for the other values (finished trials this ledger "
+        "holds are reused)"
     )
 
 
@@ -347,7 +357,7 @@ class Engine:
             raise StudyError(retrained_message(again, old, spec))
         dropped = dropped_values(rows, trials) if spec.sampler == "grid" else {}
         if dropped:
-            raise StudyError(dropped_message(dropped))
+            raise StudyError(dropped_message(dropped, space.seeds))
         if spec.sampler != "grid" and list(self.space(old).seeds) != list(space.seeds):
             raise StudyError(
                 f"extend keeps a sampled study's seeds ({', '.join(map(str, self.space(old).seeds))}): each "

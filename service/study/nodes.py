@@ -63,6 +63,9 @@ def ensure_ray(settings: Settings) -> None:
 
 
 _starting = threading.Lock()
+#: the settings of the embedded Ray this process started (`_start_ray`), until `shutdown_ray`: a Ray that
+#: is up is asked what it has (`unplaceable`), and an embedded one is this machine, not a cluster to grow
+_embedded_ray: Settings | None = None
 
 
 def _ensure_ray(settings: Settings) -> None:
@@ -117,6 +120,7 @@ def prepare_ray_process(settings: Settings) -> None:
 
 
 def _start_ray(settings: Settings) -> None:
+    global _embedded_ray
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
     with environ_lock:
@@ -177,6 +181,7 @@ def _start_ray(settings: Settings) -> None:
                 address="local", num_cpus=embedded_cpus(settings), include_dashboard=False,
                 log_to_driver=False, runtime_env=workers,
             )  # fmt: skip
+        _embedded_ray = settings
         record = embedded_ray_record(settings.home, os.getpid())
         record.parent.mkdir(parents=True, exist_ok=True)
         driver = {"pid": os.getpid(), "started": processes.started(os.getpid()), "mark": mark}
@@ -189,7 +194,9 @@ def shutdown_ray(settings: Settings) -> None:
     `reap_embedded_ray` (it had left `embedded-ray/<pid>.json` behind until the next start reaped it)."""
     import ray
 
+    global _embedded_ray
     ray.shutdown()
+    _embedded_ray = None
     embedded_ray_record(settings.home, os.getpid()).unlink(missing_ok=True)
 
 
@@ -321,13 +328,17 @@ def _kill_marked(mark: str) -> list[int]:
 
 def unplaceable(resources: Mapping[str, float]) -> str | None:
     """Why no node of the (running) Ray cluster can take a Ray trial asking these resources, naming
-    what the nodes have; None when one can. A request no node can satisfy would wait forever."""
+    what the nodes have; None when one can. A request no node can satisfy would wait forever. The
+    embedded Ray this process started is said as this machine's (`unplaceable_here`), as before it is up."""
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     wanted = {"CPU": float(resources.get("cpu", 0.0)), "GPU": float(resources.get("gpu", 0.0))}
     if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
         return None
+    if _embedded_ray is not None:
+        cpus, gpus = (sum(node.get(k, 0.0) for node in nodes) for k in ("CPU", "GPU"))
+        return this_machine_cannot(_embedded_ray, wanted, cpus, gpus)
     have = ", ".join(
         sorted({f"{node.get('CPU', 0.0):g} CPUs and {node.get('GPU', 0.0):g} GPUs" for node in nodes})
     )
@@ -406,6 +417,11 @@ def unplaceable_here(settings: Settings, resources: Mapping[str, float]) -> str 
     wanted = {"CPU": float(resources.get("cpu", 0.0)), "GPU": float(resources.get("gpu", 0.0))}
     if wanted["CPU"] <= cpus and wanted["GPU"] <= gpus:
         return None
+    return this_machine_cannot(settings, wanted, cpus, gpus)
+
+
+def this_machine_cannot(settings: Settings, wanted: Mapping[str, float], cpus: float, gpus: float) -> str:
+    """Why the embedded Ray, of `cpus` and `gpus`, cannot run a trial asking `wanted` (CPU, GPU)."""
     return (
         f"this machine's embedded Ray cannot run a trial asking {wanted['CPU']:g} CPUs and {wanted['GPU']:g} "
         f"GPUs (it has {cpus:g} CPUs{' (MEMSWEEP_RAY_NUM_CPUS)' if settings.ray_num_cpus else ''} and "

@@ -155,6 +155,25 @@ def test_with_overrides_unknown_dim() -> None:
         match=r"cannot override \['hidden'\].*if hidden is a setting of these trials, give it one value for every trial in base",
     ):
         small_space().with_overrides(dims={"hidden": Values((8,))})
+    # the space named once, with no doubled quote ("space 'toy''s models")
+    with pytest.raises(SpaceError) as err:
+        small_space().with_overrides(dims={"hidden": Values((8,))})
+    assert str(err.value).startswith(
+        "cannot override ['hidden']: not a dimension of the models a, b of space 'toy' (dimensions: ['lr', 'scale']); "
+    )
+    # the trials' settings known (the service's): a name that is none of them is said to be none, with the
+    # nearest; a setting no model varies is said to be one, with how to give or sweep it
+    settings = {"lr", "scale", "hidden", "alpha"}
+    with pytest.raises(SpaceError, match=r"; foo is no setting of these trials, nor of their task or cells$"):
+        small_space().with_overrides(dims={"foo": Values((1,))}, settings=settings)
+    with pytest.raises(SpaceError, match=r"alpah is no setting .*: did you mean 'alpha'\?$"):
+        small_space().with_overrides(dims={"alpah": Values((1,))}, settings=settings)
+    with pytest.raises(
+        SpaceError,
+        match=r"; hidden is a setting of these trials that no model varies: give it one value for every trial in "
+        r"base, or sweep it in a model of your own beside these \(space: .*dims: \{hidden: \[value1, value2\]\}",
+    ):
+        small_space().with_overrides(dims={"hidden": Values((8,))}, settings=settings)
     # b alone has no scale: said so, not "set it in base" (b's cell has no scale to set)
     with pytest.raises(SpaceError, match="scale is a dimension of a, not of the models chosen"):
         small_space().with_overrides(models=["b"], dims={"scale": Values((1.0,))})

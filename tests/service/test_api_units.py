@@ -1109,23 +1109,26 @@ def test_extending_with_nothing_new_changes_nothing(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "said"),
+    ("change", "said", "fix"),
     [
-        ({"seeds": [2, 3]}, "seed: 1"),
-        ({"dims": {"lr": [0.1]}}, "lr: 0.001, 0.01"),  # a value to add, given alone
+        ({"seeds": [2, 3]}, "seed: 1", "(e.g. seeds: [1, 2, 3], or --seeds 1,2,3)"),
+        ({"seeds": [3]}, "seed: 1, 2", "(e.g. seeds: [1, 2, 3], or --seeds 1,2,3)"),
+        ({"dims": {"lr": [0.1]}}, "lr: 0.001, 0.01", "(e.g. dims: {lr: [old values…, new]}, or --dim lr="),
     ],
 )
 def test_an_extension_that_leaves_out_the_studys_points_is_refused(
-    client: TestClient, change: dict[str, Any], said: str
+    client: TestClient, change: dict[str, Any], said: str, fix: str
 ) -> None:
     """`extend {"seeds": [2, 3]}` made the spec say seeds 2 and 3 while the study still held seed 1's
-    trials: its tables and resume kept them, its spec no longer listed them."""
+    trials: its tables and resume kept them, its spec no longer listed them. The fix names the seeds to
+    give when they are what is left out (it showed only `dims: {lr: …}`)."""
     study = client.post("/studies", json=grid(space={"dims": {"lr": [1e-3, 1e-2]}})).json()
     finish_all(client, study["id"])
     before = client.get(f"/studies/{study['id']}").json()
     r = client.post(f"/studies/{study['id']}/extend", json=change)
     assert r.status_code == 422, r.text
     assert f"leaves out values its trials hold ({said})" in r.json()["message"], r.text
+    assert fix in r.json()["message"] and ("seeds:" in fix) == ("seeds:" in r.json()["message"]), r.text
     after = client.get(f"/studies/{study['id']}").json()
     assert after["spec"] == before["spec"] and after["counts"] == before["counts"]
 
@@ -1216,15 +1219,21 @@ def test_an_empty_dimension_is_refused_by_its_path(
     """Issue 35 item 7: `dims.lr: []` said `a Values dimension needs at least one value`, naming no field."""
     r = client.post("/studies", json=spec)
     assert r.status_code == 422, r.text
-    assert r.json()["detail"].startswith(f"{path} is empty: give at least one value to try"), r.text
-    assert f"or leave {path} out" in r.json()["detail"]
+    assert r.json()["message"].startswith(f"{path} has no values: give one or more, e.g. lr: ["), r.text
+    assert f"or leave {path} out" in r.json()["message"]
 
 
-def test_an_extension_to_an_empty_dimension_is_refused_by_its_path(client: TestClient) -> None:
+@pytest.mark.parametrize("values", [[], [""]])
+def test_an_extension_to_an_empty_dimension_is_refused_by_its_path(
+    client: TestClient, values: list[Any]
+) -> None:
+    """`[""]` is what `--dim lr=` sends: it was taken, and each new trial refused `lr = ''` (not a number)."""
     study = client.post("/studies", json=grid()).json()
     finish_all(client, study["id"])
-    r = client.post(f"/studies/{study['id']}/extend", json={"dims": {"lr": []}})
-    assert r.status_code == 422 and r.json()["detail"].startswith("dims.lr is empty: give at least one value")
+    r = client.post(f"/studies/{study['id']}/extend", json={"dims": {"lr": values}})
+    assert r.status_code == 422, r.text
+    assert r.json()["message"].startswith("dims.lr has no values: give one or more, e.g. lr: ["), r.text
+    assert "(on the command line: --dim lr=" in r.json()["message"]
 
 
 def test_a_sampled_study_keeps_the_arms_it_draws_apart() -> None:

@@ -260,6 +260,71 @@ def test_an_embedded_ray_reports_no_node_plugins_however_it_is_asked(tmp_path: P
     assert engine.executor.node_plugins() is None
 
 
+#: a server's runner with its embedded Ray up, asked for a GPU this machine lacks (as the door asks)
+GPU_ASKED = """
+import sys
+from pathlib import Path
+from service.core.settings import Settings
+from service.runner import StudyRunner
+from service.study.engine import Engine
+
+runner = StudyRunner(Engine(Settings(home=Path(sys.argv[1]), ray_num_cpus=1)), workers=1)
+runner.start_ray()
+print("why", runner.unplaceable({"cpu": 1.0, "gpu": 99.0}), flush=True)
+runner.shutdown(timeout=30)
+"""
+
+
+@pytest.mark.slow
+def test_a_gpu_the_servers_embedded_ray_lacks_is_refused_as_this_machines(tmp_path: Path):
+    """`memsweep serve`'s Ray is embedded too, but once up it was asked as a cluster: "no node of the Ray
+    cluster … add a node that has them (ray start --address …)", where `memsweep plan` said "this
+    machine's embedded Ray cannot run …, or join a Ray cluster"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.pop("MEMSWEEP_RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", GPU_ASKED, str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (why,) = [line for line in done.stdout.splitlines() if line.startswith("why ")]
+    assert why.startswith(
+        "why this machine's embedded Ray cannot run a trial asking 1 CPUs and 99 GPUs (it has 1 CPUs "
+        "(MEMSWEEP_RAY_NUM_CPUS) and "
+    ), why
+    assert why.endswith("or join a Ray cluster that has them (MEMSWEEP_RAY_ADDRESS)"), why
+
+
+def test_a_ray_that_is_up_is_said_as_this_machine_when_it_is_the_embedded_one(tmp_path: Path, monkeypatch):
+    """`unplaceable` asks the Ray that is up; the wording follows whether this process started it
+    embedded (`_start_ray`, here with Ray's own start stood in for) or joined a cluster."""
+    import ray
+
+    from service.study import nodes
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(nodes, "reap_embedded_ray", lambda home: [])
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}])
+    for name in ("RAY_AIR_NEW_OUTPUT", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "TUNE_MAX_PENDING_TRIALS_PG",
+                 "TUNE_PRINT_ALL_TRIAL_ERRORS", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"):  # fmt: skip
+        monkeypatch.setenv(name, os.environ.get(name, "0"))  # what `_start_ray` sets: restored after
+    settings = Settings(home=tmp_path, ray_address=None)
+    assert nodes.unplaceable({"cpu": 1.0, "gpu": 1.0}).startswith("no node of the Ray cluster")  # joined
+    nodes._start_ray(settings)
+    try:
+        assert nodes.unplaceable({"cpu": 1.0, "gpu": 0.0}) is None
+        assert nodes.unplaceable({"cpu": 1.0, "gpu": 1.0}) == (
+            "this machine's embedded Ray cannot run a trial asking 1 CPUs and 1 GPUs (it has 2 CPUs and 0 GPUs); "
+            "ask for less in `resources`, or join a Ray cluster that has them (MEMSWEEP_RAY_ADDRESS)"
+        )
+    finally:
+        nodes.shutdown_ray(settings)
+    assert nodes.unplaceable({"cpu": 1.0, "gpu": 1.0}).startswith("no node of the Ray cluster")
+
+
 def test_the_processes_a_dead_driver_left_are_reaped_and_a_live_ones_are_not(tmp_path: Path):
     """`reap_embedded_ray` on stand-ins for Ray's agents: processes that carry the mark in their
     environment and ignore SIGTERM. (The crash test below cannot tell the reaper from agents that

@@ -1,6 +1,7 @@
 """Fast unit tests of the engine's pieces: spec, ledger, summary statistics (no Ray, no MLflow)."""
 
 import math
+import re
 import subprocess
 import sys
 
@@ -842,3 +843,83 @@ def test_a_misspelt_base_setting_of_several_cells_suggests_every_valid_name():
         study_space(
             StudySpec.model_validate({"preset": "sgornn2022-addition", "base": {"stpes": 400}}), 50_000
         )
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"preset": "orhan2020-copy500", "base": {"task": "addition"}},
+         r"^base\.task = 'addition': preset 'orhan2020-copy500' fixes task 'copy' for its models, with layout = "
+         r"'total' \(copy's settings, none of addition's\); the task is the preset's: leave task out of base, and "
+         r"for task 'addition' run one of its presets, orhan2020-addition750, .*\(`memsweep presets` lists them\), "
+         r"or an explicit `space`$"),
+        ({"preset": "orhan2020-copy500", "base": {"cell": "lstm"}},
+         r"^base\.cell = 'lstm': preset 'orhan2020-copy500' fixes cell 'rnn' for its models, with nonlinearity = "
+         r"'elu' \(rnn's settings, none of lstm's\); the cell is the preset's: leave cell out of base, and to train "
+         r"lstm beside its models on its protocol, add lstm as a model: models: \[chain, fbchain, identity, "
+         r"orthogonal, lstm\] \(on the command line: --models chain,fbchain,identity,orthogonal,lstm\)$"),
+        ({"preset": "orhan2020-addition750", "models": ["chain", "orthogonal"], "base": {"cell": "lstm"}},
+         r"add lstm as a model: models: \[chain, orthogonal, lstm\] \(on the command line: "
+         r"--models chain,orthogonal,lstm\)$"),
+    ],
+)  # fmt: skip
+def test_a_task_or_cell_over_a_presets_own_is_refused_as_the_presets(spec, said):
+    """`--set task=addition` on a copy preset said "unknown config field 'layout'", and `--set cell=lstm` on
+    an Orhan preset "unknown config field 'nonlinearity'": fields the user never set, the preset had."""
+    with pytest.raises(StudyError, match=said):
+        study_space(StudySpec.model_validate(spec), 50_000)
+    # with none of the preset's models, its cell's settings go with them (`cell_settings_per_model`): the
+    # cell alone, also named in base, overrides no cell of the preset's models
+    alone = {**spec, "models": ["lstm"], "base": {"cell": "lstm", "seq_len": 30}, "dims": {"lr": [1e-3]}}
+    assert study_space(StudySpec.model_validate(alone), 50_000).model("lstm").fixed == {"cell": "lstm"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        # not a setting at all: said so, with the nearest name
+        ({"preset": "orhan2020-copy500", "dims": {"foo": [1, 2]}},
+         r"^cannot override \['foo'\]: not a dimension of the models chain, fbchain, identity, orthogonal of "
+         r"space 'orhan2020-copy500' \(dimensions: \['lr', 'scale'\]\); foo is no setting of these trials, nor of "
+         r"their task or cells$"),
+        ({"preset": "orhan2020-copy500", "dims": {"lrr": [1e-3]}}, r"lrr is no setting .*: did you mean 'lr'\?$"),
+        # a setting of an added cell's arm, misspelt: the nearest of the trials' settings (its cell's among them)
+        ({"preset": "orhan2020-copy500", "models": ["chain", "lstm"], "dims": {"forget_bais": [0.0, 1.0]}},
+         r"forget_bais is no setting of these trials, nor of their task or cells: did you mean 'forget_bias'\?$"),
+        # a setting no model varies: one value in base, or a model of one's own that sweeps it
+        ({"preset": "orhan2020-copy500", "dims": {"hidden": [8, 16]}},
+         r"hidden is a setting of these trials that no model varies: give it one value for every trial in base, "
+         r"or sweep it in a model of your own beside these \(space: \{models: \{NAME: \{fixed: \{\.\.\.\}, dims: "
+         r"\{hidden: \[value1, value2\]\}\}\}\}\)$"),
+    ],
+)  # fmt: skip
+def test_a_dimension_no_model_varies_is_told_apart_from_a_typo(spec, said):
+    """`dims: {foo: [1, 2]}` said "if foo is a setting of these trials, give it one value … in base", of
+    space 'orhan2020-copy500''s models: a name that is no setting was offered as one."""
+    with pytest.raises(StudyError, match=said):
+        study_space(StudySpec.model_validate(spec), 50_000)
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"preset": "orhan2020-copy500", "dims": {"lr": [""]}},  # `--dim lr=`
+         r"^dims\.lr has no values: give one or more, e.g\. lr: \[0\.0008, 0\.0005\] \(on the command line: "
+         r"--dim lr=0\.0008,0\.0005\), or leave dims\.lr out$"),
+        ({"preset": "orhan2020-copy500", "dims": {"lr": []}}, r"^dims\.lr has no values: give one or more"),
+        ({"preset": "orhan2020-copy500", "dims": {"lr": {"values": [" "]}}}, r"^dims\.lr has no values"),
+        ({"preset": "orhan2020-copy500", "dims": {"lr": [1e-3, ""]}},  # `--dim lr=1e-3,`
+         r"^dims\.lr\[1\] = '' is no value \(a comma too many\?\): give values only, e\.g\. lr: \[0\.001\] "
+         r"\(on the command line: --dim lr=0\.001\), or leave dims\.lr out$"),
+        ({"space": {"models": {"a": {"dims": {"hidden": [""]}}}}},
+         r"^space\.models\.a\.dims\.hidden has no values: give one or more, e\.g\. hidden: \[value1, value2\], "
+         r"or leave space\.models\.a\.dims\.hidden out$"),
+    ],
+)  # fmt: skip
+def test_a_dimension_with_no_values_is_refused_naming_it(spec, said):
+    """`--dim lr=` reached the trials as `lr = ''`: "model 'chain' at lr='', …: trial config.lr = '' is not
+    a number"."""
+    with pytest.raises(ValidationError) as err:
+        StudySpec.model_validate(spec)
+    (error,) = err.value.errors()
+    assert re.search(said, str(error["ctx"]["error"])), error
