@@ -300,6 +300,8 @@ class MemsweepClient(TrialPages):
                 time.sleep(poll)
 
     def cancel(self, study_id: str) -> dict[str, Any]:
+        """Stop a study; answered at once, as it stands: `running` and `active` while its running units
+        stop (seconds), then `cancelled` (`wait(study_id)` follows it there)."""
         result: dict[str, Any] = self._call("POST", self._study(study_id, "/cancel"))
         return result
 

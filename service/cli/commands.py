@@ -201,15 +201,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     runner.submit(study.id)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         show_progress(runner, study.id, quiet=args.json)
-    except KeyboardInterrupt:  # the study stops (below) and stays resumable; no traceback for a Ctrl-C
+    except KeyboardInterrupt as exc:  # the study stops (below) and stays resumable; no traceback
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         raise SystemExit(
-            f"interrupted: study {study.id} stopped, its unfinished trials pending; "
+            f"{how}: study {study.id} stopped, its unfinished trials pending; "
             f"`memsweep run --study {study.id}` resumes it"
         ) from None
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the shutdown below is what a SIGTERM asks for
         runner.shutdown()
+        signal.signal(signal.SIGTERM, previous)
     if study.id in runner.refused:
         raise SystemExit(f"error: {runner.refused[study.id]}")
     row = engine.ledger.get_study(study.id)
@@ -241,6 +245,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"\nMLflow: {url}\nstudy id: {study.id}  (memsweep best {study.id} · memsweep success {study.id})"
         )
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, which `memsweep run` takes as a Ctrl-C: `kill`, `timeout`, a batch scheduler's end of a
+    job and a container's stop send it, and its default action killed the process mid-run, leaving its
+    study and trials `running` and the embedded Ray's processes behind."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would cut short the shutdown it starts
+    raise Terminated
 
 
 #: seconds the progress bar's reads wait on a ledger that does not answer (the run's own writes wait
@@ -305,7 +320,7 @@ def _show_turn(
     if plan_quiet is not None:
         plan = (ledger.get_study(study_id).plan or {}).get("planned")
         if plan and not plan_quiet:
-            bar.console.print(plan_line(plan), style=None, highlight=False)
+            bar.console.print(plan_line(plan), style=None, highlight=False, markup=False)  # user text
     c = ledger.counts(study_id)
     info = f"running {c['running']} · failed {c['failed']}{pruned_part(c)} · successes {c['succeeded']}"
     if active:
@@ -362,9 +377,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
+    where = {"model": args.model, "params": trial_params(args.param)}
     with studies_for(args) as studies:
-        first = answer(lambda: studies.trials_page(args.study, 0, 1, args.status))
-        items = answer(lambda: studies.trials(args.study, args.status, history=args.history))
+        first = answer(lambda: studies.trials_page(args.study, 0, 1, args.status, **where))
+        items = answer(lambda: studies.trials(args.study, args.status, history=args.history, **where))
     page = {**first, "offset": 0, "limit": len(items), "items": items}
     if args.csv:
         from service.reports.tables import trials_csv
@@ -375,6 +391,16 @@ def cmd_trials(args: argparse.Namespace) -> int:
     else:
         print_trials(page)
     return 0
+
+
+def trial_params(pairs: list[str] | None) -> dict[str, str] | None:
+    """`--param lr=1e-3` flags as the trials query's filters (values matched as the server matches them)."""
+    if not pairs:
+        return None
+    bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0].strip()]
+    if bad:
+        raise SystemExit(f"error: --param {bad[0]!r} is not KEY=VALUE; e.g. --param lr=1e-3")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -559,7 +585,8 @@ def need_url(args: argparse.Namespace) -> str:
     url = api_url(args)
     if not url:
         raise SystemExit(
-            "error: give the server's --url (or set MEMSWEEP_API_URL), e.g. --url http://127.0.0.1:8000"
+            "error: give the server's --url (or set MEMSWEEP_API_URL), e.g. --url "
+            f"http://127.0.0.1:{get_settings().port}"
         )
     return url
 
@@ -582,6 +609,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "serving on %s without MEMSWEEP_API_TOKEN: anyone who reaches it can run studies", host
         )
     sock = listening_socket(host, port)  # before the app starts Ray: a taken port is said at once
+    logging.getLogger("memsweep").info(
+        "memsweep serve: listening on http://%s:%d (%s)",
+        host if ":" not in host else f"[{host}]",
+        port,
+        "MEMSWEEP_API_TOKEN required on every route but /health"
+        if settings.api_token is not None
+        else "no token: open to whoever reaches it",
+    )
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="info"))
     with contextlib.suppress(KeyboardInterrupt):  # as `uvicorn.run`
         server.run([sock])

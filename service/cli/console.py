@@ -4,12 +4,15 @@ and calls to a memsweep server that end in one-line errors (used by `service.cli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from service.core.values import params_texts
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,11 +32,12 @@ PIPE_WIDTH = 240
 
 def console() -> Console:
     """Where tables are printed: stdout at its terminal's width, or PIPE_WIDTH when it is no terminal
-    (COLUMNS, when set, wins either way)."""
+    (COLUMNS, when set, wins either way). Text prints as written, no markup or emoji codes: a study named
+    `lr [/sweep]` raised rich's MarkupError, and `[bold]sweep` or `A [bdd08e278468]` lost their brackets."""
     from rich.console import Console
 
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=PIPE_WIDTH if piped else None)
+    return Console(width=PIPE_WIDTH if piped else None, markup=False, emoji=False)
 
 
 def parse_value(raw: str) -> Any:
@@ -243,12 +247,13 @@ def print_best(best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, A
         return
     from rich.table import Table
 
-    table = Table(title="best configurations (mean final validation loss over seeds)")
+    table = Table(
+        title="best configurations, ranked by mean final validation loss over seeds, not by successes"
+    )
     for col in ("model", "params", "mean loss", "s.e.m.", "seeds", "succeeded"):
         table.add_column(col)
     notes = []
-    for r in best:
-        params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+    for r, params in zip(best, params_texts([r["params"] for r in best]), strict=True):
         missing = r.get("missing_seeds") or {}  # (a server before the field: none said)
         if missing:
             why = ", ".join(f"{n} {NOT_ENDED.get(status, status)}" for status, n in missing.items())
@@ -413,7 +418,13 @@ def answer(call: Callable[[], T]) -> T:
     except (MemsweepAPIError, NotFoundError, ConflictError, UnavailableError, StudyError) as exc:
         raise SystemExit(f"error: {exc}") from None
     except httpx.TransportError as exc:
-        raise SystemExit(f"error: the server does not answer ({exc}); is `memsweep serve` running?") from None
+        where = ""
+        with contextlib.suppress(RuntimeError):  # the request the error came from, when httpx kept it
+            url = exc.request.url
+            where = f" at {url.scheme}://{url.netloc.decode()}"
+        raise SystemExit(
+            f"error: the server{where} does not answer ({exc}); is `memsweep serve` running there?"
+        ) from None
 
 
 def duration(seconds: float) -> str:
@@ -589,10 +600,9 @@ def print_trials(page: dict[str, Any]) -> None:
         *(["reason"] if why else []),
     ):
         table.add_column(col)
-    for t in page["items"]:
+    for t, params in zip(page["items"], params_texts([t["params"] for t in page["items"]]), strict=True):
         loss = "" if t["final_val_loss"] is None else f"{t['final_val_loss']:.5g}"
         seconds = "" if t["seconds"] is None else f"{t['seconds']:.1f}"
-        params = " ".join(f"{k}={v}" for k, v in t["params"].items())
         latest = t.get("last_evaluation") if t["status"] == "running" else None
         progress = [f"{latest['step']}: {latest['val_loss']:.5g}" if latest else ""] if now else []
         reason = [short(t.get("reason") or _trained_by(t))] if why else []

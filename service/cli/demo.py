@@ -2,9 +2,9 @@
 
 It starts `memsweep serve` on loopback (its own process group, the embedded Ray and a local MLflow
 server behind it, the SQLite ledger in MEMSWEEP_HOME), submits a small real preset study with the
-Python client, follows its progress, prints the success table and the best configuration, and leaves
-the MLflow UI's URL. The study: Orhan & Pitkow's copy grid (§3.1.1) cut to T = 50 and 2,000 steps,
-chain against orthogonal, 2 learning rates × 2 seeds. The API server it started is stopped at the end
+Python client, follows its progress, prints the success table and every point of the study ranked (the
+best configurations), and leaves the MLflow UI's URL. The study: Orhan & Pitkow's copy grid (§3.1.1) cut
+to T = 50 and 2,000 steps, chain against orthogonal, 2 learning rates × 2 seeds. The API server it started is stopped at the end
 (`--keep-serving` leaves it up); the MLflow server stays up for browsing, as after `memsweep run`.
 A memsweep server already answering at the URL is used as it is.
 """
@@ -59,7 +59,8 @@ def run_demo(args: argparse.Namespace) -> int:
             )
             study = answer(lambda: client.wait(study["id"], poll=1.0, progress=True))
             success = answer(lambda: client.success(study["id"]))
-            best = answer(lambda: client.best(study["id"], k=3))
+            # every point: a point has a trial at least (the README's orthogonal at lr 1e-3 ranks last)
+            best = answer(lambda: client.best(study["id"], k=study["counts"]["total"]))
         print_success({"name": study["name"], "success": success})
         print_best(best, success["by_model"])
         print(

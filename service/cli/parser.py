@@ -137,6 +137,11 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--status", action="append", choices=[t.value for t in TrialStatus],
         help="only trials in this status (repeatable)",
     )  # fmt: skip
+    p.add_argument("--model", action="append", help="only this model's trials (repeatable)")
+    p.add_argument(
+        "--param", action="append", metavar="KEY=VALUE",
+        help="only trials at this value, e.g. --param lr=1e-3 (repeatable; as GET /studies/ID/trials?param=)",
+    )  # fmt: skip
     p.add_argument(
         "--history",
         action="store_true",

@@ -3,6 +3,8 @@ filter's text names one (`lr=1e-3` finds 0.001). The ledger's trial filters and 
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -16,9 +18,28 @@ def repr_value(v: Any) -> str:
     return short if float(short) == v else repr(v)
 
 
+def params_texts(points: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Points' values as a table's cells, `lr=0.00160519 seed=1`: a float in six significant digits, or
+    in `repr_value`'s every digit where another value of its name in `points` agrees in those six (two
+    sampled rates 3.172841e-4 and 3.172838e-4 stay two). JSON and CSV keep every digit."""
+    spelt: dict[tuple[str, str], set[str]] = defaultdict(set)  # (name, six digits) → the values, every digit
+    for point in points:
+        for k, v in point.items():
+            spelt[k, _six(v)].add(repr_value(v))
+    return [
+        " ".join(f"{k}={_six(v) if len(spelt[k, _six(v)]) == 1 else repr_value(v)}" for k, v in point.items())
+        for point in points
+    ]
+
+
+def _six(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else repr_value(v)
+
+
 def value_matches(value: Any, text: str) -> bool:
-    """Whether a point's value is the one a filter names: as tables print it, or the same number
-    (`lr=1e-3` finds 0.001)."""
+    """Whether a point's value is the one a filter names: as `repr_value` writes it, or the same number
+    (`lr=1e-3` finds 0.001). Not `params_texts`' six digits, which two sampled values may share: a
+    filter's refusal lists its values whole."""
     if repr_value(value) == text:
         return True
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -51,16 +51,18 @@ def wants_csv(format: str | None, accept: str | None) -> bool:
 
 def csv_cells(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """One JSON object as CSV cells: nested objects as dotted names, intervals as _low/_high, other
-    lists as JSON text."""
+    lists as JSON text. A rate of no finished run is empty, and so is its `ci95` (the JSON's [0, 1],
+    Wilson's interval of 0/0, read in a CSV as an estimate)."""
+    unestimated = "rate" in record and record["rate"] is None
     out: dict[str, Any] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(csv_cells(value, f"{name}."))
+        elif key in INTERVALS and (value is None or (key == "ci95" and unestimated)):
+            out[f"{name}_low"] = out[f"{name}_high"] = None
         elif key in INTERVALS and isinstance(value, (list, tuple)) and len(value) == 2:
             out[f"{name}_low"], out[f"{name}_high"] = value
-        elif key in INTERVALS and value is None:
-            out[f"{name}_low"] = out[f"{name}_high"] = None
         elif isinstance(value, (list, tuple)):
             out[name] = json.dumps(value)
         else:

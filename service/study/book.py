@@ -27,8 +27,10 @@ if TYPE_CHECKING:  # the worker's record of where it trains; the book only keeps
     from service.study.worker import Placement
 
 #: the reason of a trial, and the note of its study, that a run stopped because its process did (a
-#: server's shutdown, a Ctrl-C of `memsweep run`), not its user: pending, to resume at the next start
-SHUTDOWN_NOTE = "interrupted: its runner stopped (a server shutdown, or Ctrl-C); the next start resumes it"
+#: server's shutdown, a Ctrl-C or SIGTERM of `memsweep run`), not its user: pending, to resume at the next start
+SHUTDOWN_NOTE = (
+    "interrupted: its runner stopped (a server shutdown, a Ctrl-C or SIGTERM); the next start resumes it"
+)
 #: the reason of a trial its study's user cancelled it with
 CANCEL_NOTE = "the study was cancelled"
 #: what follows the outage (`service.store.patience.outage`) in the reason of a trial its run left

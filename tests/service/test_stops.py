@@ -7,6 +7,8 @@ a real MLflow server, through the runner a server uses."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -173,6 +175,45 @@ def test_a_shutdown_leaves_its_running_trials_pending_not_cancelled(engine: Any,
         assert t.runs == (2 if t.config_hash in training else 1)  # none trained twice but the stopped
         if t.config_hash in done_before:
             assert t.final_val_loss == done_before[t.config_hash]
+
+
+@pytest.mark.slow
+def test_memsweep_run_stops_at_sigterm_as_at_a_ctrl_c(tmp_path: Path, mlflow_uri: str) -> None:
+    """SIGTERM (`kill`, `timeout`, a batch scheduler, a container's stop) killed `memsweep run` at once:
+    its study and trials stayed `running` and its embedded Ray's processes outlived it. It stops as a
+    Ctrl-C does: the study and its running trials `pending`, resumable, Ray shut down, one line said."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(lr_grid("sigterm", [1e-3, 3e-4], 20_000).model_dump_json())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "MEMSWEEP_RAY_ADDRESS"))}
+    env.update(MEMSWEEP_HOME=str(tmp_path / "home"), MEMSWEEP_MLFLOW_TRACKING_URI=mlflow_uri)
+    run = subprocess.Popen(
+        [sys.executable, "-P", "-m", "service.cli", "run", str(spec)], env=env, cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        ledger = tmp_path / "home" / "ledger.db"
+        wait_until("the ledger never appeared", ledger.exists)
+        watch = Ledger(f"sqlite:///{ledger}")
+        wait_until(
+            "no trial ever started",
+            lambda: any(t.status == "running" for s in watch.list_studies() for t in watch.trials(s.id)),
+        )
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    (study,) = watch.list_studies()
+    assert run.returncode == 1, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        f"terminated (SIGTERM): study {study.id} stopped, its unfinished trials pending; "
+        f"`memsweep run --study {study.id}` resumes it"
+    ), stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert watch.study(study.id).state == "pending"
+    trials = watch.trials(study.id)
+    assert {t.status for t in trials} == {"pending"}
+    assert all("runner stopped" in (t.reason or "") for t in trials if t.runs == 1)
+    assert not list((tmp_path / "home" / "embedded-ray").iterdir())  # its record gone: Ray shut down
 
 
 def dead_owner() -> str:

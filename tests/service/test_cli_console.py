@@ -1,0 +1,180 @@
+"""What `memsweep`'s tables print (`service.cli.console`), the demo's best table, and the CSV a table
+writes for a group with no finished run."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.cli import console, demo
+from service.core.settings import get_settings
+from service.reports.compare import ComparisonRow
+from service.reports.summary import best_configs, success_table
+from service.reports.tables import comparison_csv, read_csv, success_csv
+from tests.service.test_units import T
+
+#: a valid study name that is Rich markup: `memsweep run` crashed on it (MarkupError: closing tag '[/sweep]')
+MARKUP = "lr [/sweep] [red]x"
+
+
+@pytest.fixture
+def printed(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """What the printers wrote to stdout since the last call, its whitespace as single spaces (a title
+    rich wraps to its table's width reads as one line)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    capsys.readouterr()
+    return lambda: " ".join(capsys.readouterr().out.split())
+
+
+def success_of(name: str, models: tuple[str, ...] = ("chain",)) -> dict[str, Any]:
+    trials = [T(m, {"lr": 1e-3, "seed": s}, 0.05) for m in models for s in (1, 2)]
+    return {"name": name, "success": success_table(trials).model_dump(mode="json")}
+
+
+def plan_of(name: str) -> dict[str, Any]:
+    row = {"budget_steps": [20, 20], "trials": 2, "to_run": 2, "units": 1, "fused": True}
+    return {
+        "name": name, "sampler": "grid", "by_model": {"chain": row}, "unit_sizes": {"2": 1}, "units": 1,
+        "bundles": 1, "budget": {"trial_steps": 40, "unit_steps": 20}, "slots": 1, "concurrency": 1,
+        "node_type": "cpu", "shapes": [], "estimate": None, "notes": [], "reused": 0, "to_run": 2,
+    }  # fmt: skip
+
+
+def comparison_of(studies: dict[str, str]) -> dict[str, Any]:
+    """Two studies' rows in the group model=chain, each 1/2."""
+    criterion = {"name": "0.5 × baseline", "fraction": 0.5, "threshold": None, "baseline": "task"}
+    rows = [
+        ComparisonRow(scope="group", group={"model": "chain"}, study_id=sid, trials=2, finished=2, failed=0,
+                      errors=0, succeeded=1, rate=0.5, ci95=(0.09, 0.91), difference=None,
+                      difference_ci95=None, shared=None).model_dump(mode="json")
+        for sid in studies
+    ]  # fmt: skip
+    return {
+        "studies": [{"study_id": sid, "name": name, "criterion": criterion} for sid, name in studies.items()],
+        "by": ["model"], "at_step": None, "reference": next(iter(studies)), "rows": rows, "notes": [],
+    }  # fmt: skip
+
+
+def test_user_text_in_a_table_is_printed_as_written(printed: Any) -> None:
+    """Names, ids, models and values went through rich's markup: `lr [/sweep] [red]x` raised MarkupError
+    in `run`, `success`, `compare` and `plan`; `--name "[bold]sweep"` printed `plan of sweep`; and
+    `compare`'s `A [bdd08e278468]` lost its id, a style tag to rich, so two studies named A read alike."""
+    console.print_success(success_of(MARKUP, models=("[dim]chain",)))
+    out = printed()
+    assert f"({MARKUP})" in out and "│ [dim]chain │" in out
+    console.print_plan(plan_of("[bold]sweep"))
+    assert "plan of [bold]sweep (grid)" in printed()
+    console.print_comparison(comparison_of({"bdd08e278468": "A", "0123456789ab": "A"}))
+    out = printed()
+    assert "│ A [bdd08e278468] │" in out and "│ A [0123456789ab] │" in out
+    trials = [T("[red]chain", {"act": "[/i]", "seed": 1}, 0.05)]
+    console.print_best([b.model_dump(mode="json") for b in best_configs(trials)])
+    assert "│ [red]chain │ act=[/i] │" in printed()
+    page = {"total": 1, "criterion": {"name": "loss < 0.5 × baseline"}, "items": [
+        {"id": 1, "model": MARKUP, "params": {"act": "[b]"}, "status": "failed", "final_val_loss": None,
+         "success": None, "seconds": 1.0, "reason": "bad value [/] :smile:", "last_evaluation": None},
+    ]}  # fmt: skip
+    console.print_trials(page)
+    assert f"│ {MARKUP} │ act=[b] │" in (out := printed()) and "bad value [/] :smile:" in out
+
+
+def best_of(lrs: list[float]) -> list[dict[str, Any]]:
+    trials = [T("chain", {"lr": lr, "seed": 1}, 0.01 * (i + 1)) for i, lr in enumerate(lrs)]
+    return [b.model_dump(mode="json") for b in best_configs(trials, k=len(lrs))]
+
+
+def test_a_sampled_value_prints_in_six_digits_and_two_that_agree_in_six_in_all_theirs(
+    printed: Any,
+) -> None:
+    """`best` printed a sampled learning rate in every digit, `lr=0.0016051911333587634`: a float is six
+    significant digits in a table, unless another value of its name there agrees in those (3.172841e-4
+    and 3.172838e-4 are both 0.000317284: two rows that read alike), then `repr_value`'s every digit."""
+    lrs = [0.0016051911333587634, 3.172841e-4, 3.172838e-4, 1e-3, 1.0]
+    console.print_best(best_of(lrs))
+    out = printed()
+    assert "lr=0.00160519 " in out and "0.0016051911333587634" not in out
+    assert "lr=0.0003172841 " in out and "lr=0.0003172838 " in out
+    assert "lr=0.001 " in out and "lr=1 " in out
+    console.print_trials({"total": 1, "criterion": {"name": "loss < 0.12"}, "items": [
+        {"id": 1, "model": "chain", "params": {"lr": lrs[0], "seed": 1}, "status": "done",
+         "final_val_loss": 0.01, "success": True, "seconds": 1.0, "last_evaluation": None},
+    ]})  # fmt: skip
+    assert "lr=0.00160519 seed=1 " in printed()
+
+
+def test_the_best_table_says_it_ranks_by_loss_not_by_successes(printed: Any) -> None:
+    """A point with 0/2 successes ranks above one with 1/2 whose other seed blew up: the title said
+    the loss in parentheses, read as the `mean loss` column's meaning, not as the order."""
+    trials = [T("chain", {"lr": 1e-3, "seed": s}, loss) for s, loss in ((1, 0.15), (2, 0.15))]
+    trials += [T("chain", {"lr": 1e-2, "seed": s}, loss) for s, loss in ((1, 0.01), (2, 5.0))]
+    best = [b.model_dump(mode="json") for b in best_configs(trials)]
+    assert [b["succeeded"] for b in best] == [0, 1]
+    console.print_best(best)
+    assert "ranked by mean final validation loss over seeds, not by successes" in printed()
+
+
+def test_a_csv_row_with_no_finished_run_has_no_interval(tmp_path: Path) -> None:
+    """`compare --by model,lr --csv`: a group a study lacks read rate "" but ci95 0.0, 1.0 (Wilson's
+    interval of 0/0, as the JSON keeps it); its interval is empty like its rate, in the success CSV too."""
+    comparison = comparison_of({"a1": "A", "b2": "B"})
+    comparison["rows"][1].update(trials=0, finished=0, succeeded=0, rate=None, ci95=[0.0, 1.0])
+    frame = read_csv(io.StringIO(comparison_csv(comparison)))
+    assert frame[["rate", "ci95_low", "ci95_high"]].isna().values.tolist() == [[False] * 3, [True] * 3]
+    assert frame.ci95_low[0] == pytest.approx(0.09)
+    unrun = [T("chain", {"seed": 1}, 0.05), T("orth", {"seed": 1}, None, "pending")]
+    frame = read_csv(io.StringIO(success_csv(success_table(unrun).model_dump(mode="json"), "s1")))
+    by_model = frame[frame.table == "by_model"].set_index("model")
+    assert by_model.ci95_low.isna().to_dict() == {"chain": False, "orth": True}
+
+
+class DemoServer:
+    """A memsweep server's answers to the demo: its study finished, every point's seeds each run once."""
+
+    def __init__(self) -> None:
+        spec = demo.DEMO_SPEC
+        self.points = [
+            {"model": m, "params": {"lr": lr, "scale": 1.0}, "mean_final_val_loss": 0.1 * (i + 1), "sem": 0.01,
+             "seeds": spec["seeds"], "succeeded": 0, "trials": len(spec["seeds"]), "missing_seeds": {}}
+            for i, (m, lr) in enumerate((m, lr) for m in spec["models"] for lr in spec["dims"]["lr"])
+        ]  # fmt: skip
+        self.study = {"id": "s1", "name": spec["name"], "state": "done", "mlflow": {},
+                      "counts": {"total": len(self.points) * len(spec["seeds"])}}  # fmt: skip
+
+    def __enter__(self) -> DemoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, spec: Any) -> dict[str, Any]:
+        return self.study
+
+    def wait(self, study_id: str, **kw: Any) -> dict[str, Any]:
+        return self.study
+
+    def success(self, study_id: str) -> dict[str, Any]:
+        return success_of("demo", models=tuple(demo.DEMO_SPEC["models"]))["success"]
+
+    def best(self, study_id: str, k: int) -> list[dict[str, Any]]:
+        return self.points[:k]
+
+
+def test_the_demo_prints_every_point_of_its_study(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, printed: Any
+) -> None:
+    """The demo asked for the best 3 of its 4 points: orthogonal at lr 1e-3, the run the README's
+    "Seen here" talks about, ranked 4th and was never shown."""
+    from service.cli.parser import build_parser
+
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    server = DemoServer()
+    monkeypatch.setattr(demo, "answers", lambda url: True)
+    monkeypatch.setattr(demo, "client_for", lambda url: server)
+    assert demo.run_demo(build_parser().parse_args(["demo"])) == 0
+    out = printed()
+    assert [f"│ {p['model']} │ lr={p['params']['lr']:g} " in out for p in server.points] == [True] * 4
