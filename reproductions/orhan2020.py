@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+if not __package__:  # run as a script: the repository's root, for `reproductions.studies`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reproductions.studies import budget_marks, failed_lines, numerics_lines, run_studies
 
 #: the paper's qualitative claims, per task (§3.1.1, Fig. 3d-f, Table 2)
 CLAIMS = {
@@ -92,48 +96,9 @@ def study_spec(task: str, seeds: list[int], quick: bool, concurrency: int) -> di
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from service.core.settings import Settings
-    from service.core.spec import StudySpec
-    from service.reports.compare import numerics_of
-    from service.study.engine import Engine
-    from service.tracking.links import ui_link
-    from service.tracking.tracker import prepare_mlflow_process
-
-    prepare_mlflow_process()  # as memsweep's own entry points: MLflow down costs seconds, not minutes
-    home = Path(args.home or tempfile.mkdtemp(prefix="memsweep-reproduce-"))
-    os.environ.setdefault("MEMSWEEP_HOME", str(home))
-    engine = Engine(Settings(home=home, ray_num_cpus=args.concurrency))
     seeds = list(range(1, 3 if args.quick else 7))
-    out: dict[str, Any] = {"home": str(home), "tasks": {}}
-    for task in args.tasks:
-        spec = StudySpec.model_validate(study_spec(task, seeds, args.quick, args.concurrency))
-        study = engine.create_study(spec)
-        started = time.perf_counter()
-        summary = engine.run_study(study.id)
-        seconds = time.perf_counter() - started
-        trials = engine.ledger.trials(study.id)
-        out["tasks"][task] = {
-            "study_id": study.id,
-            "seconds": seconds,
-            "trials": len(trials),
-            "spec": spec.model_dump(mode="json"),
-            "summary": summary,
-            "numerics": dict(zip(("modes", "machines"), numerics_of(trials), strict=True)),
-            "failed": [
-                {"model": t.model, "params": t.params, "reason": t.reason}
-                for t in trials
-                if t.status == "failed"
-            ],
-            "mlflow_url": ui_link(
-                engine.tracking_uri(), summary["mlflow"]["experiment_id"], summary["mlflow"]["run_id"]
-            ),
-        }
-        print(f"{task}: {len(trials)} trials in {seconds / 60:.1f} min", flush=True)
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    return out
+    specs = {task: study_spec(task, seeds, args.quick, args.concurrency) for task in args.tasks}
+    return run_studies(specs, args.home, args.concurrency)
 
 
 def _ci(cell: dict[str, Any]) -> str:
@@ -148,9 +113,9 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
         "",
         f"Command: `{command}` — {total_seconds / 60:.0f} min on this machine "
         f"({os.cpu_count()} cores, CPU). TRAINER_VERSION "
-        f"{next(iter(result['tasks'].values()))['summary']['trainer_version']}.",
+        f"{next(iter(result['parts'].values()))['summary']['trainer_version']}.",
         "",
-        *_numerics_lines(result),
+        *numerics_lines(result["parts"]),
         "",
         "Each task is one study through the engine (fused bundles, the ledger, MLflow) on the paper's protocol",
         "— Keras's clipped cross-entropy, RMSprop (ρ 0.9, ε 1e-7), clip 10, batch 16, early stop at 0.0025,",
@@ -159,7 +124,7 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
         "| task | sequence | budget | grid per initialiser | seeds | trials | time |",
         "|---|---|---|---|---|---|---|",
     ]
-    for task, r in result["tasks"].items():
+    for task, r in result["parts"].items():
         base = r["spec"]["base"]
         seq = f"T = {base['seq_len']}" if "seq_len" in base else "784 pixels"
         budget = (
@@ -180,12 +145,12 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
         "moves with the budget.",
         "",
     ]
-    for task, r in result["tasks"].items():
+    for task, r in result["parts"].items():
         s = r["summary"]
         lines += [f"## {task}", "", f"Paper: {CLAIMS[task]}.", ""]
         criteria = [s["success"], *s["success_other_criteria"]]
         budget = s["success_vs_budget"]
-        marks = _budget_marks(budget["steps"])
+        marks = budget_marks(budget["steps"])
         header = "| model | " + " | ".join(c["criterion"]["name"] for c in criteria)
         header += " | " + " | ".join(f"at {m:,} steps" for m in marks) + " |"
         lines += [header, "|---" * (1 + len(criteria) + len(marks)) + "|"]
@@ -194,7 +159,9 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
             at = {row["step"]: row for row in budget["by_model"][model]}
             cells += [f"{at[m]['succeeded']}/{at[m]['trials']}" for m in marks]
             lines.append(f"| {model} | " + " | ".join(cells) + " |")
-        lines += _failed_lines(r.get("failed", []), r["trials"])
+        lines += failed_lines(
+            r["failed"], r["trials"], "counted as not succeeding, as the paper's runs would be"
+        )
         henrici = s["henrici_index"]
         if henrici:
             lines += ["", "Henrici index d(W) of the successful runs (mean ± s.e.m.):", ""]
@@ -214,46 +181,6 @@ def report(result: dict[str, Any], command: str, total_seconds: float) -> str:
             ]
         lines += ["", f"MLflow: {r['mlflow_url']}", ""]
     return "\n".join(lines)
-
-
-def _failed_lines(failed: list[dict[str, Any]], trials: int) -> list[str]:
-    """The trials that failed (a non-finite loss: the authors' Keras run would have gone NaN too, and is
-    counted as not succeeding, docs/protocol.md §1.6), each with its point and reason."""
-    if not failed:
-        return []
-    lines = [
-        "",
-        f"Failed: {len(failed)} of {trials} (counted as not succeeding, as the paper's runs would be):",
-        "",
-    ]
-    for f in failed:
-        point = " ".join(f"{k}={v}" for k, v in f["params"].items())
-        lines.append(f"- {f['model']} {point}: {f['reason']}")
-    return lines
-
-
-def _numerics_lines(result: dict[str, Any]) -> list[str]:
-    """Where the numbers came from (trainers/numerics.py), and a warning when the tasks' differ."""
-    seen = {
-        t: r.get("numerics", {"modes": ["unrecorded"], "machines": []}) for t, r in result["tasks"].items()
-    }
-    modes = sorted({m for n in seen.values() for m in n["modes"]})
-    machines = sorted({m for n in seen.values() for m in n["machines"]})
-    line = f"Numerics: {', '.join(modes)}; computed on {', '.join(machines) or 'an unrecorded machine'}."
-    if modes == ["portable"]:
-        line += " Portable numbers are the same on any x86-64 CPU with AVX2."
-    elif len(modes) > 1:
-        line += " The tasks computed with different numerics modes: per-seed numbers are not comparable across them."
-    else:
-        line += " Native numbers hold on this kind of machine only (see docs/reproducibility.md)."
-    return [line]
-
-
-def _budget_marks(steps: list[int], n: int = 3) -> list[int]:
-    """A few budgets to tabulate: evenly spaced evaluation steps, the last included."""
-    if len(steps) <= n:
-        return list(steps)
-    return [steps[math.ceil((i + 1) * len(steps) / n) - 1] for i in range(n)]
 
 
 def main() -> None:
