@@ -138,14 +138,27 @@ def kept_means(r2: Mapping[str, Mapping[int, Cell]]) -> dict[str, dict[int, Mean
 def r2_at(
     records: Iterable[Mapping[str, Any]], steps: Sequence[int]
 ) -> dict[tuple[str, int], dict[int, Cell]]:
-    """Test R² per (student, n) at each of `steps` (the evaluations in each trial's history)."""
+    """Test R² per (student, n) at each of `steps` (the evaluations in each trial's history); a failed
+    trial counts at the steps it reached and as failed at those after."""
     seen: dict[tuple[str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in _done(records):
+    failed: dict[tuple[str, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for r in records:
+        if r["status"] not in ("done", "failed"):
+            continue
+        key = (r["model"], int(r["params"]["hidden"]))
         at = {e["step"]: e["metric"] for e in r["history"] or [] if e.get("metric") is not None}
         for s in steps:
-            if s in at:
-                seen[(r["model"], int(r["params"]["hidden"]))][s].append(float(at[s]))
-    return {k: {s: Cell.of(v) for s, v in by.items()} for k, by in sorted(seen.items())}
+            if s in at and math.isfinite(at[s]):
+                seen[key][s].append(float(at[s]))
+            elif r["status"] == "failed":
+                seen[key].setdefault(s, [])
+                failed[key][s] += 1
+    return {k: {s: Cell.of(v, failed[k][s]) for s, v in by.items()} for k, by in sorted(seen.items())}
+
+
+def epochs_of(records: Iterable[Mapping[str, Any]]) -> dict[int, float]:
+    """Each evaluation step's epoch, as the trials recorded it."""
+    return {e["step"]: e["epoch"] for r in records for e in r["history"] or []}
 
 
 def evaluation_steps(records: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -185,7 +198,10 @@ def optimal_r2(records: Iterable[Mapping[str, Any]]) -> dict[int, float]:
     out = {}
     for seed, config in sorted(configs.items()):
         task = resolve(config).make_task()
-        assert isinstance(task, TeacherTask), f"teacher_seed {seed}: not the teacher task"
+        if not isinstance(task, TeacherTask):
+            raise SystemExit(
+                f"teacher_seed {seed}: its trials' task is {type(task).__name__}, not the teacher's"
+            )
         out[seed] = task.optimal_r2
     return out
 
@@ -237,17 +253,18 @@ def report(result: dict[str, Any], plot: str | None) -> str:
     lines += ["", "## The paper's readings, checked", ""]
     lines += _claim_lines(r2, opt)
     marks = budget_marks(evaluation_steps(records))
-    per_epoch = 70
+    epoch = epochs_of(records)
     at = r2_at(records, marks)
     if marks:
         lines += [
             "",
             "## R² against budget",
             "",
-            "Mean test R² at a few epochs (over the runs above 0 then); a column still rising at the last "
-            "epoch says the reduced budget cut it short.",
+            "Mean test R² at a few epochs, over the runs above 0 then, each cell saying how many were not "
+            "or had failed by then; a column still rising at the last epoch says the reduced budget cut it "
+            "short.",
             "",
-            "| student | n | " + " | ".join(f"epoch {s // per_epoch}" for s in marks) + " |",
+            "| student | n | " + " | ".join(f"epoch {epoch[s]:g}" for s in marks) + " |",
             "|---" * (2 + len(marks)) + "|",
         ]
         for (model, n), by in at.items():

@@ -72,10 +72,7 @@ def run_studies(specs: Mapping[str, dict[str, Any]], home: str | None, concurren
             }
             print(f"{name}: {len(trials)} trials in {seconds / 60:.1f} min", flush=True)
     finally:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
+        engine.executor.stop()  # the embedded Ray, and its record in the home
     return out
 
 

@@ -27,7 +27,9 @@ def record(
         "metric_name": "r2",
         "baseline_loss": 1.0,
         "steps": 700,
-        "history": [{"step": 70 * (i + 1), "metric": v} for i, v in enumerate(history or [])],
+        "history": [
+            {"step": 70 * (i + 1), "epoch": i + 1.0, "metric": v} for i, v in enumerate(history or [])
+        ],
     }
 
 
@@ -85,6 +87,10 @@ def test_r2_against_budget_reads_each_trials_history_at_the_shared_steps() -> No
     at = em.r2_at(rows, steps)
     assert at[("rnn", 4)][70].kept.mean == pytest.approx(0.2)
     assert at[("rnn", 4)][210].kept.mean == pytest.approx(0.8)
+    # a run that failed after its first evaluation: counted there, and as failed after
+    at = em.r2_at([*rows, record("rnn", 4, 3, None, history=[0.4])], steps)
+    assert at[("rnn", 4)][70].kept.n == 3 and at[("rnn", 4)][70].failed == 0
+    assert at[("rnn", 4)][140].text() == "0.5000 ± 0.0000 (2 of 3; 1 failed)"
 
 
 def test_report_states_each_claim_beside_the_run() -> None:
@@ -116,6 +122,7 @@ def test_report_states_each_claim_beside_the_run() -> None:
     assert "Failed: 1 of 19 (left out of the means above, counted in their cells)" in text
     assert "| 8 | 0.9665 ± 0.0005 | 0.9290 ± 0.0005 | 0.9390 ± 0.0005 (2 of 3; 1 failed) |" in text
     assert "Runs at R² ≤ 0 or failed: rnn 0 of 6, urnn 0 of 6, lstm 1 of 7." in text
+    assert "| student | n | epoch 1 | epoch 2 |" in text
     assert "| rnn | 2 | 0.5000 ± 0.0000 | 0.9000 ± 0.0000 |" in text
 
 

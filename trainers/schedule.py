@@ -64,21 +64,28 @@ class Watch:
         self.limit = math.inf if cfg.divergence_guard is None else cfg.divergence_guard * baseline
         self.early_stop_loss = cfg.early_stop_loss
         self.since = 1  # the first step of the running training loss (the loops reset it at each evaluation)
+        self.finite = 0  # the last step up to which every training loss is known finite (a check passed)
 
     def check_training(self, step: int, train_loss: float) -> bool:
         """False (and the trial failed, with its reason) when the running training loss — the mean over
-        the steps since the last evaluation — breaks the rule. The reason names those steps: the loss is
-        checked only where the schedule says (a check or an evaluation), so it broke somewhere in them."""
-        window = (
-            f"at step {step}"
-            if self.since == step
-            else f"in steps {self.since}–{step} (their mean, checked at {step})"
-        )
-        reason = self._broken("training", train_loss, window)
+        the steps since the last evaluation — breaks the rule. The loss is checked only where the schedule
+        says (a check, an evaluation), so the reason names the steps the broken loss lies in: for a loss
+        that is not finite, those since the last check it passed (a finite mean has only finite terms);
+        for one above the divergence guard, those of the mean."""
+        if math.isfinite(train_loss):
+            reason = self._broken("training", train_loss, self._steps(self.since, step, "their mean, "))
+        else:
+            reason = self._broken("training", train_loss, self._steps(max(self.since, self.finite + 1), step))
         if reason is not None:
             self.result.status, self.result.reason = "failed", reason
             return False
+        self.finite = step
         return True
+
+    @staticmethod
+    def _steps(first: int, last: int, what: str = "") -> str:
+        """Where a loss checked after step `last` lies: `at step 5`, or `in steps 401–420 (checked at 420)`."""
+        return f"at step {last}" if first == last else f"in steps {first}–{last} ({what}checked at {last})"
 
     def _broken(self, which: str, loss: float, where: str) -> str | None:
         """Why this loss ends the trial, or None; `where`: the step, or steps, it is of ("at step 5")."""

@@ -23,7 +23,7 @@ from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import STORED, StudySpec, expected_trials
 from service.core.states import FINISHED, QUEUED, RESUMABLE, StudyState
-from service.core.values import repr_value, value_matches, value_sort_key
+from service.core.values import repr_value, six_digits, value_matches, value_sort_key
 from service.reports.compare import Comparison, UnknownStudiesError, compare_studies
 from service.reports.summary import (
     BestConfig,
@@ -141,7 +141,7 @@ class StudyReads:
             key, sep, value = item.partition("=")
             if not sep or not key:
                 raise StudyError(
-                    f"param={item!r}: write FIELD=VALUE, e.g. param=lr=0.001 (as tables print values)"
+                    f"param={item!r}: write FIELD=VALUE, e.g. param=lr=0.001 (a value as tables print it)"
                 )
             values[key] = value
         if models or values:
@@ -263,7 +263,8 @@ class StudyReads:
     ) -> None:
         """A filter names a model and fields the study's trials have (a typo would filter to nothing),
         and, where the study holds all its points (`values_known`), a value one of them holds
-        (`lr=abc`, `lr=0.002` would answer nothing)."""
+        (`lr=abc`, `lr=0.002` would answer nothing). A value as a table prints it, in six digits
+        (`params_texts`), is taken for the one value it shortens, written whole into `params`."""
         known_models, known_values = self.ledger.point_fields(study_id)
         known_names = set(known_values)
         if not known_models:  # a sampled study before its first draw: nothing to check against
@@ -280,6 +281,17 @@ class StudyReads:
                 )
             held = known_values[name]
             if values_known and not any(value_matches(v, params[name]) for v in held):
+                printed = sorted(
+                    {repr_value(v) for v in held if six_digits(v) == params[name]}, key=value_sort_key
+                )
+                if len(printed) == 1:  # copied from a table: the one value it shortens
+                    params[name] = printed[0]
+                    continue
+                if printed:
+                    raise StudyError(
+                        f"param={name}={params[name]}: {len(printed)} values of this study read so in six "
+                        f"digits: {', '.join(printed)}; give one of them whole"
+                    )
                 shown = sorted({repr_value(v) for v in held}, key=value_sort_key)
                 more = f" … ({len(shown)} in all)" if len(shown) > 12 else ""
                 raise StudyError(

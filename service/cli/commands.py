@@ -24,6 +24,7 @@ from service.cli.console import (
     console,
     extension_of,
     failure_reasons,
+    parse_pairs,
     plan_line,
     print_best,
     print_comparison,
@@ -200,19 +201,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"study {study.id}: {engine.ledger.counts(study.id)['total']} trials in the ledger{drawn}",
         file=sys.stderr,
     )
-    runner.submit(study.id)
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    previous = signal.getsignal(signal.SIGTERM)
     try:
-        show_progress(runner, study.id, quiet=args.json)
-    except KeyboardInterrupt as exc:  # the study stops (below) and stays resumable; no traceback
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        raise SystemExit(
-            f"{how}: study {study.id} stopped, its unfinished trials pending; "
-            f"`memsweep run --study {study.id}` resumes it"
-        ) from None
+        signal.signal(signal.SIGTERM, _terminated)
+        try:
+            runner.submit(study.id)
+            try:
+                show_progress(runner, study.id, quiet=args.json)
+            finally:  # from here on the shutdown below is what a SIGTERM asks for
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except KeyboardInterrupt as exc:  # the study stops (below) and stays resumable; no traceback
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            raise SystemExit(
+                f"{how}: study {study.id} stopped, its unfinished trials pending; "
+                f"`memsweep run --study {study.id}` resumes it"
+            ) from None
+        finally:
+            runner.shutdown()
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the shutdown below is what a SIGTERM asks for
-        runner.shutdown()
         signal.signal(signal.SIGTERM, previous)
     if study.id in runner.refused:
         raise SystemExit(f"error: {runner.refused[study.id]}")
@@ -377,7 +383,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
-    where = {"model": args.model, "params": trial_params(args.param)}
+    where = {"model": args.model, "params": parse_pairs(args.param or [], "--param") or None}
     with studies_for(args) as studies:
         first = answer(lambda: studies.trials_page(args.study, 0, 1, args.status, **where))
         items = answer(lambda: studies.trials(args.study, args.status, history=args.history, **where))
@@ -391,16 +397,6 @@ def cmd_trials(args: argparse.Namespace) -> int:
     else:
         print_trials(page)
     return 0
-
-
-def trial_params(pairs: list[str] | None) -> dict[str, str] | None:
-    """`--param lr=1e-3` flags as the trials query's filters (values matched as the server matches them)."""
-    if not pairs:
-        return None
-    bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0].strip()]
-    if bad:
-        raise SystemExit(f"error: --param {bad[0]!r} is not KEY=VALUE; e.g. --param lr=1e-3")
-    return dict(p.split("=", 1) for p in pairs)
 
 
 def cmd_best(args: argparse.Namespace) -> int:

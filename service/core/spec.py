@@ -541,7 +541,9 @@ def check_preset_choice(preset: SearchSpace, base: Mapping[str, Any], models: li
     ours = [m.name for m in preset.models if models is None or m.name in models]
     for key, registry in registries.items():
         new, old = base.get(key), preset.base.get(key)
-        if not ours or new == old or new not in registry or old not in registry:
+        if not ours or new == old or not isinstance(new, str) or not isinstance(old, str):
+            continue  # (a name that is no text is refused naming it, where the trials are resolved)
+        if new not in registry or old not in registry:
             continue  # (an unknown name is refused naming it, where the trials are resolved)
         fields = set(field_names(registry.get(str(new)).Config)) | set(TOP_FIELDS)
         own = field_names(registry.get(str(old)).Config)
@@ -579,8 +581,10 @@ def trial_settings(space: SearchSpace) -> set[str] | None:
 
     names = set(TOP_FIELDS) - {"task_params", "cell_params"}
     for key, registry, default in (("task", TASKS, TrainConfig.task), ("cell", CELLS, TrainConfig.cell)):
-        chosen = {space.base.get(key, default), *(m.fixed[key] for m in space.models if key in m.fixed)}
-        chosen |= {v for m in space.models if isinstance(d := m.dims.get(key), Values) for v in d.values}
+        chosen: list[Any] = [m.fixed[key] for m in space.models if key in m.fixed]
+        chosen += [v for m in space.models if isinstance(d := m.dims.get(key), Values) for v in d.values]
+        if any(key not in m.fixed and key not in m.dims for m in space.models):  # theirs: the base's
+            chosen.append(space.base.get(key, default))
         for name in chosen:
             if not (isinstance(name, str) and name in registry):
                 return None

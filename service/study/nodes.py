@@ -63,9 +63,6 @@ def ensure_ray(settings: Settings) -> None:
 
 
 _starting = threading.Lock()
-#: the settings of the embedded Ray this process started (`_start_ray`), until `shutdown_ray`: a Ray that
-#: is up is asked what it has (`unplaceable`), and an embedded one is this machine, not a cluster to grow
-_embedded_ray: Settings | None = None
 
 
 def _ensure_ray(settings: Settings) -> None:
@@ -120,7 +117,6 @@ def prepare_ray_process(settings: Settings) -> None:
 
 
 def _start_ray(settings: Settings) -> None:
-    global _embedded_ray
     # Tune's console tables and its per-trial CSV/JSON/TensorBoard loggers: the ledger and MLflow
     # record everything, and the loggers cost time on every short trial.
     with environ_lock:
@@ -181,7 +177,6 @@ def _start_ray(settings: Settings) -> None:
                 address="local", num_cpus=embedded_cpus(settings), include_dashboard=False,
                 log_to_driver=False, runtime_env=workers,
             )  # fmt: skip
-        _embedded_ray = settings
         record = embedded_ray_record(settings.home, os.getpid())
         record.parent.mkdir(parents=True, exist_ok=True)
         driver = {"pid": os.getpid(), "started": processes.started(os.getpid()), "mark": mark}
@@ -194,9 +189,7 @@ def shutdown_ray(settings: Settings) -> None:
     `reap_embedded_ray` (it had left `embedded-ray/<pid>.json` behind until the next start reaped it)."""
     import ray
 
-    global _embedded_ray
     ray.shutdown()
-    _embedded_ray = None
     embedded_ray_record(settings.home, os.getpid()).unlink(missing_ok=True)
 
 
@@ -326,19 +319,20 @@ def _kill_marked(mark: str) -> list[int]:
     return killed
 
 
-def unplaceable(resources: Mapping[str, float]) -> str | None:
+def unplaceable(resources: Mapping[str, float], embedded_in: Settings | None = None) -> str | None:
     """Why no node of the (running) Ray cluster can take a Ray trial asking these resources, naming
-    what the nodes have; None when one can. A request no node can satisfy would wait forever. The
-    embedded Ray this process started is said as this machine's (`unplaceable_here`), as before it is up."""
+    what the nodes have; None when one can. A request no node can satisfy would wait forever.
+    `embedded_in`: the settings of the embedded Ray this is, said as this machine's (`unplaceable_here`),
+    not as a cluster to grow."""
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     wanted = {"CPU": float(resources.get("cpu", 0.0)), "GPU": float(resources.get("gpu", 0.0))}
     if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
         return None
-    if _embedded_ray is not None:
+    if embedded_in is not None:
         cpus, gpus = (sum(node.get(k, 0.0) for node in nodes) for k in ("CPU", "GPU"))
-        return this_machine_cannot(_embedded_ray, wanted, cpus, gpus)
+        return this_machine_cannot(embedded_in, wanted, cpus, gpus)
     have = ", ".join(
         sorted({f"{node.get('CPU', 0.0):g} CPUs and {node.get('GPU', 0.0):g} GPUs" for node in nodes})
     )

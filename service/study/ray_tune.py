@@ -337,7 +337,7 @@ class RayTune:
         import ray
 
         if ray.is_initialized():
-            return unplaceable(resources)
+            return unplaceable(resources, self.settings if embedded(self.settings) else None)
         # an embedded Ray is this machine's, up or not; a cluster is asked once joined
         return unplaceable_here(self.settings, resources) if embedded(self.settings) else None
 

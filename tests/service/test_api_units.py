@@ -364,6 +364,24 @@ def test_trials_filter_by_model_and_by_the_points_values(client: TestClient) -> 
         assert "its values: 0.001, 0.01 " in r.json()["detail"]
 
 
+def test_a_value_copied_from_a_table_in_six_digits_filters_to_the_one_it_shortens(client: TestClient) -> None:
+    """Tables print a sampled value in six digits (`lr=0.00160519`), and the trials filter took it for no
+    value of the study: it is the one value it shortens, and two that read alike are named."""
+    lrs = [0.0016051911333587634, 3.172841e-4, 3.172838e-4]
+    space = {"models": {"chain": {"fixed": {"init": "chain"}, "dims": {"lr": lrs}}}}
+    study = client.post("/studies", json=grid(space=space)).json()
+    finish_all(client, study["id"])
+    base = f"/studies/{study['id']}/trials"
+    one = client.get(base, params={"param": "lr=0.00160519"}).json()
+    assert one["total"] == 2 and {t["params"]["lr"] for t in one["items"]} == {lrs[0]}
+    r = client.get(base, params={"param": "lr=0.000317284"})
+    assert r.status_code == 422 and r.json()["detail"] == (
+        "param=lr=0.000317284: 2 values of this study read so in six digits: 0.0003172838, 0.0003172841; "
+        "give one of them whole"
+    )
+    assert client.get(base, params={"param": "lr=0.0003172841"}).json()["total"] == 2
+
+
 def test_two_sampled_values_that_agree_in_six_digits_are_two_labels():
     """Tables printed floats in six digits: two sampled learning rates 3.172841e-4 and 3.172838e-4
     were one row of the by-value table, and `param=lr=0.000317284` matched both."""

@@ -245,7 +245,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     chain = read_csv(io.StringIO(cli("trials", b, "--model", "chain", "--param", "lr=1e-3", "--csv")))
     assert len(chain) == 2 and set(chain["model"]) == {"chain"} and set(chain["params.lr"]) == {0.001}
     code, _, err = run("trials", b, "--param", "lr")
-    assert code == 1 and "--param 'lr' is not KEY=VALUE" in err
+    assert code == 1 and "--param 'lr': write KEY=VALUE" in err
     # a failed trial's reason, in the table and, grouped, as `memsweep run` ends
     monkeypatch.setenv("COLUMNS", "200")  # rich's width: the reason on one line
     failed = cli("trials", a, "--status", "failed")

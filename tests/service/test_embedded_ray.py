@@ -296,32 +296,22 @@ def test_a_gpu_the_servers_embedded_ray_lacks_is_refused_as_this_machines(tmp_pa
 
 
 def test_a_ray_that_is_up_is_said_as_this_machine_when_it_is_the_embedded_one(tmp_path: Path, monkeypatch):
-    """`unplaceable` asks the Ray that is up; the wording follows whether this process started it
-    embedded (`_start_ray`, here with Ray's own start stood in for) or joined a cluster."""
+    """`unplaceable` asks the Ray that is up; the wording follows whether it is the embedded one (the
+    adapter's settings name no address) or a cluster it joined."""
     import ray
 
     from service.study import nodes
+    from service.study.ray_tune import RayTune
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(nodes, "reap_embedded_ray", lambda home: [])
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kw: None)
-    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}])
-    for name in ("RAY_AIR_NEW_OUTPUT", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "TUNE_MAX_PENDING_TRIALS_PG",
-                 "TUNE_PRINT_ALL_TRIAL_ERRORS", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"):  # fmt: skip
-        monkeypatch.setenv(name, os.environ.get(name, "0"))  # what `_start_ray` sets: restored after
-    settings = Settings(home=tmp_path, ray_address=None)
-    assert nodes.unplaceable({"cpu": 1.0, "gpu": 1.0}).startswith("no node of the Ray cluster")  # joined
-    nodes._start_ray(settings)
-    try:
-        assert nodes.unplaceable({"cpu": 1.0, "gpu": 0.0}) is None
-        assert nodes.unplaceable({"cpu": 1.0, "gpu": 1.0}) == (
-            "this machine's embedded Ray cannot run a trial asking 1 CPUs and 1 GPUs (it has 2 CPUs and 0 GPUs); "
-            "ask for less in `resources`, or join a Ray cluster that has them (MEMSWEEP_RAY_ADDRESS)"
-        )
-    finally:
-        nodes.shutdown_ray(settings)
+    assert RayTune(Settings(home=tmp_path, ray_address=None)).unplaceable({"cpu": 1.0, "gpu": 0.0}) is None
+    assert RayTune(Settings(home=tmp_path, ray_address=None)).unplaceable({"cpu": 1.0, "gpu": 1.0}) == (
+        "this machine's embedded Ray cannot run a trial asking 1 CPUs and 1 GPUs (it has 2 CPUs and 0 GPUs); "
+        "ask for less in `resources`, or join a Ray cluster that has them (MEMSWEEP_RAY_ADDRESS)"
+    )
+    joined = RayTune(Settings(home=tmp_path, ray_address="head:6379")).unplaceable({"cpu": 1.0, "gpu": 1.0})
+    assert joined is not None and joined.startswith("no node of the Ray cluster")
     assert nodes.unplaceable({"cpu": 1.0, "gpu": 1.0}).startswith("no node of the Ray cluster")
 
 

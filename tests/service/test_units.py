@@ -886,6 +886,14 @@ def test_a_task_or_cell_over_a_presets_own_is_refused_as_the_presets(spec, said)
         # a setting of an added cell's arm, misspelt: the nearest of the trials' settings (its cell's among them)
         ({"preset": "orhan2020-copy500", "models": ["chain", "lstm"], "dims": {"forget_bais": [0.0, 1.0]}},
          r"forget_bais is no setting of these trials, nor of their task or cells: did you mean 'forget_bias'\?$"),
+        # a field of the default cell (rnn's) where every model fixes a cell of its own: no setting of theirs
+        ({"preset": "sgornn2022-addition", "dims": {"fb_forward": [True, False]}},
+         r"fb_forward is no setting of these trials, nor of their task or cells$"),
+        # a cell named by a value that is no text: refused naming it, where the trials resolve (a TypeError)
+        ({"preset": "orhan2020-copy500", "base": {"cell": ["lstm"]}},
+         r"unknown cell \"\['lstm'\]\"; did you mean 'lstm'\?"),
+        ({"space": {"models": {"a": {"fixed": {"cell": ["lstm"]}, "dims": {"lr": [1e-3]}}}},
+          "dims": {"lr": [1e-3, 1e-2]}}, r"unknown cell \"\['lstm'\]\""),
         # a setting no model varies: one value in base, or a model of one's own that sweeps it
         ({"preset": "orhan2020-copy500", "dims": {"hidden": [8, 16]}},
          r"hidden is a setting of these trials that no model varies: give it one value for every trial in base, "

@@ -96,8 +96,8 @@ def test_nan_loss_is_a_failed_trial(monkeypatch):
     monkeypatch.setattr(AdditionTask, "loss", loss)
     r = train(cfg(steps=60, eval_every=60))
     assert r.status == "failed" and "nan" in r.reason.lower() and r.steps == 50
-    # checked every 50 steps: the reason names the steps whose mean it was, not the step it went NaN
-    assert r.reason == "training loss is not finite (nan) in steps 1–50 (their mean, checked at 50)"
+    # checked every 50 steps: the reason names the steps the NaN lies in, not only the check's step
+    assert r.reason == "training loss is not finite (nan) in steps 1–50 (checked at 50)"
 
 
 def test_a_nan_reason_names_the_steps_since_the_last_evaluation(monkeypatch):
@@ -111,7 +111,21 @@ def test_a_nan_reason_names_the_steps_since_the_last_evaluation(monkeypatch):
     monkeypatch.setattr(AdditionTask, "loss", loss)
     r = train(cfg(steps=60, eval_every=20))
     assert r.status == "failed" and [e.step for e in r.history] == [20]
-    assert r.reason == "training loss is not finite (nan) in steps 21–40 (their mean, checked at 40)"
+    assert r.reason == "training loss is not finite (nan) in steps 21–40 (checked at 40)"
+    calls["n"] = 0
+    r = train(cfg(steps=100, eval_every=70))  # found at the check after step 50
+    assert r.reason == "training loss is not finite (nan) in steps 1–50 (checked at 50)"
+    calls["n"], broken = 0, 60
+
+    def later(self, out, y):  # step 60's loss NaN: the check at 50 passed, so it lies in 51–70
+        value = original(self, out, y)
+        calls["n"] += value.requires_grad
+        return value * math.nan if value.requires_grad and calls["n"] == broken else value
+
+    monkeypatch.setattr(AdditionTask, "loss", later)
+    r = train(cfg(steps=100, eval_every=70))
+    assert r.reason == "training loss is not finite (nan) in steps 51–70 (checked at 70)"
+    monkeypatch.setattr(AdditionTask, "loss", loss)
     calls["n"] = 0
     r = train(cfg(steps=60, eval_every=1))  # checked at every step: the step itself
     assert r.reason == "training loss is not finite (nan) at step 25"
