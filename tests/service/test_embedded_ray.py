@@ -230,16 +230,22 @@ print("stopped", record.exists(), sorted(p.name for p in record.parent.iterdir()
 """
 
 
+def embedded_script(code: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`code` in a process of its own with `home` as its argument, on an embedded Ray (no address, no
+    cluster token inherited from this process's environment)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.pop("MEMSWEEP_RAY_ADDRESS", None)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(home)],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_clean_shutdown_removes_the_record_of_its_embedded_ray(tmp_path: Path):
     """The record of an embedded Ray (`embedded-ray/<pid>.json`) was removed only by a later start's
     reap: a server stopped gracefully (or `memsweep plan`, `run`) left it behind."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    env.pop("MEMSWEEP_RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", CLEAN_STOP, str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
-    )  # fmt: skip
+    done = embedded_script(CLEAN_STOP, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-2:] == ["started True", "stopped False []"], done.stderr[-3000:]
 
@@ -280,12 +286,7 @@ def test_a_gpu_the_servers_embedded_ray_lacks_is_refused_as_this_machines(tmp_pa
     """`memsweep serve`'s Ray is embedded too, but once up it was asked as a cluster: "no node of the Ray
     cluster … add a node that has them (ray start --address …)", where `memsweep plan` said "this
     machine's embedded Ray cannot run …, or join a Ray cluster"."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    env.pop("MEMSWEEP_RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", GPU_ASKED, str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
-    )  # fmt: skip
+    done = embedded_script(GPU_ASKED, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (why,) = [line for line in done.stdout.splitlines() if line.startswith("why ")]
     assert why.startswith(

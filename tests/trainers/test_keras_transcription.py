@@ -198,6 +198,22 @@ def keras_run(resolved: Resolved) -> KerasRun:
     return run
 
 
+def assert_trains_as(result: Any, keras: KerasRun) -> None:
+    """memsweep's run gives the transcription's training and validation loss at every step, within float32
+    noise (RTOL), and its trained W and V (within WEIGHT_TOL of their largest entry)."""
+    got = torch.tensor([[e.train_loss, e.val_loss] for e in result.history], dtype=torch.float64)
+    want = torch.tensor([keras.losses, keras.val_losses], dtype=torch.float64).T
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0.0, msg=lambda m: f"[train, val] losses: {m}")
+    for matrix, mine, theirs in (
+        ("W", result.recurrent_matrix, keras.W),
+        ("V", result.input_matrix, keras.V),
+    ):
+        scale = float(theirs.abs().max())
+        torch.testing.assert_close(
+            mine, theirs, rtol=0.0, atol=WEIGHT_TOL * scale, msg=lambda m, w=matrix: f"{w}: {m}"
+        )
+
+
 # ---------------------------------------------------------------------------------------------------
 # memsweep, training a trial of the preset as a study would (the preset's settings at a small shape).
 
@@ -249,17 +265,7 @@ def test_memsweep_trains_as_the_authors_keras_code_did(name: str) -> None:
     coverage = (keras.clipped > 0, keras.saturated > 0)
     assert coverage == (case.clips, case.saturates), f"clipped {keras.clipped}, saturated {keras.saturated}"
 
-    got = torch.tensor([[e.train_loss, e.val_loss] for e in result.history], dtype=torch.float64)
-    want = torch.tensor([keras.losses, keras.val_losses], dtype=torch.float64).T
-    torch.testing.assert_close(got, want, rtol=RTOL, atol=0.0, msg=lambda m: f"[train, val] losses: {m}")
-    for matrix, mine, theirs in (
-        ("W", result.recurrent_matrix, keras.W),
-        ("V", result.input_matrix, keras.V),
-    ):
-        scale = float(theirs.abs().max())
-        torch.testing.assert_close(
-            mine, theirs, rtol=0.0, atol=WEIGHT_TOL * scale, msg=lambda m, w=matrix: f"{w}: {m}"
-        )
+    assert_trains_as(result, keras)
 
 
 def test_the_copy_loss_is_keras_past_its_clip_too() -> None:
@@ -401,20 +407,9 @@ def test_emamis_students_train_as_their_tf_keras_code_did(name: str) -> None:
     assert result.status == "done", result.reason
     keras = keras_student_run(resolve(config), project=model == "urnn")
 
-    got = torch.tensor([[e.train_loss, e.val_loss] for e in result.history], dtype=torch.float64)
-    want = torch.tensor([keras.losses, keras.val_losses], dtype=torch.float64).T
-    torch.testing.assert_close(got, want, rtol=RTOL, atol=0.0, msg=lambda m: f"[train, val] losses: {m}")
-    assert got[-1, 1] < 0.9 * got[0, 1], (
-        "the student learns: a case that only tests a frozen network says little"
-    )
-    for matrix, mine, theirs in (
-        ("W", result.recurrent_matrix, keras.W),
-        ("V", result.input_matrix, keras.V),
-    ):
-        scale = float(theirs.abs().max())
-        torch.testing.assert_close(
-            mine, theirs, rtol=0.0, atol=WEIGHT_TOL * scale, msg=lambda m, w=matrix: f"{w}: {m}"
-        )
+    assert_trains_as(result, keras)
+    val = [e.val_loss for e in result.history]
+    assert val[-1] < 0.9 * val[0], "the student learns: a case that only tests a frozen network says little"
     if model == "urnn":  # on the orthogonal group after the last step, as theirs
         eye = torch.eye(hidden, dtype=torch.float64)
         torch.testing.assert_close(
