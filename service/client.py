@@ -241,8 +241,10 @@ class MemsweepClient(TrialPages):
         timeout: float | None = None,
         progress: bool = True,
         patience: float = SERVER_PATIENCE,
+        console: Any = None,
     ) -> dict[str, Any]:
-        """Poll until the study is done, failed or cancelled (a rich progress bar unless progress=False).
+        """Poll until the study is done, failed or cancelled (a rich progress bar unless progress=False,
+        on `console`, a rich Console: default stdout at its terminal's width).
 
         A server that stops answering (no connection, or 502, 503, 504) once it has answered is polled on
         for `patience` seconds, said on stderr: a restarted server resumes the study, and the wait goes
@@ -254,7 +256,8 @@ class MemsweepClient(TrialPages):
         answered = False  # a URL that never answered is a wrong one, said at once, not waited for
         with Progress(
             TextColumn(f"[bold]study {study_id}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress,
+            TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), disable=not progress,
+            console=console,
         ) as bar:  # fmt: skip
             task = bar.add_task("study", total=None, info="")
             while True:

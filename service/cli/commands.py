@@ -284,8 +284,9 @@ def show_progress(runner: Any, study_id: str, quiet: bool) -> None:
     patience = PATIENCE.set(BAR_PATIENCE)  # this thread's reads only: the runner's threads keep theirs
     try:
         with Progress(
-            TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), transient=False, disable=quiet,
+            TextColumn("[bold]study"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), transient=False,
+            disable=quiet, console=console(),  # piped: the whole line, not a terminal's 80 columns
         ) as bar:  # fmt: skip
             task = bar.add_task("study", total=None, info="")
             while True:
@@ -669,16 +670,23 @@ def _submit_to_study(args: argparse.Namespace, url: str) -> int:
 
 
 def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
-    """`submit`'s end: the study followed to its end with --wait, then printed (its id alone without)."""
-    if args.wait:
-        with client_for(url) as client:
-            study = answer(lambda: client.wait(study["id"], progress=not args.json))
+    """`submit`'s end: the study followed to its end with --wait, then printed with its success table
+    and best configurations once done, as `memsweep run` ends (its id alone without --wait)."""
+    if not args.wait:
+        print(json.dumps(study) if args.json else study["id"])
+        return 0
+    with client_for(url) as client:
+        study = answer(lambda: client.wait(study["id"], progress=not args.json, console=console()))
+        done = study["state"] == "done" and not args.json
+        success = answer(lambda: client.success(study["id"])) if done else None
+        best = answer(lambda: client.best(study["id"])) if done else None
     if args.json:
         print(json.dumps(study))
-    elif args.wait:
-        print_status(study)
     else:
-        print(study["id"])
+        print_status(study)
+        if success is not None and best is not None:
+            print_success({"name": study["name"], "success": success})
+            print_best(best, success["by_model"])
     return 0 if study["state"] != "failed" else 1
 
 

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from service.cli.console import answer, build_spec, client_for, print_best, print_success
+from service.cli.console import answer, build_spec, client_for, console, print_best, print_success
 from service.cli.servers import LocalServer, answers, free_port, port_free
 
 DEMO_SPEC: dict[str, Any] = {
@@ -57,7 +57,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"chain vs orthogonal on copy T={spec.base.get('seq_len')}",
                 file=sys.stderr,
             )
-            study = answer(lambda: client.wait(study["id"], poll=1.0, progress=True))
+            study = answer(lambda: client.wait(study["id"], poll=1.0, progress=True, console=console()))
             success = answer(lambda: client.success(study["id"]))
             # every point: a point has a trial at least (the README's orthogonal at lr 1e-3 ranks last)
             best = answer(lambda: client.best(study["id"], k=study["counts"]["total"]))

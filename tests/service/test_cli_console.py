@@ -158,7 +158,7 @@ class DemoServer:
     def success(self, study_id: str) -> dict[str, Any]:
         return success_of("demo", models=tuple(demo.DEMO_SPEC["models"]))["success"]
 
-    def best(self, study_id: str, k: int) -> list[dict[str, Any]]:
+    def best(self, study_id: str, k: int = 5) -> list[dict[str, Any]]:  # the client's default k
         return self.points[:k]
 
 
@@ -178,3 +178,58 @@ def test_the_demo_prints_every_point_of_its_study(
     assert demo.run_demo(build_parser().parse_args(["demo"])) == 0
     out = printed()
     assert [f"│ {p['model']} │ lr={p['params']['lr']:g} " in out for p in server.points] == [True] * 4
+
+
+def test_the_run_bar_prints_its_whole_line_when_piped(printed: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`memsweep run` piped to a log (a batch job's) printed its bar at a terminal's 80 columns: `study …
+    12… done · … ETA – 0:…`. It takes the tables' console, the whole line when piped."""
+    from types import SimpleNamespace
+
+    import rich
+
+    from service.cli import commands
+
+    monkeypatch.delenv("COLUMNS")  # piped, as a log is: no terminal, no width set
+    monkeypatch.setattr(rich, "_console", None)  # rich's own console, made afresh (as in a new process)
+
+    counts = {"total": 12000, "running": 1000, "failed": 2000, "succeeded": 4000, "done": 5000, "pruned": 300}
+    study = SimpleNamespace(spec={"sampler": "grid"}, plan=None, state="running")
+    ledger = SimpleNamespace(get_study=lambda study_id: study, counts=lambda study_id: counts)
+    turns = iter([True, False])
+
+    class Runner:
+        engine = SimpleNamespace(ledger=ledger)
+
+        def is_active(self, study_id: str) -> bool:
+            return next(turns)
+
+        def is_queued(self, study_id: str) -> bool:
+            return False
+
+        def eta(self, study_id: str) -> float:
+            return 1234.0
+
+    commands.show_progress(Runner(), "s1", quiet=False)
+    out = printed()
+    assert "7300/12000 running 1000 · failed 2000 · pruned 300 · successes 4000 0:00:0" in out, out
+
+
+def test_submit_wait_ends_as_run_does_with_the_success_table_and_the_best(
+    monkeypatch: pytest.MonkeyPatch, printed: Any
+) -> None:
+    """`memsweep submit --wait` ended with the study's status alone, where `memsweep run` ends with its
+    success table and best configurations."""
+    from service.cli import commands
+    from service.cli.parser import build_parser
+
+    server = DemoServer()
+    server.study = {**server.study, "counts": {**server.study["counts"], "done": 8, "finished": 8}}
+    monkeypatch.setattr(commands, "client_for", lambda url: server)
+    monkeypatch.setattr(
+        commands, "print_status", lambda study: print(f"study {study['id']}: {study['state']}")
+    )
+    args = build_parser().parse_args(["submit", "orhan2020-copy500", "--url", "http://127.0.0.1:9", "--wait"])
+    assert commands._follow(args, "http://127.0.0.1:9", server.study) == 0
+    out = printed()
+    assert "study s1: done" in out and "successes: final validation loss" in out
+    assert "best configurations, ranked by mean final validation loss" in out
