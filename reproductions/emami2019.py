@@ -239,8 +239,11 @@ def report(result: dict[str, Any], plot: str | None) -> str:
         f"The optimal R² at the noise level is {opt:.4f} (mean over the teachers; "
         + ", ".join(f"teacher {s}: {v:.4f}" for s, v in optimal.items())
         + "). A mean is over the runs that beat the memoryless predictor (R² > 0); a cell says how many "
-        "of its runs did not, or failed: a run that diverged and still ended finite sits far below 0 "
-        "(down to −10²⁷ here), where one alone would be the whole mean. " + _diverged_line(r2),
+        "of its runs did not, or failed: a run that diverged and still ended finite sits far below 0, "
+        "where one alone would be the whole mean"
+        + (f" (the lowest here: {lowest:.1e})" if (lowest := _lowest(records)) < -1 else "")
+        + ". "
+        + _diverged_line(r2),
         "",
         "| n | " + " | ".join(models) + " |",
         "|---" * (1 + len(models)) + "|",
@@ -276,6 +279,11 @@ def report(result: dict[str, Any], plot: str | None) -> str:
     )
     lines += ["", f"MLflow: {part['mlflow_url']}", ""]
     return "\n".join(lines)
+
+
+def _lowest(records: Iterable[Mapping[str, Any]]) -> float:
+    """The lowest final R² of the finished runs (0 when none finished)."""
+    return min((float(r["final_metric"]) for r in _done(records)), default=0.0)
 
 
 def _diverged_line(r2: Mapping[str, Mapping[int, Cell]]) -> str:
