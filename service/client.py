@@ -1,7 +1,8 @@
 """A Python client of the memsweep REST service (httpx).
 
     from service.client import MemsweepClient
-    client = MemsweepClient("http://127.0.0.1:8000", token="…")      # token: MEMSWEEP_API_TOKEN's value
+    client = MemsweepClient()                                        # MEMSWEEP_API_URL and _TOKEN, as the CLI
+    client = MemsweepClient("http://127.0.0.1:8000", token="…")      # or given: an argument wins
     study = client.submit("orhan2020-copy500", models=["chain"], seeds=[1, 2], base={"steps": 3000})
     client.wait(study["id"])                                         # a progress bar until it finishes
     client.best(study["id"], k=3)
@@ -16,6 +17,7 @@ explanation, and an answer that is not JSON (another server at the URL) `NotMems
 
 from __future__ import annotations
 
+import enum
 import sys
 import time
 import uuid
@@ -112,16 +114,49 @@ def param_filters(params: Mapping[str, Any]) -> list[str]:
     return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
 
 
+class FromEnvironment(enum.Enum):
+    """`MemsweepClient`'s default token: MEMSWEEP_API_TOKEN's value, as the CLI reads it."""
+
+    TOKEN = "MEMSWEEP_API_TOKEN"
+
+    def __repr__(self) -> str:  # the signature, as help() shows it: token=MEMSWEEP_API_TOKEN
+        return self.value
+
+
 class MemsweepClient(TrialPages):
     def __init__(
-        self, url: str, token: str | None = None, timeout: float = 30.0, http: httpx.Client | None = None
+        self,
+        url: str | None = None,
+        token: str | FromEnvironment | None = FromEnvironment.TOKEN,
+        timeout: float = 30.0,
+        http: httpx.Client | None = None,
     ) -> None:
-        """`http`: an httpx.Client to send through (e.g. FastAPI's TestClient); default a new one for `url`."""
+        """The client of the server at `url` (default: MEMSWEEP_API_URL), sending `token` (default:
+        MEMSWEEP_API_TOKEN's value, none when it is unset; `token=None`: none, whatever the environment
+        holds). The environment is read as the CLI reads it (`service.core.settings.Settings`: the
+        variables, else a `.env` file in the working directory), when the client is made; an argument
+        given wins. `http`: an httpx.Client to send through (e.g. FastAPI's TestClient); default a new
+        one for `url`."""
+        where = ""  # where the URL came from, when an error names it
+        if url is None or token is FromEnvironment.TOKEN:
+            from service.core.settings import Settings  # pydantic-settings: only when one is left out
+
+            settings = Settings()
+            if url is None:
+                if not settings.api_url:
+                    raise ValueError(
+                        "url: none given and MEMSWEEP_API_URL is not set; give the server's URL, "
+                        f"MemsweepClient(url='http://127.0.0.1:{settings.port}'), or set MEMSWEEP_API_URL"
+                    )
+                url, where = settings.api_url, " (MEMSWEEP_API_URL)"
+            if token is FromEnvironment.TOKEN:
+                token = settings.api_token.get_secret_value() if settings.api_token else None
         scheme = httpx.URL(url).scheme if "://" in url else ""
         if scheme not in ("http", "https"):  # httpx said "missing an 'http://' protocol" on every call
             bare = url.split("://", 1)[-1]
             raise ValueError(
-                f"url {url!r} lacks its scheme (http or https): write it as http://{bare} (or https://{bare})"
+                f"url {url!r}{where} lacks its scheme (http or https): write it as http://{bare} (or "
+                f"https://{bare})"
             )
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import ValidationError
 
 from service.cli.console import (
+    EXIT_FAILED,
+    EXIT_REFUSED,
+    Failed,
+    Refused,
     answer,
     api_url,
     build_spec,
@@ -85,7 +89,7 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
         fixes.insert(
             0, f"judge this one at another fraction with `memsweep success {args.study} --fraction F`"
         )
-    raise SystemExit(
+    raise Refused(
         f"error: {', '.join(given)}: a resumed study keeps its spec's {', '.join(given.values())} (--study "
         f"resumes it, and extends it with --set, --dim, --models, --seeds or --max-trials, whose spec takes "
         f"these flags); {'; or '.join(fixes)}"
@@ -129,7 +133,7 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
     if args.study:
         study = engine.ledger.get_study(args.study)
         if study is None:
-            raise SystemExit(no_study_here(args.study))
+            raise Refused(no_study_here(args.study))
         if not changes_spec(args):  # a resume: flags that would change its spec have nothing to apply to
             refuse_on_resume(args)
         if changes_spec(args):  # extend: only points the study does not hold yet are added
@@ -137,10 +141,6 @@ def _create_or_extend(args: argparse.Namespace, engine: Any, nodes: Any) -> Any:
             print(f"study {study.id}: extended by {added} trials", file=sys.stderr)
             study = engine.ledger.study(study.id)  # its spec as extended (max_trials, for what follows)
     else:
-        if not args.target:
-            raise SystemExit(
-                "error: give a preset name or a spec file (see `memsweep presets`), or --study ID to resume"
-            )
         study = engine.create_study(build_spec(args), nodes=nodes)
     return study
 
@@ -164,11 +164,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from service.study.engine import Engine
     from service.study.nodes import embedded
 
+    if not args.study and not args.target:  # refused before a ledger is made
+        raise Refused(
+            "error: give a preset name or a spec file (see `memsweep presets`), or --study ID to resume"
+        )
     if args.study:  # a study of a server's (no ledger here yet: none is made to say so)
         from service.cli.local import ledger_exists
 
         if not ledger_exists(get_settings()):
-            raise SystemExit(no_study_here(args.study))
+            raise Refused(no_study_here(args.study))
     engine = Engine(get_settings())
     if args.study and engine.ledger.get_study(args.study) is not None:
         from service.study.claim import StudyBusyError, StudyClaim
@@ -176,15 +180,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:  # a study another process runs: refused before a plan, a progress bar or an extension
             with StudyClaim(engine.ledger, args.study):
                 pass
-        except StudyBusyError as exc:
-            raise SystemExit(f"error: {exc}") from None
+        except StudyBusyError as exc:  # the study's state: another process runs it
+            raise Failed(f"error: {exc}") from None
     runner = StudyRunner(engine, workers=1)  # the server's runner: planned, run, costed the same way
     nodes = None
     if not embedded(engine.settings):  # a cluster: its nodes' plugins are checked before anything is recorded
         try:
             runner.start_ray()
         except RuntimeError as exc:  # it names the address and what to check; nothing was recorded
-            raise SystemExit(f"error: {exc}") from None
+            raise Failed(f"error: {exc}") from None
         nodes = runner.node_plugins
     try:
         study = _create_or_extend(args, engine, nodes)
@@ -212,7 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
         except KeyboardInterrupt as exc:  # the study stops (below) and stays resumable; no traceback
             how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            raise SystemExit(
+            raise Failed(
                 f"{how}: study {study.id} stopped, its unfinished trials pending; "
                 f"`memsweep run --study {study.id}` resumes it"
             ) from None
@@ -221,11 +225,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if study.id in runner.refused:
-        raise SystemExit(f"error: {runner.refused[study.id]}")
+        raise Failed(f"error: {runner.refused[study.id]}")
     row = engine.ledger.get_study(study.id)
     if row is None or row.state == "failed" or runner.prepare_error:
         why = (row.error if row is not None else None) or runner.prepare_error
-        raise SystemExit(f"error: study {study.id} failed: {why}")
+        raise Failed(f"error: study {study.id} failed: {why}")
     summary = engine.summary(study.id)
     failures = failure_reasons(t.reason for t in engine.ledger.trials(study.id, ["failed"]))
 
@@ -351,7 +355,7 @@ def studies_for(args: argparse.Namespace) -> Any:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if not args.target:
-        raise SystemExit("error: give a preset name or a spec file (see `memsweep presets`)")
+        raise Refused("error: give a preset name or a spec file (see `memsweep presets`)")
     spec = build_spec(args)
     with studies_for(args) as studies:
         planned = answer(lambda: studies.plan(spec, recalibrate=args.recalibrate))
@@ -361,7 +365,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print_plan(planned)
     if planned.get("where_unknown"):  # a plan as a preflight check fails where a run would
         print(f"error: the plan has no estimate: {planned['where_unknown']}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     return 0
 
 
@@ -482,9 +486,7 @@ def _named(names: Sequence[str]) -> list[Plugin]:
         match = [p for p in plugins if p.name == bare and kind in ("", p.kind)]
         if not match:
             known = ", ".join(f"{p.kind}:{p.name}" for p in plugins) or "none is installed"
-            raise SystemExit(
-                f"error: no plugin {name!r}; installed: {known}. {where_plugins_are('A plugin')}"
-            )
+            raise Refused(f"error: no plugin {name!r}; installed: {known}. {where_plugins_are('A plugin')}")
         chosen += match
     return chosen
 
@@ -572,7 +574,7 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
                 print(f"  note: {r['version_behind']}")
         if not report:
             print("no plugin is installed (see docs/plugins.md)")
-    return 1 if any(r["problems"] for r in report) else 0
+    return EXIT_FAILED if any(r["problems"] for r in report) else 0
 
 
 # ----- the REST service and its clients ---------------------------------------------------------------
@@ -581,7 +583,7 @@ def check_plugins(names: Sequence[str], as_json: bool) -> int:
 def need_url(args: argparse.Namespace) -> str:
     url = api_url(args)
     if not url:
-        raise SystemExit(
+        raise Refused(
             "error: give the server's --url (or set MEMSWEEP_API_URL), e.g. --url "
             f"http://127.0.0.1:{get_settings().port}"
         )
@@ -617,7 +619,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="info"))
     with contextlib.suppress(KeyboardInterrupt):  # as `uvicorn.run`
         server.run([sock])
-    return 0 if server.started else 3  # uvicorn's STARTUP_FAILURE: the app's start-up failed
+    return 0 if server.started else EXIT_FAILED  # the app's start-up failed (uvicorn's own `run` exits 3)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -625,7 +627,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.study:
         return _submit_to_study(args, url)
     if not args.target:
-        raise SystemExit(
+        raise Refused(
             "error: give a preset name or a spec file (see `memsweep presets`), or --study ID to resume or "
             "extend a study of the server"
         )
@@ -649,7 +651,7 @@ def _submit_to_study(args: argparse.Namespace, url: str) -> int:
     others += ["a preset or spec file"] * bool(args.target) + ["--sampler"] * bool(args.sampler)
     if others or args.idempotency_key:
         given = others + ["--idempotency-key"] * bool(args.idempotency_key)
-        raise SystemExit(
+        raise Refused(
             f"error: {', '.join(given)}: --study ID resumes the server's study, or extends it with {EXTENDS} "
             "(POST /studies/{id}/extend takes only those); the study keeps the rest of its spec. Create a new "
             "study with them (`memsweep submit PRESET|SPEC …`: its finished trials are reused, not trained again)"
@@ -687,7 +689,7 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
         if success is not None and best is not None:
             print_success({"name": study["name"], "success": success})
             print_best(best, success["by_model"])
-    return 0 if study["state"] != "failed" else 1
+    return 0 if study["state"] != "failed" else EXIT_FAILED
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -785,6 +787,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`memsweep ARGV`: the command's exit status (`service.cli.console.EXIT_STATUSES`), returned, or
+    raised as `Refused` (2, its message printed here) or `Failed` (1, printed by Python)."""
     prepare_ray_process(get_settings())  # before anything imports Ray
     prepare_mlflow_process()  # before any MLflow request
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -801,6 +805,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `memsweep trials ID | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own exit flush too
         return 128 + signal.SIGPIPE  # as a shell reports a command a closed pipe stopped
+    except Refused as exc:  # Python prints no message of a status given as a number
+        print(exc, file=sys.stderr)
+        raise
     except ValidationError as exc:  # a spec's fields, named as the REST answer names them
         model = None
         if exc.title == "StudySpec":
@@ -809,10 +816,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = StudySpec
         _, lines = invalid_fields(exc.errors(include_url=False), model)
         print(f"error: {'; '.join(lines)}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     except ValueError as exc:  # StudyError, ConfigError
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     except Exception as exc:  # the ledger's database, from a local command (SQLAlchemy was imported)
         if "sqlalchemy" in sys.modules:
             from sqlalchemy.exc import InterfaceError, OperationalError
@@ -821,7 +828,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if isinstance(exc, (OperationalError, InterfaceError)):
                 print(f"error: {unreachable(exc)}", file=sys.stderr)
-                return 1
+                return EXIT_FAILED
         raise
 
 

@@ -1,5 +1,6 @@
 """The terminal side that `memsweep`'s commands share: a spec from flags, tables and status lines,
-and calls to a memsweep server that end in one-line errors (used by `service.cli.commands` and `service.cli.demo`)."""
+calls to a memsweep server that end in one-line errors, and the exit statuses those errors end with
+(used by `service.cli.commands` and `service.cli.demo`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,47 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 T = TypeVar("T")
+
+#: `memsweep`'s exit statuses, one convention for every command (`memsweep --help` lists them; a pipe
+#: its reader closed early, `memsweep trials ID | head`, ends 141 as a shell reports SIGPIPE)
+EXIT_STATUSES = {
+    0: "done.",
+    1: "the command ran, and what it did failed or found something wrong: a study failed, a plan cannot "
+    "say where its trials would run, a plugin breaks its contract, a study's state refuses the change, "
+    "the server (or the ledger, MLflow, the Ray cluster) does not answer, a run was stopped by Ctrl-C or "
+    "SIGTERM.",
+    2: "the input was refused before anything ran: a usage error, a malformed flag, a spec refused as "
+    "invalid (here or by the server), an unknown preset, plugin or study, a URL without its scheme, a "
+    "missing or wrong token.",
+}
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
+
+#: a server's answers that refuse the request as sent (exit 2): a body that is no JSON object, a token,
+#: an unknown study or preset, a body over the limit, an invalid spec or query; any other error answer
+#: (409: the study's state; 5xx: the server or a service behind it) is a failure (exit 1)
+REFUSED_ANSWERS = frozenset({400, 401, 403, 404, 413, 422})
+
+
+class Refused(SystemExit):
+    """The input refused before anything ran: exits 2 (`EXIT_REFUSED`), as argparse's usage errors do.
+    `service.cli.commands.main` prints the message (`error: …`) to stderr; `str()` is the message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_REFUSED)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Failed(SystemExit):
+    """What the command did failed, or found something wrong: exits 1 (`EXIT_FAILED`), Python printing
+    the message (`error: …`) to stderr, as it does for a `SystemExit` that holds text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
 
 #: how a command that read this machine's ledger is pointed at a server instead
 ASK_A_SERVER = (
@@ -53,7 +95,7 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise SystemExit(f"error: {flag} {item!r}: write KEY=VALUE")
+            raise Refused(f"error: {flag} {item!r}: write KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
 
@@ -394,35 +436,41 @@ def api_url(args: argparse.Namespace) -> str | None:
 
 
 def client_for(url: str) -> Any:
+    """The client of the server at `url`, with MEMSWEEP_API_TOKEN's token (the client reads it)."""
     from service.client import MemsweepClient
-    from service.core.settings import get_settings
 
-    token = get_settings().api_token
     try:
-        return MemsweepClient(url, token=token.get_secret_value() if token else None)
+        return MemsweepClient(url)
     except ValueError as exc:  # a URL without its scheme: said so, not "is `memsweep serve` running?"
-        raise SystemExit(f"error: --url (or MEMSWEEP_API_URL): {exc}") from None
+        raise Refused(f"error: --url (or MEMSWEEP_API_URL): {exc}") from None
 
 
 def answer(call: Callable[[], T]) -> T:
-    """The answer of a call to a server or to the local ledger (`service.cli.local`); a refusal, an
-    unknown study or an unreachable server as a one-line error."""
+    """The answer of a call to a server or to the local ledger (`service.cli.local`), or a one-line
+    error: `Refused` (exit 2) for a request refused as sent (an invalid spec, an unknown study: the
+    server's `REFUSED_ANSWERS`), `Failed` (exit 1) for a study whose state refuses it, a service that
+    does not answer, or an unreachable server."""
     import httpx
 
     from service.application.errors import ConflictError, NotFoundError, UnavailableError
-    from service.client import MemsweepAPIError
+    from service.client import MemsweepAPIError, NotMemsweepError
     from service.core.errors import StudyError
 
     try:
         return call()
-    except (MemsweepAPIError, NotFoundError, ConflictError, UnavailableError, StudyError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+    except (NotFoundError, StudyError) as exc:
+        raise Refused(f"error: {exc}") from None
+    except MemsweepAPIError as exc:  # another server at the URL (NotMemsweepError): no memsweep answered
+        refused = exc.status in REFUSED_ANSWERS and not isinstance(exc, NotMemsweepError)
+        raise (Refused if refused else Failed)(f"error: {exc}") from None
+    except (ConflictError, UnavailableError) as exc:
+        raise Failed(f"error: {exc}") from None
     except httpx.TransportError as exc:
         where = ""
         with contextlib.suppress(RuntimeError):  # the request the error came from, when httpx kept it
             url = exc.request.url
             where = f" at {url.scheme}://{url.netloc.decode()}"
-        raise SystemExit(
+        raise Failed(
             f"error: the server{where} does not answer ({exc}); is `memsweep serve` running there?"
         ) from None
 

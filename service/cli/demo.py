@@ -15,7 +15,16 @@ import argparse
 import sys
 from typing import Any
 
-from service.cli.console import answer, build_spec, client_for, console, print_best, print_success
+from service.cli.console import (
+    EXIT_FAILED,
+    Failed,
+    answer,
+    build_spec,
+    client_for,
+    console,
+    print_best,
+    print_success,
+)
 from service.cli.servers import LocalServer, answers, free_port, port_free
 
 DEMO_SPEC: dict[str, Any] = {
@@ -47,7 +56,7 @@ def run_demo(args: argparse.Namespace) -> int:
         try:
             server.start()
         except RuntimeError as exc:
-            raise SystemExit(f"error: {exc}") from None
+            raise Failed(f"error: {exc}") from None
     try:
         spec = build_spec(args, stored=DEMO_SPEC)
         with client_for(url) as client:
@@ -75,7 +84,7 @@ def run_demo(args: argparse.Namespace) -> int:
             server = None  # not stopped below
         else:
             print(f"to query it over REST: `memsweep serve`, then `curl {url}/studies/{study['id']}/success`")
-        return 0 if study["state"] == "done" else 1
+        return 0 if study["state"] == "done" else EXIT_FAILED
     finally:
         if server is not None:
             server.stop()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 
-from service.cli.console import add_spec_flags
+from service.cli.console import EXIT_STATUSES, add_spec_flags
 from service.core.states import QUEUED, StudyState, TrialStatus
 
 USAGE = """`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
@@ -43,10 +44,20 @@ memsweep demo [--port P] [--keep-serving] [spec flags]   # the README's main job
 """
 
 
+#: the epilog of `memsweep --help`: what each exit status says (`service.cli.console.EXIT_STATUSES`)
+EXIT_STATUS = "Exit status (every command):\n" + "\n".join(
+    textwrap.fill(said, width=100, initial_indent=f"  {status}  ", subsequent_indent="     ")
+    for status, said in EXIT_STATUSES.items()
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """`memsweep`'s parser: one subcommand each (`args.command`)."""
     parser = argparse.ArgumentParser(
-        prog="memsweep", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="memsweep",
+        description=USAGE,
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _study_commands(sub)

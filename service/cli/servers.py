@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from service.cli.console import Failed
 from service.core import processes
 
 
@@ -99,7 +100,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         taken = " (another memsweep server?)" if e.errno == errno.EADDRINUSE else ""
-        raise SystemExit(
+        # exit 1: this machine's state (a port another process holds, an address it lacks), no bad flag
+        raise Failed(
             f"error: cannot listen on {host}:{port}: {e.strerror or e}{taken}; give another --port "
             "(or MEMSWEEP_PORT), or --host (MEMSWEEP_HOST) an address of this machine"
         ) from None

@@ -213,7 +213,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
         capsys.readouterr()
         try:
             code = commands.main(list(args))
-        except SystemExit as exit_:  # argparse's refusals (2), and the commands' `SystemExit("error: …")`
+        except SystemExit as exit_:  # argparse's and the commands' refusals (2), a failure's message (1)
             if isinstance(exit_.code, int):
                 code = exit_.code
             else:  # what Python does with a message: print it, exit 1
@@ -245,7 +245,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
     chain = read_csv(io.StringIO(cli("trials", b, "--model", "chain", "--param", "lr=1e-3", "--csv")))
     assert len(chain) == 2 and set(chain["model"]) == {"chain"} and set(chain["params.lr"]) == {0.001}
     code, _, err = run("trials", b, "--param", "lr")
-    assert code == 1 and "--param 'lr': write KEY=VALUE" in err
+    assert code == 2 and "--param 'lr': write KEY=VALUE" in err
     # a failed trial's reason, in the table and, grouped, as `memsweep run` ends
     monkeypatch.setenv("COLUMNS", "200")  # rich's width: the reason on one line
     failed = cli("trials", a, "--status", "failed")
@@ -277,7 +277,7 @@ def test_the_cli_compares_and_writes_csv_from_the_local_ledger(
         assert code != 0 and said in err, (argv, err[-1000:])
     assert f"study {a}" in cli("status", a) and json.loads(cli("status", b, "--json"))["id"] == b
     code, _, err = run("best", "nope")
-    assert code == 1 and "no study 'nope'; `memsweep studies`" in err
+    assert code == 2 and "no study 'nope'; `memsweep studies`" in err
     assert "shared" in cli("compare", a, b)  # the rich table's header
     # a copy study's counts under Arjovsky's baseline too, as `memsweep run` ends (docs/studies.md)
     with TestClient(create_app(settings(tmp_path))) as c:  # a third study, on the same ledger

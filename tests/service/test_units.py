@@ -476,8 +476,9 @@ def test_run_study_refuses_the_flags_a_resumed_study_cannot_take(tmp_path, monke
     )
     with pytest.raises(SystemExit) as refused:
         main(["run", "--study", study.id, *flags])
-    message = str(refused.value.code)
-    assert message.startswith(f"error: {said}") and "create a new study with them" in message
+    message = str(refused.value)
+    assert refused.value.code == 2 and message.startswith(f"error: {said}")
+    assert "create a new study with them" in message
     if "--success-fraction" in flags:
         assert f"memsweep success {study.id} --fraction F" in message
     assert engine.ledger.counts(study.id)["total"] == 1  # nothing added, nothing ran
