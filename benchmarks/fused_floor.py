@@ -103,6 +103,7 @@ def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     from trainers.fused import FUSED_CELLS, FusedModel, FusedOptimizer
     from trainers.model import build_model
     from trainers.runtime import training_batches
+    from trainers.schedule import Schedule
 
     resolved = [resolve(c) for c in configs]
     tasks = {r.config.seed: r.make_task() for r in resolved}  # one per seed, as train_fused shares them
@@ -110,7 +111,10 @@ def fused_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
     seeds = [r.config.seed for r in resolved]
     task = tasks[seeds[0]]
     model = FusedModel(models, FUSED_CELLS[resolved[0].config.cell], task.output)
-    optimizer = FusedOptimizer(resolved[0].config.optimizer, [r.config for r in resolved], model.params)
+    per_epoch = Schedule.of(resolved[0].config, task.train_size).steps_per_epoch
+    optimizer = FusedOptimizer(
+        resolved[0].config.optimizer, [r.config for r in resolved], model.params, per_epoch
+    )
     streams = {seed: training_batches(t, 16, seed) for seed, t in tasks.items()}
     cpu = torch.device("cpu")
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Scalar = bool | int | float | str | None
+#: a value `base` or a model's `fixed` may hold: a scalar, or a list of them (`lr_drop_epochs: [200]`),
+#: which no dimension draws
+Setting = Scalar | list[Scalar] | tuple[Scalar, ...]
 
 
 class SpaceError(ValueError):
@@ -78,7 +81,7 @@ class Model:
     """One arm of a space: fields it fixes (e.g. init=chain) and dimensions it spans (e.g. lr, scale)."""
 
     name: str
-    fixed: Mapping[str, Scalar] = field(default_factory=dict)
+    fixed: Mapping[str, Setting] = field(default_factory=dict)
     dims: Mapping[str, Dimension] = field(default_factory=dict)
 
     @property
@@ -91,7 +94,7 @@ class Model:
             raise SpaceError(f"model {self.name!r} has continuous dimensions; it has no finite grid")
         return math.prod(len(d.values) for d in self.dims.values() if isinstance(d, Values))
 
-    def grid(self) -> Iterator[dict[str, Scalar]]:
+    def grid(self) -> Iterator[dict[str, Setting]]:
         """Every point of the grid: the model's fixed fields plus one value per dimension."""
         names = list(self.dims)
         axes = [d.values for d in self.dims.values() if isinstance(d, Values)]
@@ -108,7 +111,7 @@ class SearchSpace:
     name: str
     models: tuple[Model, ...]
     seeds: tuple[int, ...] = (1,)
-    base: Mapping[str, Scalar] = field(default_factory=dict)
+    base: Mapping[str, Setting] = field(default_factory=dict)
     citation: str = ""
     description: str = ""
 
@@ -142,13 +145,13 @@ class SearchSpace:
             f"space {self.name!r} has no model {name!r}; {near + ' ' if near else ''}models: {', '.join(names)}"
         )
 
-    def points(self) -> Iterator[tuple[str, dict[str, Scalar]]]:
+    def points(self) -> Iterator[tuple[str, dict[str, Setting]]]:
         """(model name, settings) for every grid point, seeds excluded; settings include `base`."""
         for m in self.models:
             for point in m.grid():
                 yield m.name, {**self.base, **point}
 
-    def trials(self) -> Iterator[tuple[str, dict[str, Scalar]]]:
+    def trials(self) -> Iterator[tuple[str, dict[str, Setting]]]:
         """(model name, settings with `seed`) for every grid point × seed."""
         for model_name, point in self.points():
             for seed in self.seeds:
@@ -156,7 +159,7 @@ class SearchSpace:
 
     def with_overrides(
         self,
-        base: Mapping[str, Scalar] | None = None,
+        base: Mapping[str, Setting] | None = None,
         seeds: Sequence[int] | None = None,
         dims: Mapping[str, Dimension] | None = None,
         models: Sequence[str] | None = None,
@@ -350,6 +353,14 @@ def dim_from_dict(raw: Any, where: str) -> Dimension:
                 f"{where.rsplit('.', 1)[-1]}: [value1, value2]), or leave {where} out"
             )
         values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+        for i, v in enumerate(values):
+            if not isinstance(v, (bool, int, float, str, type(None))):
+                name = where.rsplit(".", 1)[-1]
+                raise SpaceError(
+                    f"{where}[{i}] = {v!r} is not a single value: a dimension's values are numbers, text, "
+                    f"true/false or null, each a choice a sampler can draw. Give a value that is a list in "
+                    f"`base` (e.g. base: {{{name}: {v!r}}}), or sweep single values ({name}: [100, 200])"
+                )
         return Values(distinct(values))
     bounds = raw[kind]
     # two numbers (text is refused as in a list of values: a spec file reads 1e-5 as a number)

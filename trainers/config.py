@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from search_spaces.space import did_you_mean
 from trainers import plugins
 from trainers.numerics_modes import ENV, MODES, default_mode
-from trainers.params import ConfigError, build, field_names, unhashed_defaults
+from trainers.params import UNHASHED_DEFAULT, ConfigError, build, field_names, unhashed_defaults
 
 # The registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a config meets them, so the
 # schema, its defaults and TRAINER_VERSION import without torch (a study spec, the service's ledger reads).
@@ -82,6 +83,16 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)  # Adam
     eps: float = 1e-7  # Keras' epsilon
     clip_norm: float | None = 10.0  # global gradient-norm clip (Keras 2.2.4 clipnorm); None: off
+    # the learning rate's course (`trainers.optim.LearningRate`); constant by default, as every paper's code
+    # but SGORNN's ran it. `lr_drop_epochs`: the rate is multiplied by `lr_drop_factor` once each listed
+    # number of epochs is done (a Keras LearningRateScheduler's step function, torch's MultiStepLR: SGORNN's
+    # HAR-2, ÷10 after 200 epochs). `lr_decay_steps` S: Keras 2's optimiser `decay` set to lr / S, the rate of
+    # update n then lr / (1 + lr·(n − 1)/S), computed in float32 as Keras did (SGORNN's addition code asks a
+    # "linear decay to zero" over S updates that way; it ends at lr / (1 + lr)). Added after TRAINER_VERSION
+    # 10: a trial that keeps their defaults hashes as it did (`UNHASHED_DEFAULT`).
+    lr_drop_epochs: tuple[int, ...] = field(default=(), metadata=UNHASHED_DEFAULT)
+    lr_drop_factor: float = field(default=0.1, metadata=UNHASHED_DEFAULT)
+    lr_decay_steps: int | None = field(default=None, metadata=UNHASHED_DEFAULT)
     batch_size: int = 16
     # budget and evaluation
     epochs: int = 100
@@ -110,6 +121,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
+        d["lr_drop_epochs"] = list(self.lr_drop_epochs)
         d["task_params"] = dict(self.task_params)
         d["cell_params"] = dict(self.cell_params)
         return d
@@ -153,13 +165,19 @@ class Resolved:
 def config_hash(resolved: Mapping[str, Any]) -> str:
     """Identity of a trial: sha256 of its resolved config (execution-only fields dropped), and of the
     plugins it uses (their distribution, version and code: `trainers.plugins`), so a run of another
-    plugin version is never taken for this one. A trial of built-ins hashes as it always did: a task's or
-    cell's field added since (`trainers.params.UNHASHED_DEFAULT`) is left out while it holds its default.
+    plugin version is never taken for this one. A trial of built-ins hashes as it always did: a trial's,
+    task's or cell's field added since (`trainers.params.UNHASHED_DEFAULT`) is left out while it holds its
+    default.
     A `ROUNDING_FIELDS` value other than its default then joins the identity (`with_rounding`)."""
     from trainers.cells import CELLS
     from trainers.tasks import TASKS
 
-    ident = {k: v for k, v in resolved.items() if k not in EXECUTION_FIELDS}
+    added_here = unhashed_defaults(TrainConfig)
+    ident = {
+        k: v
+        for k, v in resolved.items()
+        if k not in EXECUTION_FIELDS and not (k in added_here and _plain(v) == _plain(added_here[k]))
+    }
     for kind, registry in (("task", TASKS), ("cell", CELLS)):
         name, params = resolved.get(kind), resolved.get(f"{kind}_params")
         if isinstance(name, str) and isinstance(params, Mapping) and name in registry:
@@ -171,6 +189,11 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
         ident["plugins"] = used
     base = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return with_rounding(base, resolved)
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON holds it (a tuple as a list), so a stored config compares with a default."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def with_rounding(base: str, resolved: Mapping[str, Any]) -> str:
@@ -196,6 +219,8 @@ def from_dict(values: Mapping[str, Any]) -> TrainConfig:
     values.pop("trainer_version", None)
     if "betas" in values:
         values["betas"] = _betas(values["betas"])
+    if "lr_drop_epochs" in values:
+        values["lr_drop_epochs"] = _drop_epochs(values["lr_drop_epochs"])
     cfg = build(TrainConfig, values, where="trial config")
     return dataclasses.replace(cfg, task_params=task_params, cell_params=cell_params)
 
@@ -212,6 +237,28 @@ def _betas(value: Any) -> tuple[float, float]:
     if not all(0.0 <= b < 1.0 for b in betas):
         raise ConfigError(f"betas = {list(betas)} out of range: {fix}")
     return betas
+
+
+def _drop_epochs(value: Any) -> tuple[int, ...]:
+    """The epochs after which the learning rate drops: whole numbers ≥ 1, increasing (one number: one drop;
+    none: no drop)."""
+    fix = "give the epochs after which the rate drops, increasing, e.g. [200] (none: [])"
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if isinstance(items, str) or not isinstance(items, (list, tuple)):
+        raise ConfigError(f"lr_drop_epochs = {value!r} is not a list of epochs: {fix}")
+    epochs = []
+    for item in items:
+        whole = isinstance(item, int) or (isinstance(item, float) and item.is_integer())
+        if isinstance(item, bool) or not whole or item < 1:
+            raise ConfigError(
+                f"lr_drop_epochs = {value!r}: {item!r} is not a whole number of epochs ≥ 1: {fix}"
+            )
+        epochs.append(int(item))
+    if any(b <= a for a, b in itertools.pairwise(epochs)):
+        raise ConfigError(f"lr_drop_epochs = {value!r} is not increasing: {fix}")
+    return tuple(epochs)
 
 
 #: what `device` may name
@@ -231,6 +278,17 @@ def check_training(cfg: TrainConfig) -> None:
             raise ConfigError(f"{name} = {value} must be a positive integer, or none")
     if cfg.lr <= 0:
         raise ConfigError(f"lr = {cfg.lr} must be positive")
+    _drop_epochs(cfg.lr_drop_epochs)
+    if not cfg.lr_drop_factor > 0:
+        raise ConfigError(
+            f"lr_drop_factor = {cfg.lr_drop_factor} must be positive: the learning rate is multiplied by it "
+            "after each of lr_drop_epochs (0.1: ÷10)"
+        )
+    if cfg.lr_decay_steps is not None and cfg.lr_decay_steps < 1:
+        raise ConfigError(
+            f"lr_decay_steps = {cfg.lr_decay_steps} must be a positive integer, or none: Keras's decay is "
+            "lr / lr_decay_steps (SGORNN's code: the budget in steps)"
+        )
     if not 0.0 <= cfg.rho < 1.0:
         raise ConfigError(f"rho = {cfg.rho} must be in [0, 1): RMSprop's moving-average decay (Keras: 0.9)")
     if cfg.eps <= 0:

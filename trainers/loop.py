@@ -3,7 +3,8 @@ bundles, Ray, MLflow or the server; what it shares with the fused loop (`trainer
 `trainers.runtime`.
 
 Protocol (Orhan & Pitkow; docs/protocol.md §1.5), every part a config field:
-RMSprop (ρ 0.9, ε 1e-7) or Adam; global gradient-norm clip; batches from the task's fixed training
+RMSprop (ρ 0.9, ε 1e-7) or Adam, at the trial's learning rate or its course (`LearningRate`); global
+gradient-norm clip; batches from the task's fixed training
 set reshuffled every epoch (Keras `fit`) or fresh batches; validation on the task's fixed validation
 set once per epoch (or every `eval_every` steps, and always at the end of the budget); early stop once
 validation loss < `early_stop_loss`; the final validation loss is the last evaluation.
@@ -23,7 +24,7 @@ import torch
 from trainers.config import Resolved, TrainConfig, resolve
 from trainers.model import SequenceModel, build_model, count_params
 from trainers.numerics import use as use_numerics
-from trainers.optim import make_optimizer
+from trainers.optim import LearningRate, make_optimizer, set_lr
 from trainers.result import Evaluation, MemberReport, MembersFinished, TrialResult, member_reporter
 from trainers.runtime import (
     ValidationSums,
@@ -127,6 +128,7 @@ def _run(
     val_split = task.val_split()
     batches = training_batches(task, cfg.batch_size, cfg.seed)
     schedule = Schedule.of(cfg, task.train_size)
+    rate = LearningRate.of(cfg, schedule.steps_per_epoch)
     result.budget_steps = schedule.budget
     watch = Watch(cfg, result, report)
 
@@ -139,6 +141,8 @@ def _run(
         loss.backward()  # type: ignore[no-untyped-call]
         if cfg.clip_norm:
             torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
+        if not rate.constant:
+            set_lr(optimizer, rate.at(step))
         optimizer.step()
         model.cell.after_step()
         running += loss.detach()

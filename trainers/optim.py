@@ -20,6 +20,10 @@ which on the CPU is MKL's vector maths (`vsSqrt`), whose kernel in the portable 
 branch starts from `rsqrtps`, an approximation whose bits each vendor sets: an Intel Xeon and an AMD
 EPYC parted in the last bit of the first RMSprop step (issue 33).
 
+The learning rate of each step is `LearningRate`'s: the trial's `lr`, or its course under
+`lr_drop_epochs` / `lr_decay_steps` (a scheduler's drops, Keras 2's `decay`), the same for a solo run
+(`set_lr` before each step) and a bundle's member (`trainers.fused.FusedOptimizer`).
+
 Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable mode, and for
 `keras_adam` everywhere (torch has no such form), this module's `Optimizer`; otherwise torch's own
 (`torch.optim.RMSprop` / `Adam`), so the native mode and the GPU compute what they always computed.
@@ -28,7 +32,9 @@ Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from trainers import numerics
@@ -71,6 +77,54 @@ def adam_factors(lr: float, beta1: float, beta2: float, n: int, kind: str = "ada
     if kind == "keras_adam":
         return -(lr * (1 - beta2**n) ** 0.5 / (1 - beta1**n)), 1.0
     return -(lr / (1 - beta1**n)), (1 - beta2**n) ** 0.5
+
+
+@dataclass(frozen=True)
+class LearningRate:
+    """A trial's learning rate at each optimiser step (`at`): `lr`, multiplied by `drop_factor` once each
+    of `drop_epochs` epochs is done, and, with `decay_steps` S, divided by 1 + (lr / S)·(n − 1).
+
+    The drops are a Keras `LearningRateScheduler`'s step function (SGORNN's HAR-2: lr / 10 from the
+    201st epoch, `epoch >= 200` of its 0-based epochs) and torch's MultiStepLR: the product in double,
+    rounded to float32 where the optimiser reads it (Keras's `K.set_value` of its float32 rate).
+    The decay is Keras 2's optimiser `decay` d = lr / S (SGORNN's addition code: `decay=(initial_lr −
+    final_lr)/(epochs·steps_per_epoch)`), applied to update n as Keras 2.3.1's `get_updates` computes it
+    in float32, lr · (1 / (1 + d·iterations)) with `iterations` = n − 1, the updates taken before it;
+    each operation rounded to float32 here too."""
+
+    lr: float
+    drop_epochs: tuple[int, ...] = ()
+    drop_factor: float = 0.1
+    decay_steps: int | None = None
+    steps_per_epoch: int = 1
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, steps_per_epoch: int) -> LearningRate:
+        return cls(cfg.lr, tuple(cfg.lr_drop_epochs), cfg.lr_drop_factor, cfg.lr_decay_steps, steps_per_epoch)
+
+    @property
+    def constant(self) -> bool:
+        """Whether every step takes `lr` itself."""
+        return not self.drop_epochs and self.decay_steps is None
+
+    def at(self, n: int) -> float:
+        """The rate of optimiser step n (1, 2, …): `lr` itself until a drop or the decay moves it."""
+        done = (n - 1) // self.steps_per_epoch  # epochs done before this step
+        rate = self.lr * self.drop_factor ** sum(1 for e in self.drop_epochs if done >= e)
+        if self.decay_steps is None:
+            return rate
+        f32 = np.float32
+        decay = f32(self.lr / self.decay_steps)  # Keras's float32 `decay` variable, set from a double
+        return float(f32(rate) * (f32(1.0) / (f32(1.0) + decay * f32(n - 1))))
+
+
+def set_lr(optimizer: Optimizer | torch.optim.Optimizer, lr: float) -> None:
+    """The rate `optimizer` takes at its next step (this module's `Optimizer`, or torch's)."""
+    if isinstance(optimizer, Optimizer):
+        optimizer.lr = lr
+        return
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 class Optimizer:

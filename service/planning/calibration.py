@@ -69,8 +69,8 @@ VAL = 64
 TIMEOUT = 180.0
 #: trial fields that set a trial's values, not its cost per step (the budget is counted separately)
 VALUE_FIELDS = (
-    "seed", "lr", "rho", "betas", "eps", "clip_norm", "steps", "epochs", "eval_every", "early_stop_loss",
-    "divergence_guard",
+    "seed", "lr", "lr_drop_epochs", "lr_drop_factor", "lr_decay_steps", "rho", "betas", "eps", "clip_norm",
+    "steps", "epochs", "eval_every", "early_stop_loss", "divergence_guard",
 )  # fmt: skip
 #: cell fields that set only initial weights
 VALUE_CELL_FIELDS = ("init", "scale")

@@ -304,3 +304,15 @@ def test_a_value_given_twice_is_refused_naming_the_dimension_and_both_spellings(
         check_distinct(values, "dims.lr")
     assert len(dim_from_dict(values, "dims.lr").values) == len(values) - 1
     assert dim_from_dict([True, 1], "dims.lr") == Values((True, 1))  # a boolean is no number here
+
+
+@pytest.mark.parametrize("raw", [[[100], [200]], {"values": [100, [100, 200]]}, [{"a": 1}]])
+def test_a_dimensions_value_is_a_single_value(raw: object) -> None:
+    """A list among a dimension's values (a setting that takes a list, `lr_drop_epochs`) is no choice a
+    sampler can draw: refused naming it, with where a list goes instead."""
+    with pytest.raises(SpaceError) as err:
+        dim_from_dict(raw, "dims.lr_drop_epochs")
+    message = str(err.value)
+    assert message.startswith("dims.lr_drop_epochs[") and "is not a single value" in message
+    assert "base: {lr_drop_epochs:" in message
+    assert dim_from_dict([100, 200.0, "x", None, True], "dims.v") == Values((100, 200.0, "x", None, True))

@@ -378,6 +378,13 @@ def shape(**cell: object) -> dict[str, object]:
     return shape_of(resolve({"task": "copy", "task_params": {"seq_len": 30}, "cell_params": cell}))
 
 
+def test_the_learning_rates_course_is_no_part_of_a_shape():
+    """A sweep over the rate's drops or decay trains one shape at one cost per step: one calibration."""
+    plain = shape_of(resolve({"task": "copy"}))
+    for course in ({"lr_drop_epochs": [2, 5]}, {"lr_drop_factor": 0.5}, {"lr_decay_steps": 100}):
+        assert shape_of(resolve({"task": "copy", **course})) == plain, course
+
+
 def test_a_float_cell_setting_is_no_part_of_a_shape_and_a_size_or_an_operation_is():
     assert shape(input_gain=0.9, fb_forward=0.5) == shape(input_gain=0.5)
     assert shape(bias=False) != shape() != shape(nonlinearity="tanh")

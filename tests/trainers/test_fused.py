@@ -239,7 +239,7 @@ def test_stacked_optimizer_takes_a_solo_runs_steps_bit_for_bit(optimizer):
     start = [torch.randn(3, *s, generator=g) for s in shapes]
     grads = [[torch.randn(3, *s, generator=g) * 10.0 ** (i % 3 - 1) for s in shapes] for i in range(6)]
     stacked = [p.clone().requires_grad_() for p in start]
-    opt = FusedOptimizer(optimizer, cfgs, stacked)
+    opt = FusedOptimizer(optimizer, cfgs, stacked, steps_per_epoch=1)  # constant rates: no epoch counts
     for gs in grads:
         for p, gr in zip(stacked, gs, strict=True):
             p.grad = gr.clone()

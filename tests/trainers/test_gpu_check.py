@@ -188,21 +188,29 @@ def stand_in_graphs(monkeypatch):
     return make
 
 
-@pytest.mark.parametrize("optimizer", ["rmsprop", "adam", "keras_adam"])
-def test_a_graphed_run_takes_the_eager_runs_steps(stand_in_graphs, optimizer):
-    """Warm-ups, the capture (which takes no step itself), replays and Adam's factors from device
-    buffers: the same losses and weights as the eager steps, and the same step count."""
+#: a learning rate that moves: halved after the first epoch (4 steps) and decayed at every step
+MOVING_RATE = {"lr_drop_epochs": [1], "lr_drop_factor": 0.5, "lr_decay_steps": 3}
+
+
+@pytest.mark.parametrize(
+    "optimizer, rate",
+    [("rmsprop", {}), ("adam", {}), ("keras_adam", {}), ("rmsprop", MOVING_RATE), ("adam", MOVING_RATE)],
+)
+def test_a_graphed_run_takes_the_eager_runs_steps(stand_in_graphs, optimizer, rate):
+    """Warm-ups, the capture (which takes no step itself), replays, and the optimiser's per-step factors
+    (Adam's, a moving rate's) from device buffers: the same losses and weights as the eager steps, and
+    the same step count."""
     steps = 9
-    eager = Bundle.of(configs(steps, optimizer=optimizer))
+    eager = Bundle.of(configs(steps, optimizer=optimizer, **rate))
     eager_losses = torch.stack([eager.step() for _ in range(steps)])
-    graphed = stand_in_graphs(Bundle.of(configs(steps, optimizer=optimizer)))
+    graphed = stand_in_graphs(Bundle.of(configs(steps, optimizer=optimizer, **rate)))
     graph_losses = torch.stack([graphed.step() for _ in range(steps)])
     assert graphed.graph is not None and graphed.calls == steps
     assert graphed.bundle.optimizer.step_count == eager.optimizer.step_count == steps
     assert torch.equal(graph_losses, eager_losses)
     for p, q in zip(graphed.bundle.model.params, eager.model.params, strict=True):
         assert torch.equal(p, q)
-    assert (graphed.bundle.optimizer.static_factors is not None) == (optimizer != "rmsprop")
+    assert (graphed.bundle.optimizer.static_factors is not None) == (optimizer != "rmsprop" or bool(rate))
 
 
 def test_a_step_that_synchronises_is_refused_at_the_probe(stand_in_graphs, monkeypatch):
@@ -400,24 +408,26 @@ GRAPH_MEMBERS = [{"lr": 1e-3, "seed": 1}, {"lr": 3e-3, "seed": 2}]
 
 @pytest.mark.parametrize("task", ["addition", "copy"])
 @pytest.mark.parametrize("cell", sorted(FUSED_CELLS))
-@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
-def test_a_graphable_cells_step_reads_nothing_on_the_host(cell, task, optimizer):
+@pytest.mark.parametrize("optimizer, rate", [("rmsprop", {}), ("adam", {}), ("rmsprop", MOVING_RATE)])
+def test_a_graphable_cells_step_reads_nothing_on_the_host(cell, task, optimizer, rate):
     """What a CUDA graph captures (`forward_backward`: forward, losses, backward, clip, optimiser)
     must not read a value on the host: a graph cannot hold it, and on a GPU the probe at the last
     warm-up would train the bundle eagerly. Checked on the CPU for every fused cell, as a
-    `GraphedStep` runs it (Adam's factors in buffers); a cell that must read one is marked not
-    `graphable`, and then this test shows why."""
+    `GraphedStep` runs it (the optimiser's per-step factors, Adam's or a moving rate's, in buffers); a
+    cell that must read one is marked not `graphable`, and then this test shows why."""
     common = {
         "cell": cell, "task": task, "hidden": 8, "task_params": {"seq_len": 24, "n_train": 32, "n_val": 16},
-        "optimizer": optimizer, "steps": 4, "eval_every": 4, "early_stop_loss": None, "device": "cpu",
+        "optimizer": optimizer, "steps": 4, "eval_every": 4, "early_stop_loss": None, "device": "cpu", **rate,
     }  # fmt: skip
     bundle = Bundle.of([{**m, **common} for m in GRAPH_MEMBERS])
-    if optimizer == "adam":  # as GraphedStep sets them: Adam's per-step factors in device buffers
-        bundle.optimizer.static_factors = (torch.empty(bundle.size), torch.empty(bundle.size))
+    opt = bundle.optimizer
+    if opt.varies:  # as GraphedStep sets them: the per-step factors in device buffers
+        opt.static_factors = tuple(torch.empty_like(f) for f in opt.factors(1, torch.device("cpu")))
     for _ in range(2):  # the first step allocates (the workspace, the optimiser's state)
-        if bundle.optimizer.static_factors is not None:
-            factors = bundle.optimizer.adam_factors(bundle.optimizer.step_count + 1, torch.device("cpu"))
-            for buffer, f in zip(bundle.optimizer.static_factors, factors, strict=True):
+        if opt.static_factors is not None:
+            for buffer, f in zip(
+                opt.static_factors, opt.factors(opt.step_count + 1, torch.device("cpu")), strict=True
+            ):
                 buffer.copy_(f)
         batch = bundle.next_batch()
         with host_reads() as seen:

@@ -13,6 +13,7 @@ that departs from what Keras computed fails here; one that only reorders float32
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -136,7 +137,7 @@ def clip_by_global_norm(grads: list[torch.Tensor], c: float) -> tuple[list[torch
 
 
 def rmsprop_(
-    params: list[torch.Tensor], grads: list[torch.Tensor], accs: list[torch.Tensor], lr: float
+    params: list[torch.Tensor], grads: list[torch.Tensor], accs: list[torch.Tensor], lr: float | torch.Tensor
 ) -> None:
     """keras/optimizers.py RMSprop.get_updates at Keras 2.2.4's defaults ρ = 0.9, ε = 1e-7, no decay:
     a ← ρa + (1 − ρ)g²;  p ← p − lr·g / (√a + ε)."""
@@ -156,9 +157,16 @@ class KerasRun:
     saturated: int = 0  # training positions whose target's probability fell outside [ε, 1 − ε]
 
 
-def keras_run(resolved: Resolved) -> KerasRun:
+#: the rate of one update from its epoch and the updates done before it (Keras's `iterations`): a
+#: LearningRateScheduler's and an optimiser's `decay` (`test_a_moving_rate_trains_as_keras_moves_it`)
+KerasRate = Callable[[int, int], float | torch.Tensor]
+
+
+def keras_run(resolved: Resolved, rate: KerasRate | None = None) -> KerasRun:
     """Orhan's train.py model, SimpleRNN → Dense → softmax (copy) or linear (addition), fitted by the
-    functions above for the trial's steps from memsweep's initial weights on memsweep's batches."""
+    functions above for the trial's steps from memsweep's initial weights on memsweep's batches, at the
+    trial's `lr` or at `rate(epoch, iterations)` (Keras's epochs: `fit`'s passes of ⌈n_train / batch⌉
+    updates)."""
     cfg, task = resolved.config, resolved.make_task()
     net = build_model(resolved, task)  # its initial weights; nothing of its arithmetic is used
     K = net.cell.weight_ih.detach().T.clone()  # [d, N]
@@ -185,11 +193,12 @@ def keras_run(resolved: Resolved) -> KerasRun:
     val_x, val_y = task.encode(task.val_split().take(slice(None)), CPU)
     batches = training_batches(task, cfg.batch_size, cfg.seed)
     run = KerasRun()
-    for _ in range(cfg.steps or 0):
+    per_epoch = -(-task.train_size // cfg.batch_size)
+    for i in range(cfg.steps or 0):
         loss, saturated = fit_loss(*task.encode(next(batches), CPU))
         grads, clipped = clip_by_global_norm(list(torch.autograd.grad(loss, params)), cfg.clip_norm or 0.0)
         with torch.no_grad():
-            rmsprop_(params, grads, accs, cfg.lr)
+            rmsprop_(params, grads, accs, cfg.lr if rate is None else rate(i // per_epoch, i))
             run.val_losses.append(float(fit_loss(val_x, val_y)[0]))
         run.losses.append(float(loss.detach()))
         run.clipped += clipped
@@ -250,6 +259,42 @@ CASES = {
     "addition-identity": Case(ADDITION_750, "identity", 1.0, 1e-4, clips=True),  # every step clipped
     "addition-chain": Case(ADDITION_750, "chain", 1.05, 8e-4, clips=True),
 }
+
+
+def sgornn_har2_schedule(lr: float, drop: int) -> KerasRate:
+    """SGORNN's HAR-2 `schedule(epoch, _)`: `args.lr / 10` once `epoch >= 200` (here `drop`), else
+    `args.lr`, which Keras's LearningRateScheduler sets into the optimiser's float32 rate."""
+    return lambda epoch, _: torch.tensor(lr / 10 if epoch >= drop else lr, dtype=torch.float32)
+
+
+def keras_decay(lr: float, decay: float) -> KerasRate:
+    """Keras 2.3.1 RMSprop.get_updates with `decay` (SGORNN's addition: decay = lr / (epochs · 100)):
+    lr · (1 / (1 + decay · iterations)), each a float32 tensor of the graph."""
+
+    def rate(_: int, iterations: int) -> torch.Tensor:
+        lr_t, decay_t, it = (torch.tensor(v, dtype=torch.float32) for v in (lr, decay, float(iterations)))
+        return lr_t * (1.0 / (1.0 + decay_t * it))
+
+    return rate
+
+
+@pytest.mark.parametrize("moving", ["drop", "decay"])
+def test_a_moving_rate_trains_as_keras_moves_it(moving: str) -> None:
+    """`lr_drop_epochs` is SGORNN's LearningRateScheduler (÷10 after a number of epochs: HAR-2's 200)
+    and `lr_decay_steps` Keras 2's `decay` = lr / S (SGORNN's addition), as their Keras computed them;
+    the same run at a constant rate does not train so."""
+    lr, per_epoch = 8e-4, 2  # n_train 32, batch 16
+    settings = {"lr_drop_epochs": [5]} if moving == "drop" else {"lr_decay_steps": 1}
+    config = preset_trial(
+        COPY_500, "orthogonal", scale=1.0, lr=lr, seq_len=24, hidden=16, seed=1, steps=30, eval_every=1,
+        n_train=16 * per_epoch, n_val=16, device="cpu", threads=1, numerics=default_mode(), **settings,
+    )  # fmt: skip
+    result = train(config)
+    assert result.status == "done", result.reason
+    rate = sgornn_har2_schedule(lr, 5) if moving == "drop" else keras_decay(lr, lr / 1)
+    assert_trains_as(result, keras_run(resolve(config), rate))
+    with pytest.raises(AssertionError):
+        assert_trains_as(result, keras_run(resolve(config)))
 
 
 @pytest.mark.parametrize("name", CASES)

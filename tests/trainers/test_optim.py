@@ -12,7 +12,7 @@ import torch
 
 from tests.trainers.test_numerics import X86, run_python
 from trainers import numerics
-from trainers.optim import Optimizer
+from trainers.optim import LearningRate, Optimizer
 
 pytestmark = pytest.mark.numerics  # CI runs them under every numerics mode
 
@@ -173,3 +173,48 @@ def test_sqrt_and_log_follow_this_processs_mode():
     else:
         assert torch.equal(numerics.sqrt(a), a.sqrt())
         assert torch.equal(numerics.log(d), d.log())
+
+
+# ----- the learning rate's course (`LearningRate`) ------------------------------------------------------
+
+
+def test_a_drop_is_kerass_scheduler_and_torchs_multistep_lr():
+    """The drops change the rate at each epoch's first step: after 200 epochs HAR-2's code (`lr / 10
+    if epoch >= 200`, Keras's 0-based epochs, set as float32) and torch's MultiStepLR, stepped per epoch
+    (several drops: its chained products, within double's rounding)."""
+    har = LearningRate(1e-3, drop_epochs=(200,), steps_per_epoch=74)
+    for n in (1, 200 * 74, 200 * 74 + 1, 300 * 74):
+        epoch = (n - 1) // 74
+        keras = np.float32(1e-3 / 10 if epoch >= 200 else 1e-3)
+        assert np.float32(har.at(n)) == keras, n
+    assert har.at(1) == 1e-3  # the trial's own rate, exactly, until it drops
+
+    rate = LearningRate(3e-2, drop_epochs=(2, 5, 6), drop_factor=0.3, steps_per_epoch=3)
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=3e-2)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 5, 6], gamma=0.3)
+    for epoch in range(8):
+        for i in range(3):
+            assert rate.at(epoch * 3 + i + 1) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-15, abs=0)
+        opt.step()
+        sched.step()
+
+
+def keras_decayed_lr(lr: float, decay: float, iterations: int) -> torch.Tensor:
+    """Keras 2.3.1 RMSprop.get_updates with `decay`: lr · (1 / (1 + decay · iterations)), float32 tensors
+    (the rate, the decay and the cast iteration count are float32 variables) — the TF graph's ops."""
+    f32 = torch.float32
+    lr_t, decay_t, it = (torch.tensor(v, dtype=f32) for v in (lr, decay, float(iterations)))
+    return lr_t * (1.0 / (1.0 + decay_t * it))
+
+
+@pytest.mark.parametrize("lr, steps", [(1e-2, 7_500), (1e-2, 20_000), (1e-3, 20_000), (0.5, 3)])
+def test_the_decay_is_kerass_decay_in_float32(lr, steps):
+    """`lr_decay_steps` S is Keras 2's decay lr / S (SGORNN's addition code, S = epochs × 100), the rate
+    of update n computed as Keras 2.3.1 computes it in float32 with n − 1 iterations done; it ends at
+    lr / (1 + lr), not at zero."""
+    rate = LearningRate(lr, decay_steps=steps)
+    for n in (1, 2, 3, steps // 2, steps, steps + 1):
+        assert rate.at(n) == float(keras_decayed_lr(lr, lr / steps, n - 1)), n
+    assert rate.at(1) == float(np.float32(lr))
+    assert rate.at(steps + 1) == pytest.approx(lr / (1 + lr), rel=3e-7)

@@ -18,6 +18,7 @@ from trainers.fused.optim import FusedOptimizer
 from trainers.fused.steps import BundleSteps
 from trainers.model import build_model
 from trainers.runtime import configure_process, resolve_device, training_batches
+from trainers.schedule import Schedule
 from trainers.tasks import Task
 
 
@@ -52,7 +53,8 @@ class Bundle:
                 tasks[r.config.seed] = r.make_task()
         models = [build_model(r, tasks[r.config.seed]).to(device) for r in resolved]
         model = FusedModel(models, FUSED_CELLS[cfg.cell], tasks[cfg.seed].output)
-        optimizer = FusedOptimizer(cfg.optimizer, [r.config for r in resolved], model.params)
+        steps_per_epoch = Schedule.of(cfg, tasks[cfg.seed].train_size).steps_per_epoch
+        optimizer = FusedOptimizer(cfg.optimizer, [r.config for r in resolved], model.params, steps_per_epoch)
         return cls([r.config for r in resolved], model, optimizer, tasks, device)
 
     @property

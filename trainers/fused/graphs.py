@@ -33,8 +33,6 @@ from typing import Any, Protocol
 
 import torch
 
-from trainers.optim import ADAM_KINDS
-
 Batch = dict[int, tuple[torch.Tensor, torch.Tensor]]  # seed → (x, y) on the bundle's device
 
 log = logging.getLogger(__name__)
@@ -53,11 +51,13 @@ class GraphUnsupported(RuntimeError):
 class StepOptimizer(Protocol):
     """What a captured step needs of `trainers.fused.FusedOptimizer`."""
 
-    kind: str
     step_count: int
-    static_factors: tuple[torch.Tensor, torch.Tensor] | None
+    static_factors: tuple[torch.Tensor, ...] | None
 
-    def adam_factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @property
+    def varies(self) -> bool: ...
+
+    def factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, ...]: ...
 
 
 class StepModel(Protocol):
@@ -176,13 +176,13 @@ class GraphedStep:
         self.losses: torch.Tensor | None = None
         self.side: Any = None  # torch.cuda.Stream, made at the first warm-up
         opt = bundle.optimizer
-        if opt.kind in ADAM_KINDS:  # its per-step factors live in device buffers, filled before each step
-            K = bundle.size
-            opt.static_factors = (torch.empty(K, device=bundle.device), torch.empty(K, device=bundle.device))
+        if opt.varies:  # its per-step factors live in device buffers, filled before each step
+            shapes = opt.factors(1, torch.device("cpu"))
+            opt.static_factors = tuple(torch.empty_like(f, device=bundle.device) for f in shapes)
 
     def close(self) -> None:
-        """Drop the graph, its buffers and its stream, and Adam's device factors (an eager step then
-        computes them as it does without a graph)."""
+        """Drop the graph, its buffers and its stream, and the optimiser's device factors (an eager step
+        then computes them as it does without a graph)."""
         self.graph, self.losses, self.inputs, self.side = None, None, {}, None
         self.bundle.optimizer.static_factors = None
 
@@ -205,13 +205,15 @@ class GraphedStep:
         return self.inputs
 
     def _factors(self) -> None:
-        """Adam's factors for the step about to be taken, into the buffers the step reads."""
+        """The optimiser's factors for the step about to be taken (Adam's, a moving learning rate),
+        into the buffers the step reads."""
         opt = self.bundle.optimizer
         if opt.static_factors is None:
             return
-        neg_step, bc2_sqrt = opt.adam_factors(opt.step_count + 1, torch.device("cpu"))
-        opt.static_factors[0].copy_(neg_step)
-        opt.static_factors[1].copy_(bc2_sqrt)
+        for buffer, factor in zip(
+            opt.static_factors, opt.factors(opt.step_count + 1, torch.device("cpu")), strict=True
+        ):
+            buffer.copy_(factor)
 
     def step(self, batch: Batch | None = None) -> torch.Tensor:
         b = self.bundle

@@ -173,8 +173,10 @@ def _run(members: list[Member], started: float, settle: Settle) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model = FusedModel([m.model for m in members], FUSED_CELLS[cfg.cell], task.output)
-    optimizer = FusedOptimizer(cfg.optimizer, [m.config for m in members], model.params)
     schedule = Schedule.of(cfg, task.train_size)
+    optimizer = FusedOptimizer(
+        cfg.optimizer, [m.config for m in members], model.params, schedule.steps_per_epoch
+    )
     for m in members:
         m.result.budget_steps = schedule.budget
 

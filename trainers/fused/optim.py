@@ -12,7 +12,7 @@ import torch
 
 from trainers.config import TrainConfig
 from trainers.fused.stacked import flat
-from trainers.optim import adam_, adam_factors, rmsprop_
+from trainers.optim import ADAM_KINDS, LearningRate, adam_, adam_factors, rmsprop_
 
 
 class FusedOptimizer:
@@ -20,15 +20,24 @@ class FusedOptimizer:
 
     The updates are `trainers.optim`'s rules (torch's single-tensor RMSprop / Adam, with the portable
     mode's correctly rounded √ on the CPU) with the constants as [K, 1, …] columns; the clip repeats
-    the float32 arithmetic of `clip_grad_norm_` per member.
+    the float32 arithmetic of `clip_grad_norm_` per member. Each member steps at its own learning rate's
+    course (`trainers.optim.LearningRate`, whose drops count epochs of `steps_per_epoch` steps).
     """
 
-    def __init__(self, kind: str, configs: Sequence[TrainConfig], params: Sequence[torch.Tensor]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        configs: Sequence[TrainConfig],
+        params: Sequence[torch.Tensor],
+        steps_per_epoch: int,
+    ) -> None:
         self.kind = kind
         self.step_count = 0
         device = params[0].device
+        self.rates = [LearningRate.of(c, steps_per_epoch) for c in configs]
+        #: whether some member's rate moves: RMSprop's −lr is then made for each step (`factors`)
+        self.scheduled = not all(r.constant for r in self.rates)
         self.f64 = {  # per-member constants as Python floats (bias corrections are computed in double)
-            "lr": [c.lr for c in configs],
             "beta1": [c.betas[0] for c in configs],
             "beta2": [c.betas[1] for c in configs],
         }
@@ -48,27 +57,36 @@ class FusedOptimizer:
         }
         self.clipped = torch.tensor([bool(c.clip_norm) for c in configs], device=device)
         self.state = [[torch.zeros_like(p) for p in params] for _ in range(1 if kind == "rmsprop" else 2)]
-        #: None (always, but under a CUDA graph): Adam's per-step factors are made from `step_count`
-        #: by `adam_factors`; a captured step (`trainers.fused.graphs`) reads them from these device buffers,
-        #: which it fills with `adam_factors(n)` before each replay
-        self.static_factors: tuple[torch.Tensor, torch.Tensor] | None = None
+        #: None (always, but under a CUDA graph): the per-step factors (`factors`) are made from
+        #: `step_count`; a captured step (`trainers.fused.graphs`) reads them from these device buffers,
+        #: which it fills with `factors(n)` before each replay
+        self.static_factors: tuple[torch.Tensor, ...] | None = None
 
-    def adam_factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Adam's per-member factors at step n, [K] float32 on `device` (`trainers.optim.adam_factors`
-        for the bundle's form), computed in double, then rounded once."""
+    @property
+    def varies(self) -> bool:
+        """Whether the step takes factors that change from step to step (`factors`): Adam's bias
+        corrections, or a member's learning rate that moves."""
+        return self.kind in ADAM_KINDS or self.scheduled
+
+    def factors(self, n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Step n's per-member factors, [K] float32 on `device`, each computed in double, then rounded
+        once: RMSprop's (−lr,), at each member's rate of step n; Adam's (neg_step, bc2_sqrt)
+        (`trainers.optim.adam_factors` for the bundle's form, at that rate)."""
+        rates = [r.at(n) for r in self.rates]
+        if self.kind not in ADAM_KINDS:
+            return (torch.tensor([-r for r in rates], dtype=torch.float64).to(device, torch.float32),)
         f = self.f64
         factors = [
-            adam_factors(*member, n, self.kind)
-            for member in zip(f["lr"], f["beta1"], f["beta2"], strict=True)
+            adam_factors(*member, n, self.kind) for member in zip(rates, f["beta1"], f["beta2"], strict=True)
         ]
-        neg_step, bc2_sqrt = (
+        return tuple(
             torch.tensor(column, dtype=torch.float64).to(device, torch.float32)
             for column in zip(*factors, strict=True)
         )
-        return neg_step, bc2_sqrt
 
     def keep(self, index: torch.Tensor) -> None:
         idx = index.tolist()
+        self.rates = [self.rates[i] for i in idx]
         self.f64 = {name: [values[i] for i in idx] for name, values in self.f64.items()}
         self.consts = {name: c[index] for name, c in self.consts.items()}
         self.clipped = self.clipped[index]
@@ -94,16 +112,20 @@ class FusedOptimizer:
             g.mul_(self._col(coef, g))
         self.step_count += 1
         c = self.consts
+        if self.static_factors is not None:
+            factors = self.static_factors
+        elif self.varies:
+            factors = self.factors(self.step_count, gs[0].device)
+        else:
+            factors = (c["neg_lr"],)  # RMSprop at constant rates
         if self.kind == "rmsprop":
+            (neg_lr,) = factors
             for p, g, sq in zip(params, gs, self.state[0], strict=True):
                 col = partial(self._col, like=g)
                 rmsprop_(p, g, sq, rho=col(c["rho"]), one_minus_rho=col(c["one_minus_rho"]),
-                         eps=col(c["eps"]), neg_lr=col(c["neg_lr"]))  # fmt: skip
+                         eps=col(c["eps"]), neg_lr=col(neg_lr))  # fmt: skip
             return
-        if self.static_factors is not None:
-            neg_step, bc2_sqrt = self.static_factors
-        else:
-            neg_step, bc2_sqrt = self.adam_factors(self.step_count, gs[0].device)
+        neg_step, bc2_sqrt = factors
         for p, g, m, v in zip(params, gs, self.state[0], self.state[1], strict=True):
             col = partial(self._col, like=g)
             adam_(p, g, m, v, one_minus_beta1=col(c["one_minus_beta1"]), beta2=col(c["beta2"]),
