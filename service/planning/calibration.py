@@ -114,7 +114,10 @@ def shape_key(shape: Mapping[str, Any], fused: bool, bundle_size: int) -> str:
 
 def describe_shape(shape: Mapping[str, Any]) -> str:
     """A shape as people read it: `copy seq_len=500 · rnn nonlinearity=elu · hidden 100 · batch 16`."""
-    task = " ".join(f"{k}={v}" for k, v in sorted(shape["task_params"].items()) if k in ("seq_len", "data"))
+    shown = ("seq_len", "data", "embed_dim")  # embed_dim: copy's inputs embedded (none: not shown)
+    task = " ".join(
+        f"{k}={v}" for k, v in sorted(shape["task_params"].items()) if k in shown and v is not None
+    )
     cell = " ".join(f"{k}={v}" for k, v in sorted(shape["cell_params"].items()) if k in ("nonlinearity",))
     return (
         f"{shape['task']} {task} · {shape['cell']} {cell} · hidden {shape['hidden']} · "

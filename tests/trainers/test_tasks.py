@@ -70,6 +70,51 @@ def test_copy_reads_out_ten_classes_as_srnns_code_does():
         assert task.loss(memoryless, y).item() == pytest.approx(task.baseline_loss, rel=1e-6)
 
 
+def test_copy_embedded_inputs_are_the_symbols_ids_as_srnns_code_feeds_them():
+    """`embed_dim` d: the symbols' ids, which the model embeds into d (SRNN's code: nn.Embedding(10, d)
+    before every cell), where the default feeds their one-hot vectors; the targets do not change."""
+    one_hot = CopyTask(CopyConfig(seq_len=40, layout="delay"), seed=1)
+    ids = CopyTask(CopyConfig(seq_len=40, layout="delay", embed_dim=8), seed=1)
+    batch = one_hot.sample(6, torch.Generator().manual_seed(0))
+    (x1, y1), (x2, y2) = one_hot.encode(batch, CPU), ids.encode(batch, CPU)
+    assert x2.dtype == torch.long and x2.shape == (60, 6) and torch.equal(x1.argmax(-1), x2)
+    assert torch.equal(y1, y2)
+    assert (one_hot.input_vocab, one_hot.input_dim) == (None, 10) and (ids.input_vocab, ids.input_dim) == (
+        10,
+        8,
+    )
+    with pytest.raises(ValueError, match="embed_dim = 0 must be at least 1"):
+        CopyTask(CopyConfig(seq_len=40, layout="delay", embed_dim=0), seed=1)
+
+
+def test_an_embedded_copy_trains_alone_and_a_one_hot_copy_fuses():
+    """A fused bundle has no embedding: a copy trial with `embed_dim` is no bundle's member (it trains
+    alone, as PTB's do), while one-hot copy (Orhan's) still fuses."""
+    from trainers import resolve
+    from trainers.fused import fusable_key
+
+    copy = {"task": "copy", "task_params": {"seq_len": 30, "n_train": 32, "n_val": 16}}
+    assert fusable_key(resolve(copy)) is not None
+    embedded = resolve({**copy, "task_params": {**copy["task_params"], "embed_dim": 8}})
+    assert fusable_key(embedded) is None
+
+
+def test_srnns_copy_model_has_the_parameters_of_srnns_code():
+    """SRNN's copy model in their code (`models/SRNN.py`, `main.py` at the preset's settings, hidden 128,
+    hyper_size 8, one layer, gated): Embedding(10, 8), f_r = Linear(8, 8) → ReLU → Linear(8, 128), the gate
+    Linear(8, 128), end_fc Linear(128, 10)."""
+    from search_spaces.srnn2020 import COPY
+    from tests.trainers.test_keras_transcription import preset_trial
+    from trainers import resolve
+    from trainers.model import build_model, count_params
+
+    theirs = 10 * 8 + (8 * 8 + 8) + (8 * 128 + 128) + (8 * 128 + 128) + (128 * 10 + 10)
+    resolved = resolve(preset_trial(COPY, "srnn", seq_len=100, n_train=40, n_val=20))
+    model = build_model(resolved, resolved.make_task())
+    assert model.embedding is not None and tuple(model.embedding.weight.shape) == (10, 8)
+    assert count_params(model) == theirs == 3_746
+
+
 @pytest.mark.parametrize("channels", ["mask_first", "value_first"])
 def test_addition_channels_positions_and_target(channels):
     task = AdditionTask(AdditionConfig(seq_len=20, channels=channels), seed=1)

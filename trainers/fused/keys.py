@@ -38,8 +38,8 @@ def fusable_key(resolved: Resolved) -> tuple[tuple[str, Any], ...] | None:
     """
     cfg = resolved.config
     spec = FUSED_CELLS.get(cfg.cell)
-    if spec is None or getattr(resolved.task_cls, "input_vocab", None) is not None:
-        return None  # another cell, or a token task (an embedding before the cell)
+    if spec is None or resolved.task_cls.embeds_inputs(resolved.task_config):
+        return None  # another cell, or token inputs (an embedding before the cell)
     key: list[tuple[str, Any]] = [(name, getattr(cfg, name)) for name in SHARED_FIELDS]
     key.append(("budget", ("steps", cfg.steps) if cfg.steps is not None else ("epochs", cfg.epochs)))
     key.append(("task_params", json.dumps(dict(cfg.task_params), sort_keys=True, default=str)))

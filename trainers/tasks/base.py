@@ -147,6 +147,7 @@ class Task(ABC):
 
     #: Token inputs: when not None, `encode` returns x as int64 ids [T, B] and the model embeds them
     #: (nn.Embedding(input_vocab, input_dim)) before the cell; `input_dim` is then the embedding size.
+    #: A task whose config chooses it (copy's `embed_dim`) says so in `embeds_inputs` too.
     input_vocab: int | None = None
 
     #: False when the data come from files and do not change with the trial seed (sMNIST, HAR, PTB)
@@ -159,6 +160,12 @@ class Task(ABC):
     def __init__(self, config: Any, seed: int) -> None:
         self.config = config
         self.seed = seed
+
+    @classmethod
+    def embeds_inputs(cls, config: Any) -> bool:
+        """Whether a task of this config has token inputs (`input_vocab`), known before it is built: a
+        fused bundle has no embedding, so such a trial trains alone (`trainers.fused.fusable_key`)."""
+        return getattr(cls, "input_vocab", None) is not None
 
     # ----- shape ---------------------------------------------------------------------------------
     @property

@@ -1,7 +1,8 @@
 """Copy task (Hochreiter & Schmidhuber 1997; Arjovsky et al. 2016; Orhan & Pitkow 2020 §3.1.1).
 
-Symbols: data 1..8, blank 0, marker 9; inputs one-hot over 10 symbols, outputs 9 classes (0..8), or 10
-(`classes`: the marker too, never a target, as SRNN's code reads out).
+Symbols: data 1..8, blank 0, marker 9; inputs one-hot over 10 symbols, or their ids embedded by the
+model into `embed_dim` before the cell (SRNN's code: `nn.Embedding(10, d)` before every cell), outputs 9
+classes (0..8), or 10 (`classes`: the marker too, never a target, as SRNN's code reads out).
 Layout (0-based), L = total length:  x[0:10] = data, x[L-11] = 9 (marker), everything else 0;
                                      y[L-10:] = data, everything else 0.
 `layout="total"`: T is the whole sequence, L = T (Orhan's copy-500, their `generate_data.py`).
@@ -43,6 +44,10 @@ class CopyConfig:
     # the readout's classes: 9 (blank and symbols 1..8, every target); 10 counts the marker too, never a
     # target but in the softmax's sum, as SRNN's code reads out every cell (`Linear(hidden, 10)`)
     classes: Literal[9, 10] = field(default=9, metadata=UNHASHED_DEFAULT)
+    # the inputs: None, one-hot over the 10 symbols (Orhan's, the NRU code's); d: the symbols' ids, which
+    # the model embeds into d before the cell (SRNN's code embeds them for every cell: nn.Embedding(10, d),
+    # weights N(0, 1), trained)
+    embed_dim: int | None = field(default=None, metadata=UNHASHED_DEFAULT)
 
 
 class CopyTask(Task):
@@ -69,6 +74,11 @@ class CopyTask(Task):
                 f"give at least {min_len}"
                 + (", or layout 'delay' to make seq_len the delay alone" if config.layout == "total" else "")
             )
+        if config.embed_dim is not None and config.embed_dim < 1:
+            raise ValueError(
+                f"copy: embed_dim = {config.embed_dim} must be at least 1 (the embedding's size), or none "
+                "(one-hot inputs)"
+            )
 
     @property
     def seq_len(self) -> int:
@@ -77,7 +87,16 @@ class CopyTask(Task):
 
     @property
     def input_dim(self) -> int:
-        return MARKER + 1  # one-hot over 0..9
+        return MARKER + 1 if self.config.embed_dim is None else self.config.embed_dim  # one-hot over 0..9
+
+    # token inputs (ids 0..9) when embedded; base.Task declares a plain attribute, hence the ignore
+    @property
+    def input_vocab(self) -> int | None:  # type: ignore[override]
+        return None if self.config.embed_dim is None else MARKER + 1
+
+    @classmethod
+    def embeds_inputs(cls, config: CopyConfig) -> bool:
+        return config.embed_dim is not None
 
     @property
     def output_dim(self) -> int:
@@ -113,6 +132,8 @@ class CopyTask(Task):
         x[L - N_DATA - 1] = MARKER
         y = torch.zeros(L, B, dtype=torch.long, device=device)
         y[L - N_DATA :] = data.T
+        if self.config.embed_dim is not None:
+            return x, y  # x [L, B] ids, y [L, B]
         return F.one_hot(x, MARKER + 1).float(), y  # x [L, B, 10], y [L, B]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
