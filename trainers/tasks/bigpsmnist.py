@@ -50,6 +50,11 @@ class BigPSMNISTTask(PSMNISTTask):
     def __init__(self, config: BigPSMNISTConfig, seed: int) -> None:
         if config.pad < 0:
             raise ValueError("bigpsmnist: pad must be at least 0")
+        if config.permutation_rng != "torch" or config.trailing_zero_step:
+            raise ValueError(
+                "bigpsmnist: permutation_rng 'nru' and trailing_zero_step are NRU's psMNIST (psmnist); "
+                "leave them at their defaults here"
+            )
         super().__init__(config, seed)
         gen = (
             generator(seed, "bigpsmnist/permutation")

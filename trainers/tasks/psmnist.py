@@ -5,19 +5,25 @@ read from the last step's output (10 classes, cross-entropy). Random baseline ln
 Orhan's code (docs/protocol.md §1.3): a permutation drawn from the run's seed (so each seed has its
 own), pixels / 255, train on the 60k training set and validate on the 10k test set. Other papers'
 choices are fields: a fixed `permutation_seed` (expRNN/Emami: 92916, SRNN: 1234), `normalization`
-"standard" (SRNN) or "symmetric" (VPRNN), `split` "train_val" (first 50k train, last 10k validate).
+"standard" (SRNN) or "symmetric" (VPRNN), `split` "train_val" (first 50k train, last 10k validate), and
+NRU's data (`nru_project/task/mnist_task.py`, docs/protocol.md §4): `permutation_rng="nru"`, numpy's
+RandomState(permutation_seed) drawing first a shuffle of the training images (before the 50k/10k split)
+and then the pixels' permutation, and `trailing_zero_step`, a zero input after the last pixel, where the
+label is read (their 785th step).
 Data come through torchvision's MNIST class (see `mnist_files` for the offline source).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 
+from trainers.params import UNHASHED_DEFAULT
 from trainers.seeding import generator
 from trainers.tasks.base import KERAS_EPSILON, Split, Task, Tensors, cross_entropy
 from trainers.tasks.mnist_files import default_root, load_mnist
@@ -38,6 +44,12 @@ class PSMNISTConfig:
     prob_clip: float | None = (
         KERAS_EPSILON  # Keras 2 clips probabilities (docs/protocol.md §1.6); None: log-softmax
     )
+    # "torch": the pixels' permutation is torch.randperm from the permutation seed (or the trial's);
+    # "nru": NRU's, numpy's RandomState(permutation_seed) drawing a shuffle of the training images
+    # (`permutation(60000)`, applied before the split) and then the pixels' (`permutation(784)`)
+    permutation_rng: Literal["torch", "nru"] = field(default="torch", metadata=UNHASHED_DEFAULT)
+    # a zero input after the last pixel, where the label is read (NRU's 785th step)
+    trailing_zero_step: bool = field(default=False, metadata=UNHASHED_DEFAULT)
 
 
 class PSMNISTTask(Task):
@@ -51,7 +63,20 @@ class PSMNISTTask(Task):
 
     def __init__(self, config: PSMNISTConfig, seed: int) -> None:
         super().__init__(config, seed)
-        if self.permuted:
+        self._root = str(Path(config.root) if config.root else default_root())
+        #: NRU's shuffle of the training images (`permutation_rng="nru"`), else None
+        self.image_order: torch.Tensor | None = None
+        if config.permutation_rng == "nru":
+            if config.permutation_seed is None or not self.permuted:
+                raise ValueError(
+                    f"{self.name}: permutation_rng 'nru' draws NRU's permutation from numpy's "
+                    "RandomState(permutation_seed): set permutation_seed (their configs: 50)"
+                    + ("" if self.permuted else "; smnist has no permutation, use psmnist")
+                )
+            rng = np.random.RandomState(config.permutation_seed)
+            self.image_order = torch.from_numpy(rng.permutation(len(self._load(train=True)[0])))
+            self.permutation = torch.from_numpy(rng.permutation(PIXELS))
+        elif self.permuted:
             gen = (
                 generator(seed, "psmnist/permutation")
                 if config.permutation_seed is None
@@ -60,11 +85,10 @@ class PSMNISTTask(Task):
             self.permutation = torch.randperm(PIXELS, generator=gen)
         else:
             self.permutation = torch.arange(PIXELS)
-        self._root = str(Path(config.root) if config.root else default_root())
 
     @property
     def seq_len(self) -> int:
-        return PIXELS
+        return PIXELS + (1 if self.config.trailing_zero_step else 0)
 
     @property
     def input_dim(self) -> int:
@@ -89,8 +113,13 @@ class PSMNISTTask(Task):
     def _load(self, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return load_mnist(self._root, train, self.config.download)
 
-    def train_split(self) -> Split:
+    def _training_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training images and labels, in NRU's shuffled order with `permutation_rng="nru"`."""
         x, y = self._load(train=True)
+        return (x, y) if self.image_order is None else (x[self.image_order], y[self.image_order])
+
+    def train_split(self) -> Split:
+        x, y = self._training_set()
         if self.config.split == "train_val":
             x, y = x[:50_000], y[:50_000]
         n = min(len(x), self.config.n_train or len(x))
@@ -100,7 +129,7 @@ class PSMNISTTask(Task):
         if self.config.split == "train_test":
             x, y = self._load(train=False)
         else:
-            x, y = self._load(train=True)
+            x, y = self._training_set()
             x, y = x[50_000:], y[50_000:]
         n = min(len(x), self.config.n_val or len(x))
         return Split((x[:n], y[:n]))
@@ -112,7 +141,9 @@ class PSMNISTTask(Task):
             x = (x - MEAN) / STD
         elif self.config.normalization == "symmetric":
             x = 2.0 * x - 1.0
-        return x.T.unsqueeze(-1).contiguous(), labels.to(device)  # x [784, B, 1]
+        if self.config.trailing_zero_step:  # a zero input after the last pixel (NRU's 785th step)
+            x = torch.cat([x, x.new_zeros(len(x), 1)], dim=1)
+        return x.T.unsqueeze(-1).contiguous(), labels.to(device)  # x [784 (785), B, 1]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return cross_entropy(out, y, self.config.prob_clip)  # out [B, 10]
