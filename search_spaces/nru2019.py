@@ -23,9 +23,11 @@ docs/protocol.md §4), so each (task, T) is its own preset. Protocol: the paper'
 (the copy_v1 NRU configs use clip 0.5 and AMSGrad, some denoise configs clip 5: not followed), batch 10,
 fresh batches, the configs' max_steps 200,000, validation every 1,000 steps (their `save_every_n`) on a
 fixed set of 1,000 sequences (theirs is the online training loss), no early stop. EURNN, GORU and SRU
-have no cell here. Not reproduced: the myTorch LSTM's peepholes (our `init="mytorch"` is that LSTM without
-them), their GRU's U(0, 1) weights (ours: PyTorch's), the layer normalisation of RNN-orth / RNN-id (the
-`rnn` cell has no such field) and their Xavier-normal input weights for the RNNs.
+have no cell here. Their GRU is myTorch's GRUCell (2018): the reset gate applied to h before the
+candidate's product, one bias per gate, Xavier-normal input and orthogonal recurrent weights, zero biases
+(`reset="before"`, `init="mytorch"`). Not reproduced: the myTorch LSTM's peepholes (our `init="mytorch"`
+is that LSTM without them; their peephole weights are drawn from U(0, 1)), the layer normalisation of
+RNN-orth / RNN-id (the `rnn` cell has no such field) and their Xavier-normal input weights for the RNNs.
 Seeds: the paper shows one run per setting (the configs fix rseed 5); every preset runs seed 1 only.
 """
 
@@ -102,7 +104,7 @@ SYNTHETIC_PROTOCOL: dict[str, Scalar] = {
 # The models whose settings do not depend on T (~23.5k parameters each on copy).
 NRU = Model("nru", {"cell": "nru", "hidden": 80, "memory_size": 64, "heads": 4, "use_relu": False})
 LSTM = Model("lstm", {"cell": "lstm", "hidden": 70, "init": "mytorch"})
-GRU = Model("gru", {"cell": "gru", "hidden": 82, "init": "plain"})
+GRU = Model("gru", {"cell": "gru", "hidden": 82, "init": "mytorch", "reset": "before"})  # myTorch's GRUCell
 RNN_ORTH = Model(
     "rnn-orth", {"cell": "rnn", "hidden": 143, "init": "orthogonal", "scale": 1.0, "nonlinearity": "relu"}
 )

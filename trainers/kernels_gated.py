@@ -214,3 +214,29 @@ def gru(
         )
         return out
     return GRUScan.apply(x, w_ih, w_hh, b_ih, b_hh, h0)  # type: ignore[no-any-return]
+
+
+def gru_reset_before(
+    x: torch.Tensor, h0: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
+    """All hidden states [T, B, N] of the GRU with the reset gate before the recurrent product
+    (`trainers.cells.gru`, `reset="before"`; the NRU authors' myTorch GRUCell):
+
+        r, z = σ(W_i[r,z] x_t + W_h[r,z] h_{t−1} + b_[r,z]),  n = tanh(W_in x_t + W_hn (r ⊙ h_{t−1}) + b_n),
+        h_t = (1 − z) ⊙ n + z ⊙ h_{t−1}.
+
+    Plain autograd, step by step: r enters the candidate's product, so its backward is not the
+    elementwise recursion `_backward_scan` takes. Inputs: x [T, B, d], w_ih [3N, d], w_hh [3N, N],
+    bias [3N], h0 [B, N]."""
+    T, B, d = x.shape
+    N = h0.shape[1]
+    gi = torch.addmm(bias, x.reshape(T * B, d), w_ih.t()).view(T, B, 3 * N)  # W_i x_t + b, all t
+    w_rz, w_n = w_hh[: 2 * N].t(), w_hh[2 * N :].t()  # [N, 2N], [N, N]
+    h, hs = h0, []
+    for g in gi.unbind(0):
+        rz = torch.sigmoid(torch.addmm(g[:, : 2 * N], h, w_rz))
+        r, z = rz[:, :N], rz[:, N:]
+        n = torch.tanh(torch.addmm(g[:, 2 * N :], r * h, w_n))
+        h = torch.lerp(n, h, z)  # (1 − z) ⊙ n + z ⊙ h_{t−1}
+        hs.append(h)
+    return torch.stack(hs)

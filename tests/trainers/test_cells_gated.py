@@ -43,6 +43,27 @@ def test_gru_keeps_both_biases_and_janet_has_two_gates():
     assert count_params(JANETCell(JANETConfig(), 2, 128, gen())) == 2 * (2 * 128 + 128 * 128 + 128)
 
 
+def test_the_reset_before_gru_has_mytorchs_parameters_and_initial_weights():
+    """myTorch's GRUCell: W_i2{r,z,h} [d, N], W_h2{r,z,h} [N, N], b_{r,z,h} [N]; `_reset_parameters`:
+    xavier_normal on the three input blocks, then orthogonal on the three recurrent, zero biases — the
+    same draws from the same generator, in their order."""
+    d, N = 10, 82  # their copy GRU: h = 82 (the NRU preset)
+    cell = GRUCell(GRUConfig(reset="before", init="mytorch"), d, N, gen(7))
+    assert cell.bias_hh is None and count_params(cell) == 3 * (d * N + N * N + N)
+    g = gen(7)
+    W_i = [torch.nn.init.xavier_normal_(torch.empty(N, d), generator=g) for _ in range(3)]
+    W_h = [torch.nn.init.orthogonal_(torch.empty(N, N), generator=g) for _ in range(3)]
+    assert torch.equal(cell.weight_ih, torch.cat(W_i)) and torch.equal(cell.weight_hh, torch.cat(W_h))
+    assert not cell.bias_ih.any()
+    for block in cell.weight_hh.detach().split(N):
+        torch.testing.assert_close(block @ block.T, torch.eye(N), atol=1e-5, rtol=0)
+
+
+def test_the_reset_before_gru_refuses_a_backend_that_has_none():
+    with pytest.raises(ConfigError, match="backend 'scan' has no reset-before GRU"):
+        resolve({"task": "addition", "cell": "gru", "cell_params": {"reset": "before", "backend": "scan"}})
+
+
 # --- initialisers -----------------------------------------------------------------------------------------
 
 
@@ -152,6 +173,27 @@ def gru_reference(cell, x):
     return torch.stack(hs)
 
 
+def mytorch_gru_reference(cell, x):
+    """myTorch's GRUCell.forward (`apsarath/myTorch:myTorch/memory/GRUCell.py`, 2018: the NRU authors'
+    GRU), step by step, on this cell's weights (transposed to their x·W form): the reset gate multiplies
+    h before the candidate's product, one bias per gate."""
+    N = cell.hidden_size
+    W_ih, W_hh, b = cell.weight_ih.t(), cell.weight_hh.t(), cell.bias_ih  # [d, 3N], [N, 3N], [3N]
+    W_r = torch.cat((W_ih[:, :N], W_hh[:, :N]), 0)  # their torch.cat((self._W_i2r, self._W_h2r), 0)
+    W_z = torch.cat((W_ih[:, N : 2 * N], W_hh[:, N : 2 * N]), 0)
+    W_i2h, W_h2h, b_r, b_z, b_h = W_ih[:, 2 * N :], W_hh[:, 2 * N :], b[:N], b[N : 2 * N], b[2 * N :]
+    h = x.new_zeros(x.shape[1], N)
+    hs = []
+    for x_t in x:
+        c_input = torch.cat((x_t, h), 1)
+        r = torch.sigmoid(torch.add(torch.mm(c_input, W_r), b_r))
+        z = torch.sigmoid(torch.add(torch.mm(c_input, W_z), b_z))
+        hp = torch.tanh(torch.mm(x_t, W_i2h) + torch.mm(h * r, W_h2h) + b_h)
+        h = ((1 - z) * hp) + (z * h)
+        hs.append(h)
+    return torch.stack(hs)
+
+
 def janet_reference(cell, x):
     """myTorch's JANETCell.forward, step by step, on this cell's weights (transposed to x·W form)."""
     N = cell.hidden_size
@@ -172,6 +214,10 @@ CASES = {
     "lstm-plain": (lambda g: LSTMCell(LSTMConfig(init="plain"), 3, 6, g), lstm_reference),
     "lstm-chrono": (lambda g: LSTMCell(LSTMConfig(chrono_tmax=20), 3, 6, g), lstm_reference),
     "gru": (lambda g: GRUCell(GRUConfig(), 3, 6, g), gru_reference),
+    "gru-reset-before": (
+        lambda g: GRUCell(GRUConfig(reset="before", init="mytorch"), 3, 6, g),
+        mytorch_gru_reference,
+    ),
     "janet": (lambda g: JANETCell(JANETConfig(), 3, 6, g), janet_reference),
     "janet-chrono": (lambda g: JANETCell(JANETConfig(chrono_tmax=20), 3, 6, g), janet_reference),
 }
