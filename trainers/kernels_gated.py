@@ -1,4 +1,6 @@
-"""Whole-sequence autograd functions for the two gated cells with one state: JANET and GRU.
+"""Whole-sequence autograd functions for the two gated cells with one state: JANET and GRU; and, in
+plain autograd step by step, the variants no kernel computes (the GRU with its reset before the product,
+the LSTM with peepholes: the NRU authors' myTorch cells).
 
 Like `trainers.kernels.ElmanScan`, each records one autograd node for the whole sequence instead of
 ~10 per step, hoists the input projection (x's contribution for all steps) out of the loop as one
@@ -238,5 +240,38 @@ def gru_reset_before(
         r, z = rz[:, :N], rz[:, N:]
         n = torch.tanh(torch.addmm(g[:, 2 * N :], r * h, w_n))
         h = torch.lerp(n, h, z)  # (1 − z) ⊙ n + z ⊙ h_{t−1}
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def lstm_peepholes(
+    x: torch.Tensor,
+    h0: torch.Tensor,
+    w_ih: torch.Tensor,
+    w_hh: torch.Tensor,
+    bias: torch.Tensor,
+    peephole: torch.Tensor,
+) -> torch.Tensor:
+    """All hidden states [T, B, N] of the LSTM with diagonal peepholes (`trainers.cells.lstm`,
+    `peepholes`; the NRU authors' myTorch LSTMCell, Graves 2013), gate order i, f, g, o:
+
+        i = σ(a_i + p_i ⊙ c_{t−1}),  f = σ(a_f + p_f ⊙ c_{t−1}),  g = tanh(a_g),  c_t = f ⊙ c_{t−1} + i ⊙ g,
+        o = σ(a_o + p_o ⊙ c_t),  h_t = o ⊙ tanh(c_t),   a = W_i x_t + W_h h_{t−1} + b,
+
+    from h_0 = c_0 = `h0`. Plain autograd, step by step (torch's LSTM kernel has no peepholes). Inputs:
+    x [T, B, d], w_ih [4N, d], w_hh [4N, N], bias [4N], peephole [3, N] (rows i, f, o), h0 [B, N]."""
+    T, B, d = x.shape
+    N = h0.shape[1]
+    gx = torch.addmm(bias, x.reshape(T * B, d), w_ih.t()).view(T, B, 4 * N)  # W_i x_t + b, all t
+    w_hh_t = w_hh.t()  # [N, 4N]
+    p_i, p_f, p_o = peephole.unbind(0)
+    h, c, hs = h0, h0, []
+    for g_t in gx.unbind(0):
+        a = torch.addmm(g_t, h, w_hh_t)  # [B, 4N]
+        i = torch.sigmoid(torch.addcmul(a[:, :N], c, p_i))
+        f = torch.sigmoid(torch.addcmul(a[:, N : 2 * N], c, p_f))
+        c = f * c + i * torch.tanh(a[:, 2 * N : 3 * N])
+        o = torch.sigmoid(torch.addcmul(a[:, 3 * N :], c, p_o))
+        h = o * torch.tanh(c)
         hs.append(h)
     return torch.stack(hs)

@@ -59,6 +59,20 @@ def test_the_reset_before_gru_has_mytorchs_parameters_and_initial_weights():
         torch.testing.assert_close(block @ block.T, torch.eye(N), atol=1e-5, rtol=0)
 
 
+def test_the_peephole_lstm_has_mytorchs_parameters():
+    """myTorch's LSTMCell: four W_x2k [d, N], four W_h2k [N, N], three peepholes W_c2{i,f,o} [N], four
+    biases [N]; the peepholes drawn from U(0, 1) (`nn.init.uniform_`). Their copy LSTM (h = 70, the NRU
+    preset) with a 9-class readout has the paper's ~23.5k parameters."""
+    d, N = 10, 70
+    cell = LSTMCell(LSTMConfig(init="mytorch", peepholes=True), d, N, gen(7))
+    assert count_params(cell) == 4 * (d * N + N * N + N) + 3 * N == 22_890
+    assert count_params(SequenceModel(cell, 9, "sequence", gen(8))) == 23_529
+    g = gen(7)
+    plain = LSTMCell(LSTMConfig(init="mytorch"), d, N, g)  # the same draws before the peepholes
+    assert plain.peephole is None and torch.equal(plain.weight_hh, cell.weight_hh)
+    assert torch.equal(cell.peephole, torch.nn.init.uniform_(torch.empty(3, N), 0.0, 1.0, generator=g))
+
+
 def test_the_reset_before_gru_refuses_a_backend_that_has_none():
     with pytest.raises(ConfigError, match="backend 'scan' has no reset-before GRU"):
         resolve({"task": "addition", "cell": "gru", "cell_params": {"reset": "before", "backend": "scan"}})
@@ -159,6 +173,31 @@ def lstm_reference(cell, x):
     return torch.stack(hs)
 
 
+def mytorch_lstm_reference(cell, x):
+    """myTorch's LSTMCell.forward (`apsarath/myTorch:myTorch/memory/LSTMCell.py`, 2018: the NRU authors'
+    LSTM, Graves 2013's peepholes), step by step, on this cell's weights (their x·W form; their gate
+    blocks i, f, o, c are ours i, f, o, g)."""
+    N = cell.hidden_size
+    W_x, W_h, b = cell.weight_ih.t(), cell.weight_hh.t(), cell.bias  # [d, 4N], [N, 4N]: i, f, g, o
+    blk = {"i": slice(0, N), "f": slice(N, 2 * N), "c": slice(2 * N, 3 * N), "o": slice(3 * N, 4 * N)}
+    W = {
+        k: torch.cat((W_x[:, s], W_h[:, s]), 0) for k, s in blk.items()
+    }  # their torch.cat((W_x2k, W_h2k), 0)
+    W_c2i, W_c2f, W_c2o = cell.peephole
+    h = c = x.new_zeros(x.shape[1], N)
+    hs = []
+    for x_t in x:
+        c_input = torch.cat((x_t, h), 1)
+        i = torch.sigmoid(torch.mm(c_input, W["i"]) + b[blk["i"]] + c * W_c2i)
+        f = torch.sigmoid(torch.mm(c_input, W["f"]) + b[blk["f"]] + c * W_c2f)
+        cp = torch.tanh(torch.mm(c_input, W["c"]) + b[blk["c"]])
+        c = f * c + i * cp
+        o = torch.sigmoid(torch.mm(c_input, W["o"]) + b[blk["o"]] + c * W_c2o)
+        h = o * torch.tanh(c)
+        hs.append(h)
+    return torch.stack(hs)
+
+
 def gru_reference(cell, x):
     N = cell.hidden_size
     h = x.new_zeros(x.shape[1], N)
@@ -213,6 +252,10 @@ def janet_reference(cell, x):
 CASES = {
     "lstm-plain": (lambda g: LSTMCell(LSTMConfig(init="plain"), 3, 6, g), lstm_reference),
     "lstm-chrono": (lambda g: LSTMCell(LSTMConfig(chrono_tmax=20), 3, 6, g), lstm_reference),
+    "lstm-peepholes": (
+        lambda g: LSTMCell(LSTMConfig(init="mytorch", peepholes=True, chrono_tmax=20), 3, 6, g),
+        mytorch_lstm_reference,
+    ),
     "gru": (lambda g: GRUCell(GRUConfig(), 3, 6, g), gru_reference),
     "gru-reset-before": (
         lambda g: GRUCell(GRUConfig(reset="before", init="mytorch"), 3, 6, g),

@@ -1,4 +1,4 @@
-"""LSTM without peepholes, one bias per gate (Keras `LSTM`), on torch's native kernel.
+"""LSTM, one bias per gate (Keras `LSTM`), on torch's native kernel; with peepholes on request.
 
     i_t = σ(W_ii x_t + W_hi h_{t−1} + b_i)        input gate
     f_t = σ(W_if x_t + W_hf h_{t−1} + b_f)        forget gate
@@ -20,9 +20,9 @@ Initialisers (`init`):
            sigmoid as recurrent activation, as here (2.2.x used hard_sigmoid).
 - plain    PyTorch's `nn.LSTM` default: every weight and the bias ~ U(−1/√N, 1/√N). (nn.LSTM's
            effective bias b_ih + b_hh is a sum of two such draws; ours is one.)
-- mytorch  the NRU authors' LSTM (`apsarath/myTorch:myTorch/memory/LSTMCell.py`) without its peepholes:
-           Xavier-normal input weights and an orthogonal N×N recurrent matrix per gate, b_f = 1, other
-           biases 0. Their LSTM has peephole weights W_c2i/W_c2f/W_c2o (§3.4); this cell has none.
+- mytorch  the NRU authors' LSTM (`apsarath/myTorch:myTorch/memory/LSTMCell.py`): Xavier-normal input
+           weights and an orthogonal N×N recurrent matrix per gate, b_f = 1, other biases 0; their
+           peepholes are `peepholes` (below).
 Orhan & Pitkow's Table 3 initialisers (§3.3: "we treated the input, forget, output, and update gates of the
 LSTM architecture as analogous to vanilla RNNs and initialized the recurrent and input matrices inside these
 gates in the same way as in the chain or the orthogonal initialization of vanilla RNNs"). Each gate's block
@@ -43,12 +43,21 @@ biases when only the weight matrices are replaced, so b ~ U(−1/√N, 1/√N) a
 `forget_bias` sets b_f after the init (None: the init's own value). `chrono_tmax` applies the chrono
 initialisation as the NRU authors' code does it (`LSTMCell.py:138-142`; docs/protocol.md §4):
 b_f = log(k), k drawn uniformly from the integers {1..t_max}, and b_i = −b_f. It overrides `forget_bias`.
+
+`peepholes` (Graves 2013, the NRU authors' myTorch LSTM, §3.4): diagonal weights from the cell state to
+the gates, p_i, p_f on c_{t−1} and p_o on c_t,
+
+    i_t = σ(… + p_i ⊙ c_{t−1}),   f_t = σ(… + p_f ⊙ c_{t−1}),   o_t = σ(… + p_o ⊙ c_t),
+
+`peephole` [3, N] (rows i, f, o), drawn from U(0, 1) as myTorch draws them (`nn.init.uniform_`), after
+every other weight. torch's kernel has none: the cell then trains through plain autograd, step by step
+(`trainers.kernels_gated.lstm_peepholes`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -57,7 +66,8 @@ from torch import nn
 from trainers import numerics
 from trainers.cells.base import Cell
 from trainers.initializers import chain, orthogonal, source_input
-from trainers.params import ConfigError
+from trainers.kernels_gated import lstm_peepholes
+from trainers.params import UNHASHED_DEFAULT, ConfigError
 
 INITS = ("keras", "plain", "mytorch", "orthogonal", "chain", "mixed")
 CHAIN_ALPHA = 1.02  # the authors' LSTM chain weight (`chain_init` offdiag_gain, `ramp_init` diag_gain)
@@ -71,6 +81,7 @@ class LSTMConfig:
     forget_bias: float | None = None  # b_f at init; None: the init's own (keras, mytorch 1; plain drawn)
     chrono_tmax: int | None = None  # chrono init b_f = log U{1..t_max}, b_i = −b_f; None: off
     scale: float | None = None  # orthogonal λ (default 1.0); chain, mixed: the chain's α (default 1.02)
+    peepholes: bool = field(default=False, metadata=UNHASHED_DEFAULT)  # myTorch's p_i, p_f, p_o (above)
 
 
 def ramp(n: int, end: float = RAMP_END) -> torch.Tensor:
@@ -148,6 +159,11 @@ class LSTMCell(Cell):
                 b_f = chrono_forget_bias(config.chrono_tmax, N, gen)
                 self.bias[N : 2 * N] = b_f
                 self.bias[:N] = -b_f
+        #: [p_i; p_f; p_o], the diagonal peephole weights (`peepholes`), else None
+        self.peephole = nn.Parameter(torch.empty(3, N)) if config.peepholes else None
+        if self.peephole is not None:
+            with torch.no_grad():
+                nn.init.uniform_(self.peephole, 0.0, 1.0, generator=gen)  # myTorch: nn.init.uniform_
 
     @classmethod
     def resolve(cls, config: LSTMConfig, default_nonlinearity: str) -> LSTMConfig:
@@ -160,6 +176,9 @@ class LSTMCell(Cell):
         return config
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.peephole is not None:
+            zeros = x.new_zeros(x.shape[1], self.hidden_size)  # h_0 = c_0 = 0   [B, N]
+            return lstm_peepholes(x, zeros, self.weight_ih, self.weight_hh, self.bias, self.peephole)
         h0 = x.new_zeros(1, x.shape[1], self.hidden_size)  # [layers=1, B, N]
         params = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias)]  # b_hh ≡ 0
         # _VF.lstm(input, (h0, c0), params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
