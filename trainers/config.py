@@ -242,7 +242,7 @@ def _betas(value: Any) -> tuple[float, float]:
 def _drop_epochs(value: Any) -> tuple[int, ...]:
     """The epochs after which the learning rate drops: whole numbers ≥ 1, increasing (one number: one drop;
     none: no drop)."""
-    fix = "give the epochs after which the rate drops, increasing, e.g. [200] (none: [])"
+    fix = "give the epoch count after which the rate drops, or an increasing list of them: 200, [100, 200] (none: [])"
     if value is None:
         return ()
     items = [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
@@ -323,8 +323,11 @@ def check_task_config(task_cfg: Any, where: str) -> None:
         )
 
 
-def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
-    """Check every name and value against the registries and fill every default."""
+def resolve(config: TrainConfig | Mapping[str, Any], *, refuse_shared: bool = True) -> Resolved:
+    """Check every name and value against the registries and fill every default. `refuse_shared=False`
+    lets a cell that shares a setting's name with its task resolve, both at the values given (the
+    contract's checks build a cell on tasks no study of it may use: `trainers.contract`); a study's
+    trial always refuses it (`setting_clash`)."""
     from trainers.cells import CELLS
     from trainers.tasks import TASKS
 
@@ -335,7 +338,10 @@ def resolve(config: TrainConfig | Mapping[str, Any]) -> Resolved:
             raise ConfigError(why)
     task_cls = TASKS.get(cfg.task)
     cell_cls = CELLS.get(cfg.cell)
-    clash = setting_clash(cfg.task, task_cls, cfg.cell, cell_cls)
+    if refuse_shared:
+        clash = setting_clash(cfg.task, task_cls, cfg.cell, cell_cls)
+    else:
+        clash = own_clash("cell", cfg.cell, cell_cls) or own_clash("task", cfg.task, task_cls)
     if clash is not None:
         raise ConfigError(clash)
     task_cfg: Any = build(task_cls.Config, cfg.task_params, where=f"task {cfg.task!r}")
@@ -381,7 +387,7 @@ def setting_clash(task: str, task_cls: type[Task], cell: str, cell_cls: type[Cel
     return (
         own_clash("cell", cell, cell_cls)
         or own_clash("task", task, task_cls)
-        or (_clash_message("cell", cell, shared, f"task {task!r}'s") if shared else None)
+        or (_clash_message("cell", cell, shared, f"those of task {task!r}") if shared else None)
     )
 
 

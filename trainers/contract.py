@@ -106,8 +106,9 @@ def _dataclass_defaults(cls: type, what: str) -> list[Problem]:
 
 def _settings(cls: Any, kind: str) -> list[Problem]:
     """No setting named like a trial's own, which a study's value would set instead
-    (`trainers.config.own_clash`); one a cell shares with a task is refused where a trial pairs them
-    (`setting_clash`, when the config resolves: the checks below on addition and copy among them)."""
+    (`trainers.config.own_clash`). One a cell shares with a task is no problem of the cell's: a study
+    that pairs them is refused (`setting_clash`), and the checks below build it on addition and copy
+    whatever it shares with them."""
     from trainers.config import own_clash
 
     if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
@@ -203,9 +204,13 @@ def _cell_weights(cls: type[Cell]) -> list[Problem]:
 
 
 def _resolve(cell: str, task: str, task_params: dict[str, Any], seed: int = 1) -> Any:
+    """The trial the checks build on `task`: a cell that shares a setting's name with it resolves here
+    (each at its default), for a study pairs them only where its task is that one, and refuses it
+    there (`trainers.config.setting_clash`)."""
     from trainers.config import resolve
 
-    return resolve({"task": task, "cell": cell, "hidden": HIDDEN, "seed": seed, "task_params": task_params})
+    config = {"task": task, "cell": cell, "hidden": HIDDEN, "seed": seed, "task_params": task_params}
+    return resolve(config, refuse_shared=False)
 
 
 def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Problem]:
@@ -313,7 +318,8 @@ def _fused_equals_solo(cell: str, steps: int = 6) -> list[Problem]:
                 "batch_size": 4,
                 "task_params": CELL_TASKS["addition"],
                 "numerics": numerics.current(),
-            }
+            },
+            refuse_shared=False,  # as `_resolve`
         )
         for seed, lr in ((1, 1e-3), (2, 3e-3))
     ]
