@@ -161,8 +161,9 @@ def _run(
         running.zero_()
         n_running = 0
         evaluation = Evaluation.at(
-            step, schedule.steps_per_epoch, train_loss, val_loss, metric, clock.started
-        )
+            step, schedule.steps_per_epoch, train_loss, val_loss, metric, clock.started,
+            None if rate.constant else rate.at(step),
+        )  # fmt: skip
         if watch.evaluated(evaluation) or step == schedule.budget:  # it ends with this one: no pause
             break
         with clock.paused():

@@ -32,6 +32,9 @@ class Evaluation:
     val_loss: float
     metric: float | None  # the task's metric on the validation set (e.g. accuracy)
     seconds: float  # its own training time since it started (in lockstep, its pauses not counted)
+    # the learning rate of the step just taken, where the trial's rate moves (`trainers.optim.LearningRate`:
+    # a drop, a decay); None, and left out of `to_dict`, at a constant rate
+    lr: float | None = None
 
     @classmethod
     def at(
@@ -42,18 +45,24 @@ class Evaluation:
         val_loss: float,
         metric: float | None,
         started: float,
+        lr: float | None = None,
     ) -> Evaluation:
         """The evaluation at `step`, timed now from `started` (a perf_counter reading)."""
-        return cls(step, step / steps_per_epoch, train_loss, val_loss, metric, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return cls(step, step / steps_per_epoch, train_loss, val_loss, metric, seconds, lr)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.lr is None:  # a constant rate: the history as it always was
+            del data["lr"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evaluation:
         return cls(
             int(data["step"]), float(data["epoch"]), float(data["train_loss"]), float(data["val_loss"]),
             None if data.get("metric") is None else float(data["metric"]), float(data.get("seconds") or 0.0),
+            None if data.get("lr") is None else float(data["lr"]),
         )  # fmt: skip
 
 

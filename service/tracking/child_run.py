@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from service.store.models import Trial
     from trainers.criterion import Criterion
-    from trainers.result import TrialResult
+    from trainers.result import Evaluation, TrialResult
 
 #: a trial's result fields logged as metrics of its child run, under the same names, and its success
 #: and threshold under the study's criterion (`Trial.judged`, as REST gives them too)
@@ -67,13 +67,17 @@ def status_tags(status: str, reason: str) -> list[RunTag]:
 
 
 def curve_metrics(curve: Sequence[Stamped]) -> list[Metric]:
-    """A trial's evaluations as MLflow metrics: val_loss, train_loss and metric, each at its step."""
+    """A trial's evaluations as MLflow metrics: val_loss, train_loss and metric, each at its step, and
+    `lr`, the rate of that step, where the trial's rate moves (a drop, a decay)."""
     from mlflow.entities import Metric
+
+    def values(e: Evaluation) -> tuple[tuple[str, float | None], ...]:
+        return ("val_loss", e.val_loss), ("train_loss", e.train_loss), ("metric", e.metric), ("lr", e.lr)
 
     return [
         Metric(key, float(value), ts, int(e.step))
         for ts, e in curve
-        for key, value in (("val_loss", e.val_loss), ("train_loss", e.train_loss), ("metric", e.metric))
+        for key, value in values(e)
         if value is not None
     ]
 

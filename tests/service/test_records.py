@@ -30,7 +30,8 @@ def test_the_result_fields_keep_their_names_in_the_ledger_rest_and_mlflow() -> N
     assert set(METRIC_FIELDS) <= set(RECORDED_FIELDS) | set(JUDGED_FIELDS)
     evaluation = {f.name for f in dataclasses.fields(trainers.Evaluation)}
     assert TrialPublic.model_fields["history"].annotation == list[trainers.Evaluation] | None
-    assert evaluation == {"step", "epoch", "train_loss", "val_loss", "metric", "seconds"}
+    # `lr` where the trial's rate moves (MLflow's metric of that name); a constant rate's history has none
+    assert evaluation == {"step", "epoch", "train_loss", "val_loss", "metric", "seconds", "lr"}
 
 
 def test_a_result_goes_through_the_ledger_unchanged(tmp_path: Path) -> None:

@@ -218,3 +218,26 @@ def test_the_decay_is_kerass_decay_in_float32(lr, steps):
         assert rate.at(n) == float(keras_decayed_lr(lr, lr / steps, n - 1)), n
     assert rate.at(1) == float(np.float32(lr))
     assert rate.at(steps + 1) == pytest.approx(lr / (1 + lr), rel=3e-7)
+
+
+def test_each_evaluation_records_the_rate_its_trial_stepped_at_where_it_moves():
+    """A moving rate is recorded with each evaluation (and so in the ledger's history and as MLflow's
+    `lr`), the same solo and in a bundle; a constant one is not, and its history reads as before."""
+    from trainers import train
+    from trainers.fused import train_fused
+
+    base = {
+        "task": "addition", "task_params": {"seq_len": 10, "n_train": 32, "n_val": 16}, "hidden": 8,
+        "steps": 8, "eval_every": 2, "lr": 1e-2, "device": "cpu",
+    }  # fmt: skip
+    moving = {**base, "lr_drop_epochs": [2], "lr_drop_factor": 0.5, "lr_decay_steps": 4}  # 2 steps an epoch
+    solo, constant = train(moving), train(base)
+    fused = train_fused([moving, {**base, "seed": 2}])
+    rate = LearningRate(1e-2, drop_epochs=(2,), drop_factor=0.5, decay_steps=4, steps_per_epoch=2)
+    assert (
+        [e.lr for e in solo.history]
+        == [rate.at(e.step) for e in solo.history]
+        == [e.lr for e in fused[0].history]
+    )
+    assert solo.history[-1].lr < solo.history[1].lr < solo.history[0].lr  # halved after step 4, decayed
+    assert all(e.lr is None and "lr" not in e.to_dict() for e in constant.history + fused[1].history)

@@ -202,7 +202,7 @@ def _run(members: list[Member], started: float, settle: Settle) -> None:
             if due is None:
                 continue
             train_losses = [v / n_running for v in running.tolist()]
-            _watch(model, active, step, due == "eval", schedule, train_losses, started)
+            _watch(model, optimizer, active, step, due == "eval", schedule, train_losses, started)
             if due == "eval":
                 running.zero_()
                 n_running = 0
@@ -236,6 +236,7 @@ def _run(members: list[Member], started: float, settle: Settle) -> None:
 
 def _watch(
     model: FusedModel,
+    optimizer: FusedOptimizer,
     active: list[Member],
     step: int,
     evaluate: bool,
@@ -251,10 +252,12 @@ def _watch(
     if not evaluate:
         return
     scores = validate(model, active)  # every row (one that just failed is ignored)
+    rates = optimizer.rates  # member k's, in the stacked rows' order as `active`
     for k, (m, train_loss, (val_loss, metric)) in enumerate(zip(active, train_losses, scores, strict=True)):
         if m.done:
             continue
-        evaluation = Evaluation.at(step, schedule.steps_per_epoch, train_loss, val_loss, metric, started)
+        lr = None if rates[k].constant else rates[k].at(step)
+        evaluation = Evaluation.at(step, schedule.steps_per_epoch, train_loss, val_loss, metric, started, lr)
         if m.watch.evaluated(evaluation):
             _leave(m, k, model)
 
