@@ -216,6 +216,7 @@ class SearchSpace:
                             f"{key} is a setting of these trials that no model varies: give it one value for "
                             f"every trial in base, or sweep it in a model of your own beside these (space: "
                             f"{{models: {{NAME: {{fixed: {{...}}, dims: {{{key}: [value1, value2]}}}}}}}})"
+                            + named_in(models)
                         )
                 raise SpaceError(
                     f"cannot override {unknown}: not a dimension of the models "
@@ -233,6 +234,18 @@ class SearchSpace:
             citation=self.citation,
             description=self.description,
         )
+
+
+def named_in(models: Sequence[str] | None) -> str:
+    """Where a study chooses its `models`, the advice to name a model of one's own there too (the
+    service refuses a space model they leave out)."""
+    if not models:
+        return ""
+    kept = [*dict.fromkeys(models), "NAME"]
+    return (
+        f"; and name that model in `models`: models: [{', '.join(kept)}] (on the command line: "
+        f"--models {','.join(kept)})"
+    )
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:

@@ -370,9 +370,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from service.reports.compare import UnknownFieldError
+
     query = criterion_query(args)
+
+    def comparison(studies: Any) -> Any:
+        try:
+            return studies.comparison(args.studies, args.by.split(","), **query, log=args.mlflow)
+        except UnknownFieldError as exc:  # this machine's ledger's: said with the flag (a server says ?by=)
+            raise Refused(f"error: {exc.on_the_command_line()}") from None
+
     with studies_for(args) as studies:
-        found = answer(lambda: studies.comparison(args.studies, args.by.split(","), **query, log=args.mlflow))
+        found = answer(lambda: comparison(studies))
     links = found.get("mlflow") or {}
     if links.get("run_url") or links.get("run_id"):  # once, beside any output (JSON and CSV stay clean)
         print(f"MLflow run: {links.get('run_url') or links['run_id']}", file=sys.stderr)

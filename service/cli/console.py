@@ -100,6 +100,22 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+def parse_dims(items: Sequence[str]) -> dict[str, list[Any]]:
+    """`--dim KEY=V1,V2`: each dimension's values, split on the commas. A value that is a list (`[1,3]`)
+    is refused: split on its commas, it reached the trials as `'[1'` and `'3]'`."""
+    dims: dict[str, list[Any]] = {}
+    for key, values in parse_pairs(items, "--dim").items():
+        if any(v.strip().startswith("[") for v in values.split(",")):
+            singles = ",".join(v.strip(" []") for v in values.split(",") if v.strip(" []"))
+            raise Refused(
+                f"error: --dim {key}={values}: a dimension's values are single values, separated by commas; "
+                f"a list is one setting of every trial, given with --set (or in base): --set '{key}={values}'; "
+                f"several single values are swept as --dim {key}={singles or '1,3'}"
+            )
+        dims[key] = [parse_value(v) for v in values.split(",")]
+    return dims
+
+
 def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
     """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
     from service.core.spec import StudySpec, load_spec, names_spec_file, stored_values_once
@@ -116,8 +132,7 @@ def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -
     base.update({k: parse_value(v) for k, v in parse_pairs(args.set, "--set").items()})
     data["base"] = base
     dims = dict(data.get("dims", {}))
-    for key, values in parse_pairs(args.dim, "--dim").items():
-        dims[key] = [parse_value(v) for v in values.split(",")]
+    dims.update(parse_dims(args.dim))
     data["dims"] = dims
     for field in ("sampler", "max_trials", "concurrency", "name", "scheduler", "success_fraction"):
         value = getattr(args, field)
@@ -150,10 +165,7 @@ def extension_of(args: argparse.Namespace) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     if args.seeds:
         changes["seeds"] = parse_seeds(args.seeds)
-    dims = {
-        key: [parse_value(v) for v in values.split(",")]
-        for key, values in parse_pairs(args.dim, "--dim").items()
-    }
+    dims = parse_dims(args.dim)
     if dims:
         changes["dims"] = dims
     if args.models:
@@ -489,8 +501,9 @@ def plan_line(plan: dict[str, Any]) -> str:
     finished = f"{plan['reused']} finished already" + (f", {untrained} pruned untrained" if untrained else "")
     head = f"plan: {plan['to_run']} trials to run ({finished}) in {plan['units']} Ray units"
     e = plan.get("estimate")
-    if not e:
-        return f"{head}; no estimate yet ({'; '.join(plan['notes']) or 'not calibrated'})"
+    if not e:  # why: the notes that speak of the estimate (a failed calibration), else every note
+        why = [n for n in plan["notes"] if "estimate" in n] or plan["notes"]
+        return f"{head}; no estimate yet ({'; '.join(why) or 'not calibrated'})"
     lo, hi = e["wall_seconds_range"]
     partial = "" if e["complete"] else f" (covers {e['units_estimated']} of {plan['units']} units)"
     return (

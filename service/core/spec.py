@@ -123,7 +123,7 @@ class Asha(BaseModel):
 
 class StudySpec(BaseModel):
     """Everything a study needs. Give `preset` or `space` (or both: the space's models are added beside
-    the preset's, and `models`, the ones a study keeps, may name them too)."""
+    the preset's, and `models`, when given, names the ones a study keeps, the space's among them)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -154,7 +154,8 @@ class StudySpec(BaseModel):
     dims: dict[str, Any] = Field(default_factory=dict, description="replace these dimensions of the preset")
     models: list[str] | None = Field(
         default=None,
-        description="run only these models of the preset; a name that is not one of its models but a cell "
+        description="run only these models of the preset (and of a `space` beside it: name each of its models "
+        "too); a name that is not one of its models but a cell "
         "(a built-in or a plugin: `memsweep plugins`) adds an arm of that cell on the preset's protocol: "
         "its shared dimensions (the learning rates), the cell's own `grid`, the same seeds and budget",
     )
@@ -378,6 +379,29 @@ class StudySpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _space_models_named(self, info: ValidationInfo) -> StudySpec:
+        """Beside a preset, `models` names the models a study keeps, its space's among them: a model of the
+        space that `models` leaves out was dropped without a word (the study ran the preset's alone), so it
+        is refused, naming it. A stored spec (`STORED`), made before this rule, is read as it was."""
+        if (info.context or {}).get("stored") or self.preset is None or self.space is None or not self.models:
+            return self
+        written = {name: f"space.models.{name}" for name in self.space.models}
+        if self.space.dims:
+            written = {DEFAULT_MODEL: "space.dims", **written}
+        left = [name for name in written if name not in self.models]
+        if left:
+            kept = list(dict.fromkeys([*self.models, *left]))
+            them = "it" if len(left) == 1 else "them"
+            raise ValueError(
+                f"models: [{', '.join(self.models)}] leaves out the space's "
+                f"{'model' if len(left) == 1 else 'models'} "
+                f"{', '.join(f'{n!r} ({written[n]})' for n in left)}, so the study would not run {them}: "
+                f"beside a preset, `models` names every model to run; add {them}: models: [{', '.join(kept)}] "
+                f"(on the command line: --models {','.join(kept)}), or leave {them} out of space"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _asha_settings(self) -> StudySpec:
         """`asha` settings are the asha scheduler's."""
         if self.asha != Asha() and self.scheduler != "asha":  # (a stored spec holds the defaults)
@@ -448,6 +472,7 @@ class StudySpec(BaseModel):
         seeds: tuple[int, ...] = (1,)
         name, citation, description = self.name or "custom", "", ""
         arms: list[Model] = []
+        own_models: set[str] = set()  # the space's models beside a preset's
         if self.preset is not None:
             preset = get_preset(self.preset)
             check_preset_choice(preset, self.base, self.models)
@@ -489,9 +514,9 @@ class StudySpec(BaseModel):
             base=base, seeds=self.seeds, dims=dims or None, models=self.models, settings=settings
         )
         # the preset's settings of its own cell (Orhan's nonlinearity) are its models'; an added cell's arm
-        # takes only those the study itself sets
-        preset_own = set(space.base) - set(self.base) if arms else set()
-        return cell_settings_per_model(space, {m.name for m in arms}, preset_own)
+        # takes only those the study itself sets, a model of the space those its cell takes
+        preset_own = set(space.base) - set(self.base) if arms or own_models else set()
+        return cell_settings_per_model(space, {m.name for m in arms}, preset_own, own_models)
 
 
 def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | None = None) -> list[Model]:
@@ -598,20 +623,26 @@ CELL_CHOICE_FIELDS = ("cell", "init", "scale")
 
 
 def cell_settings_per_model(
-    space: SearchSpace, arms: Collection[str] = (), preset_own: Collection[str] = ()
+    space: SearchSpace,
+    arms: Collection[str] = (),
+    preset_own: Collection[str] = (),
+    beside: Collection[str] = (),
 ) -> SearchSpace:
     """A space whose models train different cells, with `base` settings of one cell's own fields moved into
     the models whose cell takes them; the `arms` (cells added beside a preset's models) take none of the
     `preset_own` settings (the preset's, for its own cell: Orhan's `nonlinearity`), so an arm's cell runs at
-    its own defaults but for what the study sets. A space of one cell is returned as it is, unless its
-    models are all arms (a preset's models left out: its own settings go with them)."""
+    its own defaults but for what the study sets; the models `beside` a preset's (a `space`'s) take those
+    their cell takes. A space of one cell is returned as it is, unless its models are all arms or models
+    beside (a preset's models left out: its own settings go with them, and reach only the cells that
+    take them)."""
     from trainers.cells import CELLS
     from trainers.tasks import TASKS
 
     default = str(space.base.get("cell", TrainConfig.cell))
     cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
-    only_arms = bool(arms) and all(m.name in arms for m in space.models)
-    if (len(set(cells.values())) < 2 and not only_arms) or any("cell" in m.dims for m in space.models):
+    added = {*arms, *beside}
+    only_added = bool(added) and all(m.name in added for m in space.models)
+    if (len(set(cells.values())) < 2 and not only_added) or any("cell" in m.dims for m in space.models):
         return space
     general = set(TOP_FIELDS)
     tasks = {space.base.get("task", TrainConfig.task), *(m.fixed.get("task") for m in space.models)}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,24 +51,86 @@ HOW = (
 
 
 class Schedules:
-    """Each trial's (budget in steps, evaluations), computed once per task, batch and budget."""
+    """Each trial's schedule (`trainers.schedule.Schedule`) and (budget in steps, evaluations), computed
+    once per task, batch and budget."""
 
     def __init__(self) -> None:
-        self.known: dict[str, tuple[int, int] | None] = {}
+        self.known: dict[str, Schedule | None] = {}
         self.notes: list[str] = []
 
-    def of(self, t: TrialSpec) -> tuple[int, int] | None:
+    def schedule(self, t: TrialSpec) -> Schedule | None:
+        """The trial's schedule; None (and a note) when its task cannot say its training set's size."""
         cfg = t.resolved.config
         key = json.dumps([cfg.task, dict(cfg.task_params), cfg.batch_size, cfg.steps, cfg.epochs, cfg.eval_every],
                          sort_keys=True, default=str)  # fmt: skip
         if key not in self.known:
             try:
-                s = Schedule.of(cfg, t.resolved.make_task().train_size)
-                self.known[key] = (s.budget, s.budget // s.eval_every + (1 if s.budget % s.eval_every else 0))
+                self.known[key] = Schedule.of(cfg, t.resolved.make_task().train_size)
             except Exception as exc:  # a task whose data files are missing
                 self.known[key] = None
                 self.notes.append(f"{cfg.task}: budget unknown ({type(exc).__name__}: {exc})"[:500])
         return self.known[key]
+
+    def of(self, t: TrialSpec) -> tuple[int, int] | None:
+        """The trial's (budget in steps, evaluations)."""
+        s = self.schedule(t)
+        if s is None:
+            return None
+        return s.budget, s.budget // s.eval_every + (1 if s.budget % s.eval_every else 0)
+
+
+def lr_course_notes(trials: Sequence[TrialSpec], schedules: Schedules) -> list[str]:
+    """Where the trials' learning-rate drops (`lr_drop_epochs`, `trainers.optim.LearningRate`) never act,
+    one note per model and cause: a drop after an epoch count the budget never completes (epochs ×
+    steps_per_epoch ≥ budget: the last step is the budget's), or a `lr_drop_factor` of 1."""
+    per_model = Counter(t.model for t in trials)
+    past: dict[tuple[str, tuple[int, ...], tuple[int, ...]], list[Schedule]] = defaultdict(list)
+    still: dict[tuple[str, tuple[int, ...]], int] = defaultdict(int)
+    for t in trials:
+        cfg = t.resolved.config
+        drops = tuple(cfg.lr_drop_epochs)
+        if not drops:
+            continue
+        if cfg.lr_drop_factor == 1:
+            still[(t.model, drops)] += 1
+            continue
+        s = schedules.schedule(t)
+        if s is not None and (beyond := tuple(e for e in drops if e * s.steps_per_epoch >= s.budget)):
+            past[(t.model, drops, beyond)].append(s)
+    notes = []
+    for (model, drops), n in still.items():
+        notes.append(
+            f"lr_drop_factor 1 with lr_drop_epochs {list(drops)} of model {model!r}"
+            f"{_some(n, per_model[model], ' (in {})')}: "
+            "its rate never moves (each drop multiplies it by 1); give a factor below 1 (0.1: ÷10), or "
+            "leave lr_drop_epochs out"
+        )
+    for (model, drops, beyond), found in past.items():
+        s = max(found, key=lambda s: s.budget / s.steps_per_epoch)  # the one that reaches furthest
+        reach = (
+            f"{'up to ' if len({(f.budget, f.steps_per_epoch) for f in found}) > 1 else ''}{s.budget:,} steps "
+            f"= {_epochs(s.budget / s.steps_per_epoch)} epochs of {s.steps_per_epoch:,} steps"
+            f"{_some(len(found), per_model[model], '; {}')}"
+        )
+        acting = [e for e in drops if e not in beyond]
+        notes.append(
+            f"lr_drop_epochs {list(drops)} lies past the budget of model {model!r} ({reach}): its rate never drops"
+            if not acting
+            else f"lr_drop_epochs {list(drops)}: the drop after epoch {', '.join(map(str, beyond))} lies past the "
+            f"budget of model {model!r} ({reach}): its rate drops only after epoch {', '.join(map(str, acting))}"
+        )
+    return notes
+
+
+def _some(n: int, total: int, said: str) -> str:
+    """`said` with `{n} of its {total} trials` filled in, where a note is of some of a model's trials;
+    "" where it is of all of them."""
+    return said.format(f"{n} of its {total} trials") if n < total else ""
+
+
+def _epochs(count: float) -> str:
+    """A count of epochs as a note says it: 0.08, 2.5, 100, 1,250."""
+    return f"{count:,.0f}" if count >= 100 else f"{count:.3g}"
 
 
 def model_rows(

@@ -40,6 +40,7 @@ from service.planning.calibration import (
 )
 from service.planning.estimate import (
     Schedules,
+    lr_course_notes,
     model_rows,
     step_budget,
     time_estimate,
@@ -361,6 +362,8 @@ def _plan(
     estimate = time_estimate(units, shapes.unit_key, found, schedules, slots) if node is not None else None
     if estimate is not None and units and not estimate.units_estimated:
         estimate = None  # nothing calibrated: no figures rather than zeros
+    if not (cancel is not None and cancel.is_set()):  # (a cancel's calibrations stopped: none failed)
+        notes += failed_calibration_notes(shapes, found, estimate is not None)
     if not gpus and units and not (cancel is not None and cancel.is_set()):  # a cancel plans nothing more
         idle = idle_gpu_note(engine, spec, estimate, calibrate, calibrator, start_ray, cancel)
         notes += [idle] if idle else []
@@ -391,8 +394,32 @@ def _plan(
                        if spec.sampler != "grid" else [])
               + (asha_notes(spec, units, schedules) if spec.scheduler == "asha" else [])
               + schedules.notes
+              + lr_course_notes(trials or [m for u in units for m in u.members], schedules)
               + ([PORTABLE_COST] if spec.numerics == "portable" and not gpus else []),
     )  # fmt: skip
+
+
+def failed_calibration_notes(
+    shapes: _Shapes, found: Mapping[str, Mapping[str, Any]], estimated: bool
+) -> list[str]:
+    """The calibrations that failed, one note per cause (the shapes table gave the error alone, and the
+    plan's last line said no estimate for another reason): their units are left out of the estimate,
+    and a trial of that shape is likely to fail as its calibration did."""
+    failed: dict[str, list[str]] = defaultdict(list)  # error → the shape keys it failed
+    for key in shapes.probes:
+        error = (found.get(key) or {}).get("error")
+        if error is not None:
+            failed[str(error)].append(key)
+    notes = []
+    for error, keys in failed.items():
+        units = sum(1 for k in shapes.unit_key.values() if k in keys)
+        notes.append(
+            f"calibration failed for {len(keys)} of {len(shapes.probes)} shape(s) ({error}): "
+            f"{'the estimate leaves out' if estimated else 'no estimate for'} their {units} unit(s); their "
+            "trials may fail the same way when the study runs: check their settings (the learning rate, "
+            "clip_norm), or plan again to measure once more"
+        )
+    return notes
 
 
 def asha_notes(spec: StudySpec, units: Sequence[Unit], schedules: Schedules) -> list[str]:

@@ -233,3 +233,24 @@ def test_submit_wait_ends_as_run_does_with_the_success_table_and_the_best(
     out = printed()
     assert "study s1: done" in out and "successes: final validation loss" in out
     assert "best configurations, ranked by mean final validation loss" in out
+
+
+@pytest.mark.parametrize("command", ["plan", "submit"])
+def test_a_list_as_a_dimensions_value_is_refused_saying_where_a_list_goes(command: str) -> None:
+    """`--dim lr_drop_epochs=[1,3]` was split on its comma and refused as `lr_drop_epochs='[1'`: not a
+    list of epochs. A dimension's values are single values: the list goes in `--set`."""
+    from service.cli.parser import build_parser
+
+    flags = ["--dim", "lr=1e-3", "--dim", "lr_drop_epochs=[1,3]"]
+    args = build_parser().parse_args([command, "orhan2020-addition750", *flags])
+    with pytest.raises(console.Refused) as refused:
+        console.build_spec(args) if command == "plan" else console.extension_of(args)
+    assert refused.value.code == console.EXIT_REFUSED
+    assert str(refused.value) == (
+        "error: --dim lr_drop_epochs=[1,3]: a dimension's values are single values, separated by commas; a list "
+        "is one setting of every trial, given with --set (or in base): --set 'lr_drop_epochs=[1,3]'; several "
+        "single values are swept as --dim lr_drop_epochs=1,3"
+    )
+    args = build_parser().parse_args([command, "orhan2020-addition750", "--dim", "lr=1e-3,3e-4"])
+    dims = console.build_spec(args).dims if command == "plan" else console.extension_of(args)["dims"]
+    assert dims["lr"] == [1e-3, 3e-4]

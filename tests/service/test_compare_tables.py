@@ -496,3 +496,37 @@ def test_the_success_csv_carries_the_tables_notes_and_reads_cleanly(client: Test
     assert plain[plain.table == "total"].iloc[0].succeeded == table["total"]["succeeded"]
     without = client.get(f"/studies/{study}/success", params={"format": "csv"}).text
     assert "# notes:" not in without  # a table without notes has no such line
+
+
+def test_a_misspelt_field_to_group_by_is_said_with_the_nearest_in_the_syntax_it_was_asked_in(
+    tmp_path: Path,
+    client: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+) -> None:
+    """`memsweep compare A B --by lr_drop_epoch` had no "did you mean", and said `?by=cell,seq_len`,
+    the REST query's syntax, to the command line."""
+    a, b = two_studies(client)
+    r = client.get("/compare", params={"studies": f"{a},{b}", "by": "model,lr_drop_epoch"})
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and detail.startswith(
+        "by: unknown field 'lr_drop_epoch'; did you mean 'lr_drop_epochs'? these studies' trials can be "
+        "grouped by "
+    )
+    assert detail.endswith("(comma-separated, e.g. ?by=cell,seq_len)")
+    monkeypatch.setenv("MEMSWEEP_HOME", str(tmp_path))  # the CLI on this ledger, as the client's
+    monkeypatch.delenv("MEMSWEEP_API_URL", raising=False)
+    monkeypatch.setattr(commands, "prepare_ray_process", lambda settings: None)  # compare starts no Ray
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        commands.main(["compare", a, b, "--by", "model,lr_drop_epoch"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2
+    assert err.startswith(
+        "error: --by: unknown field 'lr_drop_epoch'; did you mean 'lr_drop_epochs'? these studies' trials "
+        "can be grouped by "
+    )
+    assert err.rstrip().endswith("(comma-separated, e.g. --by cell,seq_len)") and "?by=" not in err
