@@ -231,7 +231,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = (row.error if row is not None else None) or runner.prepare_error
         raise Failed(f"error: study {study.id} failed: {why}")
     summary = engine.summary(study.id)
-    failures = failure_reasons(t.reason for t in engine.ledger.trials(study.id, ["failed"]))
+    failed = engine.ledger.trials(study.id, ["failed"])
+    failures = failure_reasons(t.reason for t in failed)
+    raised = sum(t.traceback is not None for t in failed)  # an exception ended them (`trainers.runtime.fail`)
 
     url = None
     if summary["mlflow"]["run_id"]:
@@ -245,15 +247,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             "failed": c["failed"], "done": c["done"], "run_id": summary["mlflow"]["run_id"],
             "experiment_id": summary["mlflow"]["experiment_id"], "mlflow_url": url,
             "success_by_model": {m: v["succeeded"] for m, v in summary["success"]["by_model"].items()},
-            "best": summary["best"][0] if summary["best"] else None, "failures": failures,
+            "best": summary["best"][0] if summary["best"] else None, "failures": failures, "raised": raised,
         }))  # fmt: skip
     else:
         print_success(summary)
         print_best(summary["best"], summary["success"]["by_model"])
-        print_failures(failures, study.id)
+        print_failures(failures, study.id, raised)
         print(
             f"\nMLflow: {url}\nstudy id: {study.id}  (memsweep best {study.id} · memsweep success {study.id})"
         )
+    c = summary["counts"]
+    if raised and raised == c["failed"] and not c["done"] + c["pruned"]:  # nothing trained: no result
+        print(
+            f"error: every trial of study {study.id} raised an exception (above): it has no result",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return 0
 
 

@@ -23,8 +23,10 @@ T = TypeVar("T")
 #: `memsweep`'s exit statuses, one convention for every command (`memsweep --help` lists them; a pipe
 #: its reader closed early, `memsweep trials ID | head`, ends 141 as a shell reports SIGPIPE)
 EXIT_STATUSES = {
-    0: "done.",
-    1: "the command ran, and what it did failed or found something wrong: a study failed, a plan cannot "
+    0: "done (a study whose trials failed by the protocol's rule, a loss not finite, is done: those are "
+    "results).",
+    1: "the command ran, and what it did failed or found something wrong: a study failed, or every trial "
+    "of it raised an exception, a plan cannot "
     "say where its trials would run, a plugin breaks its contract, a study's state refuses the change, "
     "the server (or the ledger, MLflow, the Ray cluster) does not answer, a run was stopped by Ctrl-C or "
     "SIGTERM.",
@@ -690,13 +692,22 @@ def failure_reasons(reasons: Iterable[str | None]) -> dict[str, int]:
     return dict(Counter(short(reason or "no reason recorded", 160) for reason in reasons))
 
 
-def print_failures(reasons: Mapping[str, int], study_id: str) -> None:
-    """Why a run's failed trials failed, each reason once with its count, and where to read more."""
+def print_failures(reasons: Mapping[str, int], study_id: str, raised: int = 0) -> None:
+    """Why a run's failed trials failed, each reason once with its count, and where to read more; of
+    them, those `raised` by an exception (a traceback kept) said apart from the protocol's failures (a
+    loss not finite): a bug in a cell or a task, or a numerical error, which the rates count as runs
+    that did not succeed."""
     if not reasons:
         return
     print(f"\nfailed: {sum(reasons.values())} trial(s)")
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
         print(f"  {n} × {reason}")
+    if raised:
+        print(
+            f"  {raised} of them raised an exception, not the protocol's failure (a loss not finite): a bug "
+            "in a cell or a task, or a numerical error. The success rates count them as runs that did not "
+            "succeed: read their tracebacks before the rates."
+        )
     print(f"  (memsweep trials {study_id} --status failed lists them; with --json --history, each traceback)")
 
 

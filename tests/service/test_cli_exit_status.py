@@ -66,7 +66,11 @@ def test_help_says_what_each_status_means(home: Path, capsys: pytest.CaptureFixt
         commands.main(["--help"])
     assert done.value.code == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "Exit status (every command): 0 done. 1 the command ran, and what it did failed" in said
+    assert "Exit status (every command): 0 done (a study whose trials failed by the protocol's rule" in said
+    assert (
+        "1 the command ran, and what it did failed" in said
+        and "every trial of it raised an exception" in said
+    )
     assert "run was stopped by Ctrl-C or SIGTERM. 2 the input was refused before anything ran: " in said
 
 

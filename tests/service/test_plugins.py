@@ -127,6 +127,30 @@ def test_the_contract_check_runs_memsweeps_code_whatever_the_working_directory_h
 
 
 @pytest.mark.slow
+def test_a_study_every_trial_of_which_raised_says_so_and_exits_1(tmp_path: Path, mlflow_uri: str):
+    """A cell that holds its contract (short sequences) but raises on the study's: every trial failed by
+    an exception, not by the protocol's rule (a loss not finite). `memsweep run` exited 0 with a 0 % rate
+    and an interval, as if the cell had been tried; it says the rates count those runs as failures, and
+    exits 1: the study has no result."""
+    crash = toy_dist(
+        tmp_path / "crash", "0.9", name="toy-crash",
+        extra_forward="if x.shape[0] > 40: raise RuntimeError('toy-crash: too long')",
+    )  # fmt: skip
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(cut_preset(["toy-crash"], base={**CUT, "seq_len": 60}, dims={"lr": [1e-3]})))
+    environ = {"MEMSWEEP_HOME": str(tmp_path / "home"), "MEMSWEEP_MLFLOW_TRACKING_URI": mlflow_uri}
+    done = memsweep("run", str(spec), paths=(crash,), environ=environ, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    n = 4  # the toy cell's grid (gain 0.5, 0.9) × seeds 1, 2
+    assert f"{n} × RuntimeError: toy-crash: too long" in done.stdout
+    assert f"{n} of them raised an exception, not the protocol's failure" in done.stdout
+    assert (
+        "every trial of study" in done.stderr
+        and "raised an exception (above): it has no result" in done.stderr
+    )
+
+
+@pytest.mark.slow
 def test_a_study_with_a_plugin_that_breaks_its_contract_is_refused_and_records_nothing(tmp_path: Path):
     bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
     spec = tmp_path / "spec.json"
