@@ -28,6 +28,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import sys
 import tomllib
 import traceback
 from collections.abc import Iterable
@@ -306,7 +307,8 @@ def version_behind(plugin: Plugin) -> str | None:
     declared = project.get("version")
     if not isinstance(declared, str) or _same_version(declared, dist.version):
         return None
-    return f"version {declared} in {source / 'pyproject.toml'}, {dist.version} installed: run pip install -e {source} again"
+    pip = f"{sys.executable} -m pip"  # this interpreter's pip: a bare `pip` may be another Python's
+    return f"version {declared} in {source / 'pyproject.toml'}, {dist.version} installed: run {pip} install -e {source} again"
 
 
 def _editable_source(dist: importlib.metadata.Distribution) -> Path | None:

@@ -172,10 +172,11 @@ def _start_ray(settings: Settings) -> None:
             processes.marked_environment(EMBEDDED_RAY_MARK, mark),
             processes.hidden_environment(*SECRET_VARIABLES),
         ):
-            # address="local": always a new embedded cluster, never one that `ray start` left running
+            # address="local": always a new embedded cluster, never one that `ray start` left running;
+            # Ray's own INFO lines ("Started a local Ray instance.") are not the user's: warnings only
             ray.init(
                 address="local", num_cpus=embedded_cpus(settings), include_dashboard=False,
-                log_to_driver=False, runtime_env=workers,
+                log_to_driver=False, runtime_env=workers, logging_level=logging.WARNING,
             )  # fmt: skip
         record = embedded_ray_record(settings.home, os.getpid())
         record.parent.mkdir(parents=True, exist_ok=True)

@@ -22,16 +22,17 @@ def other_code(remade: Sequence[Trial], of: int) -> tuple[list[str], str]:
     edited = {plugin: ids for plugin, ids in ran.items() if len(ids) > 1}
     if edited:
         return [
-            f"{part_of(len(remade), of)}the {plugin} plugin's code changed since they were made (then "
+            f"{part_of(len(remade), of)}the {plugin} plugin changed (its version or its code) since they "
+            "were made (then "
             + ", ".join(sorted(i for i, keys in ids.items() if "then" in keys))
             + "; now "
             + ", ".join(sorted(i for i, keys in ids.items() if "now" in keys))
             + ")"
             for plugin, ids in sorted(edited.items())
         ], (
-            "put the code they ran back (that version, its files as they were: the digest is of them) and "
-            "restart the server, or create a new study for the new code (memsweep compare then sets the "
-            "two side by side, naming each one's code)"
+            "put the plugin they ran back (that version, its files as they were: the digest is of them; a "
+            "`memsweep serve` that runs the study then restarts), or create a new study for the new code "
+            "(memsweep compare then sets the two side by side, naming each one's code)"
         )
     used = sorted({i for r in remade for i in plugins_now(r).values()})
     return [

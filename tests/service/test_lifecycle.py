@@ -1096,9 +1096,10 @@ def test_an_extension_after_a_plugins_code_changed_names_the_plugin_and_not_the_
     said = str(refused.value)
     assert said.startswith("extend would train 6 of the study's trials again beside their results: ")
     assert (
-        f"the cell memsweep-cornn plugin's code changed since they were made (then {THEN}; now {NOW})" in said
+        f"the cell memsweep-cornn plugin changed (its version or its code) since they were made (then {THEN}; "
+        f"now {NOW})" in said
     )
-    assert "Put the code they ran back" in said and "or create a new study for the new code" in said
+    assert "Put the plugin they ran back" in said and "or create a new study for the new code" in said
     assert "trainer version" not in said and "settings" not in said
     # the plugin's code and the settings both: each named, with its fix
     longer = grid(seeds=[1, 2, 3]).model_dump(mode="json", exclude_unset=True)
@@ -1106,7 +1107,10 @@ def test_an_extension_after_a_plugins_code_changed_names_the_plugin_and_not_the_
     with pytest.raises(StudyError) as both:
         engine.extend_study(study.id, StudySpec.model_validate(longer))
     said = str(both.value)
-    assert "the extension changes their settings (steps: 10 → 20)" in said and "plugin's code changed" in said
+    assert (
+        "the extension changes their settings (steps: 10 → 20)" in said
+        and "plugin changed (its version or its code)" in said
+    )
     assert "make a setting a dimension of its space" in said and "trainer version" not in said
     # the code they ran put back: the same trials, the new seed's alone are added
     as_plugin(monkeypatch, THEN)
@@ -1165,7 +1169,8 @@ def test_a_sampled_study_drawn_under_a_plugins_old_code_draws_no_more_under_the_
     said = str(refused.value)
     assert said.startswith(f"extend would draw new points beside {drawn} drawn under other code: ")
     assert (
-        f"the cell memsweep-cornn plugin's code changed since they were made (then {THEN}; now {NOW})" in said
+        f"the cell memsweep-cornn plugin changed (its version or its code) since they were made (then {THEN}; "
+        f"now {NOW})" in said
     )
     with pytest.raises(StudyError, match=r"^a run would draw new points beside"):
         engine.run_study(study.id)

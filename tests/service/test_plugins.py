@@ -493,7 +493,10 @@ def test_an_editable_installs_version_bump_not_yet_installed_is_named_with_what_
     assert _listed(site)["version_behind"] is None
 
     _editable(site, source, "0.2.0")
-    why = f"version 0.2.0 in {source / 'pyproject.toml'}, 0.1.0 installed: run pip install -e {source} again"
+    pip = f"{sys.executable} -m pip"  # the interpreter's own pip (a bare `pip` may be another Python's)
+    why = (
+        f"version 0.2.0 in {source / 'pyproject.toml'}, 0.1.0 installed: run {pip} install -e {source} again"
+    )
     plugin = _listed(site)
     assert plugin["version"] == "0.1.0" and plugin["version_behind"] == why
     assert PluginPublic.model_validate(plugin).version_behind == why  # GET /plugins answers it too
