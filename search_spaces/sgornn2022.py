@@ -15,8 +15,8 @@ Budget: the paper's cap of 20,000 steps, which defines "converged" in Table 1; t
 `lr_decay_steps=7500` for it.
 Learning rate: the paper "decays linearly to zero"; the code passes Keras 2's RMSprop
 `decay=(initial_lr − 0)/(epochs·steps_per_epoch)`, which is inverse-time decay, lr / (1 + lr·t/S) after t
-updates of S in all: `lr_decay_steps` = S = the budget, and the rate ends at lr / (1 + lr) (lr/1.01 at
-1e-2), as in the code. No early stop (Keras `fit` runs the budget).
+updates of S in all: `lr_decay_steps` = S = the budget, and the rate falls to lr / (1 + lr) after S
+updates (lr/1.01 at 1e-2), as in the code. No early stop (Keras `fit` runs the budget).
 
 HAR-2: the four cells (LSTM with h = 64, the only size that gives Table 2's 19,009 parameters) × seeds
 1–10 (paper footnote 3; the code's default is 42), the code's protocol (`scripts/har2.py`,

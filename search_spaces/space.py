@@ -337,6 +337,21 @@ def check_distinct(values: Sequence[Any], where: str) -> None:
                 )
 
 
+def check_single_values(values: Sequence[Any], where: str) -> None:
+    """Refuse a value that is no single value (a list, `lr_drop_epochs: [[100], [200]]`): a dimension's
+    values are choices a sampler draws (Optuna's categorical takes numbers, text, booleans and null), and
+    a list is one setting of every trial, for `base` (`service.core.spec.StudySpec` asks it of a new
+    spec; a stored one, which a grid may have swept so, is read as it was)."""
+    for i, v in enumerate(values):
+        if not isinstance(v, (bool, int, float, str, type(None))):
+            name = where.rsplit(".", 1)[-1]
+            raise SpaceError(
+                f"{where}[{i}] = {v!r} is not a single value: a dimension's values are numbers, text, "
+                f"true/false or null, each a choice a sampler can draw. Give a value that is a list in "
+                f"`base` (e.g. base: {{{name}: {v!r}}}), or sweep single values ({name}: [100, 200])"
+            )
+
+
 def dim_from_dict(raw: Any, where: str) -> Dimension:
     """A dimension from JSON/YAML: a list → Values; {"values": [...]}; {"uniform": [lo, hi], "log": b};
     {"loguniform": [lo, hi]}; {"int": [lo, hi], "log": b}. Anything else — an unknown key, a `log` that is
@@ -366,14 +381,6 @@ def dim_from_dict(raw: Any, where: str) -> Dimension:
                 f"{where.rsplit('.', 1)[-1]}: [value1, value2]), or leave {where} out"
             )
         values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
-        for i, v in enumerate(values):
-            if not isinstance(v, (bool, int, float, str, type(None))):
-                name = where.rsplit(".", 1)[-1]
-                raise SpaceError(
-                    f"{where}[{i}] = {v!r} is not a single value: a dimension's values are numbers, text, "
-                    f"true/false or null, each a choice a sampler can draw. Give a value that is a list in "
-                    f"`base` (e.g. base: {{{name}: {v!r}}}), or sweep single values ({name}: [100, 200])"
-                )
         return Values(distinct(values))
     bounds = raw[kind]
     # two numbers (text is refused as in a list of values: a spec file reads 1e-5 as a number)

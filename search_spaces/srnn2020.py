@@ -18,8 +18,9 @@ and 99,900 (addition). Their curves are the training loss on the fresh data; our
 epoch on a fixed set of 1,000 sequences. No early stop.
 Copy's inputs are embedded, as their code embeds them for every cell (`embedding_dict['copy'] = True`:
 the symbols' ids through `nn.Embedding(10, d)`, N(0, 1), trained): d = `hyper_size` (8) for SRNN, the
-hidden size (128) for the others (`embed_dim`). Their uRNN embeds into 2 × 128 for its complex state;
-ours, a real 128-unit RNN, into 128.
+hidden size (128) for the others (`embed_dim`; it does not follow `hyper_size` or `hidden`: a study
+that changes them sets `embed_dim` too, as their code ties them). Their uRNN embeds into 2 × 128 for its
+complex state; ours, a real 128-unit RNN, into 128.
 Not reproduced (no field): the RNN's PyTorch default init (the `rnn` cell offers Orhan's initialisers;
 we use orthogonal, gain 1) and nn.RNN's / nn.LSTM's / nn.GRU's second bias (our cells have one: SRNN's
 copy model has 3,746 parameters in both, their RNN 128 more than ours); the uRNN is Arjovsky's

@@ -88,7 +88,7 @@ class TrainConfig:
     # number of epochs is done (a Keras LearningRateScheduler's step function, torch's MultiStepLR: SGORNN's
     # HAR-2, ÷10 after 200 epochs). `lr_decay_steps` S: Keras 2's optimiser `decay` set to lr / S, the rate of
     # update n then lr / (1 + lr·(n − 1)/S), computed in float32 as Keras did (SGORNN's addition code asks a
-    # "linear decay to zero" over S updates that way; it ends at lr / (1 + lr)). Added after TRAINER_VERSION
+    # "linear decay to zero" over S updates that way; it is lr / (1 + lr) after S updates). Added after TRAINER_VERSION
     # 10: a trial that keeps their defaults hashes as it did (`UNHASHED_DEFAULT`).
     lr_drop_epochs: tuple[int, ...] = field(default=(), metadata=UNHASHED_DEFAULT)
     lr_drop_factor: float = field(default=0.1, metadata=UNHASHED_DEFAULT)

@@ -107,6 +107,11 @@ class LearningRate:
         """Whether every step takes `lr` itself."""
         return not self.drop_epochs and self.decay_steps is None
 
+    def drops_past(self, budget: int) -> tuple[int, ...]:
+        """The drop epochs whose first step (epoch × steps_per_epoch + 1) lies past a budget of `budget`
+        steps: drops the trial never takes."""
+        return tuple(e for e in self.drop_epochs if e * self.steps_per_epoch >= budget)
+
     def at(self, n: int) -> float:
         """The rate of optimiser step n (1, 2, …): `lr` itself until a drop or the decay moves it."""
         done = (n - 1) // self.steps_per_epoch  # epochs done before this step

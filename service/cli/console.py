@@ -503,8 +503,8 @@ def plan_line(plan: dict[str, Any]) -> str:
     finished = f"{plan['reused']} finished already" + (f", {untrained} pruned untrained" if untrained else "")
     head = f"plan: {plan['to_run']} trials to run ({finished}) in {plan['units']} Ray units"
     e = plan.get("estimate")
-    if not e:  # why: the notes that speak of the estimate (a failed calibration), else every note
-        why = [n for n in plan["notes"] if "estimate" in n] or plan["notes"]
+    if not e:  # why: the notes that say there is none (a failed calibration, an unknown node), else all
+        why = [n for n in plan["notes"] if "no estimate" in n] or plan["notes"]
         return f"{head}; no estimate yet ({'; '.join(why) or 'not calibrated'})"
     lo, hi = e["wall_seconds_range"]
     partial = "" if e["complete"] else f" (covers {e['units_estimated']} of {plan['units']} units)"

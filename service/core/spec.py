@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from search_spaces import PRESETS, Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
-from search_spaces.space import check_distinct, did_you_mean, distinct
+from search_spaces.space import check_distinct, check_single_values, did_you_mean, distinct
 from service.core.errors import StudyError
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
@@ -367,14 +367,16 @@ class StudySpec(BaseModel):
     @model_validator(mode="after")
     def _each_value_once(self, info: ValidationInfo) -> StudySpec:
         """A value given twice in a dimension (`lr: [1e-3, 0.001]`) is refused where it is written: the
-        plan counted both, the study held their trials once. A stored spec (`STORED`), written before
-        this rule, is read as it was (its space keeps each value once: `search_spaces.distinct`)."""
+        plan counted both, the study held their trials once; and so is a value that is no single value
+        (a list: `search_spaces.space.check_single_values`). A stored spec (`STORED`), written before
+        these rules, is read as it was (its space keeps each value once: `search_spaces.distinct`)."""
         if (info.context or {}).get("stored"):
             return self
         for prefix, dims in self._written_dims():
             for key, raw in dims.items():
                 values = raw.get("values") if isinstance(raw, Mapping) else raw
                 if isinstance(values, (list, tuple)):
+                    check_single_values(values, f"{prefix}.{key}")
                     check_distinct(values, f"{prefix}.{key}")
         return self
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from service.core.trial import TrialSpec, Unit
 from service.planning.types import PlanBudget, PlanEstimate, PlanModel
+from trainers.optim import LearningRate
 from trainers.schedule import Schedule
 
 #: seconds a slot spends on a unit beyond training it (Ray Tune's trial start and reports, the driver's
@@ -95,7 +96,7 @@ def lr_course_notes(trials: Sequence[TrialSpec], schedules: Schedules) -> list[s
             still[(t.model, drops)] += 1
             continue
         s = schedules.schedule(t)
-        if s is not None and (beyond := tuple(e for e in drops if e * s.steps_per_epoch >= s.budget)):
+        if s is not None and (beyond := LearningRate.of(cfg, s.steps_per_epoch).drops_past(s.budget)):
             past[(t.model, drops, beyond)].append(s)
     notes = []
     for (model, drops), n in still.items():

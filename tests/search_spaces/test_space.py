@@ -17,7 +17,7 @@ from search_spaces import (
     dim_to_dict,
     get_preset,
 )
-from search_spaces.space import check_distinct
+from search_spaces.space import check_distinct, check_single_values
 
 
 def small_space() -> SearchSpace:
@@ -306,13 +306,15 @@ def test_a_value_given_twice_is_refused_naming_the_dimension_and_both_spellings(
     assert dim_from_dict([True, 1], "dims.lr") == Values((True, 1))  # a boolean is no number here
 
 
-@pytest.mark.parametrize("raw", [[[100], [200]], {"values": [100, [100, 200]]}, [{"a": 1}]])
-def test_a_dimensions_value_is_a_single_value(raw: object) -> None:
+@pytest.mark.parametrize("values", [[[100], [200]], [100, [100, 200]], [{"a": 1}]])
+def test_a_dimensions_value_is_a_single_value(values: list[object]) -> None:
     """A list among a dimension's values (a setting that takes a list, `lr_drop_epochs`) is no choice a
-    sampler can draw: refused naming it, with where a list goes instead."""
+    sampler can draw: a new spec is refused it, naming it, with where a list goes instead (a stored
+    spec's grid, which may have swept one, is read as it was: `dim_from_dict` takes it)."""
     with pytest.raises(SpaceError) as err:
-        dim_from_dict(raw, "dims.lr_drop_epochs")
+        check_single_values(values, "dims.lr_drop_epochs")
     message = str(err.value)
     assert message.startswith("dims.lr_drop_epochs[") and "is not a single value" in message
     assert "base: {lr_drop_epochs:" in message
-    assert dim_from_dict([100, 200.0, "x", None, True], "dims.v") == Values((100, 200.0, "x", None, True))
+    check_single_values([100, 200.0, "x", None, True], "dims.v")
+    assert dim_from_dict([[100], [200]], "dims.lr_drop_epochs") == Values(([100], [200]))

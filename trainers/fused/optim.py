@@ -87,6 +87,7 @@ class FusedOptimizer:
     def keep(self, index: torch.Tensor) -> None:
         idx = index.tolist()
         self.rates = [self.rates[i] for i in idx]
+        self.scheduled = not all(r.constant for r in self.rates)
         self.f64 = {name: [values[i] for i in idx] for name, values in self.f64.items()}
         self.consts = {name: c[index] for name, c in self.consts.items()}
         self.clipped = self.clipped[index]

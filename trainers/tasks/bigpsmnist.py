@@ -53,7 +53,7 @@ class BigPSMNISTTask(PSMNISTTask):
         if config.permutation_rng != "torch" or config.trailing_zero_step:
             raise ValueError(
                 "bigpsmnist: permutation_rng 'nru' and trailing_zero_step are NRU's psMNIST (psmnist); "
-                "leave them at their defaults here"
+                "leave them at their defaults here (permutation_rng 'torch', trailing_zero_step false)"
             )
         super().__init__(config, seed)
         gen = (
