@@ -379,7 +379,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from service.reports.compare import UnknownFieldError
+    from service.core.errors import UnknownFieldError
 
     query = criterion_query(args)
 

@@ -19,6 +19,26 @@ class StudyError(ValueError):
     """A study cannot be created or changed as asked; the message says why and what to do."""
 
 
+class UnknownFieldError(StudyError):
+    """`by` names fields that no trial of the studies has. The message names them, the nearest field
+    to the first and the fields there are, with REST's `?by=`; `on_the_command_line()` says it with
+    `memsweep compare`'s `--by`."""
+
+    def __init__(self, unknown: Sequence[str], known: Sequence[str]) -> None:
+        self.unknown, self.known = list(unknown), list(known)
+        super().__init__(self._said("by", "?by=cell,seq_len"))
+
+    def on_the_command_line(self) -> str:
+        return self._said("--by", "--by cell,seq_len")
+
+    def _said(self, name: str, example: str) -> str:
+        near = did_you_mean(self.unknown[0], self.known)
+        return (
+            f"{name}: unknown field {', '.join(repr(f) for f in self.unknown)}; {near + ' ' if near else ''}"
+            f"these studies' trials can be grouped by {', '.join(self.known)} (comma-separated, e.g. {example})"
+        )
+
+
 def invalid_fields(
     found: Sequence[Mapping[str, Any]], model: type[BaseModel] | None, root: tuple[Any, ...] = ()
 ) -> tuple[list[dict[str, Any]], list[str]]:

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from search_spaces.space import did_you_mean
-from service.core.errors import StudyError
+from service.core.errors import StudyError, UnknownFieldError
 from service.core.states import StudyState
 from service.core.values import repr_value, value_sort_key
 from service.reports.summary import CriterionPublic, newcombe_interval, success_cell
@@ -50,26 +49,6 @@ NESTED = {"task": "task_params", "cell": "cell_params"}
 
 class UnknownStudiesError(LookupError):
     """Study ids the ledger does not hold; the message names them."""
-
-
-class UnknownFieldError(StudyError):
-    """`by` names fields that no trial of the studies has. The message names them, the nearest field
-    to the first and the fields there are, with REST's `?by=`; `on_the_command_line()` says it with
-    `memsweep compare`'s `--by`."""
-
-    def __init__(self, unknown: Sequence[str], known: Sequence[str]) -> None:
-        self.unknown, self.known = list(unknown), list(known)
-        super().__init__(self._said("by", "?by=cell,seq_len"))
-
-    def on_the_command_line(self) -> str:
-        return self._said("--by", "--by cell,seq_len")
-
-    def _said(self, name: str, example: str) -> str:
-        near = did_you_mean(self.unknown[0], self.known)
-        return (
-            f"{name}: unknown field {', '.join(repr(f) for f in self.unknown)}; {near + ' ' if near else ''}"
-            f"these studies' trials can be grouped by {', '.join(self.known)} (comma-separated, e.g. {example})"
-        )
 
 
 # ----- what a comparison answers (the REST API serves these types as they are) ---------------------

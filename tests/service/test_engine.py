@@ -566,7 +566,7 @@ def test_fused_bundles_give_each_trial_exactly_its_solo_result(tmp_path: Path, m
 
 
 SGORNN_ADDITION = {"steps": 60, "eval_every": 20, "hidden": 32}  # its T × lr grid at T = 30, 60 steps
-SRNN_COPY = {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_size": 16}
+SRNN_CUT = {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_size": 16}
 
 
 @pytest.mark.parametrize(
@@ -576,17 +576,18 @@ SRNN_COPY = {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_si
         ("sgornn2022-addition", "sgornn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
         ("sgornn2022-addition", "vprnn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
         ("sgornn2022-addition", "fastrnn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
-        # SRNN copy (Rotman & Wolf Fig. 2; one lr in the grid, so six seeds) for srnn and its uRNN: T = 20
-        ("srnn2020-copy", "srnn", {"seq_len": [20]}, SRNN_COPY, [1, 2, 3, 4, 5, 6]),
+        # SRNN addition (Rotman & Wolf Fig. 3; one lr in the grid, so six seeds) for srnn and its uRNN: T = 20
+        # (their copy embeds its inputs, as their code does: those trials train alone, not in bundles)
+        ("srnn2020-addition", "srnn", {"seq_len": [20]}, SRNN_CUT, [1, 2, 3, 4, 5, 6]),
         # the numerics pass runs this one again under `native` (the engine's workers take the mode): each
         # fused cell's members equal to their solo runs under both modes is test_fused's, without Ray
         pytest.param(
-            "srnn2020-copy", "urnn", {"seq_len": [20]}, SRNN_COPY, [1, 2, 3, 4, 5, 6], marks=pytest.mark.numerics
+            "srnn2020-addition", "urnn", {"seq_len": [20]}, SRNN_CUT, [1, 2, 3, 4, 5, 6], marks=pytest.mark.numerics
         ),
         # the contractive uRNN has no paper preset: the copy task, 3 learning rates × 2 seeds
         (
             None, "crnn", {"lr": [1e-3, 2e-3, 5e-4]},
-            {"cell": "crnn", "task": "copy", "seq_len": 30, **SRNN_COPY}, [1, 2],
+            {"cell": "crnn", "task": "copy", "seq_len": 30, **SRNN_CUT}, [1, 2],
         ),
     ],
 )  # fmt: skip
