@@ -146,8 +146,13 @@ def test_a_shutdown_leaves_its_running_trials_pending_not_cancelled(engine: Any,
     stopped = [t for t in trials if t.runs == 1 and t.status == "pending"]
     assert stopped and not [t for t in trials if t.status in ("cancelled", "running")]
     mlflow = MlflowClient(mlflow_uri)
+    # the trial seen running had its live child run; one claimed just before the shutdown, on a loaded
+    # machine, may have had none yet (it trains again with one): MLflow is checked where there is a run
+    assert any(t.mlflow_run_id for t in stopped), stopped
     for t in stopped:
         assert "runner stopped" in (t.reason or "") and "next start resumes" in (t.reason or ""), t.reason
+        if t.mlflow_run_id is None:
+            continue
         run = mlflow.get_run(t.mlflow_run_id)
         assert run.info.status == "KILLED"
         assert run.data.tags["memsweep.status"] == "pending", run.data.tags
