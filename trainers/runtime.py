@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import logging
 import math
 import os
@@ -208,10 +209,12 @@ def training_batches(task: Task, batch_size: int, seed: int) -> Iterator[Tensors
         while True:
             yield task.sample(batch_size, gen)
     split = task.train_split()
-    gen = generator(seed, "shuffle")
-    while True:  # one pass over a fresh permutation per epoch, last partial batch kept (Keras)
-        order = torch.randperm(len(split), generator=gen)
-        for start in range(0, len(split), batch_size):
+    orders = task.epoch_orders()  # the task's own order (NRU's iterator), else a shuffle from the seed
+    if orders is None:
+        gen = generator(seed, "shuffle")
+        orders = (torch.randperm(len(split), generator=gen) for _ in itertools.count())
+    for order in orders:  # one pass per epoch, last partial batch kept (Keras)
+        for start in range(0, len(order), batch_size):
             yield split.take(order[start : start + batch_size])
 
 

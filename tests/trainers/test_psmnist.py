@@ -1,6 +1,7 @@
 """psMNIST through torchvision's real MNIST loader, on tiny files in MNIST's own IDX format."""
 
 import gzip
+import math
 import pickle
 
 import pytest
@@ -96,6 +97,75 @@ def test_nrus_shuffle_and_permutation_are_their_randomstates(tiny_mnist_root):
     assert not torch.equal(t.permutation, task(tiny_mnist_root, permutation_seed=50).permutation)
 
 
+class TheirPMNISTData:
+    """NRU's `PMNISTData` (`nru_project/task/mnist_task.py`), transcribed but for the images: the calls
+    on its RandomState, in their order, and the indices `next("train")` takes."""
+
+    def __init__(self, n_train_images, n_test_images, batch_size, seed=50):
+        import numpy as np
+
+        self.rng = np.random.RandomState(seed)
+        self.perm = self.rng.permutation(n_train_images)  # _load_data: the images' shuffle
+        self.seq_perm = self.rng.permutation(784)  # the pixels' order
+        self.sizes = {
+            "train": min(n_train_images, 50_000),  # train_x[0:50000]
+            "valid": min(n_train_images, 10_000),  # train_x[-10000:]
+            "test": min(n_test_images, 10_000),  # test_x[-10000:]
+        }
+        self.batch_size = batch_size
+        self.reset_iterator()
+
+    def reset_iterator(self):
+        self.iter_list, self.batches, self.batches_done = {}, {}, {}
+        for fold in ["train", "valid", "test"]:
+            self.iter_list[fold] = self.rng.permutation(self.sizes[fold])
+            self.batches[fold] = math.ceil(self.sizes[fold] // self.batch_size)
+            self.batches_done[fold] = 0
+
+    def next_indices(self, tag):
+        if self.batches_done[tag] == self.batches[tag]:
+            return None
+        start = self.batches_done[tag] * self.batch_size
+        end = min((self.batches_done[tag] + 1) * self.batch_size, self.sizes[tag])
+        self.batches_done[tag] += 1
+        return self.iter_list[tag][start:end]
+
+    def epochs(self, n):
+        """Each epoch's training indices, as their `train()` loop asks for them (reset at each epoch's end)."""
+        for _ in range(n):
+            while (batch := self.next_indices("train")) is not None:
+                yield batch
+            self.reset_iterator()
+
+
+def test_nrus_batch_order_is_their_iterators(tiny_mnist_root):
+    """`batch_order="nru"`: the training batches, three epochs long, are the images their iterator gives,
+    in its order (the tiny set: 64 training images, a batch of 8, so no partial batch)."""
+    from trainers.runtime import training_batches
+
+    t = task(
+        tiny_mnist_root, permutation_seed=50, permutation_rng="nru", batch_order="nru", split="train_val"
+    )
+    x, y = load_mnist(str(tiny_mnist_root), True)
+    theirs = TheirPMNISTData(len(x), len(load_mnist(str(tiny_mnist_root), False)[0]), batch_size=8)
+    shuffled = x[torch.from_numpy(theirs.perm)]  # their train_x after `train_x[perm]`
+    batches = training_batches(t, 8, seed=1)
+    n = 0
+    for indices in theirs.epochs(3):
+        images, _ = next(batches)
+        assert torch.equal(images, shuffled[torch.from_numpy(indices)])
+        n += 1
+    assert n == 3 * 64 // 8
+    other_seed = training_batches(t, 8, seed=2)  # the order is their RandomState's, whatever the seed
+    assert torch.equal(
+        next(other_seed)[0], shuffled[torch.from_numpy(TheirPMNISTData(64, 3, 8).iter_list["train"][:8])]
+    )
+    plain = task(tiny_mnist_root, permutation_seed=50, permutation_rng="nru", split="train_val")
+    assert not torch.equal(
+        next(training_batches(plain, 8, seed=1))[0], next(training_batches(t, 8, seed=1))[0]
+    )
+
+
 def test_the_trailing_zero_step_is_read_after_the_last_pixel(tiny_mnist_root):
     """NRU's 785th step: a zero input after the 784 pixels, the label read there."""
     plain, trailing = task(tiny_mnist_root), task(tiny_mnist_root, trailing_zero_step=True)
@@ -111,6 +181,10 @@ def test_nrus_fields_are_refused_where_they_mean_nothing(tiny_mnist_root):
 
     with pytest.raises(ValueError, match="set permutation_seed"):
         task(tiny_mnist_root, permutation_rng="nru")
+    with pytest.raises(ValueError, match="set permutation_rng 'nru' and split 'train_val'"):
+        task(tiny_mnist_root, permutation_seed=50, permutation_rng="nru", batch_order="nru")  # train_test
+    with pytest.raises(ValueError, match="set permutation_rng 'nru' and split 'train_val'"):
+        task(tiny_mnist_root, batch_order="nru", split="train_val")
     with pytest.raises(ValueError, match="smnist has no permutation"):
         SMNISTTask(SMNISTConfig(root=str(tiny_mnist_root), permutation_rng="nru"), seed=1)
     with pytest.raises(ValueError, match="bigpsmnist: permutation_rng 'nru' and trailing_zero_step"):

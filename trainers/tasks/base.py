@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -218,6 +219,12 @@ class Task(ABC):
     @abstractmethod
     def val_split(self) -> Split:
         """The fixed validation set (every regime evaluates on a fixed set)."""
+
+    def epoch_orders(self) -> Iterator[torch.Tensor] | None:
+        """The training split's order in each epoch, one index tensor per epoch, where the task's data
+        code fixes it (NRU's psMNIST iterator); None: a fresh shuffle per epoch from the trial's seed
+        (`trainers.runtime.training_batches`). Fixed regime only."""
+        return None
 
     def sample(self, n: int, gen: torch.Generator) -> Tensors:
         """n fresh training examples (fresh regime only)."""

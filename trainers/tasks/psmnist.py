@@ -9,13 +9,15 @@ choices are fields: a fixed `permutation_seed` (expRNN/Emami: 92916, SRNN: 1234)
 NRU's data (`nru_project/task/mnist_task.py`, docs/protocol.md §4): `permutation_rng="nru"`, numpy's
 RandomState(permutation_seed) drawing first a shuffle of the training images (before the 50k/10k split)
 and then the pixels' permutation, and `trailing_zero_step`, a zero input after the last pixel, where the
-label is read (their 785th step).
+label is read (their 785th step), and `batch_order="nru"`, each epoch's order of the training images
+drawn by that RandomState as their data iterator draws it.
 Data come through torchvision's MNIST class (see `mnist_files` for the offline source).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -50,6 +52,10 @@ class PSMNISTConfig:
     permutation_rng: Literal["torch", "nru"] = field(default="torch", metadata=UNHASHED_DEFAULT)
     # a zero input after the last pixel, where the label is read (NRU's 785th step)
     trailing_zero_step: bool = field(default=False, metadata=UNHASHED_DEFAULT)
+    # the order of the training images in each epoch: "trial", a fresh shuffle from the trial's seed;
+    # "nru", NRU's data iterator's (`reset_iterator`): the same RandomState, after the shuffle and the
+    # pixels' permutation, draws one permutation per fold (train, valid, test) at every epoch
+    batch_order: Literal["trial", "nru"] = field(default="trial", metadata=UNHASHED_DEFAULT)
 
 
 class PSMNISTTask(Task):
@@ -76,6 +82,7 @@ class PSMNISTTask(Task):
             rng = np.random.RandomState(config.permutation_seed)
             self.image_order = torch.from_numpy(rng.permutation(len(self._load(train=True)[0])))
             self.permutation = torch.from_numpy(rng.permutation(PIXELS))
+            self._nru_state = rng.get_state()  # where their iterator's first `reset_iterator` draws
         elif self.permuted:
             gen = (
                 generator(seed, "psmnist/permutation")
@@ -85,6 +92,11 @@ class PSMNISTTask(Task):
             self.permutation = torch.randperm(PIXELS, generator=gen)
         else:
             self.permutation = torch.arange(PIXELS)
+        if config.batch_order == "nru" and (config.permutation_rng != "nru" or config.split != "train_val"):
+            raise ValueError(
+                f"{self.name}: batch_order 'nru' continues NRU's RandomState over their 50,000 training "
+                "images: set permutation_rng 'nru' and split 'train_val' with it (nru2019-sensitivity does)"
+            )
 
     @property
     def seq_len(self) -> int:
@@ -124,6 +136,25 @@ class PSMNISTTask(Task):
             x, y = x[:50_000], y[:50_000]
         n = min(len(x), self.config.n_train or len(x))
         return Split((x[:n], y[:n]))
+
+    def epoch_orders(self) -> Iterator[torch.Tensor] | None:
+        """With `batch_order="nru"`, each epoch's order of the training split as NRU's `PMNISTData`
+        draws it: its `reset_iterator` (once before the first epoch and after each) permutes the train,
+        valid and test folds in turn (their sizes: the first 50,000 shuffled images, the last 10,000,
+        the test set's last 10,000). A training split cut by `n_train` keeps their order of its images."""
+        if self.config.batch_order != "nru":
+            return None
+        return self._nru_orders()
+
+    def _nru_orders(self) -> Iterator[torch.Tensor]:
+        rng = np.random.RandomState()
+        rng.set_state(self._nru_state)
+        n_images, n_test = len(self._load(train=True)[0]), len(self._load(train=False)[0])
+        folds = (min(n_images, 50_000), min(n_images, 10_000), min(n_test, 10_000))
+        n_train = len(self.train_split())
+        while True:
+            train, _valid, _test = (rng.permutation(n) for n in folds)
+            yield torch.from_numpy(train[train < n_train])
 
     def val_split(self) -> Split:
         if self.config.split == "train_test":
