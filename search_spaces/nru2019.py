@@ -12,8 +12,8 @@ linear heads, no early stop. Their data (`nru_project/task/mnist_task.py`): nump
 shuffles the 60,000 training images, then draws the pixels' permutation, fixed across runs
 (`permutation_rng="nru"`, `permutation_seed=50`: the same shuffle and permutation); the shuffled set's
 first 50,000 train and its last 10,000 validate, once per epoch; a zero input follows the 784 pixels and
-the label is read there (`trailing_zero_step`: their 785 steps). Not reproduced: their order of batches
-(each epoch's from the same RandomState; ours from the trial seed).
+the label is read there (`trailing_zero_step`: their 785 steps); each epoch's order of the training
+images is drawn by the same RandomState, as their data iterator draws it (`batch_order="nru"`).
 
 Synthetic comparisons: the paper gives no hyperparameter grid, only one run per (task, T, cell) with
 ~23.5k parameters each. Sizes from the authors' configs (`memnets/config/baselines/{100,200}_lag/`):
@@ -26,9 +26,10 @@ fixed set of 1,000 sequences (theirs is the online training loss), no early stop
 have no cell here. Their GRU is myTorch's GRUCell (2018): the reset gate applied to h before the
 candidate's product, one bias per gate, Xavier-normal input and orthogonal recurrent weights, zero biases
 (`reset="before"`, `init="mytorch"`); their LSTM is myTorch's LSTMCell, with peepholes drawn from U(0, 1)
-(`init="mytorch"`, `peepholes`): h = 70 gives the paper's ~23.5k parameters (23,529 on copy). Not
-reproduced: the layer normalisation of RNN-orth / RNN-id (the `rnn` cell has no such field) and their
-Xavier-normal input weights for the RNNs.
+(`init="mytorch"`, `peepholes`): h = 70 gives the paper's ~23.5k parameters (23,529 on copy). Their
+RNN-orth / RNN-id are myTorch's RNNCell: LayerNorm on the pre-activation (`layer_norm`, in every RNN
+config of theirs) and Xavier-normal input weights with the relu gain (`input_init="xavier_normal"`), W
+orthogonal or the identity, one zero bias: 23,604 parameters on copy; they train alone, not in bundles.
 Seeds: the paper shows one run per setting (the configs fix rseed 5); every preset runs seed 1 only.
 """
 
@@ -56,6 +57,7 @@ SENSITIVITY_BASE: dict[str, Scalar] = {
     "permutation_seed": 50,
     "permutation_rng": "nru",  # their RandomState(50): the training images' shuffle, then the pixels'
     "trailing_zero_step": True,  # their 785th step, a zero input where the label is read
+    "batch_order": "nru",  # each epoch's order of the images from the same RandomState, as their iterator
     "normalization": "unit",
     "split": "train_val",
     "cell": "nru",
@@ -107,12 +109,17 @@ NRU = Model("nru", {"cell": "nru", "hidden": 80, "memory_size": 64, "heads": 4, 
 MYTORCH_LSTM: dict[str, Scalar] = {"cell": "lstm", "hidden": 70, "init": "mytorch", "peepholes": True}
 LSTM = Model("lstm", MYTORCH_LSTM)
 GRU = Model("gru", {"cell": "gru", "hidden": 82, "init": "mytorch", "reset": "before"})  # myTorch's GRUCell
-RNN_ORTH = Model(
-    "rnn-orth", {"cell": "rnn", "hidden": 143, "init": "orthogonal", "scale": 1.0, "nonlinearity": "relu"}
-)
-RNN_ID = Model(
-    "rnn-id", {"cell": "rnn", "hidden": 143, "init": "identity", "scale": 1.0, "nonlinearity": "relu"}
-)
+# myTorch's RNNCell: LayerNorm on the pre-activation (every RNN config of theirs), Xavier-normal V
+MYTORCH_RNN: dict[str, Scalar] = {
+    "cell": "rnn",
+    "hidden": 143,
+    "scale": 1.0,
+    "nonlinearity": "relu",
+    "input_init": "xavier_normal",
+    "layer_norm": True,
+}
+RNN_ORTH = Model("rnn-orth", {**MYTORCH_RNN, "init": "orthogonal"})
+RNN_ID = Model("rnn-id", {**MYTORCH_RNN, "init": "identity"})
 
 # Chrono initialisation, t_max = T_max + 20 (copy, variable copy) or T + 11 (denoise).
 LSTM_CHRONO_120 = Model("lstm-chrono", {**MYTORCH_LSTM, "chrono_tmax": 120})

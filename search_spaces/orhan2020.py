@@ -108,6 +108,7 @@ LSTM_PTB_CHAR = SearchSpace(
         "task": "ptb",
         "level": "char",
         "cell": "lstm",
+        "bias_hh": True,  # awd-lstm-lm's layers are nn.LSTM: two biases, drawn as torch draws them
         "hidden": 1000,  # awd-lstm-lm's char-level layer width (ours: a single layer)
         "batch_size": 128,
         "optimizer": "adam",

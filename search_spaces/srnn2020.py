@@ -21,10 +21,11 @@ the symbols' ids through `nn.Embedding(10, d)`, N(0, 1), trained): d = `hyper_si
 hidden size (128) for the others (`embed_dim`; it does not follow `hyper_size` or `hidden`: a study
 that changes them sets `embed_dim` too, as their code ties them). Their uRNN embeds into 2 × 128 for its
 complex state; ours, a real 128-unit RNN, into 128.
-Not reproduced (no field): the RNN's PyTorch default init (the `rnn` cell offers Orhan's initialisers;
-we use orthogonal, gain 1) and nn.RNN's / nn.LSTM's / nn.GRU's second bias (our cells have one: SRNN's
-copy model has 3,746 parameters in both, their RNN 128 more than ours); the uRNN is Arjovsky's
-parametrisation in their code, ours is the SVD-projected RNN of Emami et al. (relu).
+Their RNN, LSTM and GRU are torch's nn.RNN (tanh), nn.LSTM and nn.GRU with their default init, U(±1/√N)
+for every weight and bias, and two biases each: the rnn's and lstm's `init="plain"` with `bias_hh`, the
+gru's `init="plain"` (which keeps both of nn.GRU's biases); the addition RNN has their 17,025 parameters.
+Not reproduced: the uRNN is Arjovsky's parametrisation in their code, ours is the SVD-projected RNN of
+Emami et al. (relu).
 Seeds: the paper shows one run per setting (the code's seed 1234); the preset runs seed 1.
 """
 
@@ -42,8 +43,9 @@ EPOCHS = 999  # the code's `range(1, epochs)` with epochs = 1000
 
 # One Model per compared cell. RMSprop, no clipping (the base) unless the model says otherwise.
 SRNN: dict[str, Scalar] = {"cell": "srnn", "hyper_size": 8, "n_layers": 1, "no_gate": False}
-RNN: dict[str, Scalar] = {"cell": "rnn", "init": "orthogonal", "scale": 1.0, "nonlinearity": "tanh"}
-LSTM: dict[str, Scalar] = {"cell": "lstm", "init": "plain"}
+# their RNN and LSTM are nn.RNN(tanh) and nn.LSTM: torch's default init, two biases each
+RNN: dict[str, Scalar] = {"cell": "rnn", "init": "plain", "bias_hh": True, "nonlinearity": "tanh"}
+LSTM: dict[str, Scalar] = {"cell": "lstm", "init": "plain", "bias_hh": True}
 GRU: dict[str, Scalar] = {"cell": "gru", "init": "plain"}
 URNN: dict[str, Scalar] = {"cell": "urnn"}
 NRU: dict[str, Scalar] = {

@@ -231,6 +231,44 @@ def elman_rnn(
     return ElmanScan.apply(x, w_in, bias, h0, w_rec, nonlinearity)  # type: ignore[no-any-return]
 
 
+def elman_layer_norm(
+    x: torch.Tensor,
+    h0: torch.Tensor,
+    w_in: torch.Tensor,
+    w_rec: torch.Tensor,
+    bias: torch.Tensor | None,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    nonlinearity: str,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """All hidden states [T, B, N] of h_t = f(LN(W_rec h_{t−1} + W_in x_t + b)), LN torch's LayerNorm over
+    the N units with gain `ln_weight` and shift `ln_bias` [N] (the NRU authors' RNN-orth / RNN-id:
+    `apsarath/myTorch:myTorch/memory/RNNCell.py`, `layer_norm: True`). Plain autograd, step by step: the
+    normalisation couples every unit of a step, so its backward is not the elementwise recursion
+    `ElmanScan` takes. f as the scan's (elu TensorFlow's formula, `elu_`)."""
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity {nonlinearity!r}: choose one of {', '.join(ACTIVATIONS)}")
+    T, B, d = x.shape
+    N = h0.shape[1]
+    flat = x.reshape(T * B, d)
+    xp = (torch.addmm(bias, flat, w_in.t()) if bias is not None else flat @ w_in.t()).view(T, B, N)
+    w_rec_t = w_rec.t()
+    h, hs = h0, []
+    for a in xp.unbind(0):
+        z = torch.nn.functional.layer_norm(torch.addmm(a, h, w_rec_t), (N,), ln_weight, ln_bias, eps)
+        h = _act(z, nonlinearity)
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def _act(a: torch.Tensor, nonlinearity: str) -> torch.Tensor:
+    """f out of place, for autograd: `act_`'s numbers (elu as TensorFlow computes it, `elu_`)."""
+    if nonlinearity == "elu":
+        return a.clamp_min(0.0) + (a.clamp_max(0.0).exp() - 1.0)
+    return torch.relu(a) if nonlinearity == "relu" else torch.tanh(a)
+
+
 class Workspace:
     """Named buffers a caller reuses across calls of `FusedElmanScan`.
 

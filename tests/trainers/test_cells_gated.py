@@ -59,6 +59,42 @@ def test_the_reset_before_gru_has_mytorchs_parameters_and_initial_weights():
         torch.testing.assert_close(block @ block.T, torch.eye(N), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("peepholes", [False, True])
+def test_bias_hh_is_nn_lstms_second_bias_drawn_and_trained_as_there(peepholes):
+    """`init="plain"` with `bias_hh`: nn.LSTM's parameters, drawn in its order from U(±1/√N), and its
+    states and gradients (Rotman & Wolf's LSTM baseline; awd-lstm-lm's). With peepholes the two biases
+    enter the plain-autograd path summed, as the kernel sums them."""
+    d, N = 3, 6
+    cell = LSTMCell(LSTMConfig(init="plain", bias_hh=True, peepholes=peepholes), d, N, gen(11))
+    ref = torch.nn.LSTM(d, N).double()
+    g = gen(11)
+    with torch.no_grad():
+        for p in ref.parameters():  # weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0
+            p.copy_(torch.empty(p.shape).uniform_(-1 / math.sqrt(N), 1 / math.sqrt(N), generator=g))
+    pairs = {
+        "weight_ih": "weight_ih_l0",
+        "weight_hh": "weight_hh_l0",
+        "bias": "bias_ih_l0",
+        "bias_hh": "bias_hh_l0",
+    }
+    ours, theirs = dict(cell.named_parameters()), dict(ref.named_parameters())
+    for a, b in pairs.items():
+        assert torch.equal(ours[a].double(), theirs[b].detach()), a
+    assert count_params(cell) == count_params(ref) + (3 * N if peepholes else 0)
+    if peepholes:
+        return  # nn.LSTM has none: `mytorch_lstm_reference` checks that path
+    cell = cell.double()
+    x = torch.randn(13, 4, d, generator=gen(2), dtype=torch.float64)
+    target = torch.randn(13, 4, N, generator=gen(3), dtype=torch.float64)
+    ours_out = cell(x)
+    (ours_out * target).sum().backward()
+    out, _ = ref(x)
+    (out * target).sum().backward()
+    torch.testing.assert_close(ours_out, out, rtol=1e-12, atol=1e-12)
+    for a, b in pairs.items():
+        torch.testing.assert_close(ours[a].grad, theirs[b].grad, rtol=1e-10, atol=1e-12)
+
+
 def test_the_peephole_lstm_has_mytorchs_parameters():
     """myTorch's LSTMCell: four W_x2k [d, N], four W_h2k [N, N], three peepholes W_c2{i,f,o} [N], four
     biases [N]; the peepholes drawn from U(0, 1) (`nn.init.uniform_`). Their copy LSTM (h = 70, the NRU
@@ -178,7 +214,8 @@ def mytorch_lstm_reference(cell, x):
     LSTM, Graves 2013's peepholes), step by step, on this cell's weights (their x·W form; their gate
     blocks i, f, o, c are ours i, f, o, g)."""
     N = cell.hidden_size
-    W_x, W_h, b = cell.weight_ih.t(), cell.weight_hh.t(), cell.bias  # [d, 4N], [N, 4N]: i, f, g, o
+    W_x, W_h = cell.weight_ih.t(), cell.weight_hh.t()  # [d, 4N], [N, 4N]: i, f, g, o
+    b = cell.bias if cell.bias_hh is None else cell.bias + cell.bias_hh  # theirs has one; two enter summed
     blk = {"i": slice(0, N), "f": slice(N, 2 * N), "c": slice(2 * N, 3 * N), "o": slice(3 * N, 4 * N)}
     W = {
         k: torch.cat((W_x[:, s], W_h[:, s]), 0) for k, s in blk.items()
@@ -254,6 +291,10 @@ CASES = {
     "lstm-chrono": (lambda g: LSTMCell(LSTMConfig(chrono_tmax=20), 3, 6, g), lstm_reference),
     "lstm-peepholes": (
         lambda g: LSTMCell(LSTMConfig(init="mytorch", peepholes=True, chrono_tmax=20), 3, 6, g),
+        mytorch_lstm_reference,
+    ),
+    "lstm-peepholes-bias-hh": (
+        lambda g: LSTMCell(LSTMConfig(init="plain", peepholes=True, bias_hh=True), 3, 6, g),
         mytorch_lstm_reference,
     ),
     "gru": (lambda g: GRUCell(GRUConfig(), 3, 6, g), gru_reference),

@@ -552,6 +552,15 @@ def test_fastrnn_cells_without_the_clip_and_with_tanh(cell):
         assert_same_run(f, s)
 
 
+def test_rnn_members_with_nn_rnns_two_biases_and_init():
+    """`bias_hh` (nn.RNN's second bias, the sum entering the scan) and `init="plain"` beside Orhan's."""
+    configs = cell_bundle("rnn", ADDITION, bias_hh=True, nonlinearity="tanh")
+    configs[0] = {**configs[0], "cell_params": {**configs[0]["cell_params"], "init": "plain"}}
+    fused, solo = run_both([{**c, "steps": 40, "eval_every": 20} for c in configs])
+    for f, s in zip(fused, solo, strict=True):
+        assert_same_run(f, s)
+
+
 def test_srnn_without_gate_and_with_a_deeper_mlp():
     configs = cell_bundle("srnn", COPY, no_gate=True, n_layers=2)
     fused, solo = run_both([{**c, "steps": 40, "eval_every": 20} for c in configs])
@@ -567,6 +576,7 @@ def test_srnn_without_gate_and_with_a_deeper_mlp():
         ("sgornn", {"rotations": 6}, "cell_params.rotations"),
         ("sgornn", {"clip_scalar": False}, "cell_params.clip_scalar"),
         ("vprnn", {"nonlinearity": "tanh"}, "cell_params.nonlinearity"),
+        ("rnn", {"bias_hh": True}, "cell_params.bias_hh"),
     ],
 )
 def test_fused_cells_refuse_members_of_another_shape(cell, change, field):

@@ -7,10 +7,13 @@
     c_t = f_t ⊙ c_{t−1} + i_t ⊙ g_t,   h_t = o_t ⊙ tanh(c_t),   h_0 = c_0 = 0
 
 Parameters: weight_ih [4N, d], weight_hh [4N, N], ONE bias [4N] (gate order i, f, g, o; torch's and
-Keras' order alike). `nn.LSTM` would train two biases (b_ih + b_hh); Keras has one, and the SGORNN
+Keras' order alike). `nn.LSTM` trains two biases (b_ih + b_hh); Keras has one, and the SGORNN
 paper's LSTM counts need one: h=128, d=2 plus a 1-unit readout = 67,201; h=64, d=9 = 19,009
-(docs/protocol.md §5). The kernel is `torch._VF.lstm` (what `nn.LSTM` calls; cuDNN on GPU) with our
-parameters and a constant zero b_hh, as `trainers.kernels` does for the Elman RNN.
+(docs/protocol.md §5). `bias_hh` adds nn.LSTM's second, `bias_hh` [4N] (zero, or drawn as `bias` with
+the inits that draw it, right after it: nn.LSTM's order), for the papers whose LSTM was `nn.LSTM`
+(Rotman & Wolf's; awd-lstm-lm's). The kernel is `torch._VF.lstm` (what `nn.LSTM` calls; cuDNN on GPU)
+with our parameters and b_hh (a constant zero without `bias_hh`), as `trainers.kernels` does for the
+Elman RNN.
 
 Initialisers (`init`):
 - keras    Keras 2.3.1 `LSTM` defaults (the SGORNN code, `sgornn/models.py`): Glorot-uniform input kernel
@@ -19,7 +22,7 @@ Initialisers (`init`):
            orthonormal columns), zero biases, b_f = 1 (`unit_forget_bias=True`). Keras ≥ 2.3 uses the
            sigmoid as recurrent activation, as here (2.2.x used hard_sigmoid).
 - plain    PyTorch's `nn.LSTM` default: every weight and the bias ~ U(−1/√N, 1/√N). (nn.LSTM's
-           effective bias b_ih + b_hh is a sum of two such draws; ours is one.)
+           effective bias b_ih + b_hh is a sum of two such draws: with `bias_hh`, ours too.)
 - mytorch  the NRU authors' LSTM (`apsarath/myTorch:myTorch/memory/LSTMCell.py`): Xavier-normal input
            weights and an orthogonal N×N recurrent matrix per gate, b_f = 1, other biases 0; their
            peepholes are `peepholes` (below).
@@ -82,6 +85,7 @@ class LSTMConfig:
     chrono_tmax: int | None = None  # chrono init b_f = log U{1..t_max}, b_i = −b_f; None: off
     scale: float | None = None  # orthogonal λ (default 1.0); chain, mixed: the chain's α (default 1.02)
     peepholes: bool = field(default=False, metadata=UNHASHED_DEFAULT)  # myTorch's p_i, p_f, p_o (above)
+    bias_hh: bool = field(default=False, metadata=UNHASHED_DEFAULT)  # nn.LSTM's second bias (above)
 
 
 def ramp(n: int, end: float = RAMP_END) -> torch.Tensor:
@@ -129,6 +133,8 @@ class LSTMCell(Cell):
         self.weight_ih = nn.Parameter(torch.empty(4 * N, d))  # [W_ii; W_if; W_ig; W_io]
         self.weight_hh = nn.Parameter(torch.empty(4 * N, N))  # [W_hi; W_hf; W_hg; W_ho]
         self.bias = nn.Parameter(torch.zeros(4 * N))  # [b_i; b_f; b_g; b_o]
+        self.bias_hh = nn.Parameter(torch.zeros(4 * N)) if config.bias_hh else None  # nn.LSTM's b_hh
+        drawn = [b for b in (self.bias, self.bias_hh) if b is not None]  # nn.LSTM's order: b_ih, b_hh
         with torch.no_grad():
             if config.init == "keras":
                 nn.init.xavier_uniform_(self.weight_ih, generator=gen)  # U(±√(6/(d + 4N)))
@@ -136,7 +142,7 @@ class LSTMCell(Cell):
                 self.bias[N : 2 * N] = 1.0
             elif config.init == "plain":
                 k = 1.0 / math.sqrt(N)
-                for p in (self.weight_ih, self.weight_hh, self.bias):
+                for p in (self.weight_ih, self.weight_hh, *drawn):
                     nn.init.uniform_(p, -k, k, generator=gen)
             elif config.init == "mytorch":  # myTorch's order: the four input blocks, then the four recurrent
                 gates = [slice(k * N, (k + 1) * N) for k in range(4)]  # i, f, g, o
@@ -147,7 +153,8 @@ class LSTMCell(Cell):
                 self.bias[N : 2 * N] = 1.0
             elif config.init in ("orthogonal", "chain", "mixed"):  # Orhan & Pitkow Table 3
                 k = 1.0 / math.sqrt(N)
-                nn.init.uniform_(self.bias, -k, k, generator=gen)  # nn.LSTM's default bias (see above)
+                for b in drawn:
+                    nn.init.uniform_(b, -k, k, generator=gen)  # nn.LSTM's default biases (see above)
                 ws, vs = gate_blocks(config.init, N, d, config.scale, gen)
                 self.weight_hh.copy_(torch.cat(ws))  # [4N, N]
                 self.weight_ih.copy_(torch.cat(vs))  # [4N, d]
@@ -178,9 +185,11 @@ class LSTMCell(Cell):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.peephole is not None:
             zeros = x.new_zeros(x.shape[1], self.hidden_size)  # h_0 = c_0 = 0   [B, N]
-            return lstm_peepholes(x, zeros, self.weight_ih, self.weight_hh, self.bias, self.peephole)
+            bias = self.bias if self.bias_hh is None else self.bias + self.bias_hh
+            return lstm_peepholes(x, zeros, self.weight_ih, self.weight_hh, bias, self.peephole)
         h0 = x.new_zeros(1, x.shape[1], self.hidden_size)  # [layers=1, B, N]
-        params = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias)]  # b_hh ≡ 0
+        b_hh = torch.zeros_like(self.bias) if self.bias_hh is None else self.bias_hh  # b_hh ≡ 0 by default
+        params = [self.weight_ih, self.weight_hh, self.bias, b_hh]
         # _VF.lstm(input, (h0, c0), params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
         out, _, _ = torch._VF.lstm(x, (h0, h0), params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
         return out  # [T, B, N]

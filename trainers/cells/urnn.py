@@ -22,10 +22,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
-from torch import nn
 
-from trainers.cells.rnn import RNNCell, RNNConfig
-from trainers.initializers import glorot_uniform
+from trainers.cells.rnn import InputInit, RNNCell, RNNConfig
 
 Projection = Literal["orthogonal", "contractive"]
 
@@ -62,10 +60,10 @@ def _apply(w: torch.Tensor, u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, 
 
 @dataclass(frozen=True)
 class URNNConfig(RNNConfig):
-    init: Literal["chain", "fbchain", "identity", "orthogonal"] = "orthogonal"  # Keras SimpleRNN default
+    init: Literal["chain", "fbchain", "identity", "orthogonal", "plain"] = "orthogonal"  # Keras SimpleRNN default
     scale: float = 1.0  # gain of the initial W
     nonlinearity: Literal["elu", "relu", "tanh"] | None = "relu"  # their SimpleRNN(activation='relu')
-    input_init: Literal["glorot", "initializer"] = "glorot"  # Keras default; or `init`'s own V (Orhan)
+    input_init: InputInit = "glorot"  # Keras default; or `init`'s own V (Orhan), or xavier_normal
 
 
 class URNNCell(RNNCell):
@@ -75,9 +73,7 @@ class URNNCell(RNNCell):
     projection: ClassVar[Projection] = "orthogonal"
 
     def __init__(self, config: URNNConfig, input_size: int, hidden_size: int, gen: torch.Generator) -> None:
-        super().__init__(config, input_size, hidden_size, gen)
-        if config.input_init == "glorot":
-            self.weight_ih = nn.Parameter(glorot_uniform(hidden_size, input_size, gen))  # V [N, d]
+        super().__init__(config, input_size, hidden_size, gen)  # V Glorot-uniform by default (RNNCell)
 
     def after_step(self) -> None:
         project_(self.weight_hh, self.projection)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,9 @@ class FusedCell:
     #: the host: `benchmarks/gpu_check` measures them on the next lent card). A plugin's cell that must
     #: read a value on the host says False.
     graphable: bool = True
+    #: whether a config of the cell (resolved) runs another recurrence than `states` does, and so trains
+    #: alone (the rnn's `layer_norm`); None: every config fuses
+    alone: Callable[[Any], bool] | None = None
 
 
 def _members(stacked: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -73,12 +77,15 @@ def _elman(
     w = p["weight_hh"] if "weight_hh" in p else _rotation_matrices(cells, p)
     h0 = xs[0].new_zeros(len(xs), xs[0].shape[1], w.shape[1])  # [K, B, N]
     nonlinearity = cells[0].config.nonlinearity or "tanh"  # as RNNCell.forward
+    bias = p.get("bias")
+    if bias is not None and "bias_hh" in p:  # nn.RNN's two biases, summed as RNNCell.forward sums them
+        bias = bias + p["bias_hh"]
     scan = (
         persistent_kernel().persistent_elman_rnn
         if cells[0].config.backend == "persistent"
         else fused_elman_rnn
     )
-    return scan(xs, h0, p["weight_ih"], w, p.get("bias"), nonlinearity, last, ws)
+    return scan(xs, h0, p["weight_ih"], w, bias, nonlinearity, last, ws)
 
 
 def _fastrnn(
@@ -129,6 +136,14 @@ def _project(cells: Sequence[Cell], p: Params) -> None:
 
 
 ELMAN_FIELDS = ("nonlinearity", "bias", "backend")
+RNN_FIELDS = ("bias_hh", *ELMAN_FIELDS)  # rnn, urnn, crnn: their parameters' names
+
+
+def _layer_norm(config: Any) -> bool:
+    """rnn, urnn, crnn: `layer_norm` normalises each step's pre-activation, which `_elman`'s scans do not."""
+    return bool(config.layer_norm)
+
+
 FASTRNN_FIELDS = ("nonlinearity", "bias", "clip_scalar")
 
 
@@ -161,9 +176,9 @@ class FusedCells(Mapping[str, FusedCell]):
 #: cell name → how its bundles run; a cell not listed here trains one trial per process
 FUSED_CELLS: FusedCells = FusedCells(
     {
-        "rnn": FusedCell(ELMAN_FIELDS, _elman),
-        "urnn": FusedCell(ELMAN_FIELDS, _elman, _project),
-        "crnn": FusedCell(ELMAN_FIELDS, _elman, _project),
+        "rnn": FusedCell(RNN_FIELDS, _elman, alone=_layer_norm),
+        "urnn": FusedCell(RNN_FIELDS, _elman, _project, alone=_layer_norm),
+        "crnn": FusedCell(RNN_FIELDS, _elman, _project, alone=_layer_norm),
         "vprnn": FusedCell(("rotations", *ELMAN_FIELDS), _elman),
         "fastrnn": FusedCell(FASTRNN_FIELDS, _fastrnn, stores=4),
         "sgornn": FusedCell(("rotations", *FASTRNN_FIELDS), _fastrnn, stores=4),

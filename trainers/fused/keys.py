@@ -38,8 +38,10 @@ def fusable_key(resolved: Resolved) -> tuple[tuple[str, Any], ...] | None:
     """
     cfg = resolved.config
     spec = FUSED_CELLS.get(cfg.cell)
-    if spec is None or resolved.task_cls.embeds_inputs(resolved.task_config):
-        return None  # another cell, or token inputs (an embedding before the cell)
+    if spec is None or (spec.alone is not None and spec.alone(resolved.cell_config)):
+        return None  # another cell, or a config whose recurrence the fused scan does not run
+    if resolved.task_cls.embeds_inputs(resolved.task_config):
+        return None  # token inputs (an embedding before the cell)
     key: list[tuple[str, Any]] = [(name, getattr(cfg, name)) for name in SHARED_FIELDS]
     key.append(("budget", ("steps", cfg.steps) if cfg.steps is not None else ("epochs", cfg.epochs)))
     key.append(("task_params", json.dumps(dict(cfg.task_params), sort_keys=True, default=str)))
@@ -56,8 +58,8 @@ def check_fusable(resolved: Sequence[Resolved]) -> None:
         if key is None:
             raise ValueError(
                 f"config {i} (cell {r.config.cell!r}, task {r.config.task!r}) can't be fused: the fused "
-                f"trainer supports cells {', '.join(FUSED_CELLS)} on tasks with real-valued inputs; "
-                "train it with trainers.train"
+                f"trainer supports cells {', '.join(FUSED_CELLS)} on tasks with real-valued inputs, without "
+                "their layer_norm; train it with trainers.train"
             )
     first = keys[0]
     assert first is not None
