@@ -19,8 +19,9 @@ Synthetic comparisons: the paper gives no hyperparameter grid, only one run per 
 ~23.5k parameters each. Sizes from the authors' configs (`memnets/config/baselines/{100,200}_lag/`):
 NRU h=80, m=64, k=4; LSTM and LSTM-chrono h=70; GRU h=82; JANET h=101 (chrono); RNN-orth / RNN-id h=143,
 relu. Chrono t_max = T_max + 20 for copy and variable copy, T + 11 for denoise (`memnets/train.py`;
-docs/protocol.md §4), so each (task, T) is its own preset. Protocol: the paper's Adam 1e-3 and clip 1 for every model
-(the copy_v1 NRU configs use clip 0.5 and AMSGrad, some denoise configs clip 5: not followed), batch 10,
+docs/protocol.md §4), so each (task, T) is its own preset. Protocol: the paper's Adam 1e-3 (ε 1e-8) and
+clip 1 for every model, as their configs have it, but for their NRU on copy (`copy_v1/fm.yaml`: AMSGrad,
+clip 0.5) and on variable copy at T = 200 (`200_lag/copy_v2/fm.yaml`: AMSGrad, clip 1); batch 10,
 fresh batches, the configs' max_steps 200,000, validation every 1,000 steps (their `save_every_n`) on a
 fixed set of 1,000 sequences (theirs is the online training loss), no early stop. EURNN, GORU and SRU
 have no cell here. Their GRU is myTorch's GRUCell (2018): the reset gate applied to h before the
@@ -105,7 +106,13 @@ SYNTHETIC_PROTOCOL: dict[str, Scalar] = {
 }
 
 # The models whose settings do not depend on T (~23.5k parameters each on copy).
-NRU = Model("nru", {"cell": "nru", "hidden": 80, "memory_size": 64, "heads": 4, "use_relu": False})
+NRU_CELL: dict[str, Scalar] = {"cell": "nru", "hidden": 80, "memory_size": 64, "heads": 4, "use_relu": False}
+NRU = Model("nru", NRU_CELL)
+# their NRU configs for copy (`copy_v1/fm.yaml`: T = 100 and 200) train with AMSGrad and clip 0.5, and for
+# variable copy at T = 200 (`200_lag/copy_v2/fm.yaml`) with AMSGrad and clip 1; every other config of
+# theirs, Adam and clip 1
+NRU_COPY = Model("nru", {**NRU_CELL, "optimizer": "amsgrad", "clip_norm": 0.5})
+NRU_VARCOPY_200 = Model("nru", {**NRU_CELL, "optimizer": "amsgrad"})
 MYTORCH_LSTM: dict[str, Scalar] = {"cell": "lstm", "hidden": 70, "init": "mytorch", "peepholes": True}
 LSTM = Model("lstm", MYTORCH_LSTM)
 GRU = Model("gru", {"cell": "gru", "hidden": 82, "init": "mytorch", "reset": "before"})  # myTorch's GRUCell
@@ -129,13 +136,13 @@ JANET_120 = Model("janet", {"cell": "janet", "hidden": 101, "chrono_tmax": 120})
 JANET_220 = Model("janet", {"cell": "janet", "hidden": 101, "chrono_tmax": 220})
 JANET_111 = Model("janet", {"cell": "janet", "hidden": 101, "chrono_tmax": 111})
 
-MODELS_T100 = (NRU, LSTM, LSTM_CHRONO_120, GRU, JANET_120, RNN_ORTH, RNN_ID)
-MODELS_T200 = (NRU, LSTM, LSTM_CHRONO_220, GRU, JANET_220, RNN_ORTH, RNN_ID)
+BASELINES_T100 = (LSTM, LSTM_CHRONO_120, GRU, JANET_120, RNN_ORTH, RNN_ID)
+BASELINES_T200 = (LSTM, LSTM_CHRONO_220, GRU, JANET_220, RNN_ORTH, RNN_ID)
 MODELS_DENOISE = (NRU, LSTM, LSTM_CHRONO_111, GRU, JANET_111, RNN_ORTH, RNN_ID)
 
 COPY_100 = SearchSpace(
     name="nru2019-copy100",
-    models=MODELS_T100,
+    models=(NRU_COPY, *BASELINES_T100),
     base={
         **SYNTHETIC_PROTOCOL,
         "task": "copy",
@@ -152,7 +159,7 @@ COPY_100 = SearchSpace(
 
 COPY_200 = SearchSpace(
     name="nru2019-copy200",
-    models=MODELS_T200,
+    models=(NRU_COPY, *BASELINES_T200),
     base={
         **SYNTHETIC_PROTOCOL,
         "task": "copy",
@@ -168,7 +175,7 @@ COPY_200 = SearchSpace(
 
 VARCOPY_100 = SearchSpace(
     name="nru2019-varcopy100",
-    models=MODELS_T100,
+    models=(NRU, *BASELINES_T100),
     base={**SYNTHETIC_PROTOCOL, "task": "varcopy", "lag_min": 1, "lag_max": 100},
     citation=CITATION_SYNTHETIC,
     description="Variable copy, lag drawn per batch from 1..100, as nru2019-copy100. Paper (Fig. 2, curves "
@@ -177,7 +184,7 @@ VARCOPY_100 = SearchSpace(
 
 VARCOPY_200 = SearchSpace(
     name="nru2019-varcopy200",
-    models=MODELS_T200,
+    models=(NRU_VARCOPY_200, *BASELINES_T200),
     base={**SYNTHETIC_PROTOCOL, "task": "varcopy", "lag_min": 1, "lag_max": 200},
     citation=CITATION_SYNTHETIC,
     description="Variable copy, lag drawn per batch from 1..200, as nru2019-copy100. Paper (Fig. 2): NRU "

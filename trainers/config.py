@@ -76,8 +76,9 @@ class TrainConfig:
     seed: int = 1  # fixes data, permutation, weights and shuffling
     # optimiser
     # rmsprop: Keras' and torch's (the same rule); adam: torch's, ε added to the bias-corrected √v;
-    # keras_adam: Keras' and TensorFlow's, ε added to √v, the bias corrections folded into the rate
-    optimizer: Literal["rmsprop", "adam", "keras_adam"] = "rmsprop"
+    # keras_adam: Keras' and TensorFlow's, ε added to √v, the bias corrections folded into the rate;
+    # amsgrad: torch's Adam with amsgrad=True, the running maximum of v in place of v (the NRU authors' copy)
+    optimizer: Literal["rmsprop", "adam", "keras_adam", "amsgrad"] = "rmsprop"
     lr: float = 1e-4
     rho: float = 0.9  # RMSprop's moving-average decay (Keras rho, torch alpha)
     betas: tuple[float, float] = (0.9, 0.999)  # Adam

@@ -1,5 +1,5 @@
-"""The optimisers' update rules, RMSprop (Keras' form) and Adam (torch's and Keras' forms), as torch
-computes them, and the square root they take: one arithmetic for a solo run (`Optimizer`) and a fused
+"""The optimisers' update rules, RMSprop (Keras' form) and Adam (torch's and Keras' forms, and torch's
+AMSGrad), as torch computes them, and the square root they take: one arithmetic for a solo run (`Optimizer`) and a fused
 bundle (`trainers.fused`).
 
 Adam has two forms, which part where √v is small against ε: torch's adds ε to the bias-corrected √v,
@@ -41,8 +41,17 @@ from trainers import numerics
 from trainers.config import TrainConfig
 
 Constant = float | torch.Tensor  # a Python float (a solo run) or a [K, 1, …] column (a bundle)
-#: the optimisers that keep Adam's two moments and step with `adam_` (the rest: RMSprop)
-ADAM_KINDS = ("adam", "keras_adam")
+#: the optimisers that keep Adam's two moments and step with `adam_` (the rest: RMSprop); `amsgrad` keeps
+#: a third, the running maximum of v (torch's `Adam(amsgrad=True)`, Reddi et al. 2018)
+ADAM_KINDS = ("adam", "keras_adam", "amsgrad")
+OPTIMIZERS = ("rmsprop", *ADAM_KINDS)
+
+
+def moments(kind: str) -> int:
+    """The state tensors an optimiser keeps per parameter: RMSprop's a; Adam's m, v; AMSGrad's m, v, v̂."""
+    return {"rmsprop": 1, "amsgrad": 3}.get(kind, 2)
+
+
 Sqrt = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -59,14 +68,17 @@ def rmsprop_(
 def adam_(
     p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, *,
     one_minus_beta1: Constant, beta2: Constant, one_minus_beta2: Constant, eps: Constant,
-    neg_step: Constant, bc2_sqrt: Constant, root: Sqrt = numerics.sqrt,
+    neg_step: Constant, bc2_sqrt: Constant, root: Sqrt = numerics.sqrt, v_max: torch.Tensor | None = None,
 ) -> None:  # fmt: skip
     """m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p + neg_step · m / (√v / bc2_sqrt + ε), in
     place, with `adam_factors`' factors: torch's Adam (neg_step = −lr/(1−β1ⁿ), bc2_sqrt = √(1−β2ⁿ)), or
-    Keras' (neg_step = −lr·√(1−β2ⁿ)/(1−β1ⁿ), bc2_sqrt = 1: ε added to √v itself)."""
+    Keras' (neg_step = −lr·√(1−β2ⁿ)/(1−β1ⁿ), bc2_sqrt = 1: ε added to √v itself). With `v_max`
+    (AMSGrad, torch's `amsgrad=True`): v̂ ← max(v̂, v), and √v̂ in place of √v."""
     m.lerp_(g, one_minus_beta1)
     v.mul_(beta2).addcmul_(g * one_minus_beta2, g)
-    denom = root(v).div_(bc2_sqrt).add_(eps)
+    if v_max is not None:
+        torch.maximum(v_max, v, out=v_max)
+    denom = root(v if v_max is None else v_max).div_(bc2_sqrt).add_(eps)
     p.add_((m * neg_step).div_(denom))
 
 
@@ -139,13 +151,11 @@ class Optimizer:
 
     def __init__(self, kind: str, params: Iterable[torch.nn.Parameter], *, lr: float, rho: float,
                  betas: tuple[float, float], eps: float, root: Sqrt = numerics.sqrt) -> None:  # fmt: skip
-        if kind not in ("rmsprop", "adam", "keras_adam"):
-            raise ValueError(f"unknown optimizer {kind!r}; valid: rmsprop, adam, keras_adam")
+        if kind not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {kind!r}; valid: {', '.join(OPTIMIZERS)}")
         self.kind, self.lr, self.rho, self.betas, self.eps, self.root = kind, lr, rho, betas, eps, root
         self.params = list(params)
-        self.state = [
-            [torch.zeros_like(p) for p in self.params] for _ in range(1 if kind == "rmsprop" else 2)
-        ]
+        self.state = [[torch.zeros_like(p) for p in self.params] for _ in range(moments(kind))]
         self.step_count = 0
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -167,19 +177,22 @@ class Optimizer:
         beta1, beta2 = self.betas
         neg_step, bc2_sqrt = adam_factors(self.lr, beta1, beta2, self.step_count, self.kind)
         for i, p in live:
+            v_max = self.state[2][i] if self.kind == "amsgrad" else None
             adam_(p, p.grad, self.state[0][i], self.state[1][i], one_minus_beta1=1 - beta1, beta2=beta2,  # type: ignore[arg-type]
                   one_minus_beta2=1 - beta2, eps=self.eps, neg_step=neg_step, bc2_sqrt=bc2_sqrt,
-                  root=self.root)  # fmt: skip
+                  root=self.root, v_max=v_max)  # fmt: skip
 
 
 def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> Optimizer | torch.optim.Optimizer:
     """A solo run's optimiser for `cfg`: this module's `Optimizer` on the CPU in the portable mode (a
     correctly rounded √) and for `keras_adam` (torch has no such form), else torch's RMSprop (alpha = ρ:
-    Keras' form) or Adam."""
+    Keras' form) or Adam (`amsgrad=True` for AMSGrad)."""
     on_cpu = all(p.device.type == "cpu" for p in params)
     if (on_cpu and numerics.current() == "portable") or cfg.optimizer == "keras_adam":
         return Optimizer(cfg.optimizer, params, lr=cfg.lr, rho=cfg.rho, betas=cfg.betas, eps=cfg.eps)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    if cfg.optimizer in ("adam", "amsgrad"):
+        return torch.optim.Adam(
+            params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, amsgrad=cfg.optimizer == "amsgrad"
+        )
     # Keras RMSprop: a ← ρa + (1−ρ)g²;  p ← p − lr·g/(√a + ε) — torch's RMSprop with alpha = ρ
     return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rho, eps=cfg.eps)

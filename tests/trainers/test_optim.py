@@ -132,7 +132,7 @@ PORTABLE_UPDATE = """
         return torch.from_numpy(np.sqrt(t.numpy()))
 
     out = {}
-    for kind in ("rmsprop", "adam", "keras_adam"):
+    for kind in ("rmsprop", "adam", "keras_adam", "amsgrad"):
         cfg = resolve({"optimizer": kind, "lr": 1e-3}).config
         g = torch.Generator().manual_seed(1)
         start = [torch.randn(100, 100, generator=g), torch.randn(10, 100, generator=g), torch.randn(9, generator=g)]
@@ -157,7 +157,32 @@ def test_a_portable_solo_runs_update_takes_the_correctly_rounded_root():
     (before issue 33: torch's own optimiser, whose MKL √ parted from IEEE's on ~4 % of a step's
     elements, and from an Intel Xeon's)."""
     differing = run_python(PORTABLE_UPDATE)
-    assert differing == {"rmsprop": 0, "adam": 0, "keras_adam": 0}
+    assert differing == {"rmsprop": 0, "adam": 0, "keras_adam": 0, "amsgrad": 0}
+
+
+def test_amsgrad_is_torchs_adam_with_amsgrad_bit_for_bit():
+    """`amsgrad`: torch's single-tensor Adam with `amsgrad=True` (the NRU authors' copy runs), v̂ the running
+    maximum of v in place of v. Gradients that shrink make v fall below v̂, where the two rules part."""
+    g = torch.Generator().manual_seed(3)
+    start = [torch.randn(40, 30, generator=g), torch.randn(30, generator=g)]
+    ours = [torch.nn.Parameter(s.clone()) for s in start]
+    theirs = [torch.nn.Parameter(s.clone()) for s in start]
+    opt = Optimizer("amsgrad", ours, lr=1e-2, rho=0.9, betas=(0.9, 0.999), eps=1e-8, root=torch.sqrt)
+    ref = torch.optim.Adam(theirs, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, amsgrad=True, foreach=False)
+    plain = [torch.nn.Parameter(s.clone()) for s in start]
+    adam = torch.optim.Adam(plain, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    for step in range(8):
+        for a, b, c in zip(ours, theirs, plain, strict=True):
+            grad = torch.randn(a.shape, generator=g) * 10.0 ** (1 - step)  # large, then ever smaller
+            a.grad, b.grad, c.grad = grad.clone(), grad.clone(), grad.clone()
+        opt.step()
+        ref.step()
+        adam.step()
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a.detach(), b.detach())
+    v, v_max = opt.state[1][0], opt.state[2][0]
+    assert bool((v_max > v).all())  # the maximum is what steps
+    assert not torch.equal(ours[0].detach(), plain[0].detach())  # and it is not Adam's step
 
 
 def test_sqrt_and_log_follow_this_processs_mode():

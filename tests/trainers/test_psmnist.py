@@ -146,7 +146,7 @@ def test_nrus_batch_order_is_their_iterators(tiny_mnist_root):
     t = task(
         tiny_mnist_root, permutation_seed=50, permutation_rng="nru", batch_order="nru", split="train_val"
     )
-    x, y = load_mnist(str(tiny_mnist_root), True)
+    x, _ = load_mnist(str(tiny_mnist_root), True)
     theirs = TheirPMNISTData(len(x), len(load_mnist(str(tiny_mnist_root), False)[0]), batch_size=8)
     shuffled = x[torch.from_numpy(theirs.perm)]  # their train_x after `train_x[perm]`
     batches = training_batches(t, 8, seed=1)

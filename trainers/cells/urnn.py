@@ -60,7 +60,8 @@ def _apply(w: torch.Tensor, u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, 
 
 @dataclass(frozen=True)
 class URNNConfig(RNNConfig):
-    init: Literal["chain", "fbchain", "identity", "orthogonal", "plain"] = "orthogonal"  # Keras SimpleRNN default
+    # Keras SimpleRNN's default W
+    init: Literal["chain", "fbchain", "identity", "orthogonal", "plain"] = "orthogonal"
     scale: float = 1.0  # gain of the initial W
     nonlinearity: Literal["elu", "relu", "tanh"] | None = "relu"  # their SimpleRNN(activation='relu')
     input_init: InputInit = "glorot"  # Keras default; or `init`'s own V (Orhan), or xavier_normal

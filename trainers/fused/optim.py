@@ -1,4 +1,4 @@
-"""A bundle's optimiser: RMSprop or Adam over the stacked [K, …] tensors with per-member constants,
+"""A bundle's optimiser: RMSprop or Adam (either form, or AMSGrad) over the stacked [K, …] tensors with per-member constants,
 and the global-norm clip per member, each member's arithmetic its solo run's (`trainers.optim`).
 """
 
@@ -12,7 +12,7 @@ import torch
 
 from trainers.config import TrainConfig
 from trainers.fused.stacked import flat
-from trainers.optim import ADAM_KINDS, LearningRate, adam_, adam_factors, rmsprop_
+from trainers.optim import ADAM_KINDS, LearningRate, adam_, adam_factors, moments, rmsprop_
 
 
 class FusedOptimizer:
@@ -56,7 +56,7 @@ class FusedOptimizer:
             "clip": column([c.clip_norm if c.clip_norm else math.inf for c in configs]),
         }
         self.clipped = torch.tensor([bool(c.clip_norm) for c in configs], device=device)
-        self.state = [[torch.zeros_like(p) for p in params] for _ in range(1 if kind == "rmsprop" else 2)]
+        self.state = [[torch.zeros_like(p) for p in params] for _ in range(moments(kind))]
         #: None (always, but under a CUDA graph): the per-step factors (`factors`) are made from
         #: `step_count`; a captured step (`trainers.fused.graphs`) reads them from these device buffers,
         #: which it fills with `factors(n)` before each replay
@@ -127,8 +127,9 @@ class FusedOptimizer:
                          eps=col(c["eps"]), neg_lr=col(neg_lr))  # fmt: skip
             return
         neg_step, bc2_sqrt = factors
-        for p, g, m, v in zip(params, gs, self.state[0], self.state[1], strict=True):
+        v_maxes = self.state[2] if self.kind == "amsgrad" else [None] * len(gs)
+        for p, g, m, v, v_max in zip(params, gs, self.state[0], self.state[1], v_maxes, strict=True):
             col = partial(self._col, like=g)
             adam_(p, g, m, v, one_minus_beta1=col(c["one_minus_beta1"]), beta2=col(c["beta2"]),
                   one_minus_beta2=col(c["one_minus_beta2"]), eps=col(c["eps"]), neg_step=col(neg_step),
-                  bc2_sqrt=col(bc2_sqrt))  # fmt: skip
+                  bc2_sqrt=col(bc2_sqrt), v_max=v_max)  # fmt: skip
