@@ -249,9 +249,13 @@ def named_in(models: Sequence[str] | None) -> str:
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:
-    """`did you mean 'x'?` for the name in `names` closest to a misspelt `name`, or "" when none is near."""
-    near = difflib.get_close_matches(name, list(names), n=1)
-    return f"did you mean {near[0]!r}?" if near else ""
+    """`did you mean 'x'?` for the name in `names` closest to a misspelt `name`, case aside (`Lr` is `lr`
+    misspelt: compared as written, they share too few letters to be near), or "" when none is near."""
+    folded: dict[str, str] = {}
+    for known in names:
+        folded.setdefault(known.lower(), known)
+    near = difflib.get_close_matches(name.lower(), list(folded), n=1)
+    return f"did you mean {folded[near[0]]!r}?" if near else ""
 
 
 def describe(space: SearchSpace) -> dict[str, Any]:

@@ -117,7 +117,8 @@ class PluginPublic(BaseModel):
     )
     identity: str = Field(description="what enters the config hash of each trial that uses it")
     problem: str | None = Field(
-        description="why it could not join (a study that names it is refused); null: ready"
+        description="why it could not join (a study that names it is refused); null: it joined (`contract`: "
+        "whether it holds its contract)"
     )
     edited: str | None = Field(
         default=None,
@@ -128,6 +129,11 @@ class PluginPublic(BaseModel):
         default=None,
         description="an editable install whose source (pyproject.toml) names another version than the one "
         "installed, which alone enters its identity: run `pip install -e PATH` again; null: none",
+    )
+    contract: list[str] = Field(
+        default_factory=list,
+        description="what breaks its contract, as `memsweep plugins check` and the door find it (a study that "
+        "uses it is refused); []: it holds, or it was not checked (refused, or stale: `edited`)",
     )
 
 

@@ -34,7 +34,7 @@ from service.store.models import Study, utc
 from service.study.claim import StudyBusyError, gone, this_process
 from service.study.engine import Engine
 from service.study.other_code import drawn_under_other_code
-from service.study.plugins import admit_plugins
+from service.study.plugins import admit_plugins, listing
 from service.tracking.links import MlflowLinks
 
 log = logging.getLogger(__name__)
@@ -118,14 +118,11 @@ class StudyService(StudyReads):
             ) from None
 
     def plugins(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]] | None]:
-        """The plugins installed here (`trainers.plugins.installed`), and each Ray node's once a
-        cluster is joined (None on an embedded Ray: this machine's are the server's)."""
-        from trainers.plugins import installed
-
+        """The plugins installed here, with what breaks each one's contract (`service.study.plugins.listing`),
+        and each Ray node's once a cluster is joined (None on an embedded Ray: this machine's are the
+        server's)."""
         nodes = self.runner.node_plugins()
-        return [p.to_dict() for p in installed()], (
-            None if nodes is None else {node: dict(there) for node, there in nodes.items()}
-        )
+        return listing(), (None if nodes is None else {node: dict(there) for node, there in nodes.items()})
 
     def plan(self, spec: StudySpec, recalibrate: bool = False) -> StudyPlan:
         """What the spec's study would run and cost (`service.planning.plan`), calibrating the shapes the

@@ -27,9 +27,11 @@ from service.cli.console import (
     client_for,
     console,
     extension_of,
-    failure_reasons,
+    failures_of,
+    no_result,
     parse_pairs,
     plan_line,
+    plugin_state,
     print_best,
     print_comparison,
     print_failures,
@@ -231,9 +233,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = (row.error if row is not None else None) or runner.prepare_error
         raise Failed(f"error: study {study.id} failed: {why}")
     summary = engine.summary(study.id)
-    failed = engine.ledger.trials(study.id, ["failed"])
-    failures = failure_reasons(t.reason for t in failed)
-    raised = sum(t.traceback is not None for t in failed)  # an exception ended them (`trainers.runtime.fail`)
+    failures, raised = failures_of(
+        (t.reason, t.traceback) for t in engine.ledger.trials(study.id, ["failed"])
+    )
 
     url = None
     if summary["mlflow"]["run_id"]:
@@ -256,14 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"\nMLflow: {url}\nstudy id: {study.id}  (memsweep best {study.id} · memsweep success {study.id})"
         )
-    c = summary["counts"]
-    if raised and raised == c["failed"] and not c["done"] + c["pruned"]:  # nothing trained: no result
-        print(
-            f"error: every trial of study {study.id} raised an exception (above): it has no result",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    return 0
+    return no_result(study.id, summary["counts"], raised)
 
 
 class Terminated(KeyboardInterrupt):
@@ -474,9 +469,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         with client_for(url) as client:
             listing = answer(client.plugins)
     else:
-        from trainers.plugins import installed
+        from service.study.plugins import listing as installed
 
-        listing = {"server": [p.to_dict() for p in installed()], "nodes": None}
+        listing = {"server": installed(), "nodes": None}
     if args.json:
         print(json.dumps(listing))
     else:
@@ -488,7 +483,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(
                 "(`memsweep plugins check` checks this machine's plugins; the server checks its own at the door)"
             )
-    return 0
+    # one not ready (refused, breaking its contract, stale): a study that uses it is refused
+    return EXIT_FAILED if any(plugin_state(p) != "ready" for p in listing["server"]) else 0
 
 
 def _named(names: Sequence[str]) -> list[Plugin]:
@@ -700,6 +696,13 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
         done = study["state"] == "done" and not args.json
         success = answer(lambda: client.success(study["id"])) if done else None
         best = answer(lambda: client.best(study["id"])) if done else None
+        # their tracebacks (`history`) say which raised an exception, as `memsweep run` reads them
+        failed = (
+            answer(lambda: client.trials(study["id"], "failed", history=True))
+            if study["counts"]["failed"]
+            else []
+        )
+    failures, raised = failures_of((t["reason"], t["traceback"]) for t in failed)
     if args.json:
         print(json.dumps(study))
     else:
@@ -707,7 +710,8 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
         if success is not None and best is not None:
             print_success({"name": study["name"], "success": success})
             print_best(best, success["by_model"])
-    return 0 if study["state"] != "failed" else EXIT_FAILED
+        print_failures(failures, study["id"], raised)
+    return EXIT_FAILED if study["state"] == "failed" else no_result(study["id"], study["counts"], raised)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -26,10 +26,9 @@ EXIT_STATUSES = {
     0: "done (a study whose trials failed by the protocol's rule, a loss not finite, is done: those are "
     "results).",
     1: "the command ran, and what it did failed or found something wrong: a study failed, or every trial "
-    "of it raised an exception, a plan cannot "
-    "say where its trials would run, a plugin breaks its contract, a study's state refuses the change, "
-    "the server (or the ledger, MLflow, the Ray cluster) does not answer, a run was stopped by Ctrl-C or "
-    "SIGTERM.",
+    "of it raised an exception, a plan cannot say where its trials would run, a plugin breaks its contract "
+    "or cannot be used, a study's state refuses the change, the server (or the ledger, MLflow, the Ray "
+    "cluster) does not answer, a run was stopped by Ctrl-C or SIGTERM.",
     2: "the input was refused before anything ran: a usage error, a malformed flag, a spec refused as "
     "invalid (here or by the server), an unknown preset, plugin or study, a URL without its scheme, a "
     "missing or wrong token.",
@@ -355,13 +354,7 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
     for col in ("kind", "name", "distribution", "version", "code", "state"):
         table.add_column(col)
     for p in listing["server"]:
-        if p["problem"] is not None:
-            state = f"refused: {p['problem']}"
-        elif p.get("edited"):  # (an older server lists no `edited`)
-            state = "stale: changed on disk since loaded; restart the server to use it"
-        else:
-            state = "ready"
-        table.add_row(p["kind"], p["name"], p["distribution"], p["version"], p["digest"], state)
+        table.add_row(p["kind"], p["name"], p["distribution"], p["version"], p["digest"], plugin_state(p))
     screen = console()
     screen.print(table if listing["server"] else f"no plugin is installed ({here})")
     nodes = listing.get("nodes")
@@ -386,6 +379,21 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
                 else "differs on " + ", ".join(f"{k} ({there.get(k) or 'missing'})" for k in differ)
             )
         )
+
+
+def plugin_state(plugin: Mapping[str, Any]) -> str:
+    """A listed plugin's state in one line: `ready`, or why a study that uses it is refused."""
+    if plugin["problem"] is not None:
+        return f"refused: {plugin['problem']}"
+    if plugin.get("edited"):  # (an older server lists no `edited`)
+        return "stale: changed on disk since loaded; restart the server to use it"
+    contract = plugin.get("contract") or []  # (nor `contract`)
+    if contract:
+        first = contract[0].strip().splitlines()[0]
+        more = len(contract) - 1
+        rest = f" (and {more} more: `memsweep plugins check {plugin['name']}`)" if more else ""
+        return f"breaks its contract: {first}{rest}"
+    return "ready"
 
 
 def pruned_part(counts: dict[str, Any]) -> str:
@@ -690,6 +698,26 @@ def short(text: str, width: int = 100) -> str:
 def failure_reasons(reasons: Iterable[str | None]) -> dict[str, int]:
     """Failed trials' reasons, each first line (shortened) once, with how many trials gave it."""
     return dict(Counter(short(reason or "no reason recorded", 160) for reason in reasons))
+
+
+def failures_of(failed: Iterable[tuple[str | None, str | None]]) -> tuple[dict[str, int], int]:
+    """Failed trials' (reason, traceback) pairs, from the ledger or a server: their reasons
+    (`failure_reasons`), and how many of them raised an exception (a traceback kept:
+    `trainers.runtime.fail`)."""
+    pairs = list(failed)
+    return failure_reasons(reason for reason, _ in pairs), sum(tb is not None for _, tb in pairs)
+
+
+def no_result(study_id: str, counts: Mapping[str, int], raised: int) -> int:
+    """`EXIT_FAILED`, said on stderr, when every trial of a study that ended raised an exception (a bug in
+    a cell or a task: the study has no result, however its rates read); else 0."""
+    if raised and raised == counts["failed"] and not counts["done"] + counts.get("pruned", 0):
+        print(
+            f"error: every trial of study {study_id} raised an exception (above): it has no result",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return 0
 
 
 def print_failures(reasons: Mapping[str, int], study_id: str, raised: int = 0) -> None:

@@ -6,6 +6,8 @@
 - `check_contracts` runs `trainers.contract` over each in a child process (`memsweep plugins check`),
   once per identity: a plugin that breaks its contract is refused before any trial runs, and its code
   never runs inside the server;
+- `listing` is what `memsweep plugins` and `GET /plugins` list: each plugin installed, with what breaks
+  its contract (a cell that loads but fails its checks is not ready);
 - `installed_here` is what a node has installed (the executor asks every node of a cluster:
   `Executor.node_plugins`), and `version_mismatch` says which node lacks a used plugin or has another
   version of it.
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from search_spaces import SearchSpace, Values
 from service.core.errors import StudyError
@@ -72,11 +75,15 @@ def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None, again: s
             "disk, under the old code's hashes. Restart `memsweep serve` to plan with the new code (`memsweep "
             "run` loads it afresh each time), then " + again
         )
-    problems = check_contracts(wanted)
-    if problems:
+    broken = [
+        f"{kind} {name!r} ({wanted[(kind, name)]}): " + "; ".join(problems)  # its identity once, then all
+        for (kind, name), problems in sorted(check_contracts(wanted).items())
+        if problems
+    ]
+    if broken:
         raise StudyError(
             "a plugin this study uses breaks its contract, so no trial runs: "
-            + "; ".join(problems)
+            + " · ".join(broken)
             + f". Fix the plugin (`memsweep plugins check` runs the same checks; docs/plugins.md) and {again}"
         )
     found = nodes() if nodes is not None else None
@@ -85,20 +92,29 @@ def admit_plugins(space: SearchSpace, nodes: NodePlugins | None = None, again: s
         raise StudyError(why)
 
 
-def check_contracts(wanted: Mapping[tuple[str, str], str], timeout: float = 600.0) -> list[str]:
-    """The contract problems of each plugin in `wanted` ("cell 'x' of dist 1.0: shapes: …"), checked in a
-    child process once per identity; [] when every one holds."""
+def check_contracts(
+    wanted: Mapping[tuple[str, str], str], timeout: float = 600.0
+) -> dict[tuple[str, str], list[str]]:
+    """(kind, name) → the contract problems of each plugin in `wanted` ("shapes: …"; [] when it holds),
+    checked in a child process once per identity."""
     with _LOCK:
         todo = [key for key, ident in wanted.items() if _CHECKED.get(key, ("", []))[0] != ident]
         if todo:
             found = run_check([f"{kind}:{name}" for kind, name in todo], timeout)
             for key in todo:
                 _CHECKED[key] = (wanted[key], found.get(f"{key[0]}:{key[1]}", ["it was not checked"]))
-        return [
-            f"{kind} {name!r} ({wanted[(kind, name)]}): {problem}"
-            for kind, name in sorted(wanted)
-            for problem in _CHECKED[(kind, name)][1]
-        ]
+        return {key: list(_CHECKED[key][1]) for key in wanted}
+
+
+def listing() -> list[dict[str, Any]]:
+    """Every plugin installed here (`Plugin.to_dict`), with `contract`: what breaks its contract, as
+    `memsweep plugins check` and the door find it ([] when it holds, or when it is not checked: refused,
+    or changed on disk since this process loaded it). A cell that loads but fails its checks was listed
+    `ready`, and every study of it was then refused at the door."""
+    found = plugins.installed()
+    loaded = {(p.kind, p.name): p.identity for p in found if p.problem is None and p.edited() is None}
+    problems = check_contracts(loaded) if loaded else {}
+    return [{**p.to_dict(), "contract": problems.get((p.kind, p.name), [])} for p in found]
 
 
 def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:

@@ -17,7 +17,7 @@ from search_spaces import (
     dim_to_dict,
     get_preset,
 )
-from search_spaces.space import check_distinct, check_single_values
+from search_spaces.space import check_distinct, check_single_values, did_you_mean
 
 
 def small_space() -> SearchSpace:
@@ -179,6 +179,17 @@ def test_with_overrides_unknown_dim() -> None:
         small_space().with_overrides(models=["b"], dims={"scale": Values((1.0,))})
     with pytest.raises(SpaceError, match="did you mean 'scale'"):
         small_space().with_overrides(dims={"scal": Values((1.0,))})
+
+
+def test_a_name_in_another_case_is_matched_case_aside() -> None:
+    """`--dim Lr=1e-3` got no suggestion: as written, `Lr` and `lr` share too few letters to be near."""
+    assert did_you_mean("Lr", ["lr", "scale"]) == "did you mean 'lr'?"
+    assert did_you_mean("SEQ_LEN", ["seq_len", "steps"]) == "did you mean 'seq_len'?"
+    assert did_you_mean("Orhan2020-Copy50", ["orhan2020-copy500"]) == "did you mean 'orhan2020-copy500'?"
+    assert did_you_mean("alpah", ["alpha"]) == "did you mean 'alpha'?"  # a misspelling, as before
+    assert did_you_mean("foo", ["lr", "scale"]) == ""
+    with pytest.raises(SpaceError, match=r"Lr is no setting .*: did you mean 'lr'\?$"):
+        small_space().with_overrides(dims={"Lr": Values((1e-3,))}, settings={"lr", "scale"})
 
 
 def test_with_overrides_leaves_the_preset_alone() -> None:

@@ -141,7 +141,8 @@ class DemoServer:
             for i, (m, lr) in enumerate((m, lr) for m in spec["models"] for lr in spec["dims"]["lr"])
         ]  # fmt: skip
         self.study = {"id": "s1", "name": spec["name"], "state": "done", "mlflow": {},
-                      "counts": {"total": len(self.points) * len(spec["seeds"])}}  # fmt: skip
+                      "counts": {"total": len(self.points) * len(spec["seeds"]), "failed": 0}}  # fmt: skip
+        self.failed: list[dict[str, Any]] = []  # its failed trials, as `trials(…, history=True)` has them
 
     def __enter__(self) -> DemoServer:
         return self
@@ -160,6 +161,9 @@ class DemoServer:
 
     def best(self, study_id: str, k: int = 5) -> list[dict[str, Any]]:  # the client's default k
         return self.points[:k]
+
+    def trials(self, study_id: str, status: str | None = None, history: bool = False) -> list[dict[str, Any]]:
+        return [{k: v for k, v in t.items() if history or k != "traceback"} for t in self.failed]
 
 
 def test_the_demo_prints_every_point_of_its_study(
@@ -233,6 +237,49 @@ def test_submit_wait_ends_as_run_does_with_the_success_table_and_the_best(
     out = printed()
     assert "study s1: done" in out and "successes: final validation loss" in out
     assert "best configurations, ranked by mean final validation loss" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_submit_wait_says_which_trials_raised_and_exits_1_when_all_did_as_run_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """A plugin cell that raises on the study's sequences: every trial failed by an exception. `memsweep
+    run` says so and exits 1 (the study has no result); `submit --wait` printed a 0 % rate and exited 0."""
+    from service.cli import commands
+    from service.cli.parser import build_parser
+
+    monkeypatch.setenv("COLUMNS", "250")
+    server = DemoServer()
+    server.study = {
+        **server.study,
+        "counts": {**server.study["counts"], "done": 0, "failed": 4, "finished": 4},
+    }
+    crash = {
+        "reason": "RuntimeError: toy-crash: too long",
+        "traceback": "Traceback (most recent call last): …",
+    }
+    server.failed = [crash] * 4
+    monkeypatch.setattr(commands, "client_for", lambda url: server)
+    monkeypatch.setattr(commands, "print_status", lambda study: None)
+    flags = ["--json"] if as_json else []
+    args = build_parser().parse_args(
+        ["submit", "orhan2020-copy500", "--url", "http://127.0.0.1:9", "--wait", *flags]
+    )
+    capsys.readouterr()
+    assert commands._follow(args, "http://127.0.0.1:9", server.study) == console.EXIT_FAILED
+    out, err = (" ".join(text.split()) for text in capsys.readouterr())
+    assert "every trial of study s1 raised an exception (above): it has no result" in err
+    if not as_json:
+        assert "failed: 4 trial(s) 4 × RuntimeError: toy-crash: too long" in out
+        assert "4 of them raised an exception, not the protocol's failure (a loss not finite)" in out
+    # one trial that trained to its end: the study has a result, its failures said all the same
+    server.study["counts"] = {**server.study["counts"], "done": 1, "failed": 3}
+    server.failed = [crash, {"reason": "loss nan at step 12", "traceback": None}, crash]
+    assert commands._follow(args, "http://127.0.0.1:9", server.study) == 0
+    out, err = (" ".join(text.split()) for text in capsys.readouterr())
+    assert "raised an exception (above)" not in err
+    if not as_json:
+        assert "2 × RuntimeError: toy-crash: too long 1 × loss nan at step 12 2 of them raised" in out
 
 
 @pytest.mark.parametrize("command", ["plan", "submit"])

@@ -1117,6 +1117,31 @@ def test_an_extension_after_a_plugins_code_changed_names_the_plugin_and_not_the_
     assert engine.extend_study(study.id, grid(seeds=[1, 2, 3])) == 3
 
 
+def test_a_plan_after_a_plugins_version_changed_says_which_trials_train_again_and_both_versions(
+    make_engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`memsweep plan` of a study whose plugin trials this ledger finished under another version: the
+    plan's note says how many train again and the plugin's identity then and now (the walkthrough's
+    question; it held already: this pins it)."""
+    from service.planning.plan import plan_spec
+
+    engine, _, _ = make_engine()
+    as_plugin(monkeypatch, THEN)
+    study = engine.create_study(grid())
+    engine.run_study(study.id)
+    done = len(engine.ledger.trials(study.id, ["done"]))
+    as_plugin(monkeypatch, NOW)
+    planned = plan_spec(engine, grid(), calibrate=False)
+    assert planned.to_run == planned.trials and planned.reused == 0
+    (note,) = [n for n in planned.notes if "under other code" in n]
+    assert note.startswith(
+        f"{done} of the trials to run were finished in this ledger under other code (study {study.id}): the "
+        f"cell memsweep-cornn plugin changed (its version or its code) since they were made (then {THEN}; now "
+        f"{NOW}). They train again"
+    ), note
+
+
 def test_an_extension_of_trials_that_never_ran_under_a_plugin_says_both_possible_causes(
     make_engine: Any,
     monkeypatch: pytest.MonkeyPatch,

@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from service.api.schemas import PluginPublic
 from service.client import MemsweepAPIError, MemsweepClient
+from service.core.errors import StudyError
 from service.core.spec import StudySpec
 from service.store.ledger import Ledger
 from service.study.search import grid_trials, study_space
@@ -97,12 +98,31 @@ def test_a_study_sweeps_a_setting_of_an_added_cells_arm_that_its_grid_does_not_l
 
 
 def test_memsweep_plugins_lists_them_and_its_check_names_what_is_broken(tmp_path: Path):
+    """A cell that loads but breaks its contract was listed `ready` (exit 0), and every study of it was
+    then refused at the door: it is listed as breaking it, with the first problem, and the listing exits 1
+    (`EXIT_STATUSES`: a plugin breaks its contract)."""
     good = toy_dist(tmp_path / "good", "1.0")
     bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
     listed = memsweep("plugins", "--json", paths=(good, bad))
-    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert listed.returncode == 1, listed.stderr[-2000:]
     names = {p["name"]: p for p in json.loads(listed.stdout)["server"]}
     assert set(names) == {"toy", "toy-nan"} and names["toy"]["version"] == "1.0"
+    assert names["toy"]["contract"] == [] and names["toy-nan"]["problem"] is None
+    assert names["toy-nan"]["contract"][0].startswith("loss: on task 'addition': the initial loss is nan")
+    assert PluginPublic.model_validate(names["toy-nan"]).contract == names["toy-nan"]["contract"]
+    shown = memsweep("plugins", paths=(good, bad), environ={"COLUMNS": "400"})
+    assert shown.returncode == 1, shown.stderr[-2000:]
+    rows = {
+        line.split("│")[2].strip(): line.split("│")[6].strip()
+        for line in shown.stdout.splitlines()
+        if "│ cell" in line
+    }
+    assert rows["toy"] == "ready"
+    assert rows["toy-nan"].startswith(
+        "breaks its contract: loss: on task 'addition': the initial loss is nan"
+    )
+    assert rows["toy-nan"].endswith("more: `memsweep plugins check toy-nan`)")
+    assert memsweep("plugins", paths=(good,)).returncode == 0  # every one ready
     assert memsweep("plugins", "check", "toy", paths=(good, bad)).returncode == 0
     checked = memsweep("plugins", "check", paths=(good, bad))
     assert checked.returncode == 1
@@ -150,6 +170,36 @@ def test_a_study_every_trial_of_which_raised_says_so_and_exits_1(tmp_path: Path,
     )
 
 
+def test_the_door_names_a_plugin_that_breaks_its_contract_once_before_its_problems(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cell whose states have the wrong shape breaks four checks (its shapes, and what they leave
+    unchecked, on addition and on copy): the door's refusal named its identity before each of the four."""
+    from service.study import plugins as door
+
+    ident = "memsweep-toy==1.0+585fad0b542d14ef"
+    found = [
+        "shapes: on task 'addition': states of shape (20, 4, 11) for inputs (20, 4, 2)",
+        "not checked: loss, gradient, batch on task 'addition': they need states of the contract's shape",
+        "shapes: on task 'copy': states of shape (30, 4, 11) for inputs (30, 4, 10)",
+        "not checked: loss, gradient, batch on task 'copy': they need states of the contract's shape",
+    ]
+    monkeypatch.setattr(
+        door, "used", lambda space: {("cell", "toy"): ident, ("cell", "fine"): "memsweep-fine==2"}
+    )
+    monkeypatch.setattr(door.plugins, "edited", lambda kind, name: None)
+    monkeypatch.setattr(door, "run_check", lambda names, timeout: {"cell:toy": found, "cell:fine": []})
+    monkeypatch.setattr(door, "_CHECKED", {})
+    with pytest.raises(StudyError) as refused:
+        door.admit_plugins(None)  # type: ignore[arg-type]  # (`used`, above, reads no space)
+    said = str(refused.value)
+    assert said == (
+        f"a plugin this study uses breaks its contract, so no trial runs: cell 'toy' ({ident}): "
+        + "; ".join(found)
+        + ". Fix the plugin (`memsweep plugins check` runs the same checks; docs/plugins.md) and submit again"
+    )
+
+
 @pytest.mark.slow
 def test_a_study_with_a_plugin_that_breaks_its_contract_is_refused_and_records_nothing(tmp_path: Path):
     bad = toy_dist(tmp_path / "bad", "0.9", name="toy-nan", extra_forward="out = out * float('nan')")
@@ -161,6 +211,7 @@ def test_a_study_with_a_plugin_that_breaks_its_contract_is_refused_and_records_n
         assert done.returncode == 2, done.stderr[-2000:]  # refused before anything ran (plan exited 1)
         assert "a plugin this study uses breaks its contract, so no trial runs" in done.stderr
         assert "cell 'toy-nan' (memsweep-toy-nan==0.9+" in done.stderr and "not finite" in done.stderr
+        assert done.stderr.count("memsweep-toy-nan==0.9+") == 1  # named once, before all its problems
     assert Ledger(f"sqlite:///{home / 'ledger.db'}").list_studies() == []
 
 
@@ -357,9 +408,13 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
                 # an embedded Ray's one node is this machine: its workers load the server's plugins (a
                 # cluster's nodes are listed: tests/compose/test_stack.py)
                 assert listing["nodes"] is None
-                shown = memsweep("plugins", "--url", server.url, environ={"MEMSWEEP_API_TOKEN": TOKEN})
-                assert (
-                    shown.returncode == 0 and "embedded Ray's workers load the server's own" in shown.stdout
+                shown = memsweep(
+                    "plugins", "--url", server.url, environ={"MEMSWEEP_API_TOKEN": TOKEN, "COLUMNS": "400"}
+                )
+                assert (  # toy-nan breaks its contract: listed so, by the server's checks (exit 1)
+                    shown.returncode == 1
+                    and "embedded Ray's workers load the server's own" in shown.stdout
+                    and "breaks its contract: loss: on task 'addition'" in shown.stdout
                 ), shown.stdout + shown.stderr
                 if version == "0.1.0":  # a plugin that breaks its contract: a 422, nothing made
                     with pytest.raises(MemsweepAPIError) as refused:

@@ -884,6 +884,8 @@ def test_a_task_or_cell_over_a_presets_own_is_refused_as_the_presets(spec, said)
          r"space 'orhan2020-copy500' \(dimensions: \['lr', 'scale'\]\); foo is no setting of these trials, nor of "
          r"their task or cells$"),
         ({"preset": "orhan2020-copy500", "dims": {"lrr": [1e-3]}}, r"lrr is no setting .*: did you mean 'lr'\?$"),
+        # written in another case (`--dim Lr=…`): the same name, its case aside (it had no suggestion)
+        ({"preset": "orhan2020-copy500", "dims": {"Lr": [1e-3]}}, r"Lr is no setting .*: did you mean 'lr'\?$"),
         # a setting of an added cell's arm, misspelt: the nearest of the trials' settings (its cell's among them)
         ({"preset": "orhan2020-copy500", "models": ["chain", "lstm"], "dims": {"forget_bais": [0.0, 1.0]}},
          r"forget_bais is no setting of these trials, nor of their task or cells: did you mean 'forget_bias'\?$"),

@@ -1,5 +1,7 @@
 """Config resolution: defaults owned by components, errors that name the field and the fix."""
 
+import typing
+
 import pytest
 
 from trainers import ConfigError, TrainConfig, UnknownNameError, apply_overrides, resolve
@@ -49,6 +51,22 @@ def test_bad_values_name_the_field_and_the_choices():
         resolve({"lr": -1})
     with pytest.raises(UnknownNameError, match=r"valid cells: .*gru, .*rnn"):
         resolve({"cell": "gru2"})
+
+
+#: the trial's numeric fields (a number, or a number or none; not the lists `betas`, `lr_drop_epochs`)
+NUMBERS = {
+    name: "a number" if float in (tp, *typing.get_args(tp)) else "an integer"
+    for name, tp in typing.get_type_hints(TrainConfig).items()
+    if {tp, *typing.get_args(tp)} & {float, int} and typing.get_origin(tp) is not tuple
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS))
+def test_text_where_a_number_goes_names_the_field_the_type_and_the_value(name):
+    """`--set lr_drop_factor=abc` (or in a spec): every numeric field of the trial says which field, what
+    it takes and what it was given, as `lr` does."""
+    with pytest.raises(ConfigError, match=rf"^trial config\.{name} = 'abc' is not {NUMBERS[name]}$"):
+        resolve({name: "abc"})
 
 
 @pytest.mark.parametrize(
