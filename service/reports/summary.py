@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,6 +65,12 @@ class SuccessCell(BaseModel):
         default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
     )
     errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
+    raised: int = Field(
+        default=0,
+        description="of the failed runs, those an exception ended (a traceback kept: a bug in a cell or a "
+        "task, or a numerical error), not the protocol's failure (a loss not finite); the rate counts them "
+        "as runs that did not succeed: read their tracebacks before it",
+    )
     succeeded: int
     rate: float | None = Field(description="succeeded / finished; null when none finished (no estimate)")
     ci95: tuple[float, float] = Field(
@@ -72,7 +78,7 @@ class SuccessCell(BaseModel):
     )
 
 
-_CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "pruned": 0, "errors": 0, "succeeded": 2, "rate": 1.0,
+_CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "raised": 0, "pruned": 0, "errors": 0, "succeeded": 2, "rate": 1.0,
                  "ci95": [0.34, 1.0]}  # fmt: skip
 
 
@@ -106,6 +112,7 @@ class SuccessTable(BaseModel):
                         "trials": 4,
                         "finished": 4,
                         "failed": 0,
+                        "raised": 0,
                         "pruned": 0,
                         "errors": 0,
                         "succeeded": 2,
@@ -137,7 +144,8 @@ class SuccessTable(BaseModel):
     notes: list[str] = Field(
         default_factory=list,
         description="what the counts cannot say themselves: an `at_step` past the end of every run that "
-        "ended, which counts each at its end (the table without `at_step`)",
+        "ended, which counts each at its end (the table without `at_step`); the models with runs that "
+        "raised an exception (`raised`), counted as runs that did not succeed",
     )
 
 
@@ -291,6 +299,9 @@ def success_cell(
         failed=sum(status == "failed" for _, status, _ in ended),
         pruned=sum(status == "pruned" for _, status, _ in ended),
         errors=len(trials) - len(runs),
+        raised=sum(
+            status == "failed" and getattr(t, "traceback", None) is not None for t, status, _ in ended
+        ),
         succeeded=k,
         rate=k / n if n else None,
         ci95=wilson_interval(k, n),
@@ -341,16 +352,31 @@ def success_table(
             )
             for m, c in models.items()
         }
+    total = success_cell(trials, criterion, at_step)
     return SuccessTable(
         criterion=CriterionPublic.of(criterion),
         at_step=at_step,
-        total=success_cell(trials, criterion, at_step),
+        total=total,
         by_model=models,
         by_value=by_value,
         reference=reference,
         differences=differences,
-        notes=budget_notes(trials, at_step),
+        notes=budget_notes(trials, at_step) + raised_notes(models),
     )
+
+
+def raised_notes(by_model: Mapping[str, SuccessCell]) -> list[str]:
+    """The models some of whose failed runs raised an exception: their rates count those runs as runs that
+    did not succeed, which a cell that crashes (a 0 % rate, a tight interval) would otherwise hide."""
+    raised = {m: c for m, c in by_model.items() if c.raised}
+    if not raised:
+        return []
+    which = ", ".join(f"{m} {c.raised} of {c.finished}" for m, c in raised.items())
+    return [
+        f"runs that raised an exception, not the protocol's failure (a loss not finite), counted as runs that "
+        f"did not succeed: {which}; read their tracebacks before the rates (`memsweep trials ID --status "
+        "failed --json --history`; REST: trials?status=failed&history=true)"
+    ]
 
 
 def budget_notes(trials: Sequence[TrialLike], at_step: int | None) -> list[str]:

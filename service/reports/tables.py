@@ -38,7 +38,7 @@ MEDIA_TYPE = "text/csv"
 #: fields that are an interval [low, high]: two columns, `name_low` and `name_high`
 INTERVALS = ("ci95", "difference_ci95", "wall_seconds_range", "trial_hours_range")
 #: the success table's cell fields, in order
-CELL_FIELDS = ("trials", "finished", "failed", "pruned", "errors", "succeeded", "rate", "ci95")
+CELL_FIELDS = ("trials", "finished", "failed", "raised", "pruned", "errors", "succeeded", "rate", "ci95")
 
 
 def wants_csv(format: str | None, accept: str | None) -> bool:

@@ -92,6 +92,8 @@ def summary_metrics(summary: dict[str, Any]) -> list[Metric]:
             Metric(f"trials.{model}", float(cell["trials"]), ts, 0),
             Metric(f"finished.{model}", float(cell["finished"]), ts, 0),
         ]
+        if cell.get("raised"):  # runs an exception ended, counted in the rate as not succeeded
+            metrics.append(Metric(f"raised.{model}", float(cell["raised"]), ts, 0))
     for model, h in summary.get("henrici_index", {}).items():
         metrics += [
             Metric(f"henrici_mean.{model}", float(h["mean"]), ts, 0),

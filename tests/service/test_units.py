@@ -191,6 +191,24 @@ def test_success_table_counts_by_model_and_value():
     assert table.by_value["chain"]["lr"]["0.0001"].trials == 1
 
 
+def test_runs_that_raised_are_counted_apart_in_every_cell_and_named_in_the_notes():
+    """A failed run with a traceback raised an exception (a bug in a cell, not the protocol's failure): the
+    rate still counts it, as a run that did not succeed, but each cell says how many, and the table's
+    notes name the models, so a crashing cell's 0 % no longer reads as a cell that could not learn."""
+    crashed = [T("mine", {"lr": lr, "seed": 1}, None, "failed") for lr in (1e-3, 1e-4)]
+    for t in crashed:
+        t.traceback = "Traceback (most recent call last): …\nRuntimeError: shape mismatch"
+    diverged = T("chain", {"lr": 1e-2, "seed": 1}, None, "failed")  # a loss not finite: no traceback
+    table = success_table([*crashed, diverged, T("chain", {"lr": 1e-3, "seed": 1}, 0.05)])
+    assert (table.by_model["mine"].raised, table.by_model["mine"].failed) == (2, 2)
+    assert (table.by_model["chain"].raised, table.by_model["chain"].failed) == (0, 1)
+    assert table.total.raised == 2 and table.by_value["mine"]["lr"]["0.001"].raised == 1
+    assert table.by_model["mine"].rate == 0.0  # still counted, as the docs say
+    (note,) = table.notes
+    assert "raised an exception" in note and "mine 2 of 2" in note and "chain" not in note
+    assert success_table([diverged]).notes == []
+
+
 def test_a_rate_is_over_the_runs_that_finished_not_the_trials_still_to_run():
     """A study under way, or cancelled: 2 runs done, both successes, 6 not run yet. The rate is 2/2
     with 2/2's interval; it was 2/8 with an interval as if 6 runs had failed, and a model none of whose
