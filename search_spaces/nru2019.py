@@ -8,8 +8,9 @@ The baseline appears once, as its own model, so no trial is run twice: 1 + 3 + 2
 authors' configs (`apsarath/myTorch:memnets/config/baselines/pmnist/fm_oblation/`) use h = 212 for the k runs
 and max_steps 25,000 (50 epochs); we follow the paper (h = 200, 40 epochs = 20,000 steps at batch 100).
 Protocol (docs/protocol.md §4): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8), gradient-norm clip 1, batch 100,
-linear heads, no early stop. Their data (`nru_project/task/mnist_task.py`): numpy's RandomState(50)
-shuffles the 60,000 training images, then draws the pixels' permutation, fixed across runs
+linear heads, a Xavier-normal readout with a zero bias (`readout_init`), no early stop. Their data
+(`nru_project/task/mnist_task.py`): numpy's RandomState(50) shuffles the 60,000 training images, then
+draws the pixels' permutation, fixed across runs
 (`permutation_rng="nru"`, `permutation_seed=50`: the same shuffle and permutation); the shuffled set's
 first 50,000 train and its last 10,000 validate, once per epoch; a zero input follows the 784 pixels and
 the label is read there (`trailing_zero_step`: their 785 steps); each epoch's order of the training
@@ -23,8 +24,8 @@ docs/protocol.md §4), so each (task, T) is its own preset. Protocol: the paper'
 clip 1 for every model, as their configs have it, but for their NRU on copy (`copy_v1/fm.yaml`: AMSGrad,
 clip 0.5) and on variable copy at T = 200 (`200_lag/copy_v2/fm.yaml`: AMSGrad, clip 1); batch 10,
 fresh batches, the configs' max_steps 200,000, validation every 1,000 steps (their `save_every_n`) on a
-fixed set of 1,000 sequences (theirs is the online training loss), no early stop. EURNN, GORU and SRU
-have no cell here. Their GRU is myTorch's GRUCell (2018): the reset gate applied to h before the
+fixed set of 1,000 sequences (theirs is the online training loss), myTorch's Xavier-normal readout with
+a zero bias (`readout_init`), no early stop. EURNN, GORU and SRU have no cell here. Their GRU is myTorch's GRUCell (2018): the reset gate applied to h before the
 candidate's product, one bias per gate, Xavier-normal input and orthogonal recurrent weights, zero biases
 (`reset="before"`, `init="mytorch"`); their LSTM is myTorch's LSTMCell, with peepholes drawn from U(0, 1)
 (`init="mytorch"`, `peepholes`): h = 70 gives the paper's ~23.5k parameters (23,529 on copy). Their
@@ -70,6 +71,7 @@ SENSITIVITY_BASE: dict[str, Scalar] = {
     "lr": 1e-3,
     "eps": 1e-8,
     "clip_norm": 1.0,
+    "readout_init": "xavier_normal",  # their `_W_h2o`: Xavier-normal, zero bias
     "batch_size": 100,
     "epochs": 40,
     "early_stop_loss": None,
@@ -95,6 +97,7 @@ SENSITIVITY = SearchSpace(
 # ----- Experiments: copy, variable copy and denoise, one run per cell ---------------------------------------
 SYNTHETIC_PROTOCOL: dict[str, Scalar] = {
     "n_val": 1_000,
+    "readout_init": "xavier_normal",  # myTorch's Recurrent `_W_h2o`: Xavier-normal, zero bias
     "optimizer": "adam",
     "lr": 1e-3,
     "eps": 1e-8,

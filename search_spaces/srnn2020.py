@@ -24,6 +24,8 @@ complex state; ours, a real 128-unit RNN, into 128.
 Their RNN, LSTM and GRU are torch's nn.RNN (tanh), nn.LSTM and nn.GRU with their default init, U(±1/√N)
 for every weight and bias, and two biases each: the rnn's and lstm's `init="plain"` with `bias_hh`, the
 gru's `init="plain"` (which keeps both of nn.GRU's biases); the addition RNN has their 17,025 parameters.
+The readout is each model's `end_fc`, an nn.Linear with torch's init (`readout_init="plain"`), but for
+their NRU, which keeps the NRU code's Xavier-normal `_W_h2o` (`readout_init="xavier_normal"`).
 Not reproduced: the uRNN is Arjovsky's parametrisation in their code, ours is the SVD-projected RNN of
 Emami et al. (relu).
 Seeds: the paper shows one run per setting (the code's seed 1234); the preset runs seed 1.
@@ -54,10 +56,12 @@ NRU: dict[str, Scalar] = {
     "heads": 4,
     "optimizer": "adam",
     "clip_norm": 1.0,
+    "readout_init": "xavier_normal",  # their port of the NRU code keeps its `_W_h2o` (`models/nrucell.py`)
 }
 
 PROTOCOL: dict[str, Scalar] = {
     "hidden": 128,
+    "readout_init": "plain",  # every model's `end_fc` is an nn.Linear (but the NRU's, above)
     "optimizer": "rmsprop",
     "lr": 1e-3,
     "rho": 0.9,

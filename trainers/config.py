@@ -95,6 +95,12 @@ class TrainConfig:
     lr_drop_factor: float = field(default=0.1, metadata=UNHASHED_DEFAULT)
     lr_decay_steps: int | None = field(default=None, metadata=UNHASHED_DEFAULT)
     batch_size: int = 16
+    # the readout's initial weights (`trainers.model.SequenceModel`): "glorot", Keras' Dense (Glorot-uniform,
+    # zero bias: Orhan's, Emami's, SGORNN's code); "xavier_normal", myTorch's (the NRU code: N(0, √(2/(N + C))),
+    # zero bias); "plain", torch's nn.Linear (U(±1/√N) weights and bias: SRNN's code)
+    readout_init: Literal["glorot", "xavier_normal", "plain"] = field(
+        default="glorot", metadata=UNHASHED_DEFAULT
+    )
     # budget and evaluation
     epochs: int = 100
     steps: int | None = None  # when set, the budget in optimiser steps (replaces epochs)

@@ -172,3 +172,17 @@ def test_the_nru_synthetic_presets_train_their_nru_as_their_configs(
         config = build(point).config
         want = (optimizer, clip) if model == "nru" else ("adam", 1.0)
         assert (config.optimizer, config.clip_norm) == want, model
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_presets_readout_is_its_codes(name: str) -> None:
+    """Keras' Dense for the Keras and TensorFlow codes (Orhan, Emami, SGORNN); the NRU code's Xavier-normal
+    `_W_h2o` for the NRU presets and SRNN's NRU; torch's nn.Linear for SRNN's other models."""
+    for model, point in get_preset(name).points():
+        got = build(point).config.readout_init
+        if name.startswith("nru2019") or (name.startswith("srnn2020") and model == "nru"):
+            assert got == "xavier_normal", (name, model)
+        elif name.startswith("srnn2020"):
+            assert got == "plain", (name, model)
+        else:
+            assert got == "glorot", (name, model)

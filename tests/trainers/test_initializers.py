@@ -71,3 +71,43 @@ def test_cell_uses_the_initialiser_and_a_zero_bias():
 def test_unknown_initialiser_lists_the_valid_ones():
     with pytest.raises(KeyError, match="chain, fbchain, identity, orthogonal"):
         INITIALIZERS.get("chian")
+
+
+# ----- the readout's initial weights (`readout_init`) ---------------------------------------------
+
+
+def test_the_readout_is_drawn_as_each_papers_code_drew_it():
+    """glorot: Keras' Dense (the default, as before: what every recorded trial drew); xavier_normal: the NRU
+    code's `_W_h2o`, N(0, √(2/(N + C))) and a zero bias; plain: torch's nn.Linear, U(±1/√N) weight then
+    bias. Each from the trial's generator, after the cell's weights."""
+    from trainers.initializers import glorot_uniform
+    from trainers.model import readout
+
+    n, c = 400, 100
+    keras = readout(n, c, "glorot", torch.Generator().manual_seed(3))
+    assert torch.equal(keras.weight, glorot_uniform(c, n, torch.Generator().manual_seed(3)))
+    assert not keras.bias.any()
+    mytorch = readout(n, c, "xavier_normal", torch.Generator().manual_seed(3))
+    want = torch.nn.init.xavier_normal_(torch.empty(c, n), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(mytorch.weight, want) and not mytorch.bias.any()
+    assert abs(mytorch.weight.std().item() / math.sqrt(2 / (n + c)) - 1) < 0.03  # 40,000 draws
+    g = torch.Generator().manual_seed(3)
+    plain = readout(n, c, "plain", g)
+    bound = 1 / math.sqrt(n)
+    w = torch.empty(c, n).uniform_(-bound, bound, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(plain.weight, w) and bool((plain.bias.abs() <= bound).all()) and plain.bias.any()
+    with pytest.raises(ValueError, match="choose glorot, xavier_normal or plain"):
+        readout(n, c, "kaiming", g)
+
+
+def test_a_trials_readout_init_reaches_its_model_and_the_default_hashes_as_before():
+    from trainers import resolve
+    from trainers.model import build_model
+
+    base = {"task": "addition", "task_params": {"seq_len": 20}, "cell": "rnn", "hidden": 8}
+    default, plain = resolve(base), resolve({**base, "readout_init": "plain"})
+    assert default.config_hash() == resolve({**base, "readout_init": "glorot"}).config_hash()
+    assert plain.config_hash() != default.config_hash()
+    m0, m1 = (build_model(r, r.make_task()) for r in (default, plain))
+    assert torch.equal(m0.cell.weight_hh, m1.cell.weight_hh)  # the cell's draws come first, unchanged
+    assert not m0.readout.bias.any() and m1.readout.bias.any()
