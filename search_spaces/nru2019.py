@@ -7,7 +7,8 @@ m = 256, k = 4, h = 200: k ∈ {1, 4, 9, 16}, m ∈ {100, 256, 400}, h ∈ {50, 
 The baseline appears once, as its own model, so no trial is run twice: 1 + 3 + 2 + 3 = 9 trials. The
 authors' configs (`apsarath/myTorch:memnets/config/baselines/pmnist/fm_oblation/`) use h = 212 for the k runs
 and max_steps 25,000 (50 epochs); we follow the paper (h = 200, 40 epochs = 20,000 steps at batch 100).
-Protocol (docs/protocol.md §4): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8), gradient-norm clip 1, batch 100,
+Protocol (docs/protocol.md §4): Adam lr 1e-3 (β 0.9/0.999, ε 1e-8) as torch 0.4 computed it, ε added to
+√v (`keras_adam`: torch's since 1.3 adds it to the bias-corrected √v), gradient-norm clip 1, batch 100,
 linear heads, a Xavier-normal readout with a zero bias (`readout_init`), no early stop. Their data
 (`nru_project/task/mnist_task.py`): numpy's RandomState(50) shuffles the 60,000 training images, then
 draws the pixels' permutation, fixed across runs
@@ -22,7 +23,8 @@ NRU h=80, m=64, k=4; LSTM and LSTM-chrono h=70; GRU h=82; JANET h=101 (chrono); 
 relu. Chrono t_max = T_max + 20 for copy and variable copy, T + 11 for denoise (`memnets/train.py`;
 docs/protocol.md §4), so each (task, T) is its own preset. Protocol: the paper's Adam 1e-3 (ε 1e-8) and
 clip 1 for every model, as their configs have it, but for their NRU on copy (`copy_v1/fm.yaml`: AMSGrad,
-clip 0.5) and on variable copy at T = 200 (`200_lag/copy_v2/fm.yaml`: AMSGrad, clip 1); batch 10,
+clip 0.5) and on variable copy at T = 200 (`200_lag/copy_v2/fm.yaml`: AMSGrad, clip 1), each as torch 0.4
+computed it (`keras_adam`, `keras_amsgrad`: ε added to √v); batch 10,
 fresh batches, the configs' max_steps 200,000, validation every 1,000 steps (their `save_every_n`) on a
 fixed set of 1,000 sequences (theirs is the online training loss), myTorch's Xavier-normal readout with
 a zero bias (`readout_init`), no early stop. EURNN, GORU and SRU have no cell here. Their GRU is myTorch's GRUCell (2018): the reset gate applied to h before the
@@ -67,7 +69,7 @@ SENSITIVITY_BASE: dict[str, Scalar] = {
     "memory_size": BASELINE_M,
     "heads": BASELINE_K,
     "use_relu": False,
-    "optimizer": "adam",
+    "optimizer": "keras_adam",  # torch 0.4's Adam (their code's): ε added to √v, as Keras' (docs/protocol.md §4)
     "lr": 1e-3,
     "eps": 1e-8,
     "clip_norm": 1.0,
@@ -98,7 +100,7 @@ SENSITIVITY = SearchSpace(
 SYNTHETIC_PROTOCOL: dict[str, Scalar] = {
     "n_val": 1_000,
     "readout_init": "xavier_normal",  # myTorch's Recurrent `_W_h2o`: Xavier-normal, zero bias
-    "optimizer": "adam",
+    "optimizer": "keras_adam",  # torch 0.4's Adam (their code's): ε added to √v, as Keras'
     "lr": 1e-3,
     "eps": 1e-8,
     "clip_norm": 1.0,
@@ -114,8 +116,8 @@ NRU = Model("nru", NRU_CELL)
 # their NRU configs for copy (`copy_v1/fm.yaml`: T = 100 and 200) train with AMSGrad and clip 0.5, and for
 # variable copy at T = 200 (`200_lag/copy_v2/fm.yaml`) with AMSGrad and clip 1; every other config of
 # theirs, Adam and clip 1
-NRU_COPY = Model("nru", {**NRU_CELL, "optimizer": "amsgrad", "clip_norm": 0.5})
-NRU_VARCOPY_200 = Model("nru", {**NRU_CELL, "optimizer": "amsgrad"})
+NRU_COPY = Model("nru", {**NRU_CELL, "optimizer": "keras_amsgrad", "clip_norm": 0.5})
+NRU_VARCOPY_200 = Model("nru", {**NRU_CELL, "optimizer": "keras_amsgrad"})
 MYTORCH_LSTM: dict[str, Scalar] = {"cell": "lstm", "hidden": 70, "init": "mytorch", "peepholes": True}
 LSTM = Model("lstm", MYTORCH_LSTM)
 GRU = Model("gru", {"cell": "gru", "hidden": 82, "init": "mytorch", "reset": "before"})  # myTorch's GRUCell

@@ -76,9 +76,10 @@ class TrainConfig:
     seed: int = 1  # fixes data, permutation, weights and shuffling
     # optimiser
     # rmsprop: Keras' and torch's (the same rule); adam: torch's, ε added to the bias-corrected √v;
-    # keras_adam: Keras' and TensorFlow's, ε added to √v, the bias corrections folded into the rate;
-    # amsgrad: torch's Adam with amsgrad=True, the running maximum of v in place of v (the NRU authors' copy)
-    optimizer: Literal["rmsprop", "adam", "keras_adam", "amsgrad"] = "rmsprop"
+    # keras_adam: Keras' and TensorFlow's (and torch's before 1.3), ε added to √v, the bias corrections
+    # folded into the rate; amsgrad, keras_amsgrad: AMSGrad in either form, the running maximum of v in
+    # place of v (torch's and Keras' `amsgrad=True`; the NRU code's copy runs, torch 0.4: keras_amsgrad)
+    optimizer: Literal["rmsprop", "adam", "keras_adam", "amsgrad", "keras_amsgrad"] = "rmsprop"
     lr: float = 1e-4
     rho: float = 0.9  # RMSprop's moving-average decay (Keras rho, torch alpha)
     betas: tuple[float, float] = (0.9, 0.999)  # Adam

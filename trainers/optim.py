@@ -1,13 +1,16 @@
-"""The optimisers' update rules, RMSprop (Keras' form) and Adam (torch's and Keras' forms, and torch's
-AMSGrad), as torch computes them, and the square root they take: one arithmetic for a solo run (`Optimizer`) and a fused
-bundle (`trainers.fused`).
+"""The optimisers' update rules, RMSprop (Keras' form) and Adam and AMSGrad (torch's and Keras' forms), as
+torch computes them, and the square root they take: one arithmetic for a solo run (`Optimizer`) and a
+fused bundle (`trainers.fused`).
 
-Adam has two forms, which part where √v is small against ε: torch's adds ε to the bias-corrected √v,
-p ← p − lr/(1−β1ⁿ) · m/(√v/√(1−β2ⁿ) + ε); Keras' and TensorFlow's (`keras_adam`: Keras 2's
-`optimizers.Adam`, tf.keras' and TF's `ApplyAdam`) fold both corrections into the rate and add ε to √v,
-p ← p − lr·√(1−β2ⁿ)/(1−β1ⁿ) · m/(√v + ε), which is torch's with ε/√(1−β2ⁿ) in place of ε (3.2e-6 for
-ε = 1e-7 at the first step, ε itself only after thousands). One rule computes both (`adam_`), with
-the factors `adam_factors` gives for the form.
+Adam has two forms, which part where √v is small against ε: torch's (since 1.3, 2019) adds ε to the
+bias-corrected √v, p ← p − lr/(1−β1ⁿ) · m/(√v/√(1−β2ⁿ) + ε); Keras' and TensorFlow's (`keras_adam`:
+Keras 2's `optimizers.Adam`, tf.keras' and TF's `ApplyAdam`), and torch's before 1.3 (pytorch#22628),
+fold both corrections into the rate and add ε to √v, p ← p − lr·√(1−β2ⁿ)/(1−β1ⁿ) · m/(√v + ε), which is
+torch's with ε/√(1−β2ⁿ) in place of ε (3.2e-6 for ε = 1e-7 at the first step, ε itself only after
+thousands). One rule computes both (`adam_`), with the factors `adam_factors` gives for the form.
+AMSGrad (Reddi et al. 2018) steps with v̂, the running maximum of v, in place of v, in either form:
+`amsgrad` (torch's `Adam(amsgrad=True)`) and `keras_amsgrad` (Keras 2's `Adam(amsgrad=True)`, and
+torch's before 1.3: the NRU code's, which ran torch 0.4).
 
 Each rule repeats the float32 arithmetic of torch's single-tensor RMSprop and Adam (`torch.optim`'s
 path on the CPU) line by line; its constants are Python floats for a solo run, or [K, 1, …] float32
@@ -24,8 +27,8 @@ The learning rate of each step is `LearningRate`'s: the trial's `lr`, or its cou
 `lr_drop_epochs` / `lr_decay_steps` (a scheduler's drops, Keras 2's `decay`), the same for a solo run
 (`set_lr` before each step) and a bundle's member (`trainers.fused.FusedOptimizer`).
 
-Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable mode, and for
-`keras_adam` everywhere (torch has no such form), this module's `Optimizer`; otherwise torch's own
+Which optimiser a solo run uses (`make_optimizer`): on the CPU in the portable mode, and for the Keras
+forms everywhere (torch has them no more), this module's `Optimizer`; otherwise torch's own
 (`torch.optim.RMSprop` / `Adam`), so the native mode and the GPU compute what they always computed.
 """
 
@@ -41,15 +44,18 @@ from trainers import numerics
 from trainers.config import TrainConfig
 
 Constant = float | torch.Tensor  # a Python float (a solo run) or a [K, 1, …] column (a bundle)
-#: the optimisers that keep Adam's two moments and step with `adam_` (the rest: RMSprop); `amsgrad` keeps
-#: a third, the running maximum of v (torch's `Adam(amsgrad=True)`, Reddi et al. 2018)
-ADAM_KINDS = ("adam", "keras_adam", "amsgrad")
+#: the optimisers that keep Adam's two moments and step with `adam_` (the rest: RMSprop)
+ADAM_KINDS = ("adam", "keras_adam", "amsgrad", "keras_amsgrad")
+#: those that keep a third, v̂, the running maximum of v, and step with it (Reddi et al. 2018)
+AMSGRAD_KINDS = ("amsgrad", "keras_amsgrad")
+#: those in Keras' form: ε added to √v, the bias corrections folded into the rate (`adam_factors`)
+KERAS_FORMS = ("keras_adam", "keras_amsgrad")
 OPTIMIZERS = ("rmsprop", *ADAM_KINDS)
 
 
 def moments(kind: str) -> int:
     """The state tensors an optimiser keeps per parameter: RMSprop's a; Adam's m, v; AMSGrad's m, v, v̂."""
-    return {"rmsprop": 1, "amsgrad": 3}.get(kind, 2)
+    return 1 if kind == "rmsprop" else 3 if kind in AMSGRAD_KINDS else 2
 
 
 Sqrt = Callable[[torch.Tensor], torch.Tensor]
@@ -73,7 +79,7 @@ def adam_(
     """m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;  p ← p + neg_step · m / (√v / bc2_sqrt + ε), in
     place, with `adam_factors`' factors: torch's Adam (neg_step = −lr/(1−β1ⁿ), bc2_sqrt = √(1−β2ⁿ)), or
     Keras' (neg_step = −lr·√(1−β2ⁿ)/(1−β1ⁿ), bc2_sqrt = 1: ε added to √v itself). With `v_max`
-    (AMSGrad, torch's `amsgrad=True`): v̂ ← max(v̂, v), and √v̂ in place of √v."""
+    (AMSGrad): v̂ ← max(v̂, v), and √v̂ in place of √v."""
     m.lerp_(g, one_minus_beta1)
     v.mul_(beta2).addcmul_(g * one_minus_beta2, g)
     if v_max is not None:
@@ -84,9 +90,9 @@ def adam_(
 
 def adam_factors(lr: float, beta1: float, beta2: float, n: int, kind: str = "adam") -> tuple[float, float]:
     """Adam's factors at step n for `adam_`, in double: torch's −lr / (1 − β1ⁿ) and √(1 − β2ⁿ); for
-    `keras_adam` the rate Keras computes, −lr·√(1 − β2ⁿ)/(1 − β1ⁿ), and 1 (√v / 1 is √v exactly, so
+    the Keras forms the rate Keras computes, −lr·√(1 − β2ⁿ)/(1 − β1ⁿ), and 1 (√v / 1 is √v exactly, so
     `adam_` then adds ε to √v itself)."""
-    if kind == "keras_adam":
+    if kind in KERAS_FORMS:
         return -(lr * (1 - beta2**n) ** 0.5 / (1 - beta1**n)), 1.0
     return -(lr / (1 - beta1**n)), (1 - beta2**n) ** 0.5
 
@@ -146,7 +152,7 @@ def set_lr(optimizer: Optimizer | torch.optim.Optimizer, lr: float) -> None:
 
 class Optimizer:
     """A solo run's RMSprop or Adam (either form) over its parameters, with this module's rules (the
-    optimiser of the portable mode on the CPU, and of `keras_adam` everywhere; `make_optimizer`). The
+    optimiser of the portable mode on the CPU, and of the Keras forms everywhere; `make_optimizer`). The
     part of torch.optim's interface the loop uses: `zero_grad`, `step`."""
 
     def __init__(self, kind: str, params: Iterable[torch.nn.Parameter], *, lr: float, rho: float,
@@ -177,7 +183,7 @@ class Optimizer:
         beta1, beta2 = self.betas
         neg_step, bc2_sqrt = adam_factors(self.lr, beta1, beta2, self.step_count, self.kind)
         for i, p in live:
-            v_max = self.state[2][i] if self.kind == "amsgrad" else None
+            v_max = self.state[2][i] if self.kind in AMSGRAD_KINDS else None
             adam_(p, p.grad, self.state[0][i], self.state[1][i], one_minus_beta1=1 - beta1, beta2=beta2,  # type: ignore[arg-type]
                   one_minus_beta2=1 - beta2, eps=self.eps, neg_step=neg_step, bc2_sqrt=bc2_sqrt,
                   root=self.root, v_max=v_max)  # fmt: skip
@@ -185,10 +191,10 @@ class Optimizer:
 
 def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> Optimizer | torch.optim.Optimizer:
     """A solo run's optimiser for `cfg`: this module's `Optimizer` on the CPU in the portable mode (a
-    correctly rounded √) and for `keras_adam` (torch has no such form), else torch's RMSprop (alpha = ρ:
-    Keras' form) or Adam (`amsgrad=True` for AMSGrad)."""
+    correctly rounded √) and for the Keras forms (torch has them no more), else torch's RMSprop (alpha =
+    ρ: Keras' form) or Adam (`amsgrad=True` for AMSGrad)."""
     on_cpu = all(p.device.type == "cpu" for p in params)
-    if (on_cpu and numerics.current() == "portable") or cfg.optimizer == "keras_adam":
+    if (on_cpu and numerics.current() == "portable") or cfg.optimizer in KERAS_FORMS:
         return Optimizer(cfg.optimizer, params, lr=cfg.lr, rho=cfg.rho, betas=cfg.betas, eps=cfg.eps)
     if cfg.optimizer in ("adam", "amsgrad"):
         return torch.optim.Adam(

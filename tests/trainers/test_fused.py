@@ -224,7 +224,7 @@ def test_fused_shift_scan_is_each_members_shift_scan(last):
 # ----- the optimiser ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("optimizer", ["rmsprop", "adam", "keras_adam", "amsgrad"])
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam", "keras_adam", "amsgrad", "keras_amsgrad"])
 def test_stacked_optimizer_takes_a_solo_runs_steps_bit_for_bit(optimizer):
     """Per-member lr, ρ/β, ε and clip (one member unclipped), gradients large enough to clip; the
     reference is a solo run's optimiser in this process's mode (`make_optimizer`: torch's own in the

@@ -132,7 +132,7 @@ PORTABLE_UPDATE = """
         return torch.from_numpy(np.sqrt(t.numpy()))
 
     out = {}
-    for kind in ("rmsprop", "adam", "keras_adam", "amsgrad"):
+    for kind in ("rmsprop", "adam", "keras_adam", "amsgrad", "keras_amsgrad"):
         cfg = resolve({"optimizer": kind, "lr": 1e-3}).config
         g = torch.Generator().manual_seed(1)
         start = [torch.randn(100, 100, generator=g), torch.randn(10, 100, generator=g), torch.randn(9, generator=g)]
@@ -157,7 +157,7 @@ def test_a_portable_solo_runs_update_takes_the_correctly_rounded_root():
     (before issue 33: torch's own optimiser, whose MKL √ parted from IEEE's on ~4 % of a step's
     elements, and from an Intel Xeon's)."""
     differing = run_python(PORTABLE_UPDATE)
-    assert differing == {"rmsprop": 0, "adam": 0, "keras_adam": 0, "amsgrad": 0}
+    assert differing == {"rmsprop": 0, "adam": 0, "keras_adam": 0, "amsgrad": 0, "keras_amsgrad": 0}
 
 
 def test_amsgrad_is_torchs_adam_with_amsgrad_bit_for_bit():
@@ -266,3 +266,45 @@ def test_each_evaluation_records_the_rate_its_trial_stepped_at_where_it_moves():
     )
     assert solo.history[-1].lr < solo.history[1].lr < solo.history[0].lr  # halved after step 4, decayed
     assert all(e.lr is None and "lr" not in e.to_dict() for e in constant.history + fused[1].history)
+
+
+def torch04_adam_step(p, grad, state, lr, betas, eps, amsgrad):
+    """torch 0.4's `Adam.step` for one parameter (torch/optim/adam.py, 2018; before pytorch#22628, 1.3),
+    transcribed: what the NRU code's `optim.Adam(..., amsgrad=config.amsgrad)` computed."""
+    beta1, beta2 = betas
+    state["step"] += 1
+    state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+    state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    if amsgrad:
+        torch.max(state["max_exp_avg_sq"], state["exp_avg_sq"], out=state["max_exp_avg_sq"])
+        denom = state["max_exp_avg_sq"].sqrt().add_(eps)
+    else:
+        denom = state["exp_avg_sq"].sqrt().add_(eps)
+    bias_correction1 = 1 - beta1 ** state["step"]
+    bias_correction2 = 1 - beta2 ** state["step"]
+    step_size = lr * math.sqrt(bias_correction2) / bias_correction1
+    p.addcdiv_(state["exp_avg"], denom, value=-step_size)
+
+
+@pytest.mark.parametrize(("kind", "amsgrad"), [("keras_adam", False), ("keras_amsgrad", True)])
+def test_the_keras_forms_are_torch_0_4s_adam_and_amsgrad(kind, amsgrad):
+    """The NRU code ran torch 0.4, whose Adam added ε to √v (or √v̂) and folded both corrections into the
+    step: Keras' form. Steps in float64 against the transcription, with gradients small enough (1e-5 and
+    below) that ε's place shows: torch's present form (`adam`, `amsgrad`) parts from it there."""
+    g = torch.Generator().manual_seed(5)
+    start = torch.randn(30, 20, generator=g, dtype=torch.float64)
+    ours = torch.nn.Parameter(start.clone())
+    modern = torch.nn.Parameter(start.clone())
+    ref = start.clone()
+    state = {"step": 0, **{k: torch.zeros_like(start) for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")}}
+    opt = Optimizer(kind, [ours], lr=1e-3, rho=0.9, betas=(0.9, 0.999), eps=1e-8, root=torch.sqrt)
+    now = Optimizer(kind.removeprefix("keras_"), [modern], lr=1e-3, rho=0.9, betas=(0.9, 0.999), eps=1e-8,
+                    root=torch.sqrt)  # fmt: skip
+    for step in range(12):
+        grad = torch.randn(start.shape, generator=g, dtype=torch.float64) * 10.0 ** (-5 - step % 3)
+        ours.grad, modern.grad = grad.clone(), grad.clone()
+        opt.step()
+        now.step()
+        torch04_adam_step(ref, grad, state, 1e-3, (0.9, 0.999), 1e-8, amsgrad)
+    torch.testing.assert_close(ours.detach(), ref, rtol=1e-13, atol=1e-15)
+    assert (modern.detach() - ref).abs().max() > 1e-6  # the present form is another optimiser here

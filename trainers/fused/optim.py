@@ -12,7 +12,7 @@ import torch
 
 from trainers.config import TrainConfig
 from trainers.fused.stacked import flat
-from trainers.optim import ADAM_KINDS, LearningRate, adam_, adam_factors, moments, rmsprop_
+from trainers.optim import ADAM_KINDS, AMSGRAD_KINDS, LearningRate, adam_, adam_factors, moments, rmsprop_
 
 
 class FusedOptimizer:
@@ -127,7 +127,7 @@ class FusedOptimizer:
                          eps=col(c["eps"]), neg_lr=col(neg_lr))  # fmt: skip
             return
         neg_step, bc2_sqrt = factors
-        v_maxes = self.state[2] if self.kind == "amsgrad" else [None] * len(gs)
+        v_maxes = self.state[2] if self.kind in AMSGRAD_KINDS else [None] * len(gs)
         for p, g, m, v, v_max in zip(params, gs, self.state[0], self.state[1], v_maxes, strict=True):
             col = partial(self._col, like=g)
             adam_(p, g, m, v, one_minus_beta1=col(c["one_minus_beta1"]), beta2=col(c["beta2"]),
