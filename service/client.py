@@ -542,9 +542,11 @@ class MemsweepClient(TrialPages):
         return result
 
     # ----- the rest ----------------------------------------------------------------------------------
-    def plugins(self) -> dict[str, Any]:
-        """The server's plugin cells and tasks, and each Ray node's (`GET /plugins`)."""
-        result: dict[str, Any] = self._call("GET", "/plugins")
+    def plugins(self, timeout: float = 600.0) -> dict[str, Any]:
+        """The server's plugin cells and tasks, and each Ray node's (`GET /plugins`; the first answer after
+        a plugin is installed checks its contract, as `submit` does at the door: hence the longer
+        `timeout`)."""
+        result: dict[str, Any] = self._call("GET", "/plugins", timeout=timeout)
         return result
 
     def presets(self) -> list[dict[str, Any]]:

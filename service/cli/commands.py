@@ -27,6 +27,7 @@ from service.cli.console import (
     client_for,
     console,
     extension_of,
+    failure_reasons,
     failures_of,
     no_result,
     parse_pairs,
@@ -481,7 +482,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                 print(f"{p['kind']} {p['name']!r}: {p['version_behind']}")
         if url:
             print(
-                "(`memsweep plugins check` checks this machine's plugins; the server checks its own at the door)"
+                "(`memsweep plugins check` checks this machine's plugins; the server checks its own, as listed)"
             )
     # one not ready (refused, breaking its contract, stale): a study that uses it is refused
     return EXIT_FAILED if any(plugin_state(p) != "ready" for p in listing["server"]) else 0
@@ -694,23 +695,20 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
     with client_for(url) as client:
         study = answer(lambda: client.wait(study["id"], progress=not args.json, console=console()))
         done = study["state"] == "done" and not args.json
-        success = answer(lambda: client.success(study["id"])) if done else None
+        failed_some = bool(study["counts"]["failed"])
+        # the success table counts the runs that raised (`raised`), as `memsweep run` reads the ledger
+        success = answer(lambda: client.success(study["id"])) if done or failed_some else None
         best = answer(lambda: client.best(study["id"])) if done else None
-        # their tracebacks (`history`) say which raised an exception, as `memsweep run` reads them
-        failed = (
-            answer(lambda: client.trials(study["id"], "failed", history=True))
-            if study["counts"]["failed"]
-            else []
-        )
-    failures, raised = failures_of((t["reason"], t["traceback"]) for t in failed)
+        failed = answer(lambda: client.trials(study["id"], "failed")) if failed_some and not args.json else []
+    raised = int((success or {}).get("total", {}).get("raised", 0))  # (a server before `raised`: none)
     if args.json:
         print(json.dumps(study))
     else:
         print_status(study)
-        if success is not None and best is not None:
+        if done and success is not None and best is not None:
             print_success({"name": study["name"], "success": success})
             print_best(best, success["by_model"])
-        print_failures(failures, study["id"], raised)
+        print_failures(failure_reasons(t["reason"] for t in failed), study["id"], raised)
     return EXIT_FAILED if study["state"] == "failed" else no_result(study["id"], study["counts"], raised)
 
 

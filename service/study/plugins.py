@@ -99,11 +99,32 @@ def check_contracts(
     checked in a child process once per identity."""
     with _LOCK:
         todo = [key for key, ident in wanted.items() if _CHECKED.get(key, ("", []))[0] != ident]
-        if todo:
-            found = run_check([f"{kind}:{name}" for kind, name in todo], timeout)
-            for key in todo:
-                _CHECKED[key] = (wanted[key], found.get(f"{key[0]}:{key[1]}", ["it was not checked"]))
-        return {key: list(_CHECKED[key][1]) for key in wanted}
+        found = _checked_children([f"{kind}:{name}" for kind, name in todo], timeout)
+        out = {}
+        for key in wanted:
+            if key not in todo:
+                out[key] = list(_CHECKED[key][1])
+                continue
+            problems = found.get(f"{key[0]}:{key[1]}", "it was not checked")
+            if isinstance(problems, str):  # its check crashed or hung: said, not kept (the next call retries)
+                out[key] = [problems]
+            else:
+                _CHECKED[key] = (wanted[key], problems)
+                out[key] = list(problems)
+        return out
+
+
+def _checked_children(names: list[str], timeout: float) -> dict[str, list[str] | str]:
+    """`_child_check` over `names`; when the child crashed or hung, each name again in a child of its
+    own, so that one plugin that takes its process down (or never returns) does not stand for the others."""
+    if not names:
+        return {}
+    found = _child_check(names, timeout)
+    if not isinstance(found, str):
+        return dict(found)
+    if len(names) == 1:
+        return {names[0]: found}
+    return {name: problems for one in names for name, problems in _checked_children([one], timeout).items()}
 
 
 def listing() -> list[dict[str, Any]]:
@@ -118,17 +139,26 @@ def listing() -> list[dict[str, Any]]:
 
 
 def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
-    """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems."""
+    """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems (each name
+    the child's failure, when it crashed or did not finish)."""
+    names = list(names)
+    found = _child_check(names, timeout)
+    return {n: [found] for n in names} if isinstance(found, str) else found
+
+
+def _child_check(names: list[str], timeout: float) -> dict[str, list[str]] | str:
+    """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems, or why the
+    child gave no report (it crashed, or did not finish in `timeout` seconds)."""
     cmd = [sys.executable, "-P", "-m", "service.cli", "plugins", "check", *names, "--json"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {n: [f"the contract check did not finish in {timeout:g} s"] for n in names}
+        return f"the contract check did not finish in {timeout:g} s"
     try:
         report = json.loads(done.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {n: [f"the contract check crashed (exit {done.returncode}): {tail[0]}"] for n in names}
+        return f"the contract check crashed (exit {done.returncode}): {tail[0]}"
     return {f"{r['kind']}:{r['name']}": list(r["problems"]) for r in report}
 
 

@@ -142,7 +142,7 @@ class DemoServer:
         ]  # fmt: skip
         self.study = {"id": "s1", "name": spec["name"], "state": "done", "mlflow": {},
                       "counts": {"total": len(self.points) * len(spec["seeds"]), "failed": 0}}  # fmt: skip
-        self.failed: list[dict[str, Any]] = []  # its failed trials, as `trials(…, history=True)` has them
+        self.failed: list[dict[str, Any]] = []  # its failed trials (`trials`, less their traceback)
 
     def __enter__(self) -> DemoServer:
         return self
@@ -157,7 +157,9 @@ class DemoServer:
         return self.study
 
     def success(self, study_id: str) -> dict[str, Any]:
-        return success_of("demo", models=tuple(demo.DEMO_SPEC["models"]))["success"]
+        table: dict[str, Any] = success_of("demo", models=tuple(demo.DEMO_SPEC["models"]))["success"]
+        raised = sum(t.get("traceback") is not None for t in self.failed)  # as the server counts them
+        return {**table, "total": {**table["total"], "raised": raised}}
 
     def best(self, study_id: str, k: int = 5) -> list[dict[str, Any]]:  # the client's default k
         return self.points[:k]

@@ -188,7 +188,7 @@ def test_the_door_names_a_plugin_that_breaks_its_contract_once_before_its_proble
         door, "used", lambda space: {("cell", "toy"): ident, ("cell", "fine"): "memsweep-fine==2"}
     )
     monkeypatch.setattr(door.plugins, "edited", lambda kind, name: None)
-    monkeypatch.setattr(door, "run_check", lambda names, timeout: {"cell:toy": found, "cell:fine": []})
+    monkeypatch.setattr(door, "_child_check", lambda names, timeout: {"cell:toy": found, "cell:fine": []})
     monkeypatch.setattr(door, "_CHECKED", {})
     with pytest.raises(StudyError) as refused:
         door.admit_plugins(None)  # type: ignore[arg-type]  # (`used`, above, reads no space)
@@ -247,6 +247,37 @@ except OtherCodeError as exc:
 check_code([trial], "here")  # the planned code: trains
 print(json.dumps(out))
 """
+
+
+def test_a_plugin_whose_check_crashes_does_not_stand_for_the_others_and_is_checked_again(monkeypatch):
+    """The listing (`GET /plugins`, `memsweep plugins`) checks every installed plugin in one child: one that
+    takes the child down (an `os._exit` in its forward) gave every other plugin its crash, and the
+    cache kept it, so the door refused their studies until the server restarted. A crashed or hung
+    check is now retried plugin by plugin, and not kept."""
+    from service.study import plugins as door
+
+    calls: list[list[str]] = []
+
+    def child(names, timeout):
+        calls.append(list(names))
+        if "cell:crash" in names:
+            return "the contract check crashed (exit 3): no output"
+        return {n: [] for n in names}
+
+    monkeypatch.setattr(door, "_child_check", child)
+    monkeypatch.setattr(door, "_CHECKED", {})
+    wanted = {("cell", "toy"): "memsweep-toy==1", ("cell", "crash"): "memsweep-crash==1"}
+    found = door.check_contracts(wanted)
+    assert found == {
+        ("cell", "toy"): [],
+        ("cell", "crash"): ["the contract check crashed (exit 3): no output"],
+    }
+    assert calls == [["cell:toy", "cell:crash"], ["cell:toy"], ["cell:crash"]]
+    calls.clear()
+    assert door.check_contracts({("cell", "toy"): "memsweep-toy==1"}) == {("cell", "toy"): []}
+    assert calls == []  # the good one's result is kept
+    door.check_contracts({("cell", "crash"): "memsweep-crash==1"})
+    assert calls == [["cell:crash"]]  # the crash was not: checked again
 
 
 def test_a_plugin_edited_after_the_server_loaded_it_is_refused_at_the_door_and_by_the_worker(tmp_path: Path):

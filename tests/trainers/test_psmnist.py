@@ -187,5 +187,11 @@ def test_nrus_fields_are_refused_where_they_mean_nothing(tiny_mnist_root):
         task(tiny_mnist_root, batch_order="nru", split="train_val")
     with pytest.raises(ValueError, match="smnist has no permutation"):
         SMNISTTask(SMNISTConfig(root=str(tiny_mnist_root), permutation_rng="nru"), seed=1)
-    with pytest.raises(ValueError, match="bigpsmnist: permutation_rng 'nru' and trailing_zero_step"):
+    with pytest.raises(
+        ValueError, match="bigpsmnist: permutation_rng 'nru', trailing_zero_step and batch_order"
+    ):
         BigPSMNISTTask(BigPSMNISTConfig(root=str(tiny_mnist_root), trailing_zero_step=True), seed=1)
+    with pytest.raises(ValueError, match="batch_order 'trial'"):
+        BigPSMNISTTask(BigPSMNISTConfig(root=str(tiny_mnist_root), batch_order="nru"), seed=1)
+    with pytest.raises(ValueError, match="smnist has no permutation, use psmnist"):
+        SMNISTTask(SMNISTConfig(root=str(tiny_mnist_root), batch_order="nru", split="train_val"), seed=1)

@@ -43,7 +43,8 @@ The paper gives no bias for these; its LSTMs ran in PyTorch (awd-lstm-lm), whose
 biases when only the weight matrices are replaced, so b ~ U(−1/√N, 1/√N) as in `plain` (`forget_bias` and
 `chrono_tmax` override it as for every init).
 
-`forget_bias` sets b_f after the init (None: the init's own value). `chrono_tmax` applies the chrono
+`forget_bias` sets b_f after the init (None: the init's own value); with `bias_hh`, b_hh keeps its draw,
+so the forget gate's bias is `forget_bias` plus b_hh's share, as setting nn.LSTM's b_ih alone gives. `chrono_tmax` applies the chrono
 initialisation as the NRU authors' code does it (`LSTMCell.py:138-142`; docs/protocol.md §4):
 b_f = log(k), k drawn uniformly from the integers {1..t_max}, and b_i = −b_f. It overrides `forget_bias`.
 

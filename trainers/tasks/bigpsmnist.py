@@ -50,10 +50,11 @@ class BigPSMNISTTask(PSMNISTTask):
     def __init__(self, config: BigPSMNISTConfig, seed: int) -> None:
         if config.pad < 0:
             raise ValueError("bigpsmnist: pad must be at least 0")
-        if config.permutation_rng != "torch" or config.trailing_zero_step:
+        if config.permutation_rng != "torch" or config.trailing_zero_step or config.batch_order != "trial":
             raise ValueError(
-                "bigpsmnist: permutation_rng 'nru' and trailing_zero_step are NRU's psMNIST (psmnist); "
-                "leave them at their defaults here (permutation_rng 'torch', trailing_zero_step false)"
+                "bigpsmnist: permutation_rng 'nru', trailing_zero_step and batch_order 'nru' are NRU's psMNIST "
+                "(psmnist); leave them at their defaults here (permutation_rng 'torch', trailing_zero_step "
+                "false, batch_order 'trial')"
             )
         super().__init__(config, seed)
         gen = (

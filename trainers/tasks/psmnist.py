@@ -96,6 +96,8 @@ class PSMNISTTask(Task):
             raise ValueError(
                 f"{self.name}: batch_order 'nru' continues NRU's RandomState over their 50,000 training "
                 "images: set permutation_rng 'nru' and split 'train_val' with it (nru2019-sensitivity does)"
+                if self.permuted
+                else f"{self.name}: batch_order 'nru' is NRU's psMNIST's; smnist has no permutation, use psmnist"
             )
 
     @property
