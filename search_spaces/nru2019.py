@@ -157,8 +157,8 @@ COPY_100 = SearchSpace(
         "prob_clip": None,
     },
     citation=CITATION_SYNTHETIC,
-    description="Copy, T=100 blanks (120 steps), 7 cells at ~23.5k parameters, Adam 1e-3, clip 1, batch 10, "
-    "200k steps. Paper (Fig. 1, curves only): baseline CE 0.17; NRU converges first, then JANET (2-3× more "
+    description="Copy, T=100 blanks (120 steps), 7 cells at ~23.5k parameters, Adam 1e-3 (torch 0.4's form), "
+    "clip 1 (their NRU: AMSGrad, clip 0.5, as its config), batch 10, 200k steps. Paper (Fig. 1, curves only): baseline CE 0.17; NRU converges first, then JANET (2-3× more "
     "updates); RNN-orth and RNN-id stay at the baseline.",
 )
 
@@ -183,8 +183,8 @@ VARCOPY_100 = SearchSpace(
     models=(NRU, *BASELINES_T100),
     base={**SYNTHETIC_PROTOCOL, "task": "varcopy", "lag_min": 1, "lag_max": 100},
     citation=CITATION_SYNTHETIC,
-    description="Variable copy, lag drawn per batch from 1..100, as nru2019-copy100. Paper (Fig. 2, curves "
-    "only): NRU solves it fastest, then JANET.",
+    description="Variable copy, lag drawn per batch from 1..100, as nru2019-copy100 (every model Adam, clip "
+    "1). Paper (Fig. 2, curves only): NRU solves it fastest, then JANET.",
 )
 
 VARCOPY_200 = SearchSpace(
@@ -192,8 +192,8 @@ VARCOPY_200 = SearchSpace(
     models=(NRU_VARCOPY_200, *BASELINES_T200),
     base={**SYNTHETIC_PROTOCOL, "task": "varcopy", "lag_min": 1, "lag_max": 200},
     citation=CITATION_SYNTHETIC,
-    description="Variable copy, lag drawn per batch from 1..200, as nru2019-copy100. Paper (Fig. 2): NRU "
-    "fastest, then JANET.",
+    description="Variable copy, lag drawn per batch from 1..200, as nru2019-copy100 (their NRU: AMSGrad, clip "
+    "1, as its config). Paper (Fig. 2): NRU fastest, then JANET.",
 )
 
 DENOISE_100 = SearchSpace(
@@ -202,7 +202,8 @@ DENOISE_100 = SearchSpace(
     base={**SYNTHETIC_PROTOCOL, "task": "denoise", "data": "fresh", "seq_len": 100},
     citation=CITATION_SYNTHETIC,
     description="Denoise, 10 symbols at random places in T=100 noise steps, loss on the 10 recall steps "
-    "(baseline ln 8 ≈ 2.079), as nru2019-copy100. Paper (Fig. 4, curves only): every model converges (EURNN, "
+    "(baseline ln 8 ≈ 2.079), as nru2019-copy100 (every model Adam, clip 1). Paper (Fig. 4, curves only): "
+    "every model converges (EURNN, "
     "not run here, does not); NRU learns faster at first, all converge after about as many updates.",
 )
 

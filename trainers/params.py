@@ -65,7 +65,11 @@ def coerce(raw: Any, tp: Any, where: str) -> Any:
         for option in allowed:
             if raw == option or (isinstance(raw, str) and str(option) == raw):
                 return option
-        raise ConfigError(f"{where} = {raw!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+        folded = [o for o in allowed if isinstance(raw, str) and str(o).lower() == raw.lower()]
+        hint = f" (did you mean {folded[0]!r}? names are lowercase)" if folded else ""
+        raise ConfigError(
+            f"{where} = {raw!r} is not allowed; choose one of: {', '.join(map(str, allowed))}{hint}"
+        )
     if origin in (Union, types.UnionType):
         options = get_args(tp)
         is_none = raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null"))

@@ -38,6 +38,7 @@ from service.cli.console import (
     print_failures,
     print_plan,
     print_plugins,
+    print_preset,
     print_status,
     print_studies,
     print_success,
@@ -100,8 +101,18 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from search_spaces import describe, get_preset, list_presets
+    from search_spaces import UnknownPresetError, describe, get_preset, list_presets
 
+    if args.name:  # one preset whole: what GET /presets/{name} serves
+        try:
+            detail = describe(get_preset(args.name))
+        except UnknownPresetError as exc:
+            raise Refused(f"error: {exc}") from None
+        if args.json:
+            print(json.dumps(detail))
+        else:
+            print_preset(detail)
+        return 0
     rows = []
     for name in list_presets():
         d = describe(get_preset(name))

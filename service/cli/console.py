@@ -247,7 +247,7 @@ def print_success(summary: dict[str, Any]) -> None:
     columns = ["model", "trials", "finished", "failed", *(["pruned"] if pruned else []), "succeeded", "rate",
                "95 % Wilson CI"]  # fmt: skip
     if differences:
-        columns += [f"− {reference}", "95 % Newcombe CI"]
+        columns += [f"− {reference}", "95 % Newcombe CI", "p (Fisher)"]
     for col in columns:
         table.add_column(col, justify="right" if col != "model" else "left")
     for model, cell in summary["success"]["by_model"].items():
@@ -265,11 +265,16 @@ def print_success(summary: dict[str, Any]) -> None:
         if differences:
             d = differences[model]
             if model == reference:  # itself: nothing to set against
-                row += ["reference", ""]
+                row += ["reference", "", ""]
             elif d["difference"] is None:  # no finished run to set against yet
-                row += ["–", ""]
+                row += ["–", "", ""]
             else:
-                row += [f"{d['difference']:+.3f}", f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"]
+                p = d.get("p")  # (a server before it: none)
+                row += [
+                    f"{d['difference']:+.3f}",
+                    f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]",
+                    "" if p is None else f"{p:.3g}",
+                ]
         table.add_row(*row)
     console().print(table)
     for note in success.get("notes") or []:  # an at_step past every run's end (a server before: none)
@@ -379,6 +384,49 @@ def print_plugins(listing: dict[str, Any], where: str | None = None) -> None:
                 else "differs on " + ", ".join(f"{k} ({there.get(k) or 'missing'})" for k in differ)
             )
         )
+
+
+def print_preset(detail: Mapping[str, Any]) -> None:
+    """`memsweep presets NAME`: each model's fixed settings and dimensions, then the settings every model
+    shares, the seeds and the size (`search_spaces.describe`, as GET /presets/{name} serves it)."""
+    from rich.table import Table
+
+    from service.core.values import repr_value
+
+    def settings(values: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k}={repr_value(v)}" for k, v in values.items()) or "–"
+
+    def dims(values: Mapping[str, Any]) -> str:
+        said = []
+        for k, d in values.items():
+            if "values" in d:
+                said.append(f"{k}: {', '.join(repr_value(v) for v in d['values'])}")
+            else:  # a range (a preset is a grid today; a space's model may not be)
+                kind = next(key for key in d if key != "log")
+                low, high = d[kind]
+                said.append(
+                    f"{k}: {kind} {repr_value(low)} to {repr_value(high)}{' (log)' if d.get('log') else ''}"
+                )
+        return "; ".join(said) or "–"
+
+    screen = console()
+    screen.print(f"{detail['name']}: {detail['description']}")
+    screen.print(f"citation: {detail['citation']}")
+    per_model = detail.get("size_per_model") or {}
+    table = Table(title="models (each model's settings over the shared ones below)")
+    table.add_column("model", no_wrap=True)
+    for col in ("fixed", "dimensions", "trials"):
+        table.add_column(col)
+    for name, model in detail["models"].items():
+        trials = per_model.get(name)
+        table.add_row(
+            name, settings(model["fixed"]), dims(model["dims"]), "" if trials is None else str(trials)
+        )
+    screen.print(table)
+    screen.print(f"base (every model but where it fixes its own): {settings(detail['base'])}")
+    screen.print(f"seeds: {', '.join(str(s) for s in detail['seeds'])}")
+    size = detail.get("size")
+    screen.print(f"trials: {'sampled (a space with ranges)' if size is None else f'{size} (points × seeds)'}")
 
 
 def plugin_state(plugin: Mapping[str, Any]) -> str:
@@ -609,7 +657,7 @@ def print_comparison(comparison: dict[str, Any]) -> None:
         "succeeded",
         "rate",
         "95 % Wilson CI",
-        "difference (95 % Newcombe)",
+        "difference (95 % Newcombe; Fisher's p)",
         "shared",
     ):
         table.add_column(col)
@@ -628,6 +676,9 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             ""
             if r["difference"] is None
             else f"{r['difference']:+.3f} [{r['difference_ci95'][0]:+.3f}, {r['difference_ci95'][1]:+.3f}]"
+            + (
+                "" if r.get("difference_p") is None else f"; p {r['difference_p']:.3g}"
+            )  # (a server before: none)
         )
         if r["study_id"] is None:  # pooled: every distinct run once, under the reference's criterion
             who, criterion = "all (distinct runs)", names[comparison["reference"]]["criterion"]["name"]

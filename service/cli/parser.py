@@ -11,7 +11,7 @@ from service.core.states import QUEUED, StudyState, TrialStatus
 
 USAGE = """`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
 
-memsweep presets [--json]
+memsweep presets [NAME] [--json]   # the papers' grids; NAME: its models' settings, dims, seeds
 memsweep run PRESET|SPEC.yaml [spec flags] [--json]   # spec flags: --set KEY=VALUE, --dim lr=1e-3,3e-4,
     --models a,b, --seeds 1,2, --sampler S, --max-trials N, --concurrency N, --scheduler fifo|asha,
     --success-fraction F, --cpus C, --gpus G, --name NAME (`memsweep run --help`)
@@ -178,8 +178,16 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The presets, the server and its MLflow."""
-    p = sub.add_parser("presets", help="the papers' grids")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("presets", help="the papers' grids; with NAME, what that one runs")
+    p.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="one preset: each model's fixed settings and dimensions, the shared settings, seeds and trials",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="the list (or NAME's detail, as GET /presets/NAME) as JSON"
+    )
     p = sub.add_parser("plugins", help="plugin cells and tasks: list them, or check their contracts")
     p.add_argument("action", nargs="?", choices=["list", "check"], default="list")
     p.add_argument(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import re
+import typing
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +25,7 @@ from service.core.errors import StudyError
 from trainers.config import TOP_FIELDS, TrainConfig
 from trainers.criterion import Criterion
 from trainers.numerics_modes import Numerics, default_mode
-from trainers.params import field_names
+from trainers.params import ConfigError, coerce, field_names
 from trainers.registry import PluginError, Registry, UnknownNameError
 
 # The trainers' registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a spec's space
@@ -510,6 +512,7 @@ class StudySpec(BaseModel):
             description=description,
         )
         dims = {k: dim_from_dict(v, f"dims.{k}") for k, v in self.dims.items()}
+        check_trial_values(self.base)
         base = {**self.base, "numerics": self.numerics}
         settings = trial_settings(dataclasses.replace(space, base={**space.base, **base})) if dims else None
         space = space.with_overrides(
@@ -519,6 +522,26 @@ class StudySpec(BaseModel):
         # takes only those the study itself sets, a model of the space those its cell takes
         preset_own = set(space.base) - set(self.base) if arms or own_models else set()
         return cell_settings_per_model(space, {m.name for m in arms}, preset_own, own_models)
+
+
+def check_trial_values(base: Mapping[str, Any]) -> None:
+    """Refuse a trial field of `base` whose value the field cannot take (`--set optimizer=adamw`), naming the
+    values it can: before a preset's model that fixes the field is blamed for overriding it ("model 'nru'
+    fixes optimizer …", which never said the name was wrong)."""
+    hints = _trial_field_types()
+    for key, value in base.items():
+        if key in hints:
+            try:
+                coerce(value, hints[key], f"base.{key}")
+            except ConfigError as exc:
+                raise SpaceError(str(exc)) from None
+
+
+@functools.cache
+def _trial_field_types() -> dict[str, Any]:
+    """A trial's own fields (not its task's or cell's) → their declared types."""
+    hints = typing.get_type_hints(TrainConfig)  # the task and cell are names, refused by their registries
+    return {k: hints[k] for k in TOP_FIELDS if k not in ("task", "cell", "task_params", "cell_params")}
 
 
 def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | None = None) -> list[Model]:

@@ -15,6 +15,7 @@ The estimate and its uncertainty: `service.planning.estimate`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -24,11 +25,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from search_spaces import SearchSpace
+from search_spaces import SearchSpace, dim_to_dict, get_preset
 from service.core.settings import Settings
-from service.core.spec import StudySpec
+from service.core.spec import DEFAULT_MODEL, StudySpec
 from service.core.states import FINISHED
 from service.core.trial import StaleTrialError, TrialSpec, Unit
+from service.core.values import repr_value
 from service.planning.calibration import (
     Calibrate,
     Probe,
@@ -70,6 +72,7 @@ from service.study.search import (
     study_space,
 )
 from trainers import TRAINER_VERSION
+from trainers.config import EXECUTION_FIELDS, TrainConfig
 from trainers.numerics import PORTABLE_COST
 
 log = logging.getLogger(__name__)
@@ -127,6 +130,7 @@ def plan_spec(
     )  # fmt: skip
     planned.notes += (
         discrete_space_notes(spec, space)
+        + added_cell_notes(spec, space)
         + elsewhere_notes(engine.ledger, spec, None, todo)
         + other_code_notes(engine.ledger, todo)
     )
@@ -207,6 +211,85 @@ def discrete_space_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
     ]
 
 
+#: a trial's settings an added cell's arm is never told about: its identity, and how it runs
+NOT_ARM_SETTINGS = {"cell", "task", "seed", "numerics", "task_params", "cell_params", *EXECUTION_FIELDS}
+
+
+def added_cell_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
+    """A cell added beside a preset's models (`service.core.spec.cell_arms`) takes memsweep's default for a
+    trial or task setting that the preset's models each fix for themselves (nru2019-copy100's `hidden`:
+    80 to 143; the arm's 100), and `--set` is refused there: which, their values, and how to set it."""
+    if spec.preset is None:
+        return []
+    from trainers.tasks import TASKS
+
+    theirs = {m.name for m in get_preset(spec.preset).models}
+    own = (set(spec.space.models) | ({DEFAULT_MODEL} if spec.space.dims else set())) if spec.space else set()
+    # the study's models of the preset (all of them where it keeps none)
+    ours = [m for m in space.models if m.name in theirs] or list(get_preset(spec.preset).models)
+    notes = []
+    for arm in space.models:
+        if arm.name in theirs or arm.name in own:
+            continue
+        task = str(arm.fixed.get("task", space.base.get("task", TrainConfig.task)))
+        defaults = {k: (v, "memsweep's default") for k, v in _defaults(TrainConfig).items()}
+        if task in TASKS:
+            defaults |= {
+                k: (v, f"task {task}'s default") for k, v in _defaults(TASKS.get(task).Config).items()
+            }
+        left = {  # setting → the value each of the study's preset models fixes
+            key: used
+            for key in defaults
+            if key not in NOT_ARM_SETTINGS and key not in space.base and key not in {**arm.fixed, **arm.dims}
+            and (used := {m.name: m.fixed[key] for m in ours if key in m.fixed})
+        }  # fmt: skip
+        if not left:
+            continue
+        model: dict[str, Any] = {"fixed": {**arm.fixed, **dict.fromkeys(left, "VALUE")}}
+        if arm.dims:  # a space's model spans only the dimensions it names
+            model["dims"] = {k: _dimension(d) for k, d in arm.dims.items()}
+        said = "; ".join(
+            f"{key} {repr_value(defaults[key][0])} ({defaults[key][1]}; "
+            f"{', '.join(f'{m} {repr_value(v)}' for m, v in used.items())})"
+            for key, used in left.items()
+        )
+        it = "it" if len(left) == 1 else "them"
+        notes.append(
+            f"{arm.name}, a cell added beside preset {spec.preset}'s models, takes the default where those "
+            f"models each fix their own: {said}. --set cannot change {it} (a preset's model fixes {it}); in a spec "
+            f"file, make {arm.name} a model of a `space` beside the preset: space: {{models: {{{arm.name}: "
+            f"{_flow(model)}}}}} with models: [{', '.join(m.name for m in space.models)}]"
+            + (", with the dimensions the arm spans now" if arm.dims else "")
+        )
+    return notes
+
+
+def _defaults(config: type) -> dict[str, Any]:
+    """A config dataclass's fields → their defaults."""
+    return {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(config)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+
+
+def _dimension(dim: Any) -> Any:
+    """A dimension as a spec writes it: a list of values, else its range (`dim_to_dict`)."""
+    written = dim_to_dict(dim)
+    return written.get("values", written)
+
+
+def _flow(value: Any) -> str:
+    """`value` in YAML's flow style, as a spec writes it."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return repr_value(value)
+
+
 def _with_memory(planned: StudyPlan, measured: tuple[str, int] | None) -> StudyPlan:
     """The plan with the unit memory its bundles were packed for."""
     if measured is not None:
@@ -271,6 +354,7 @@ def plan_study(
     )
     planned.notes += (
         discrete_space_notes(spec, space)
+        + added_cell_notes(spec, space)
         + elsewhere_notes(engine.ledger, spec, study_id, again)
         + other_code_notes(engine.ledger, again)
     )

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from service.core.errors import StudyError, UnknownFieldError
 from service.core.states import StudyState
 from service.core.values import repr_value, value_sort_key
-from service.reports.summary import CriterionPublic, newcombe_interval, success_cell
+from service.reports.summary import CriterionPublic, fisher_exact_p, newcombe_interval, success_cell
 from service.store.ledger import Ledger
 from service.store.models import Study, Trial
 from service.tracking.links import MlflowLinks
@@ -89,6 +89,7 @@ class ComparisonRow(BaseModel):
         default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
     )
     errors: int = Field(description="trials whose worker, node or process died: no run, not counted")
+    raised: int = Field(default=0, description="failed runs an exception ended (counted as not succeeded)")
     succeeded: int
     rate: float | None = Field(description="succeeded / finished; null when none finished (no estimate)")
     ci95: tuple[float, float] = Field(description="95 % Wilson score interval of the rate")
@@ -96,6 +97,11 @@ class ComparisonRow(BaseModel):
     difference_ci95: tuple[float, float] | None = Field(
         description="95 % Newcombe hybrid score interval of the difference (independent samples: "
         "conservative when runs are shared)"
+    )
+    difference_p: float | None = Field(
+        default=None,
+        description="two-sided p of Fisher's exact test of the two rates (independent samples); with few "
+        "runs read it beside the interval, which is approximate there",
     )
     shared: int | None = Field(
         description="runs (a config trained to the same end) this study and the reference both hold here; "
@@ -324,6 +330,7 @@ def _rows(
             row.difference_ci95 = newcombe_interval(
                 cell.succeeded, cell.finished, ref.succeeded, ref.finished
             )
+            row.difference_p = fisher_exact_p(cell.succeeded, cell.finished, ref.succeeded, ref.finished)
             row.shared = len(ref_runs & {run_of(t) for t in members.get(s.id, [])})
         rows.append(row)
     return rows

@@ -83,12 +83,18 @@ _CELL_EXAMPLE: dict[str, Any] = {"trials": 2, "finished": 2, "failed": 0, "raise
 
 
 class Difference(BaseModel):
-    """A rate minus another's, with its 95 % interval (Newcombe's hybrid score, from the two Wilson ones);
-    none while either has no finished run, and none for the reference itself (`is_reference`: a model
-    set against itself has no difference to estimate, and 0.0 [0, 0] read as a measured one)."""
+    """A rate minus another's, with its 95 % interval (Newcombe's hybrid score, from the two Wilson ones)
+    and Fisher's exact p; none while either has no finished run, and none for the reference itself
+    (`is_reference`: a model set against itself has no difference to estimate, and 0.0 [0, 0] read as a
+    measured one)."""
 
     difference: float | None
     ci95: tuple[float, float] | None
+    p: float | None = Field(
+        default=None,
+        description="two-sided p of Fisher's exact test of the two rates: with few runs the interval is "
+        "approximate (2/2 against 0/2: an interval clear of 0, p = 0.33)",
+    )
     is_reference: bool = Field(
         default=False, description="this row is the reference model itself: no difference, none to estimate"
     )
@@ -215,6 +221,18 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]
     lo = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
     hi = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
     return (max(-1.0, lo), min(1.0, hi))
+
+
+def fisher_exact_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p of Fisher's exact test of k1/n1 against k2/n2: the probability, with the margins fixed
+    (k1 + k2 successes among n1 + n2 runs), of a table no more likely than the one seen (the usual
+    two-sided rule, as R's fisher.test and scipy's fisher_exact compute it, with their relative tolerance)."""
+    k, n = k1 + k2, n1 + n2
+    lo, hi = max(0, k - n2), min(k, n1)
+    total = math.comb(n, k)
+    probs = {x: math.comb(n1, x) * math.comb(n2, k - x) / total for x in range(lo, hi + 1)}
+    seen = probs[k1] * (1 + 1e-7)
+    return min(1.0, sum(p for p in probs.values() if p <= seen))
 
 
 def is_success(t: TrialLike, criterion: Criterion = HALF_BASELINE, at_step: int | None = None) -> bool:
@@ -349,6 +367,7 @@ def success_table(
             else Difference(
                 difference=c.rate - ref.rate,
                 ci95=newcombe_interval(c.succeeded, c.finished, ref.succeeded, ref.finished),
+                p=fisher_exact_p(c.succeeded, c.finished, ref.succeeded, ref.finished),
             )
             for m, c in models.items()
         }

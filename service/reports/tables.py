@@ -130,6 +130,7 @@ def success_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
             d = differences.get(row["model"]) if row["table"] == "by_model" else None
             row["difference"] = None if d is None else d["difference"]
             row["difference_ci95"] = None if d is None else d["ci95"]
+            row["difference_p"] = None if d is None else d.get("p")
             row["is_reference"] = None if d is None else row["model"] == table["reference"]
     rows += [
         _success_row("by_value", cell, model, field, value)

@@ -143,7 +143,12 @@ def test_the_reference_model_is_marked_the_reference_not_a_difference_of_zero(
     sid = c.post("/studies", json=grid()).json()["id"]
     finish_all(c, sid)  # chain 2 of 4 succeed, orth none
     table = c.get(f"/studies/{sid}/success", params={"reference": "chain"}).json()
-    assert table["differences"]["chain"] == {"difference": None, "ci95": None, "is_reference": True}
+    assert table["differences"]["chain"] == {
+        "difference": None,
+        "ci95": None,
+        "p": None,
+        "is_reference": True,
+    }
     assert table["differences"]["orth"]["difference"] == -0.5
     assert table["differences"]["orth"]["is_reference"] is False
     frame = MemsweepClient("http://testserver", http=c).success_table(sid, reference="chain")

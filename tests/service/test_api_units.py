@@ -1002,6 +1002,31 @@ def test_the_preset_list_names_each_preset_whole_on_a_narrow_terminal(
     assert all(f" {name} " in out for name in list_presets()), out
 
 
+def test_memsweep_presets_name_shows_what_the_preset_runs(
+    client: TestClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memsweep presets nru2019-copy100` was refused ("unrecognized arguments"): what each model fixes
+    (its hidden size), the shared settings and the seeds were GET /presets/{name}'s alone."""
+    from service.cli.commands import main
+
+    assert main(["presets", "nru2019-copy100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == client.get("/presets/nru2019-copy100").json()
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["presets", "nru2019-copy100"]) == 0
+    out = capsys.readouterr().out
+    for said in (
+        "cell=nru, hidden=80, memory_size=64",
+        "cell=gru, hidden=82",
+        "optimizer=keras_adam",
+        "seeds: 1",
+    ):
+        assert said in out, out
+    assert "trials: 7 (points × seeds)" in out, out
+    assert main(["presets", "orhan2020-copy500"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.0008, 0.0005" in out and "seeds: 1, 2, 3, 4, 5, 6" in out and "trials: 2112" in out, out
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -103,6 +103,11 @@ def test_an_unknown_preset_exits_2(home: Path, capsys: pytest.CaptureFixture[str
         assert (
             err.startswith("error: unknown preset 'nosuchpreset'; presets: ") and "orhan2020-copy500" in err
         )
+    # `memsweep presets NAME` (its detail) refuses a misspelt name with the nearest one
+    code, err = exit_of(capsys, "presets", "nru2019-copy10")
+    assert code == EXIT_REFUSED and err.startswith(
+        "error: unknown preset 'nru2019-copy10'; did you mean 'nru2019-copy100'? presets: "
+    ), err[-500:]
 
 
 def test_a_spec_with_an_invalid_value_exits_2(
@@ -115,7 +120,7 @@ def test_a_spec_with_an_invalid_value_exits_2(
     unreadable = tmp_path / "unreadable.yaml"
     unreadable.write_text("dims: [unclosed\n")
     for argv, said in (
-        (("plan", "orhan2020-copy500", "--set", "steps=abc"), "trial config.steps = 'abc' is not an integer"),
+        (("plan", "orhan2020-copy500", "--set", "steps=abc"), "base.steps = 'abc' is not an integer"),
         (("plan", "orhan2020-copy500", "--concurrency", "0"), "concurrency: Input should be greater than"),
         (("plan", str(bad_field)), "concurrency: Input should be greater than or equal to 1"),
         (("plan", str(unreadable)), f"error: {unreadable}: not YAML or JSON"),

@@ -21,7 +21,7 @@ from service.cli import commands
 from service.cli.console import failure_reasons, print_failures
 from service.client import MemsweepClient
 from service.core.settings import get_settings
-from service.reports.summary import newcombe_interval, wilson_interval
+from service.reports.summary import fisher_exact_p, newcombe_interval, wilson_interval
 from service.reports.tables import read_csv
 from service.store.ledger import Ledger
 from tests.service.conftest import TINY
@@ -411,8 +411,11 @@ def test_a_model_set_against_another_in_one_study(client: TestClient) -> None:
     )
     assert d["ci95"][0] <= d["difference"] <= d["ci95"][1]
     # itself: marked the reference, no difference (it read 0 [0, 0], a measured difference of none)
-    assert table["differences"]["orth"] == {"difference": None, "ci95": None, "is_reference": True}
+    assert table["differences"]["orth"] == {"difference": None, "ci95": None, "p": None, "is_reference": True}
     assert d["is_reference"] is False
+    assert d["p"] == pytest.approx(
+        fisher_exact_p(chain["succeeded"], chain["finished"], orth["succeeded"], orth["finished"])
+    )
     assert client.get(f"/studies/{a}/success").json()["differences"] is None
     bad = client.get(f"/studies/{a}/success", params={"reference": "chian"})
     assert bad.status_code in (400, 422) and "chian" in bad.text and "chain" in bad.text, bad.text

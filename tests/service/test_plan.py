@@ -338,6 +338,41 @@ def test_a_sampler_budget_over_a_smaller_space_of_lists_is_noted(tmp_path: Path)
     assert not any("the space holds" in n for n in enough.notes)
 
 
+def test_a_cell_added_beside_a_presets_models_is_told_the_settings_it_takes_at_their_default(
+    tmp_path: Path,
+) -> None:
+    """nru2019-copy100's models each fix their hidden size (nru 80, rnn-orth 143); an srnn added beside them
+    took memsweep's 100 without a word, and `--set hidden=…` is refused (a preset's model fixes it). The
+    plan says so, and the spec it quotes sets the added cell's hidden size."""
+    import re
+
+    import yaml
+
+    from service.core.settings import Settings
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    beside = {"preset": "nru2019-copy100", "models": ["nru", "rnn-orth", "srnn"]}
+    notes = plan_spec(engine, StudySpec.model_validate(beside), calibrate=False).notes
+    (note,) = [n for n in notes if n.startswith("srnn, a cell added beside preset nru2019-copy100's")]
+    assert "hidden 100 (memsweep's default; nru 80, rnn-orth 143)" in note, note
+    form = re.search(r"in a spec file, .*?: (space: .*) with (models: .*)$", note)
+    assert form is not None, note
+    spec = {
+        "preset": "nru2019-copy100",
+        **yaml.safe_load(form[1].replace("VALUE", "64")),
+        **yaml.safe_load(form[2]),
+    }
+    assert spec["space"] == {"models": {"srnn": {"fixed": {"cell": "srnn", "hidden": 64}}}}
+    study = StudySpec.model_validate(spec)
+    assert not any("a cell added" in n for n in plan_spec(engine, study, calibrate=False).notes)
+    trials = grid_trials(study.search_space(), execution(study))
+    assert {t.model: t.config["hidden"] for t in trials} == {"nru": 80, "rnn-orth": 143, "srnn": 64}
+    # a preset whose models share their settings says nothing (Orhan's `init` is each cell's own)
+    orhan = StudySpec.model_validate({"preset": "orhan2020-copy500", "models": ["chain", "lstm"]})
+    assert not any("a cell added" in n for n in plan_spec(engine, orhan, calibrate=False).notes)
+
+
 def test_a_plans_unit_sizes_count_every_unit_and_its_bundles_the_fused_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -952,3 +952,45 @@ def test_a_dimension_with_no_values_is_refused_naming_it(spec, said):
         StudySpec.model_validate(spec)
     (error,) = err.value.errors()
     assert re.search(said, str(error["ctx"]["error"])), error
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (
+            "adamw",
+            "base.optimizer = 'adamw' is not allowed; choose one of: rmsprop, adam, keras_adam, amsgrad",
+        ),
+        ("amsGrad", "(did you mean 'amsgrad'? names are lowercase)"),
+    ],
+)
+def test_a_value_a_field_cannot_take_is_refused_before_a_preset_model_is_blamed(
+    value: str, said: str
+) -> None:
+    """`--set optimizer=adamw` on nru2019-copy100, whose nru fixes its optimiser: the refusal said "model
+    'nru' fixes optimizer …, choose models that share it", never that 'adamw' is no optimiser."""
+    from search_spaces import SpaceError
+
+    with pytest.raises(SpaceError) as refused:
+        StudySpec(preset="nru2019-copy100", base={"optimizer": value}).search_space()
+    assert said in str(refused.value) and "fixes" not in str(refused.value)
+    with pytest.raises(SpaceError, match="model 'nru' fixes optimizer"):  # a real optimiser: that refusal
+        StudySpec(preset="nru2019-copy100", base={"optimizer": "rmsprop"}).search_space()
+
+
+def test_fishers_exact_p_beside_each_difference():
+    """Newcombe's interval is approximate with few runs: 2/2 against 0/2 gives one clear of 0, where Fisher's
+    exact test gives p = 1/3. Each difference now carries that p (R's fisher.test: the lady tasting tea,
+    3/4 against 1/4, p = 0.4857; 3/10 against 8/10, p = 0.06978)."""
+    from service.reports.summary import fisher_exact_p
+
+    assert fisher_exact_p(2, 2, 0, 2) == pytest.approx(1 / 3)
+    assert fisher_exact_p(3, 4, 1, 4) == pytest.approx(0.4857143, abs=1e-7)
+    assert fisher_exact_p(3, 10, 8, 10) == pytest.approx(0.06978, abs=1e-5)
+    assert fisher_exact_p(5, 5, 5, 5) == 1.0
+    mine = [T("mine", {"seed": s}, 0.5) for s in (1, 2)]  # thr 0.1: both fail
+    nru = [T("nru", {"seed": s}, 0.05) for s in (1, 2)]  # both succeed
+    table = success_table([*mine, *nru], reference="nru")
+    d = table.differences["mine"]
+    assert d.difference == -1.0 and d.ci95[1] < 0 and d.p == pytest.approx(1 / 3)
+    assert table.differences["nru"].p is None  # the reference itself
