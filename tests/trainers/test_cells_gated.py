@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.trainers.learning import assert_learns
+from tests.trainers.references import forward_backward
 from trainers import ConfigError, resolve
 from trainers.cells.gru import GRUCell, GRUConfig
 from trainers.cells.janet import JANETCell, JANETConfig
@@ -310,24 +311,12 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_cell_equals_its_eager_reference_forward_and_backward(case):
     make, reference = CASES[case]
-    cell = make(gen(3)).double()
-    with torch.no_grad():  # nonzero biases everywhere, so a wrong bias path would show
-        for p in cell.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=gen(4), dtype=p.dtype))
-    x = torch.randn(17, 4, 3, generator=gen(5), dtype=torch.float64)
-    target = torch.randn(17, 4, 6, generator=gen(6), dtype=torch.float64)
-
-    def run(fn):
-        cell.zero_grad()
-        hs = fn(x)
-        (hs * target).sum().backward()
-        return hs.detach(), [p.grad.clone() for p in cell.parameters()]
-
-    hs, grads = run(cell)
-    hs_ref, grads_ref = run(lambda x: reference(cell, x))
+    cell = make(gen(3))
+    (hs, grads), (hs_ref, grads_ref) = forward_backward(cell, lambda x: reference(cell, x))
     assert hs.shape == (17, 4, 6)
+    assert list(grads) == list(grads_ref) == [name for name, _ in cell.named_parameters()]
     torch.testing.assert_close(hs, hs_ref, rtol=1e-10, atol=1e-12)
-    for g, g_ref in zip(grads, grads_ref, strict=True):
+    for g, g_ref in zip(grads.values(), grads_ref.values(), strict=True):
         torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-11)
 
 

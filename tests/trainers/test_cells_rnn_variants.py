@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import trainers
 from search_spaces import get_preset
+from tests.trainers.references import forward_backward
 from trainers import ConfigError, resolve
 from trainers.cells.rnn import RNNCell, RNNConfig
 from trainers.cells.urnn import URNNCell, URNNConfig
@@ -43,22 +44,11 @@ def mytorch_rnn_reference(cell, x, activation):
 @pytest.mark.parametrize("init", ["orthogonal", "identity"])
 def test_the_layer_norm_rnn_equals_mytorchs_cell_forward_and_backward(activation, init):
     cfg = RNNConfig(init=init, nonlinearity=activation, input_init="xavier_normal", layer_norm=True)
-    cell = RNNCell(cfg, 3, 6, gen(3)).double()
-    with torch.no_grad():  # γ ≠ 1, β ≠ 0, b ≠ 0: a missed or misplaced term would show
-        for p in cell.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=gen(4), dtype=p.dtype))
-    x = torch.randn(17, 4, 3, generator=gen(5), dtype=torch.float64)
-    target = torch.randn(17, 4, 6, generator=gen(6), dtype=torch.float64)
-
-    def run(fn):
-        cell.zero_grad()
-        hs = fn(x)
-        (hs * target).sum().backward()
-        return hs.detach(), {n: p.grad.clone() for n, p in cell.named_parameters()}
-
-    hs, grads = run(cell)
-    hs_ref, grads_ref = run(lambda x: mytorch_rnn_reference(cell, x, activation))
-    assert set(grads) == {"weight_hh", "weight_ih", "bias", "norm.weight", "norm.bias"}
+    cell = RNNCell(cfg, 3, 6, gen(3))  # γ ≠ 1, β ≠ 0, b ≠ 0 (`forward_backward`): a misplaced term shows
+    (hs, grads), (hs_ref, grads_ref) = forward_backward(
+        cell, lambda x: mytorch_rnn_reference(cell, x, activation)
+    )
+    assert set(grads) == set(grads_ref) == {"weight_hh", "weight_ih", "bias", "norm.weight", "norm.bias"}
     torch.testing.assert_close(hs, hs_ref, rtol=1e-10, atol=1e-12)
     for name, g in grads.items():
         assert g.abs().max() > 0, name  # every parameter is reached

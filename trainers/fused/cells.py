@@ -135,15 +135,13 @@ def _project(cells: Sequence[Cell], p: Params) -> None:
     project_(p["weight_hh"].detach(), cells[0].projection)
 
 
-ELMAN_FIELDS = ("nonlinearity", "bias", "backend")
-RNN_FIELDS = ("bias_hh", *ELMAN_FIELDS)  # rnn, urnn, crnn: their parameters' names
-
-
 def _layer_norm(config: Any) -> bool:
     """rnn, urnn, crnn: `layer_norm` normalises each step's pre-activation, which `_elman`'s scans do not."""
     return bool(config.layer_norm)
 
 
+ELMAN_FIELDS = ("nonlinearity", "bias", "backend")
+RNN_FIELDS = ("bias_hh", *ELMAN_FIELDS)  # rnn, urnn, crnn: their parameters' names
 FASTRNN_FIELDS = ("nonlinearity", "bias", "clip_scalar")
 
 
