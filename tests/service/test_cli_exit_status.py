@@ -207,7 +207,10 @@ def test_a_request_the_server_refuses_exits_2(
         (("best", "nope"), "error: GET /studies/nope/best → 404: no study 'nope'"),
         (("submit", "--study", "nope", "--seeds", "1,2"), "error: POST /studies/nope/extend → 404"),
         (("submit", "nosuchpreset"), "error: POST /studies → 422: unknown preset 'nosuchpreset'; presets: "),
-        (("submit", "orhan2020-copy500", "--set", "steps=abc"), "→ 422: base.steps = 'abc' is not an integer"),
+        (
+            ("submit", "orhan2020-copy500", "--set", "steps=abc"),
+            "→ 422: base.steps = 'abc' is not an integer",
+        ),
     ):
         code, err = exit_of(capsys, *argv)
         assert code == EXIT_REFUSED and err.startswith(said.split("→")[0]) and said in err, (argv, err[-500:])
