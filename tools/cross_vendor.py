@@ -9,11 +9,14 @@ Each run is a fresh process on the CPU with one thread:
 - the README's check trial (`python -m trainers train --task copy --seq-len 50 --init chain --scale 1.0
   --lr 3e-4 --steps 2000 --eval-every 500 --seed 1`), in the portable mode and in the native one;
 - a fused bundle of four rnn members (copy T = 50; seeds 1 and 2, lr 1e-3 and 3e-4; 500 steps), with
-  RMSprop and with Adam, in the portable mode.
+  RMSprop and with Adam, and with AMSGrad on nn.RNN's draws and second bias (SRNN's RNN), in the
+  portable mode;
+- the layer-normalised RNN (NRU's RNN-orth: ATen's LayerNorm) alone with Keras' AMSGrad, 300 steps.
 
 It records each run's final validation loss (as `float.hex`), a digest of its evaluations and trained
 W, and where the numbers came from (`provenance`, the CPU's flags). `--compare` prints them side by
-side: every portable figure must be equal (exit 0), the native ones may part. It needs the trainers
+side: every portable figure must be equal (exit 0), the native ones may part; a figure only one file
+holds (an older tool's file lacks the newer figures) is listed and not compared. It needs the trainers
 only (torch and numpy), so it runs on a lent GPU machine's host CPU as it is (its trials train with
 `--device cpu`, whatever GPU the machine has).
 """
@@ -34,10 +37,33 @@ CHECK_TRIAL = ["--task", "copy", "--seq-len", "50", "--init", "chain", "--scale"
                "--steps", "2000", "--eval-every", "500", "--seed", "1"]  # fmt: skip
 
 
+#: the bundles by optimizer, with the settings each adds: RMSprop and Adam on the defaults; AMSGrad on
+#: nn.RNN's draws and second bias, SRNN's RNN (its readout nn.Linear's)
+BUNDLES: dict[str, dict[str, Any]] = {
+    "rmsprop": {},
+    "adam": {},
+    "amsgrad": {
+        "cell_params": {"init": "plain", "bias_hh": True, "nonlinearity": "tanh"},
+        "readout_init": "plain",
+    },
+}
+#: trials that train alone, by label: the layer-normalised RNN (NRU's RNN-orth; ATen's LayerNorm) with
+#: Keras' AMSGrad, as the NRU presets run it
+SOLOS: dict[str, dict[str, Any]] = {
+    "solo layer-norm rnn, keras_amsgrad": {
+        "task": "copy", "cell": "rnn", "task_params": {"seq_len": 50}, "steps": 300, "eval_every": 150, "seed": 1,
+        "lr": 1e-3, "optimizer": "keras_amsgrad", "readout_init": "xavier_normal", "device": "cpu", "threads": 1,
+        "numerics": "portable",
+        "cell_params": {"layer_norm": True, "nonlinearity": "tanh", "input_init": "xavier_normal"},
+    },
+}  # fmt: skip
+
+
 def bundle(optimizer: str) -> list[dict[str, Any]]:
     return [
         {"task": "copy", "cell": "rnn", "task_params": {"seq_len": 50}, "steps": 500, "eval_every": 250,
-         "seed": seed, "lr": lr, "optimizer": optimizer, "device": "cpu", "threads": 1, "numerics": "portable"}
+         "seed": seed, "lr": lr, "optimizer": optimizer, "device": "cpu", "threads": 1, "numerics": "portable",
+         **BUNDLES[optimizer]}
         for seed in (1, 2) for lr in (1e-3, 3e-4)
     ]  # fmt: skip
 
@@ -50,7 +76,8 @@ def digest(history: list[dict[str, Any]], w: Any) -> str:
 
 
 def child_bundle(optimizer: str) -> dict[str, Any]:
-    """In a fresh portable process: the bundle's members, then member 0 alone (it must equal its member)."""
+    """In a fresh portable process: the bundle's members, then member 0 alone (it must equal its member);
+    with the AMSGrad bundle, the `SOLOS` too."""
     sys.path.insert(0, str(ROOT))
     from trainers import numerics
 
@@ -58,6 +85,13 @@ def child_bundle(optimizer: str) -> dict[str, Any]:
     from trainers.fused import train_fused
     from trainers.loop import train
 
+    solos: dict[str, Any] = {}
+    for name, config in SOLOS.items() if optimizer == "amsgrad" else ():
+        r = train(config)
+        solos[name] = {
+            "final_val_loss": r.final_val_loss.hex() if r.final_val_loss is not None else None,
+            "digest": digest([e.to_dict() for e in r.history], r.recurrent_matrix),
+        }
     configs = bundle(optimizer)
     members = train_fused(configs)
     solo = train(configs[0])
@@ -73,7 +107,7 @@ def child_bundle(optimizer: str) -> dict[str, Any]:
         == out[f"bundle {optimizer} member 0"]["digest"]
     )
     out["provenance"] = members[0].provenance
-    return out
+    return out | solos
 
 
 def check_trial(mode: str) -> dict[str, Any]:
@@ -129,7 +163,7 @@ def collect() -> dict[str, Any]:
         if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
     }
     env |= {"MEMSWEEP_NUMERICS": "portable", "PYTHONPATH": str(ROOT)}
-    for optimizer in ("rmsprop", "adam"):
+    for optimizer in BUNDLES:
         cmd = [sys.executable, __file__, "--child-bundle", optimizer]
         done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -148,7 +182,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
     w = max(map(len, (*a, *b))) + 2  # the label column: the longest key and a gap
     print(f"{'':<{w}}{'A':<26}{'B':<26}")
     for key in ("trainer_version", "torch", "cpu flags"):
-        print(f"{key:<{w}}{a.get(key, '-')!s:<26}{b.get(key, '-')!s:<26}")
+        print(f"{key:<{w}}{a.get(key, '-')!s:<25} {b.get(key, '-')!s:<26}")
     if a.get("torch") != b.get("torch"):
         print("the torch versions differ: the comparison needs the same torch on both machines")
         bad = 1
@@ -158,8 +192,14 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
     ):
         print("the trainer versions differ: a TRAINER_VERSION moves numbers (CHANGELOG.md)")
         bad = 1
+    one_side = []
     for key in sorted(set(a) | set(b)):
         x, y = a.get(key), b.get(key)
+        if (x is None) != (y is None):  # a figure the other file's tool did not yet record
+            one_side.append(key)
+            print(f"{key:<{w}}{'-' if x is None else 'recorded':<26}{'-' if y is None else 'recorded':<26}"
+                  f"in one file only: not compared")  # fmt: skip
+            continue
         if not isinstance(x, dict) or "final_val_loss" not in x:
             if isinstance(x, bool) or isinstance(y, bool):
                 print(f"{key:<{w}}{x!s:<26}{y!s:<26}")
@@ -172,6 +212,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
             f"{key:<{w}}{float.fromhex(x['final_val_loss'])!r:<26}{float.fromhex(y['final_val_loss'])!r:<26}{mark}"
         )
         bad |= portable and not same
+    if one_side:
+        print(f"{len(one_side)} figures in one file only (recorded by a newer tool): not compared; run the "
+              f"tool of this version on both machines to compare them")  # fmt: skip
     return bad
 
 

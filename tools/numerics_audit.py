@@ -6,8 +6,10 @@ instructions everywhere and none of them is an approximation whose bits the ISA 
 (rcpps, rsqrtps and their scalar, AVX-512 and fp16 kin); the IEEE operations (add, mul, div, sqrt,
 fma) are correctly rounded, so one answer on any CPU. The portable mode pins ATen to its AVX2 kernels,
 oneDNN to at most AVX2 and MKL to its COMPATIBLE branch (trainers/numerics.py). This tool trains
-small trials of the cells and tasks it is given, solo and fused, with RMSprop and Adam, each in a
-fresh portable process, and checks:
+small trials of the cells and tasks it is given, solo and fused, with RMSprop and Adam, and the
+settings the papers' presets take beside the defaults (`VARIANTS`: the layer-normalised RNN, nn.RNN's and
+nn.LSTM's second bias, the readouts' draws, Keras' Adam and AMSGrad), each in a fresh portable process,
+and checks:
 
 1. **MKL's choices do not depend on the vendor.** Every trial is trained twice, once as it is and once
    with MKL told that it runs on the other vendor's CPU (`mkl_serv_intel_cpu_true`, the check MKL
@@ -70,6 +72,18 @@ CELL_PARAMS: dict[str, dict[str, Any]] = {
     "nru": {"memory_size": 16, "heads": 4},
     "lstm": {"chrono_tmax": 20},  # the chrono initialisation takes a float64 log
 }
+#: settings the papers' presets take beside the defaults, each run on the first task (solo, and fused
+#: where it fuses): the layer-normalised RNN (ATen's LayerNorm, forward and backward; NRU's RNN-orth /
+#: RNN-id), nn.RNN's and nn.LSTM's second bias and draws (SRNN), the readouts' draws, and the Adam kinds
+#: beyond `adam` (Keras' form, AMSGrad: NRU's code): (cell, cell settings, optimizer, trial settings)
+VARIANTS: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
+    ("rnn", {"layer_norm": True, "nonlinearity": "tanh", "input_init": "xavier_normal"}, "keras_adam",
+     {"readout_init": "xavier_normal"}),
+    ("rnn", {"layer_norm": True, "nonlinearity": "relu", "init": "identity"}, "keras_amsgrad", {}),
+    ("rnn", {"init": "plain", "bias_hh": True, "nonlinearity": "tanh"}, "amsgrad", {"readout_init": "plain"}),
+    ("lstm", {"bias_hh": True}, "adam", {"readout_init": "plain"}),
+    ("nru", {}, "keras_amsgrad", {"readout_init": "xavier_normal"}),
+]  # fmt: skip
 
 
 def other_vendor_source() -> str:
@@ -188,17 +202,29 @@ def disassemble_raw(blob: Path) -> str:
 def trial_configs(
     cells: list[str], tasks: dict[str, dict[str, Any]], mode: str = "portable"
 ) -> list[dict[str, Any]]:
-    """Every cell on the first task, the first cell on every task: solo, with RMSprop and Adam."""
+    """Every cell on the first task, the first cell on every task: solo, with RMSprop and Adam; and the
+    `VARIANTS` of the given cells on the first task."""
     first_task, first_cell = next(iter(tasks)), cells[0]
     pairs = [(cell, first_task) for cell in cells] + [
         (first_cell, task) for task in tasks if task != first_task
     ]
+    runs = [(cell, task, {}, opt, {}) for cell, task in pairs for opt in ("rmsprop", "adam")]
+    runs += [(cell, first_task, params, opt, extra) for cell, params, opt, extra in VARIANTS if cell in cells]
     return [
         {"task": task, "cell": cell, "hidden": 12, "seed": 1, "steps": 3, "eval_every": 3, "optimizer": opt,
-         "lr": 1e-3, "task_params": tasks[task], "cell_params": CELL_PARAMS.get(cell, {}), "device": "cpu",
-         "threads": 1, "numerics": mode}
-        for cell, task in pairs for opt in ("rmsprop", "adam")
+         "lr": 1e-3, "task_params": tasks[task], "cell_params": CELL_PARAMS.get(cell, {}) | params,
+         "device": "cpu", "threads": 1, "numerics": mode, **extra}
+        for cell, task, params, opt, extra in runs
     ]  # fmt: skip
+
+
+def label(cfg: dict[str, Any]) -> str:
+    """cell/task/optimizer, with the settings that set a variant apart (`VARIANTS`)."""
+    base = CELL_PARAMS.get(cfg["cell"], {})
+    extra = {k: v for k, v in cfg["cell_params"].items() if base.get(k) != v}
+    extra |= {k: cfg[k] for k in ("readout_init",) if k in cfg}
+    settings = ",".join(f"{k}={v}" for k, v in sorted(extra.items()))
+    return f"{cfg['cell']}/{cfg['task']}/{cfg['optimizer']}" + (f"[{settings}]" if settings else "")
 
 
 def digest(result: Any) -> str:
@@ -225,18 +251,18 @@ def child(configs: list[dict[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for cfg in configs:
-        label = f"{cfg['cell']}/{cfg['task']}/{cfg['optimizer']}"
+        name = label(cfg)
         result = train(cfg)
-        out[f"{label}/solo"] = digest(result)
+        out[f"{name}/solo"] = digest(result)
         if result.status != "done":
-            out[f"{label}/solo:failed"] = result.reason
+            out[f"{name}/solo:failed"] = result.reason
         key = fusable_key(resolve(cfg))
         if key is not None:
             other = {**cfg, "seed": 2, "lr": 3e-4}
             if fusable_key(resolve(other)) != key:  # a task whose batches differ in length by seed
                 other = {**cfg, "lr": 3e-4}
             results = train_fused([cfg, other])
-            out[f"{label}/fused"] = [digest(r) for r in results]
+            out[f"{name}/fused"] = [digest(r) for r in results]
     return out
 
 
@@ -244,7 +270,7 @@ def child(configs: list[dict[str, Any]]) -> dict[str, Any]:
 class Audit:
     """What `run` found."""
 
-    trials: int = 0
+    runs: list[str] = field(default_factory=list)  # cell/task/optimizer[settings]/solo or /fused
     vendor_dependent: list[str] = field(
         default_factory=list
     )  # runs whose numbers moved, MKL told the other vendor
@@ -252,6 +278,10 @@ class Audit:
     vml_kernels: dict[str, list[str]] = field(default_factory=dict)  # kernel → its approximate instructions
     jit_kernels: dict[str, list[str]] = field(default_factory=dict)  # oneDNN JIT dump → approximations
     failed: list[str] = field(default_factory=list)
+
+    @property
+    def trials(self) -> int:
+        return len(self.runs)
 
     @property
     def problems(self) -> list[str]:
@@ -296,7 +326,7 @@ def run(configs: list[dict[str, Any]], workdir: Path) -> Audit:
             raise RuntimeError(f"the {name} child failed:\n{done.stderr[-4000:]}")
         outputs[name] = json.loads(done.stdout.strip().splitlines()[-1])
 
-    audit = Audit(trials=len(outputs["as-is"]))
+    audit = Audit(runs=sorted(k for k in outputs["as-is"] if not k.endswith(":failed")))
     audit.failed = [f"{k}: {v}" for k, v in outputs["as-is"].items() if k.endswith(":failed")]
     audit.vendor_dependent = sorted(
         k for k, v in outputs["as-is"].items() if outputs["other-vendor"].get(k) != v
@@ -372,7 +402,8 @@ def main() -> None:
     configs = trial_configs(args.cells or list_cells(), tasks, args.mode)
     with tempfile.TemporaryDirectory(prefix="numerics-audit-") as tmp:
         audit = run(configs, Path(tmp))
-    print(f"{audit.trials} runs (solo and fused, RMSprop and Adam) in the {args.mode} mode, twice each")
+    print(f"{audit.trials} runs (solo and fused, RMSprop, the Adam kinds and the presets' variants) in the "
+          f"{args.mode} mode, twice each")  # fmt: skip
     print(f"MKL told it runs on the other vendor's CPU: {len(audit.vendor_dependent)} runs moved")
     print(f"MKL VML functions called: {', '.join(audit.vml_called) or 'none'}")
     for kernel, found in audit.vml_kernels.items():

@@ -1,5 +1,6 @@
 """The portable mode's promise checked on one machine (tools/numerics_audit.py, issue 33): every cell
-and every task, solo and fused, RMSprop and Adam, trained with MKL told it runs on the other vendor's
+and every task, solo and fused, RMSprop and Adam (and the presets' settings beside the defaults: the
+layer-normalised RNN, the second biases, Keras' Adam, AMSGrad), trained with MKL told it runs on the other vendor's
 CPU gives the same numbers, and no kernel it runs holds an approximate instruction (rcpps, rsqrtps…),
 whose bits each vendor sets. Before issue 33 this failed on the optimisers' √ (MKL's vsSqrt) and the
 float64 log (PTB's baseline, the LSTM's chrono initialisation)."""
@@ -35,6 +36,16 @@ def test_every_cell_and_task_in_the_portable_mode_computes_the_same_on_either_ve
     assert audit.problems == []
     # the audit saw what it checks: runs, MKL's vector maths (tanh, exp, log …) and oneDNN's LSTM kernels
     assert audit.trials > len(configs)  # each config solo, and fused where its cell and task fuse
+    # the presets' settings beside the defaults ran, and trained: the layer-normalised RNN (ATen's
+    # LayerNorm), nn.RNN's and nn.LSTM's second bias, Keras' Adam and both AMSGrads, fused where they fuse
+    variants = {
+        numerics_audit.label(c) for c in configs if c["cell"] in {v[0] for v in numerics_audit.VARIANTS}
+    }
+    ran = {run.rsplit("/", 1)[0] for run in audit.runs}
+    assert variants <= ran
+    assert any("layer_norm=True" in run for run in audit.runs)
+    assert any("amsgrad[" in run and run.endswith("/fused") for run in audit.runs)
+    assert not [f for f in audit.failed if "[" in f], audit.failed
     assert {"vmsExp", "vmsTanh", "vmsLn"} <= set(audit.vml_called)
     assert audit.jit_kernels
 
