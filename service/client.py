@@ -554,6 +554,10 @@ class MemsweepClient(TrialPages):
         return result
 
     def preset(self, name: str) -> dict[str, Any]:
+        """One preset's grid (`GET /presets/{name}`); an unknown name raises `MemsweepAPIError` (404),
+        naming the nearest preset. An empty name is refused here (GET /presets/ is the list)."""
+        if not name.strip():
+            raise ValueError(f"name {name!r} is empty: give a preset's name (`client.presets()` lists them)")
         result: dict[str, Any] = self._call("GET", f"/presets/{name}")
         return result
 

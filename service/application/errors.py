@@ -7,11 +7,24 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from search_spaces import list_presets
+from search_spaces.space import did_you_mean
 from service.core.errors import StudyError
 
 
 class NotFoundError(LookupError):
     """No such study (or preset); the message names it and where to find valid ones."""
+
+
+def unknown_preset(name: str, listed_by: str) -> str:
+    """Why `name` is no preset: the nearest preset's name, where the presets are `listed_by` (REST's
+    `GET /presets`, the CLI's `memsweep presets`), and their names."""
+    names = list_presets()
+    near = did_you_mean(name, names)
+    return (
+        f"unknown preset {name!r}; {near + ' ' if near else ''}{listed_by} lists them with their sizes and "
+        f"citations; presets: {', '.join(names)}"
+    )
 
 
 class ConflictError(RuntimeError):

@@ -31,12 +31,12 @@ from service.cli.console import (
     failures_of,
     no_result,
     parse_pairs,
-    plan_line,
     plugin_state,
     print_best,
     print_comparison,
     print_failures,
     print_plan,
+    print_plan_end,
     print_plugins,
     print_preset,
     print_status,
@@ -101,13 +101,14 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from search_spaces import UnknownPresetError, describe, get_preset, list_presets
+    from search_spaces import describe, get_preset, list_presets
 
     if args.name:  # one preset whole: what GET /presets/{name} serves
-        try:
-            detail = describe(get_preset(args.name))
-        except UnknownPresetError as exc:
-            raise Refused(f"error: {exc}") from None
+        if args.name not in list_presets():
+            from service.application.errors import unknown_preset
+
+            raise Refused(f"error: {unknown_preset(args.name, '`memsweep presets`')}")
+        detail = describe(get_preset(args.name))
         if args.json:
             print(json.dumps(detail))
         else:
@@ -347,7 +348,7 @@ def _show_turn(
     if plan_quiet is not None:
         plan = (ledger.get_study(study_id).plan or {}).get("planned")
         if plan and not plan_quiet:
-            bar.console.print(plan_line(plan), style=None, highlight=False, markup=False)  # user text
+            print_plan_end(bar.console, plan)  # its notes and its line, as `memsweep plan` ends
     c = ledger.counts(study_id)
     info = f"running {c['running']} · failed {c['failed']}{pruned_part(c)} · successes {c['succeeded']}"
     if active:

@@ -279,9 +279,32 @@ def print_success(summary: dict[str, Any]) -> None:
     console().print(table)
     for note in success.get("notes") or []:  # an at_step past every run's end (a server before: none)
         print(f"note: {note}")
-    for other in summary.get("success_other_criteria") or []:  # copy: the same fraction of Arjovsky's
-        counts = ", ".join(f"{m} {c['succeeded']}/{c['finished']}" for m, c in other["by_model"].items())
-        print(f"  also under {other['criterion']['name']}: {counts}")
+    for line in other_criteria_lines(success, summary.get("success_other_criteria") or []):
+        print(line)
+
+
+def other_criteria_lines(success: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The study's other criteria under its success table (copy: the same fraction of Arjovsky's
+    baseline), each model's successes of its finished runs; criteria that count alike share a line, and
+    those that count as the table does are named once, not repeated (copy's `delay` layout: Arjovsky's
+    baseline is the task's)."""
+
+    def counts(table: Mapping[str, Any]) -> tuple[tuple[str, int, int], ...]:
+        return tuple((m, c["succeeded"], c["finished"]) for m, c in table["by_model"].items())
+
+    alike: dict[tuple[tuple[str, int, int], ...], list[str]] = {}
+    for other in others:
+        alike.setdefault(counts(other), []).append(other["criterion"]["name"])
+    lines = []
+    for said, names in alike.items():
+        told = (
+            "the same successes as above"
+            if said == counts(success)
+            else ", ".join(f"{m} {succeeded}/{finished}" for m, succeeded, finished in said)
+        )
+        named = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        lines.append(f"  also under {named}: {told}")
+    return lines
 
 
 #: why a seed is not in its point's mean (`BestConfig.missing_seeds`), and why a trial has no result
@@ -313,7 +336,10 @@ def print_best(best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, A
     for col in ("model", "params", "mean loss", "s.e.m.", "seeds", "succeeded"):
         table.add_column(col)
     notes = []
-    for r, params in zip(best, params_texts([r["params"] for r in best]), strict=True):
+    # a point with no varied values of its own (its model fixes them all): the settings that tell it from
+    # the study's other points (`BestConfig.settings`; a server before them: none), else "–"
+    shown = params_texts([r["params"] or r.get("settings") or {} for r in best])
+    for r, params in zip(best, [text or "–" for text in shown], strict=True):
         missing = r.get("missing_seeds") or {}  # (a server before the field: none said)
         if missing:
             why = ", ".join(f"{n} {NOT_ENDED.get(status, status)}" for status, n in missing.items())
@@ -553,15 +579,17 @@ def duration(seconds: float) -> str:
     return f"{seconds:,.0f} s"
 
 
-def plan_line(plan: dict[str, Any]) -> str:
-    """A plan in one line: trials, units, and the estimate in seconds with its range."""
+def plan_line(plan: Mapping[str, Any], notes_above: bool = False) -> str:
+    """A plan in one line: trials, units, and the estimate in seconds with its range; without one, why
+    (the notes, or where they are printed above it: `notes_above`)."""
     untrained = plan.get("pruned_untrained") or 0
     finished = f"{plan['reused']} finished already" + (f", {untrained} pruned untrained" if untrained else "")
     head = f"plan: {plan['to_run']} trials to run ({finished}) in {plan['units']} Ray units"
     e = plan.get("estimate")
     if not e:  # why: the notes that say there is none (a failed calibration, an unknown node), else all
         why = [n for n in plan["notes"] if "no estimate" in n] or plan["notes"]
-        return f"{head}; no estimate yet ({'; '.join(why) or 'not calibrated'})"
+        said = "the notes above say why" if notes_above and why else "; ".join(why) or "not calibrated"
+        return f"{head}; no estimate yet ({said})"
     lo, hi = e["wall_seconds_range"]
     partial = "" if e["complete"] else f" (covers {e['units_estimated']} of {plan['units']} units)"
     return (
@@ -637,9 +665,15 @@ def print_plan(plan: dict[str, Any]) -> None:
             f"{plan['resources']['cpus']:g} CPU per unit)"
             + ("" if e["complete"] else " · INCOMPLETE: see notes")
         )
-    for note in plan["notes"]:
-        screen.print(f"note: {note}")
-    screen.print(plan_line(plan))
+    print_plan_end(screen, plan)
+
+
+def print_plan_end(screen: Console, plan: Mapping[str, Any]) -> None:
+    """A plan's notes (a cell added beside a preset's models, an idle GPU, a failed calibration …), then
+    its one line: how `memsweep plan` ends and `memsweep run` begins (user text, printed as written)."""
+    for note in plan.get("notes") or []:
+        screen.print(f"note: {note}", style=None, highlight=False, markup=False)
+    screen.print(plan_line(plan, notes_above=True), style=None, highlight=False, markup=False)
 
 
 def print_comparison(comparison: dict[str, Any]) -> None:

@@ -757,13 +757,35 @@ def judged_under(
 
 def whole_seeds(v: Any) -> Any:
     """Seeds as given, refusing what would be read as a seed only by conversion: text (`"2"`, which
-    pydantic reads as 2), a boolean, a fraction. (A NaN or an infinity is refused as every number is,
-    as not finite.)"""
+    pydantic reads as 2), a boolean, a fraction; and seeds that are no list (`seeds: "1,2"`), naming the
+    list to write. (A NaN or an infinity is refused as every number is, as not finite.)"""
+    if isinstance(v, (str, bytes, bool, int, float, Mapping)):
+        raise ValueError(seeds_not_a_list(v))
     for i, s in enumerate(v if isinstance(v, list) else ()):
         if isinstance(s, (str, bool)) or (isinstance(s, float) and math.isfinite(s) and not s.is_integer()):
             kind = "text" if isinstance(s, str) else f"a {type(s).__name__}"
             raise ValueError(f"seed [{i}] = {s!r} is {kind}: a seed is a whole number, e.g. seeds: [1, 2, 3]")
     return v
+
+
+def seeds_not_a_list(given: Any) -> str:
+    """Why `seeds` given as text, one number or a mapping is refused, and the list to write instead: the
+    whole numbers in the text (`"1,2"`: [1, 2]), the number (3: [3]), else [1, 2, 3]."""
+    if isinstance(given, (str, bytes)):
+        text = given.decode(errors="replace") if isinstance(given, bytes) else given
+        kind = "text"
+        parts = [p for p in re.split(r"[\s,;]+", text.strip().strip("[]()")) if p]
+        seeds = [int(p) for p in parts] if parts and all(re.fullmatch(r"[-+]?\d+", p) for p in parts) else []
+    elif isinstance(given, (bool, Mapping)):
+        kind, seeds = "a boolean" if isinstance(given, bool) else "a mapping", []
+    else:  # one number
+        kind, seeds = "one number", [int(given)] if float(given).is_integer() else []
+    fix = ", ".join(str(s) for s in seeds or (1, 2, 3))
+    flag = f"--seeds{'=' if fix.startswith('-') else ' '}{fix.replace(' ', '')}"  # -1,2 is no option
+    return (
+        f"{given!r} is {kind}, not a list; write seeds: [{fix}] (seeds are a list of whole numbers, every "
+        f'point trained once per seed; in JSON: "seeds": [{fix}]; on the command line: {flag})'
+    )
 
 
 def expected_trials(spec: Mapping[str, Any], total: int, state: str | None = None) -> int:

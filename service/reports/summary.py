@@ -191,6 +191,13 @@ class BestConfig(BaseModel):
         "end. A point with missing seeds is ranked after every point without (its mean is over the "
         "seeds that survived, which would put it first on luck)",
     )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a point with no varied values (`params` empty: its model fixes every setting, as "
+        "nru2019-copy100's do): the trial settings that tell it from the study's other points, those that "
+        "points which both have them hold at different values (`hidden`, `optimizer` …); empty for a point "
+        "with `params`, and where nothing tells it apart (a study of one point)",
+    )
 
 
 # ----- counting ------------------------------------------------------------------------------------
@@ -457,10 +464,13 @@ def best_configs(
     ranked where it is."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
     for t in trials:
-        if model is None or t.model == model:
-            groups[point_key(t)].append(t)
+        groups[point_key(t)].append(t)
+    # told apart from every point of the trials, not only `model`'s: a row reads the same either way
+    apart = settings_apart(groups) if any(not params for _, params in groups) else {}
     ranked: list[tuple[bool, BestConfig]] = []  # (some seed did not end, the row)
-    for (m, _), ts in groups.items():
+    for (m, params), ts in groups.items():
+        if model is not None and m != model:
+            continue
         finished = [t for t in ts if t.status == "done" and t.final_val_loss is not None]
         losses = [float(t.final_val_loss or 0.0) for t in finished]  # never None: filtered above
         if not losses:
@@ -476,10 +486,41 @@ def best_configs(
             trials=len(ts),
             config_hashes=[t.config_hash for t in ts],
             missing_seeds=dict(sorted(missing.items())),
+            settings=apart.get((m, params), {}),
         )
         ranked.append((bool(missing), row))
     ranked.sort(key=lambda pair: (pair[0], pair[1].mean_final_val_loss))
     return [row for _, row in ranked[:k]]
+
+
+def settings_apart(
+    points: Mapping[tuple[str, tuple[tuple[str, str], ...]], Sequence[TrialLike]],
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]]:
+    """Each point with no varied values (`point_key`'s params empty) → the settings of its trials'
+    config (flat, as a spec names them: `hidden`, `seq_len`, `memory_size`) that tell points apart: those
+    that two points which both have them hold differently. A setting one point alone has (nru's
+    `memory_size` beside LSTMs) tells nothing the model's name does not."""
+    configs = {key: flat_settings(ts[0]) for key, ts in points.items()}
+    held: dict[str, set[str]] = defaultdict(set)
+    for config in configs.values():
+        for name, value in config.items():
+            held[name].add(repr_value(value))
+    telling = {name for name, values in held.items() if len(values) > 1}
+    return {
+        key: {name: v for name, v in config.items() if name in telling}
+        for key, config in configs.items()
+        if not key[1]
+    }
+
+
+def flat_settings(t: TrialLike) -> dict[str, Any]:
+    """A trial's settings from its stored config, the task's and the cell's beside the others, its seed
+    aside; {} for a trial without a config."""
+    config: Mapping[str, Any] = getattr(t, "config", None) or {}
+    flat = {k: v for k, v in config.items() if k not in ("seed", "task_params", "cell_params")}
+    for nested in ("task_params", "cell_params"):
+        flat.update(config.get(nested) or {})
+    return flat
 
 
 def standard_error(values: Sequence[float]) -> float:

@@ -892,6 +892,40 @@ def test_presets_list_and_detail(client: TestClient) -> None:
     ]
 
 
+def test_an_unknown_preset_is_answered_with_the_nearest_name_and_where_the_list_is(
+    client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GET /presets/orhan2020-copy50 answered 404 with every name and no `did you mean`, where a study's
+    unknown preset (POST /studies) had one; the client's preset call and `memsweep presets NAME` alike."""
+    from service.cli.commands import main
+    from service.cli.console import EXIT_REFUSED
+
+    for name in ("orhan2020-copy50", "Orhan2020-Copy500"):  # misspelt; and the case (compared without it)
+        r = client.get(f"/presets/{name}")
+        said = r.json()["message"]
+        assert r.status_code == 404 and said.startswith(
+            f"unknown preset {name!r}; did you mean 'orhan2020-copy500'? GET /presets lists them with their "
+            "sizes and citations; presets: "
+        ), said
+        assert "nru2019-copy100" in said  # the names still, for a reader of curl
+    assert "did you mean" not in client.get("/presets/nope").json()["message"]
+    with pytest.raises(
+        MemsweepAPIError, match=r"→ 404: unknown preset 'orhan2020-copy50'; did you mean"
+    ) as err:
+        MemsweepClient("http://testserver", http=client).preset("orhan2020-copy50")
+    assert err.value.status == 404
+    with pytest.raises(ValueError, match=r"name '' is empty: give a preset's name \(`client.presets\(\)`"):
+        MemsweepClient("http://testserver", http=client).preset("")  # GET /presets/: the list, as one preset
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["presets", "orhan2020-copy50"])
+    assert refused.value.code == EXIT_REFUSED
+    assert str(refused.value).startswith(
+        "error: unknown preset 'orhan2020-copy50'; did you mean 'orhan2020-copy500'? `memsweep presets` lists "
+        "them with their sizes and citations; presets: "
+    ), str(refused.value)
+
+
 # ----- the Python client -------------------------------------------------------------------------------
 def test_client_submits_pages_and_builds_dataframes(tmp_path: Path) -> None:
     with TestClient(create_app(settings(tmp_path, api_token=SecretStr(TOKEN)))) as c:

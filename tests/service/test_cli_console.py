@@ -4,6 +4,7 @@ writes for a group with no finished run."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from service.cli import console, demo
 from service.core.settings import get_settings
+from service.core.values import params_texts
 from service.reports.compare import ComparisonRow
 from service.reports.summary import best_configs, success_table
 from service.reports.tables import comparison_csv, read_csv, success_csv
@@ -218,6 +220,127 @@ def test_the_run_bar_prints_its_whole_line_when_piped(printed: Any, monkeypatch:
     commands.show_progress(Runner(), "s1", quiet=False)
     out = printed()
     assert "7300/12000 running 1000 · failed 2000 · pruned 300 · successes 4000 0:00:0" in out, out
+
+
+def preset_trials(preset: str) -> list[T]:
+    """A preset's points, one seed each, finished (the first point best), with their trials' configs."""
+    from service.core.spec import StudySpec
+    from service.study.search import grid_trials, study_space
+
+    specs = grid_trials(study_space(StudySpec.model_validate({"preset": preset, "seeds": [1]}), 50_000), {})
+    trials = []
+    for i, spec in enumerate(specs):
+        trial = T(spec.model, dict(spec.params), 0.01 * (i + 1))
+        trial.config = spec.resolved.to_dict()
+        trials.append(trial)
+    return trials
+
+
+def best_rows(out: str) -> dict[str, str]:
+    """The best table's rows in `printed()`'s text: model → its first row's params cell."""
+    rows: dict[str, str] = {}
+    for model, params in re.findall(r"│ ([\w-]+) +│ ([^│]*)│ [\d.]+ +│", out):
+        rows.setdefault(model, params.strip())
+    return rows
+
+
+def test_the_best_table_names_what_sets_apart_a_point_of_no_dimensions(printed: Any) -> None:
+    """nru2019-copy100's models each fix their every setting (one value a field, no dimension), and
+    nru2019-sensitivity's `baseline` is the others' settings at their default: their points have no
+    varied values, so the params column was empty on every row (or on baseline's), and rows read alike
+    but for the model's name. Such a row shows the settings that tell its point from the study's others;
+    a point with varied values shows those, as before."""
+    trials = preset_trials("nru2019-copy100")
+    console.print_best([b.model_dump(mode="json") for b in best_configs(trials, k=7)])
+    rows = best_rows(printed())
+    assert len(rows) == 7 and all(rows.values()), rows
+    assert rows["nru"].startswith("cell=nru hidden=80 optimizer=keras_amsgrad clip_norm=0.5"), rows
+    assert "chrono_tmax=None" in rows["lstm"] and "chrono_tmax=120" in rows["lstm-chrono"], rows
+    assert "memory_size" not in rows["nru"]  # nru's alone: nothing to tell it by
+    # only the model asked for: its settings as in the whole study's table
+    (nru,) = best_configs(trials, model="nru")
+    assert params_texts([nru.settings]) == [rows["nru"]]
+    trials = preset_trials("nru2019-sensitivity")
+    console.print_best([b.model_dump(mode="json") for b in best_configs(trials, k=9)])
+    rows = best_rows(printed())
+    assert rows["baseline"] == "hidden=200 memory_size=256 heads=4" and rows["heads"] == "heads=1", rows
+    # a study of one point: nothing tells it apart; the column says so, not a blank
+    (only,) = best_configs(trials[:1])
+    assert only.settings == {}
+    console.print_best([only.model_dump(mode="json")])
+    assert best_rows(printed()) == {"baseline": "–"}
+
+
+def test_a_criterion_that_counts_as_the_table_does_is_said_once_not_repeated(printed: Any) -> None:
+    """Copy in the `delay` layout: Arjovsky's baseline is the task's, so `also under 0.5 × arjovsky
+    baseline: chain 1/2, orth 1/2` repeated the table above it, and a threshold that met the same runs
+    said it again on a line of its own. Criteria that count as the table does are named on one line;
+    one that counts otherwise keeps its counts."""
+    from trainers import Criterion
+
+    trials = [T(m, {"lr": 1e-3, "seed": s}, loss) for m, s, loss in
+              (("chain", 1, 0.05), ("chain", 2, 0.15), ("orth", 1, 0.3), ("orth", 2, 0.05))]  # fmt: skip
+    for t in trials:  # the delay layout: T blanks, T + 20 steps, as Arjovsky et al. lay copy out
+        t.reference_baselines = {"arjovsky": t.baseline_loss}
+    others = [Criterion(fraction=0.5, baseline="arjovsky"), Criterion(fraction=None, threshold=0.1)]
+    summary = {
+        "name": "delay",
+        "success": success_table(trials).model_dump(mode="json"),
+        "success_other_criteria": [success_table(trials, c).model_dump(mode="json") for c in others],
+    }
+    console.print_success(summary)
+    out = printed()
+    assert out.count("also under") == 1 and "chain 1/2" not in out, out
+    assert "also under 0.5 × arjovsky baseline and loss < 0.1: the same successes as above" in out, out
+    # a criterion that counts otherwise: its counts, after the one line of those that do not
+    summary["success_other_criteria"].append(
+        success_table(trials, Criterion(fraction=1.0)).model_dump(mode="json")
+    )
+    console.print_success(summary)
+    out = printed()
+    assert out.count("also under") == 2 and out.endswith("also under 1 × baseline: chain 2/2, orth 1/2"), out
+
+
+def test_run_prints_its_plans_notes_as_plan_does(printed: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`memsweep run` printed its plan's one line alone: a cell added beside a preset whose models fix
+    their own hidden size, or a GPU left idle, was said by `memsweep plan` and the stored plan only."""
+    from types import SimpleNamespace
+
+    from service.cli import commands
+
+    notes = [
+        "indrnn, a cell added beside preset nru2019-copy100's models, takes the default where those models "
+        "each fix their own: hidden 100 (memsweep's default; nru 80, lstm 70)",
+        "this machine has a GPU; this study trains on the CPUs, and the GPU stays idle",
+    ]
+    planned = {**plan_of("sweep"), "notes": notes}
+    console.print_plan(planned)
+    shown = printed()
+    study = SimpleNamespace(spec={"sampler": "grid"}, plan={"planned": planned}, state="running")
+    counts = {"total": 2, "running": 0, "failed": 0, "succeeded": 0, "done": 2, "pruned": 0}
+    ledger = SimpleNamespace(get_study=lambda study_id: study, counts=lambda study_id: counts)
+
+    class Runner:
+        engine = SimpleNamespace(ledger=ledger)
+
+        def is_active(self, study_id: str) -> bool:
+            return False
+
+        def is_queued(self, study_id: str) -> bool:
+            return False
+
+        def eta(self, study_id: str) -> None:
+            return None
+
+    commands.show_progress(Runner(), "s1", quiet=False)
+    out = printed()
+    said = [f"note: {n}" for n in notes] + [console.plan_line(planned, notes_above=True)]
+    assert all(" ".join(line.split()) in shown for line in said)  # as `plan` ends …
+    assert all(" ".join(line.split()) in out for line in said), out  # … `run` begins
+    assert out.index("note: indrnn") < out.index("plan: 2 trials to run")
+    assert out.count("indrnn, a cell added") == 1 and "no estimate yet (the notes above say why)" in out
+    commands.show_progress(Runner(), "s1", quiet=True)  # --json: nothing but the JSON
+    assert printed() == ""
 
 
 def test_submit_wait_ends_as_run_does_with_the_success_table_and_the_best(

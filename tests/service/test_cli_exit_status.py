@@ -106,7 +106,8 @@ def test_an_unknown_preset_exits_2(home: Path, capsys: pytest.CaptureFixture[str
     # `memsweep presets NAME` (its detail) refuses a misspelt name with the nearest one
     code, err = exit_of(capsys, "presets", "nru2019-copy10")
     assert code == EXIT_REFUSED and err.startswith(
-        "error: unknown preset 'nru2019-copy10'; did you mean 'nru2019-copy100'? presets: "
+        "error: unknown preset 'nru2019-copy10'; did you mean 'nru2019-copy100'? `memsweep presets` lists them "
+        "with their sizes and citations; presets: "
     ), err[-500:]
 
 

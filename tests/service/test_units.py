@@ -107,6 +107,32 @@ def test_seed_as_a_setting_is_refused_pointing_to_seeds(spec):
         StudySpec.model_validate(spec)
 
 
+@pytest.mark.parametrize(
+    ("seeds", "said"),
+    [
+        ("1,2", "'1,2' is text, not a list; write seeds: [1, 2]"),  # YAML's `seeds: "1,2"`
+        ("[1, 2]", "'[1, 2]' is text, not a list; write seeds: [1, 2]"),  # a list in quotes
+        ("1 2 3", "'1 2 3' is text, not a list; write seeds: [1, 2, 3]"),
+        ("a,b", "'a,b' is text, not a list; write seeds: [1, 2, 3]"),  # no seeds in it: the form
+        (3, "3 is one number, not a list; write seeds: [3]"),
+        ({"a": 1}, "{'a': 1} is a mapping, not a list; write seeds: [1, 2, 3]"),
+    ],
+)
+def test_seeds_not_a_list_are_refused_naming_the_field_the_form_and_the_fix(seeds, said):
+    """`seeds: "1,2"` answered `seeds: Input should be a valid list`: not what was given, the form, or
+    the fix. As the CLI and REST say it (`invalid_fields`), and the same for an extension's seeds."""
+    from service.application.records import StudyExtend
+    from service.core.errors import invalid_fields
+
+    with pytest.raises(ValidationError) as refused:
+        StudySpec.model_validate({"preset": "orhan2020-copy500", "seeds": seeds})
+    (line,) = invalid_fields(refused.value.errors(), StudySpec)[1]
+    assert line.startswith(f"seeds: {said} (") and "seeds are a list of whole numbers" in line, line
+    assert "on the command line: --seeds " in line and "in JSON: " in line, line
+    with pytest.raises(ValidationError, match=re.escape(said)):
+        StudyExtend.model_validate({"seeds": seeds})
+
+
 def test_a_continuous_range_over_a_whole_number_field_is_refused_before_a_draw():
     """Only the range's ends were tried (8.0 and 64.0 pass as whole numbers); the sampler's first draw
     then failed the study in its driver."""

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from search_spaces import describe, get_preset, list_presets
 from service.api.schemas import ErrorMessage, PresetPublic, PresetSummary
-from service.application.errors import NotFoundError
+from service.application.errors import NotFoundError, unknown_preset
 
 router = APIRouter(
     prefix="/presets",
@@ -34,5 +34,5 @@ def presets() -> list[PresetSummary]:
 def preset(name: str) -> PresetPublic:
     """One grid: size, citation, fixed settings and every dimension's values."""
     if name not in list_presets():
-        raise NotFoundError(f"no preset {name!r}; presets: {', '.join(list_presets())}")
+        raise NotFoundError(unknown_preset(name, "GET /presets"))
     return PresetPublic.model_validate(_described(name))
