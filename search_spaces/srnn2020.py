@@ -20,14 +20,16 @@ Copy's inputs are embedded, as their code embeds them for every cell (`embedding
 the symbols' ids through `nn.Embedding(10, d)`, N(0, 1), trained): d = `hyper_size` (8) for SRNN, the
 hidden size (128) for the others (`embed_dim`; it does not follow `hyper_size` or `hidden`: a study
 that changes them sets `embed_dim` too, as their code ties them). Their uRNN embeds into 2 × 128 for its
-complex state; ours, a real 128-unit RNN, into 128.
+complex state and feeds the embedding in as it is (`input_map="identity"`); on addition its `itoh` maps the
+two channels into 2 × 128 (Xavier-uniform, no bias).
 Their RNN, LSTM and GRU are torch's nn.RNN (tanh), nn.LSTM and nn.GRU with their default init, U(±1/√N)
 for every weight and bias, and two biases each: the rnn's and lstm's `init="plain"` with `bias_hh`, the
 gru's `init="plain"` (which keeps both of nn.GRU's biases); the addition RNN has their 17,025 parameters.
 The readout is each model's `end_fc`, an nn.Linear with torch's init (`readout_init="plain"`), but for
 their NRU, which keeps the NRU code's Xavier-normal `_W_h2o` (`readout_init="xavier_normal"`).
-Not reproduced: the uRNN is Arjovsky's parametrisation in their code, ours is the SVD-projected RNN of
-Emami et al. (relu).
+Their uRNN is Arjovsky's (`models/urnncell.py`): the `arjovsky_urnn` cell, 128 complex units kept as
+256 reals (`hidden` 256, the states their `end_fc` reads), its initial state drawn U(±√(1.5/128)) per
+example at every forward, training and validation alike, as their `URNN.forward` draws it.
 Seeds: the paper shows one run per setting (the code's seed 1234); the preset runs seed 1.
 """
 
@@ -49,7 +51,9 @@ SRNN: dict[str, Scalar] = {"cell": "srnn", "hyper_size": 8, "n_layers": 1, "no_g
 RNN: dict[str, Scalar] = {"cell": "rnn", "init": "plain", "bias_hh": True, "nonlinearity": "tanh"}
 LSTM: dict[str, Scalar] = {"cell": "lstm", "init": "plain", "bias_hh": True}
 GRU: dict[str, Scalar] = {"cell": "gru", "init": "plain"}
-URNN: dict[str, Scalar] = {"cell": "urnn"}
+# Arjovsky's uRNN as their `models/urnncell.py`: 128 complex units, 2 × 128 reals (the states end_fc reads);
+# a random initial state at every forward, theirs (`initial_state="uniform"`, the cell's default)
+URNN: dict[str, Scalar] = {"cell": "arjovsky_urnn", "hidden": 256}
 NRU: dict[str, Scalar] = {
     "cell": "nru",
     "memory_size": 256,
@@ -80,6 +84,8 @@ ADDITION_DIMS: dict[str, Dimension] = {"seq_len": Values(ADDITION_LENGTHS)}
 #: its `hyper_size`, every other cell's into the hidden size
 EMBED_SRNN: dict[str, Scalar] = {"embed_dim": 8}
 EMBED: dict[str, Scalar] = {"embed_dim": 128}
+#: their uRNN's: the symbols into its 2 × 128 reals, fed in as they are (no `itoh` after an embedding)
+EMBED_URNN: dict[str, Scalar] = {"embed_dim": 256, "input_map": "identity"}
 
 COPY = SearchSpace(
     name="srnn2020-copy",
@@ -88,7 +94,7 @@ COPY = SearchSpace(
         Model("rnn", {**RNN, **EMBED}, COPY_DIMS),
         Model("lstm", {**LSTM, **EMBED}, COPY_DIMS),
         Model("gru", {**GRU, **EMBED}, COPY_DIMS),
-        Model("urnn", {**URNN, **EMBED}, COPY_DIMS),
+        Model("urnn", {**URNN, **EMBED_URNN}, COPY_DIMS),
         Model("nru", {**NRU, **EMBED}, COPY_DIMS),
     ),
     seeds=(1,),

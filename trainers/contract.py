@@ -248,7 +248,7 @@ def _cell_on_task(cell: str, task: str, task_params: dict[str, Any]) -> list[Pro
     else:
         if not torch.isfinite(loss):
             problems.append(Problem("loss", f"{where}: the initial loss is {loss.item()}, not finite"))
-    return problems + _gradient(model.cell, x, where) + _batch_independent(model.cell, x, states, where)
+    return problems + _gradient(model.cell, x, where) + _batch_independent(model.cell, x, where)
 
 
 def _gradient(cell: Any, x: torch.Tensor, where: str) -> list[Problem]:
@@ -269,15 +269,16 @@ def _gradient(cell: Any, x: torch.Tensor, where: str) -> list[Problem]:
 LARGE_BATCH = 1200
 
 
-def _batch_independent(cell: Any, x: torch.Tensor, states: torch.Tensor, where: str) -> list[Problem]:
+def _batch_independent(cell: Any, x: torch.Tensor, where: str) -> list[Problem]:
     """The same 4 examples' states as a batch of 4 and among `LARGE_BATCH` − 4 others (rounding apart:
-    a GEMM's blocking may follow the batch)."""
+    a GEMM's blocking may follow the batch), with any random draw of the initial state off
+    (`Cell.state_draws_off`) for both."""
     gen = torch.Generator().manual_seed(0)
     others = torch.rand(x.shape[0], LARGE_BATCH - x.shape[1], x.shape[2], generator=gen, dtype=x.dtype)
     big = torch.cat([x, others], dim=1)  # other examples around the 4
     try:
-        with torch.no_grad():
-            among = cell(big)
+        with torch.no_grad(), cell.state_draws_off():
+            states, among = cell(x), cell(big)
     except Exception as exc:
         return [Problem("batch", f"{where}: a batch of {big.shape[1]} failed: {_describe(exc)}")]
     if tuple(among.shape) != (x.shape[0], big.shape[1], states.shape[2]):

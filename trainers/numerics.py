@@ -49,6 +49,7 @@ import math
 import os
 import platform
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -273,10 +274,33 @@ def _portable(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and _current == "portable"
 
 
+class _PortableSqrt(torch.autograd.Function):
+    """`portable_sqrt` with torch.sqrt's gradient, g / (2√t) (ATen's `sqrt_backward`): IEEE operations
+    only, so the backward is as portable as the forward."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        root = portable_sqrt(t)
+        ctx.save_for_backward(root)
+        return root
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (root,) = ctx.saved_tensors
+        out: torch.Tensor = grad / (2 * root)
+        return out
+
+
 def sqrt(t: torch.Tensor) -> torch.Tensor:
     """√t as this process's mode computes it: correctly rounded on the CPU in the portable mode
-    (`portable_sqrt`), `torch.sqrt` in the native mode and on a GPU (as before issue 33)."""
-    return portable_sqrt(t) if _portable(t) else t.sqrt()
+    (`portable_sqrt`, differentiable as torch.sqrt is: a cell's √ takes it too), `torch.sqrt` in the
+    native mode and on a GPU (as before issue 33)."""
+    if not _portable(t):
+        return t.sqrt()
+    if t.requires_grad and torch.is_grad_enabled():
+        root: torch.Tensor = _PortableSqrt.apply(t)
+        return root
+    return portable_sqrt(t)
 
 
 def log(t: torch.Tensor) -> torch.Tensor:

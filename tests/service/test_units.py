@@ -710,12 +710,13 @@ def test_srnn_backend_persistent_without_a_gpu_is_refused_at_the_door():
 
 def test_a_presets_backend_native_reaches_srnn_as_its_scan():
     """`backend: native` set in a preset study's base reaches every model whose cell has a `backend`:
-    the Elman cells run torch's kernel, SRNN (no torch kernel) its scan; none is refused."""
+    the Elman and GRU cells run torch's kernel, SRNN (no torch kernel) its scan; a cell with no
+    `backend` (the uRNN, Arjovsky's) is left as it is; none is refused."""
     trials = grid_trials(
         study_space(StudySpec(preset="srnn2020-copy", base={"backend": "native"}), 10_000), {}
     )
     backends = {(t.model, t.config["cell_params"].get("backend")) for t in trials}
-    assert {("srnn", "native"), ("rnn", "native"), ("urnn", "native")} <= backends
+    assert {("srnn", "native"), ("rnn", "native"), ("gru", "native"), ("urnn", None)} <= backends
 
 
 def test_a_bundle_reports_each_members_result_as_it_leaves():

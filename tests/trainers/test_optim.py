@@ -59,6 +59,22 @@ def test_portable_sqrt_is_correctly_rounded_on_every_float32(one_thread):
     assert bool(same_bits(numerics.portable_sqrt(tiny), ieee_sqrt(tiny)).all())
 
 
+def test_the_portable_sqrt_differentiates_as_torchs(one_thread):
+    """A cell's √ (`arjovsky_urnn`'s modReLU) takes `numerics.sqrt` with autograd: the forward is
+    `portable_sqrt`'s correctly rounded root, the backward torch's rule g / (2√t) on that root, bit for
+    bit, so within a rounding of torch.sqrt's own gradient."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(4099, generator=gen) * 10 + 1e-3).requires_grad_()
+    g = torch.randn(4099, generator=gen)
+    root = numerics._PortableSqrt.apply(x)
+    root.backward(g)
+    assert bool(same_bits(root.detach(), ieee_sqrt(x.detach())).all())
+    assert bool(same_bits(x.grad, g / (2 * ieee_sqrt(x.detach()))).all())
+    y = x.detach().clone().requires_grad_()
+    y.sqrt().backward(g)
+    torch.testing.assert_close(x.grad, y.grad, rtol=2.5e-7, atol=0)
+
+
 @pytest.mark.parametrize("kind", ["rmsprop", "adam"])
 def test_the_update_rules_with_torchs_root_take_torchs_steps_bit_for_bit(kind):
     """trainers.optim's rules are torch.optim's single-tensor arithmetic: with torch's √ they take

@@ -3,6 +3,7 @@ group "memsweep.cells"); the contract tests then cover it on every task."""
 
 from __future__ import annotations
 
+from trainers.cells.arjovsky_urnn import ArjovskyURNNCell
 from trainers.cells.base import Cell
 from trainers.cells.crnn import CRNNCell
 from trainers.cells.fastrnn import FastRNNCell
@@ -27,6 +28,7 @@ for _cell in (
     FastRNNCell,
     SGORNNCell,
     URNNCell,
+    ArjovskyURNNCell,
     CRNNCell,
     SRNNCell,
     NRUCell,

@@ -9,7 +9,8 @@ run after each optimiser step (projections, clipping of gates).
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -57,6 +58,14 @@ class Cell(nn.Module, metaclass=ABCMeta):
 
     def after_step(self) -> None:
         """Called after every optimiser step (e.g. to project W back onto a constraint set)."""
+
+    @contextmanager
+    def state_draws_off(self) -> Iterator[None]:
+        """Within it, the forward draws nothing at random. A cell whose forward draws its initial state at
+        random at every call, as its authors' code did (`arjovsky_urnn`), starts from zero here instead:
+        the contract checks each example's states are its own whatever the batch with the draws off, since
+        with them on an example's initial state follows its place in the batch. Nothing by default."""
+        yield
 
     @classmethod
     def resolve(cls, config: Any, default_nonlinearity: str) -> Any:
