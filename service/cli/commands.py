@@ -442,22 +442,29 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+def other_tables(studies: Any, study: dict[str, Any], table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The success tables of the study's other criteria (copy: the same fraction of Arjovsky's baseline),
+    each once and none the same criterion as `table`: what `memsweep run`, `success` and `submit --wait`
+    print under the table. `studies`: this machine's or a server's (`success(id, **criterion)`)."""
+    others: list[dict[str, Any]] = []
+    for other in other_criteria(study["spec"]):
+
+        def recount(other: dict[str, Any] = other) -> dict[str, Any]:
+            return cast(dict[str, Any], studies.success(study["id"], **other, at_step=None))
+
+        found = answer(recount)
+        if found["criterion"] != table["criterion"] and found not in others:
+            others.append(found)
+    return others
+
+
 def cmd_success(args: argparse.Namespace) -> int:
     query = criterion_query(args)
     with studies_for(args) as studies:
         study = answer(lambda: studies.get(args.study))
         table = answer(lambda: studies.success(args.study, **query, reference=args.reference))
-        others: list[dict[str, Any]] = []
         plain = not (args.json or args.csv or any(v is not None for v in query.values()))
-        if plain:  # the study's other criteria, as a run ends
-            for other in other_criteria(study["spec"]):
-
-                def recount(other: dict[str, Any] = other) -> dict[str, Any]:
-                    return cast(dict[str, Any], studies.success(args.study, **other, at_step=None))
-
-                found = answer(recount)
-                if found["criterion"] != table["criterion"] and found not in others:
-                    others.append(found)
+        others = other_tables(studies, study, table) if plain else []  # as a run ends
     summary = {"name": study["name"], "success": table, "success_other_criteria": others}
     if args.csv:
         from service.reports.tables import success_csv
@@ -662,6 +669,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with client_for(url) as client:
         study = answer(lambda: client.submit(spec, idempotency_key=args.idempotency_key))
         print(f"study {study['id']}: {study['counts']['total']} trials, {study['state']}", file=sys.stderr)
+    planned = (study.get("plan") or {}).get("planned")
+    if planned:  # its notes (an added cell's defaults, an idle GPU …) and its line, as `run` begins
+        print_plan_end(console(stderr=True), planned)
     return _follow(args, url, study)
 
 
@@ -711,6 +721,7 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
         # the success table counts the runs that raised (`raised`), as `memsweep run` reads the ledger
         success = answer(lambda: client.success(study["id"])) if done or failed_some else None
         best = answer(lambda: client.best(study["id"])) if done else None
+        others = other_tables(client, study, success) if done and success is not None else []
         failed = answer(lambda: client.trials(study["id"], "failed")) if failed_some and not args.json else []
     raised = int((success or {}).get("total", {}).get("raised", 0))  # (a server before `raised`: none)
     if args.json:
@@ -718,7 +729,7 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
     else:
         print_status(study)
         if done and success is not None and best is not None:
-            print_success({"name": study["name"], "success": success})
+            print_success({"name": study["name"], "success": success, "success_other_criteria": others})
             print_best(best, success["by_model"])
         print_failures(failure_reasons(t["reason"] for t in failed), study["id"], raised)
     return EXIT_FAILED if study["state"] == "failed" else no_result(study["id"], study["counts"], raised)

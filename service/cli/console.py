@@ -73,14 +73,15 @@ ASK_A_SERVER = (
 PIPE_WIDTH = 240
 
 
-def console() -> Console:
-    """Where tables are printed: stdout at its terminal's width, or PIPE_WIDTH when it is no terminal
-    (COLUMNS, when set, wins either way). Text prints as written, no markup or emoji codes: a study named
-    `lr [/sweep]` raised rich's MarkupError, and `[bold]sweep` or `A [bdd08e278468]` lost their brackets."""
+def console(stderr: bool = False) -> Console:
+    """Where tables are printed: stdout (stderr: for what a script reading stdout must not get) at its
+    terminal's width, or PIPE_WIDTH when it is no terminal (COLUMNS, when set, wins either way). Text
+    prints as written, no markup or emoji codes: a study named `lr [/sweep]` raised rich's MarkupError,
+    and `[bold]sweep` or `A [bdd08e278468]` lost their brackets."""
     from rich.console import Console
 
-    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=PIPE_WIDTH if piped else None, markup=False, emoji=False)
+    piped = not (sys.stderr if stderr else sys.stdout).isatty() and "COLUMNS" not in os.environ
+    return Console(width=PIPE_WIDTH if piped else None, markup=False, emoji=False, stderr=stderr)
 
 
 def parse_value(raw: str) -> Any:
@@ -119,14 +120,15 @@ def parse_dims(items: Sequence[str]) -> dict[str, list[Any]]:
 
 def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
     """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
-    from service.core.spec import StudySpec, load_spec, names_spec_file, stored_values_once
+    from service.client import read_spec_file
+    from service.core.spec import StudySpec, names_spec_file, stored_values_once
 
     target = args.target
     data: dict[str, Any]
     if stored is not None:
         data = stored_values_once(stored)
     elif target and names_spec_file(target):
-        data = load_spec(target).model_dump(exclude_unset=True)
+        data = read_spec_file(target).model_dump(exclude_unset=True)  # its errors name the file
     else:
         data = {"preset": target}
     base = dict(data.get("base", {}))

@@ -909,6 +909,9 @@ def test_an_unknown_preset_is_answered_with_the_nearest_name_and_where_the_list_
         ), said
         assert "nru2019-copy100" in said  # the names still, for a reader of curl
     assert "did you mean" not in client.get("/presets/nope").json()["message"]
+    # a name with a slash reached no route: a bare "Not Found"
+    r = client.get("/presets/orhan2020/copy500")
+    assert r.status_code == 404 and r.json()["message"].startswith("unknown preset 'orhan2020/copy500'; did you")
     with pytest.raises(
         MemsweepAPIError, match=r"→ 404: unknown preset 'orhan2020-copy50'; did you mean"
     ) as err:
@@ -1101,8 +1104,8 @@ def test_the_cli_names_a_bad_spec_file_and_its_unknown_fields(
     typo.write_text("preset: orhan2020-copy500\nsede: 3\n")
     broken.write_text("preset: [a\n")
     assert main(["plan", str(typo)]) == 2
-    assert capsys.readouterr().err.startswith(
-        "error: sede: unknown field; did you mean 'seeds'? valid fields here: name, preset, space"
+    assert capsys.readouterr().err.startswith(  # the file named, as the Python client names it
+        f"error: {typo}: sede: unknown field; did you mean 'seeds'? valid fields here: name, preset, space"
     )
     assert main(["plan", str(tmp_path / "missing.yaml")]) == 2  # was a traceback
     assert (

@@ -142,7 +142,7 @@ class DemoServer:
              "seeds": spec["seeds"], "succeeded": 0, "trials": len(spec["seeds"]), "missing_seeds": {}}
             for i, (m, lr) in enumerate((m, lr) for m in spec["models"] for lr in spec["dims"]["lr"])
         ]  # fmt: skip
-        self.study = {"id": "s1", "name": spec["name"], "state": "done", "mlflow": {},
+        self.study = {"id": "s1", "name": spec["name"], "state": "done", "mlflow": {}, "spec": spec,
                       "counts": {"total": len(self.points) * len(spec["seeds"]), "failed": 0}}  # fmt: skip
         self.failed: list[dict[str, Any]] = []  # its failed trials (`trials`, less their traceback)
 
@@ -152,15 +152,23 @@ class DemoServer:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def submit(self, spec: Any) -> dict[str, Any]:
+    def submit(self, spec: Any, **kw: Any) -> dict[str, Any]:
         return self.study
 
     def wait(self, study_id: str, **kw: Any) -> dict[str, Any]:
         return self.study
 
-    def success(self, study_id: str) -> dict[str, Any]:
+    def success(self, study_id: str, **criterion: Any) -> dict[str, Any]:
+        """The table under the study's criterion, or under Arjovsky's baseline (copy's other criterion,
+        which counts alike here)."""
         table: dict[str, Any] = success_of("demo", models=tuple(demo.DEMO_SPEC["models"]))["success"]
         raised = sum(t.get("traceback") is not None for t in self.failed)  # as the server counts them
+        if criterion.get("baseline") == "arjovsky":
+            table["criterion"] = {
+                **table["criterion"],
+                "name": "0.5 × arjovsky baseline",
+                "baseline": "arjovsky",
+            }
         return {**table, "total": {**table["total"], "raised": raised}}
 
     def best(self, study_id: str, k: int = 5) -> list[dict[str, Any]]:  # the client's default k
@@ -362,6 +370,30 @@ def test_submit_wait_ends_as_run_does_with_the_success_table_and_the_best(
     out = printed()
     assert "study s1: done" in out and "successes: final validation loss" in out
     assert "best configurations, ranked by mean final validation loss" in out
+    # the study's other criteria under the table, as `run` and `success` print them
+    assert "also under 0.5 × arjovsky baseline: the same successes as above" in out
+
+
+def test_submit_prints_its_plans_notes_on_stderr_as_run_begins(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`memsweep submit` said the study's id and size alone: the notes of the plan the server stored at
+    creation (a cell added beside a preset's models, an idle GPU) were said by `memsweep plan` only. They
+    go to stderr: stdout stays the id a script reads."""
+    from service.cli import commands
+    from service.cli.parser import build_parser
+
+    server = DemoServer()
+    note = "this machine has a GPU; this study trains on the CPUs, and the GPU stays idle"
+    server.study = {**server.study, "plan": {"planned": {**plan_of("demo-copy50"), "notes": [note]}}}
+    monkeypatch.setattr(commands, "client_for", lambda url: server)
+    args = build_parser().parse_args(["submit", "orhan2020-copy500", "--url", "http://127.0.0.1:9"])
+    assert commands.cmd_submit(args) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "s1"
+    err = " ".join(err.split())
+    assert f"note: {note}" in err and "plan: 2 trials to run" in err
+    assert err.index("note:") < err.index("plan: 2 trials")
 
 
 @pytest.mark.parametrize("as_json", [False, True])

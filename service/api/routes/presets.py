@@ -30,7 +30,7 @@ def presets() -> list[PresetSummary]:
     return [PresetSummary.model_validate(_described(name)) for name in list_presets()]
 
 
-@router.get("/{name}", responses={404: {"model": ErrorMessage, "description": "no such preset"}})
+@router.get("/{name:path}", responses={404: {"model": ErrorMessage, "description": "no such preset"}})
 def preset(name: str) -> PresetPublic:
     """One grid: size, citation, fixed settings and every dimension's values."""
     if name not in list_presets():
