@@ -911,7 +911,9 @@ def test_an_unknown_preset_is_answered_with_the_nearest_name_and_where_the_list_
     assert "did you mean" not in client.get("/presets/nope").json()["message"]
     # a name with a slash reached no route: a bare "Not Found"
     r = client.get("/presets/orhan2020/copy500")
-    assert r.status_code == 404 and r.json()["message"].startswith("unknown preset 'orhan2020/copy500'; did you")
+    assert r.status_code == 404 and r.json()["message"].startswith(
+        "unknown preset 'orhan2020/copy500'; did you"
+    )
     with pytest.raises(
         MemsweepAPIError, match=r"→ 404: unknown preset 'orhan2020-copy50'; did you mean"
     ) as err:
