@@ -29,7 +29,9 @@ The readout is each model's `end_fc`, an nn.Linear with torch's init (`readout_i
 their NRU, which keeps the NRU code's Xavier-normal `_W_h2o` (`readout_init="xavier_normal"`).
 Their uRNN is Arjovsky's (`models/urnncell.py`): the `arjovsky_urnn` cell, 128 complex units kept as
 256 reals (`hidden` 256, the states their `end_fc` reads), its initial state drawn U(±√(1.5/128)) per
-example at every forward, training and validation alike, as their `URNN.forward` draws it.
+example at every forward, training and validation alike, as their `URNN.forward` draws it. Since the
+uRNN fixes its own `hidden`, a study of all six models cannot set `hidden` in `base` (refused, naming
+the uRNN): choose the other models (`models`) for another hidden size, or give the uRNN its own model.
 Seeds: the paper shows one run per setting (the code's seed 1234); the preset runs seed 1.
 """
 
