@@ -24,7 +24,14 @@ The contract checks the batch independence of such a cell with its draws off (`C
 
 Parameters in their construction order, from the trial's generator: θ₁, v₁, θ₂, v₂, θ₃, P, then W_in (their
 `itoh`, drawn after the readout there). 8n + N·d trained numbers: their 1,024 + 512·d at n = 128.
-Solo only (no fused form): the recurrence runs as plain autograd, step by step, in complex64.
+Solo only (no fused form). U is built once per forward as its real form W = [[Re U, −Im U], [Im U, Re U]]
+(the structured product applied to the identity, in complex64, differentiable), and the recurrence runs
+as one autograd function over all steps (`ModReLUScan`): one GEMM a step and a hand-written backward.
+The same function as their step-by-step structured product, with a dense product's rounding; 6× faster
+than the structured product step by step under autograd on the CPU (195 → 33 ms a training step at
+T = 120, B = 20, N = 256; one thread). modReLU's √ is `trainers.numerics.sqrt`: torch.sqrt's numbers,
+correctly rounded on the CPU in the portable mode (MKL's float32 √ starts from rsqrtps, whose bits each
+vendor sets).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -66,12 +73,64 @@ def reflection(v: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return z - (2.0 / sq_norm) * vhz * v
 
 
-def mod_relu(z: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """relu(|z| + b) · z / (|z| + 1e−6), |z| = √(Re² + Im²) (their `modReLU`; its gradient at z = 0 is
-    not finite, as theirs). The √ is `trainers.numerics.sqrt`: torch.sqrt's numbers, correctly rounded
-    on the CPU in the portable mode (MKL's float32 √ starts from rsqrtps, whose bits each vendor sets)."""
-    norm = numerics.sqrt(z.real.pow(2) + z.imag.pow(2))  # torch.sqrt, but portable on the CPU
-    return z * (torch.relu(norm + bias) / (norm + 1e-6))
+MOD_RELU_EPS = 1e-6  # their modReLU's |z| + 1e−6
+
+
+class ModReLUScan(torch.autograd.Function):
+    """h_t = modReLU(W h_{t−1} + x_t) over all T steps, the complex state kept as reals [B, 2n] =
+    [Re | Im] and U as its real form W [2n, 2n]: one GEMM a step forward, and a backward written by hand
+    (one GEMM a step, dW in one GEMM over all steps), as `trainers.kernels.ElmanScan` does for the Elman
+    cells. modReLU, per unit: r = |a| = √(Re² + Im²), s = relu(r + b) / (r + 1e−6), out = a·s; its
+    gradient, with g·a = g_Re·Re + g_Im·Im: ∂a = g·s + (g·a)·s′(r)·a / r, s′(r) = (1[r + b > 0]·(r + 1e−6)
+    − relu(r + b)) / (r + 1e−6)², ∂b = (g·a)·1[r + b > 0] / (r + 1e−6). At a = 0 it is not finite, as
+    autograd's through √ (and their code's)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, h0: torch.Tensor, w: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        T, B, N = x.shape
+        n = N // 2
+        w_t = w.t()
+        hs = x.new_empty(T + 1, B, N)  # h_0 … h_T
+        pre = x.new_empty(T, B, N)
+        norms = x.new_empty(T, B, n)
+        hs[0] = h0
+        for t in range(T):
+            a = torch.addmm(x[t], hs[t], w_t, out=pre[t])
+            pairs = a.view(B, 2, n)
+            r = numerics.sqrt(pairs.pow(2).sum(1))  # torch.sqrt, but portable on the CPU
+            norms[t] = r
+            scale = torch.relu(r + bias) / (r + MOD_RELU_EPS)
+            torch.mul(pairs, scale.unsqueeze(1), out=hs[t + 1].view(B, 2, n))
+        ctx.save_for_backward(hs, pre, norms, w, bias)
+        return hs[1:]
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        hs, pre, norms, w, bias = ctx.saved_tensors
+        T, B, N = pre.shape
+        n = N // 2
+        d_pre = torch.empty_like(pre)
+        d_bias = torch.zeros_like(bias)
+        dh = torch.zeros_like(hs[0])
+        for t in range(T - 1, -1, -1):
+            g = (grad[t] + dh).view(B, 2, n)
+            a = pre[t].view(B, 2, n)
+            r = norms[t]
+            shifted = r + bias
+            on = (shifted > 0).to(r.dtype)
+            denom = r + MOD_RELU_EPS
+            scale = torch.relu(shifted) / denom
+            ga = (g * a).sum(1)  # g·a per unit [B, n]
+            slope = (on * denom - torch.relu(shifted)) / (denom * denom)
+            torch.add(g * scale.unsqueeze(1), a * (ga * slope / r).unsqueeze(1), out=d_pre[t].view(B, 2, n))
+            d_bias += (ga * on / denom).sum(0)
+            dh = d_pre[t] @ w
+        d_w = d_pre.reshape(T * B, N).t() @ hs[:-1].reshape(T * B, N)
+        return d_pre, dh, d_w, d_bias
 
 
 class ArjovskyURNNCell(Cell):
@@ -139,32 +198,32 @@ class ArjovskyURNNCell(Cell):
         z = torch.fft.ifft(diagonal(self.theta2, z), dim=-1)
         return diagonal(self.theta3, reflection(self._complex(self.v2), z))
 
+    def real_form(self) -> torch.Tensor:
+        """U as the real [N, N] map of [Re | Im], W = [[Re U, −Im U], [Im U, Re U]], built by applying the
+        structured product to the identity (differentiable: the step's gradient reaches θ and v through it)."""
+        n = self.hidden_size // 2
+        eye = torch.eye(n, dtype=torch.complex64 if self.bias.dtype == torch.float32 else torch.complex128)
+        u = self.unitary(eye.to(self.bias.device)).t()  # column j: U e_j
+        return torch.cat([torch.cat([u.real, -u.imag], 1), torch.cat([u.imag, u.real], 1)], 0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        T, B, _ = x.shape
+        B = x.shape[1]
         N, n = self.hidden_size, self.hidden_size // 2
         xin = x if self.weight_ih is None else x @ self.weight_ih.t()  # [T, B, N]
-        xc = torch.complex(xin[..., :n], xin[..., n:])
         if self.draws_state:
             bound = math.sqrt(1.5 / n)
-            h0 = torch.empty(B, N).uniform_(-bound, bound, generator=self.state_gen).to(x.device, x.dtype)
+            h = torch.empty(B, N).uniform_(-bound, bound, generator=self.state_gen).to(x.device, x.dtype)
         else:
-            h0 = x.new_zeros(B, N)
-        z, zs = torch.complex(h0[:, :n], h0[:, n:]), []
-        for t in range(T):
-            z = mod_relu(self.unitary(z) + xc[t], self.bias)
-            zs.append(z)
-        states = torch.stack(zs)  # [T, B, n] complex
-        return torch.cat([states.real, states.imag], dim=-1)  # [T, B, N]: [Re | Im]
+            h = x.new_zeros(B, N)
+        # U once per forward, as a dense real map: one GEMM a step in place of the structured product's
+        # dozen small complex operations (the same function; the rounding of a dense product)
+        states: torch.Tensor = ModReLUScan.apply(xin.contiguous(), h, self.real_form(), self.bias)
+        return states  # [T, B, N]: [Re | Im]
 
     def recurrent_matrix(self) -> torch.Tensor:
         """U as the real [N, N] map of [Re | Im]: [[Re U, −Im U], [Im U, Re U]]."""
-        n = self.hidden_size // 2
         with torch.no_grad():
-            eye = torch.eye(
-                n, dtype=torch.complex64 if self.bias.dtype == torch.float32 else torch.complex128
-            )
-            u = self.unitary(eye.to(self.bias.device)).t()  # column j: U e_j
-            return torch.cat([torch.cat([u.real, -u.imag], 1), torch.cat([u.imag, u.real], 1)], 0)
+            return self.real_form()
 
     def input_matrix(self) -> torch.Tensor | None:
         return None if self.weight_ih is None else self.weight_ih.detach()
