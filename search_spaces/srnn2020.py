@@ -110,8 +110,9 @@ COPY = SearchSpace(
         "batch_size": 20,
     },
     citation=CITATION,
-    description="Copy, T ∈ {100, …, 2000} blanks (T+20 steps), h=128, inputs embedded (SRNN: 8, the others: "
-    "128), batch 20, 999 epochs of 1,000 fresh samples. Paper (Fig. 2, curves only): most methods solve T=100; only SRNN handles longer lags "
+    description="Copy, T ∈ {100, …, 2000} blanks (T+20 steps), h=128 (uRNN: Arjovsky's, 2 × 128 reals, a "
+    "random initial state at every forward: the cell's initial_state uniform), inputs embedded (SRNN: 8, "
+    "uRNN: 256, the others: 128), batch 20, 999 epochs of 1,000 fresh samples. Paper (Fig. 2, curves only): most methods solve T=100; only SRNN handles longer lags "
     "efficiently (up to T=2000, f_r 1×8); GRU and LSTM partially solve it, slowly, and beat uRNN beyond "
     "T=1000; nnRNN (not run here) succeeds for T ≤ 300.",
 )
@@ -135,7 +136,8 @@ ADDITION = SearchSpace(
         "batch_size": 50,
     },
     citation=CITATION,
-    description="Addition, T ∈ {100, …, 1500}, [value, mask] channels, h=128, batch 50, 999 epochs of 100 "
+    description="Addition, T ∈ {100, …, 1500}, [value, mask] channels, h=128 (uRNN: Arjovsky's, 2 × 128 "
+    "reals, a random initial state at every forward: the cell's initial_state uniform), batch 50, 999 epochs of 100 "
     "fresh batches. Paper (Fig. 3, curves only): NRU, GRU and SRNN solve it quickly, NRU fastest; LSTM "
     "solves it more slowly; nnRNN (not run here) only below T=200.",
 )

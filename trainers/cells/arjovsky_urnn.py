@@ -17,9 +17,13 @@ A complex state of n = N/2 units, kept as N reals [Re | Im] (the states the read
 
 `initial_state="uniform"` (theirs): z_0's 2n reals ~ U(±√(1.5/n)), drawn per example at every forward (their
 `URNN.forward` draws h_i when none is given, and none ever is), training and validation alike. The draws
-come from the cell's own generator, seeded from the trial's `init` stream after the weights, so a seed
-fixes them; their order follows the forward calls, so a trial's numbers also depend on its validation
-batches, as theirs depended on torch's global generator. `initial_state="zero"` is z_0 = 0, a departure.
+come from the cell's own two generators, seeded from the trial's `init` stream after the weights, so a
+seed fixes them: training's, fresh at every step; evaluation's, set back to its seed as each evaluation
+begins (`train(False)`, which `model.eval()` calls), so that every evaluation draws the same initial states
+for the same validation examples. Theirs came from torch's one global generator, shared with the data
+and every evaluation, so that their numbers moved with how often they evaluated; ours do not: an
+evaluation measures the weights alone, and the training draws are the same whatever the evaluation
+cadence. `initial_state="zero"` is z_0 = 0, a departure.
 The contract checks the batch independence of such a cell with its draws off (`Cell.state_draws_off`).
 
 Parameters in their construction order, from the trial's generator: θ₁, v₁, θ₂, v₂, θ₃, P, then W_in (their
@@ -168,9 +172,22 @@ class ArjovskyURNNCell(Cell):
                 self.weight_ih = nn.Parameter(
                     nn.init.xavier_uniform_(torch.empty(hidden_size, d), generator=gen)
                 )
-            seed = int(torch.randint(0, 2**62, (1,), generator=gen))
-        self.state_gen = torch.Generator().manual_seed(seed)  # z_0's draws (initial_state "uniform")
+            seed, self.eval_seed = (int(s) for s in torch.randint(0, 2**62, (2,), generator=gen))
+        # z_0's draws (initial_state "uniform"): in training, fresh at every forward; in evaluation (eval
+        # mode), from a generator set back to its seed as each evaluation begins (`train`)
+        self.train_gen = torch.Generator().manual_seed(seed)
+        self.eval_gen = torch.Generator().manual_seed(self.eval_seed)
         self.draws_state = config.initial_state == "uniform"
+
+    def train(self, mode: bool = True) -> ArjovskyURNNCell:
+        """nn.Module's, and as an evaluation begins (`model.eval()`) the evaluation's draws start over:
+        every evaluation draws the same initial states for the same examples, so the validation loss is
+        a function of the weights alone, and the training draws, never taken by an evaluation, do not
+        depend on how often a trial evaluates."""
+        if not mode:
+            self.eval_gen.manual_seed(self.eval_seed)
+        super().train(mode)
+        return self
 
     @classmethod
     def check_hidden(cls, config: ArjovskyURNNConfig, hidden: int) -> None:
@@ -212,7 +229,8 @@ class ArjovskyURNNCell(Cell):
         xin = x if self.weight_ih is None else x @ self.weight_ih.t()  # [T, B, N]
         if self.draws_state:
             bound = math.sqrt(1.5 / n)
-            h = torch.empty(B, N).uniform_(-bound, bound, generator=self.state_gen).to(x.device, x.dtype)
+            draws = self.train_gen if self.training else self.eval_gen
+            h = torch.empty(B, N).uniform_(-bound, bound, generator=draws).to(x.device, x.dtype)
         else:
             h = x.new_zeros(B, N)
         # U once per forward, as a dense real map: one GEMM a step in place of the structured product's
