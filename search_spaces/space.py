@@ -169,8 +169,10 @@ class SearchSpace:
         that has them, or only some models (e.g. a shorter budget on a smaller grid).
 
         A `base` setting that a model varies or fixes is refused: the model's own value would win,
-        so the setting would be silently ignored. A dimension no model varies is refused; `settings`,
-        the names its trials take (the service's, from the trainers), tells a typo from a setting."""
+        so the setting would be silently ignored. A dimension no model varies is a setting of the trials
+        (`settings`, the names they take: the service's, from the trainers), which every chosen model then
+        spans (refused where a chosen model fixes it, or base gives it too), or it is refused, told apart
+        from a typo by `settings`; without `settings` it is refused."""
         if models is not None and not models:
             raise SpaceError(
                 "models: [] selects no model; leave `models` out to run all of them, or name some of: "
@@ -192,7 +194,26 @@ class SearchSpace:
                     )
         if dims:
             varied = sorted({k for m in chosen for k in m.dims})
-            unknown = sorted(set(dims) - set(varied))
+            # a setting of these trials that no model varies (the preset's lr): every chosen model spans it,
+            # unless one of them fixes it (its own value would win) or the value is also given in base
+            spanned = sorted(
+                k for k in set(dims) - set(varied)
+                if settings is not None and k in settings and not any(k in m.dims for m in self.models)
+            )  # fmt: skip
+            for key in spanned:
+                fixing = [m for m in chosen if key in m.fixed]
+                if fixing:
+                    raise SpaceError(
+                        f"dims.{key}: model {fixing[0].name!r} fixes {key} = {fixing[0].fixed[key]!r}, so it "
+                        f"cannot span {key}; choose models that leave it to the study (`models`), or sweep it "
+                        "in a model of your own beside these (space: {models: {NAME: {fixed: {...}, dims: "
+                        f"{{{key}: [value1, value2]}}}}}}}})"
+                    )
+                if key in (base or {}):
+                    raise SpaceError(
+                        f"base.{key} and dims.{key}: give {key} one value in base, or several in dims, not both"
+                    )
+            unknown = sorted(set(dims) - set(varied) - set(spanned))
             if unknown:
                 hints = []
                 for key in unknown:
@@ -224,7 +245,12 @@ class SearchSpace:
                     f"{'; '.join(hints)}"
                 )
             chosen = tuple(
-                Model(m.name, m.fixed, {k: dims.get(k, d) for k, d in m.dims.items()}) for m in chosen
+                Model(
+                    m.name,
+                    m.fixed,
+                    {k: dims.get(k, d) for k, d in m.dims.items()} | {k: dims[k] for k in spanned},
+                )
+                for m in chosen
             )
         return SearchSpace(
             name=self.name,

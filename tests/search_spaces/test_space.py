@@ -168,12 +168,19 @@ def test_with_overrides_unknown_dim() -> None:
         small_space().with_overrides(dims={"foo": Values((1,))}, settings=settings)
     with pytest.raises(SpaceError, match=r"alpah is no setting .*: did you mean 'alpha'\?$"):
         small_space().with_overrides(dims={"alpah": Values((1,))}, settings=settings)
+    # a setting no model varies, the trials' settings known: every chosen model spans it (a researcher's
+    # lr sweep over a preset's models); one that a model fixes, or that base gives too, is refused
+    spanned = small_space().with_overrides(dims={"hidden": Values((8, 16))}, settings=settings)
+    assert {m.name: m.dims["hidden"] for m in spanned.models} == {"a": Values((8, 16)), "b": Values((8, 16))}
+    assert spanned.size_per_model() == {"a": 24, "b": 4}
     with pytest.raises(
-        SpaceError,
-        match=r"; hidden is a setting of these trials that no model varies: give it one value for every trial in "
-        r"base, or sweep it in a model of your own beside these \(space: .*dims: \{hidden: \[value1, value2\]\}",
+        SpaceError, match=r"^dims.init: model 'a' fixes init = 'chain', so it cannot span init; "
     ):
-        small_space().with_overrides(dims={"hidden": Values((8,))}, settings=settings)
+        small_space().with_overrides(
+            dims={"init": Values(("chain", "identity"))}, settings=settings | {"init"}
+        )
+    with pytest.raises(SpaceError, match=r"^base.hidden and dims.hidden: give hidden one value in base, or "):
+        small_space().with_overrides(base={"hidden": 8}, dims={"hidden": Values((8, 16))}, settings=settings)
     # b alone has no scale: said so, not "set it in base" (b's cell has no scale to set)
     with pytest.raises(SpaceError, match="scale is a dimension of a, not of the models chosen"):
         small_space().with_overrides(models=["b"], dims={"scale": Values((1.0,))})

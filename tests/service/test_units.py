@@ -942,11 +942,11 @@ def test_a_task_or_cell_over_a_presets_own_is_refused_as_the_presets(spec, said)
          r"unknown cell \"\['lstm'\]\"; did you mean 'lstm'\?"),
         ({"space": {"models": {"a": {"fixed": {"cell": ["lstm"]}, "dims": {"lr": [1e-3]}}}},
           "dims": {"lr": [1e-3, 1e-2]}}, r"unknown cell \"\['lstm'\]\""),
-        # a setting no model varies: one value in base, or a model of one's own that sweeps it
-        ({"preset": "orhan2020-copy500", "dims": {"hidden": [8, 16]}},
-         r"hidden is a setting of these trials that no model varies: give it one value for every trial in base, "
-         r"or sweep it in a model of your own beside these \(space: \{models: \{NAME: \{fixed: \{\.\.\.\}, dims: "
-         r"\{hidden: \[value1, value2\]\}\}\}\}\)$"),
+        # a setting no model varies that one of the chosen models fixes: a model of one's own sweeps it
+        ({"preset": "srnn2020-addition", "dims": {"hidden": [64, 128]}},
+         r"dims.hidden: model 'urnn' fixes hidden = 256, so it cannot span hidden; choose models that leave it "
+         r"to the study \(`models`\), or sweep it in a model of your own beside these \(space: \{models: \{NAME: "
+         r"\{fixed: \{\.\.\.\}, dims: \{hidden: \[value1, value2\]\}\}\}\}\)$"),
     ],
 )  # fmt: skip
 def test_a_dimension_no_model_varies_is_told_apart_from_a_typo(spec, said):
@@ -954,6 +954,23 @@ def test_a_dimension_no_model_varies_is_told_apart_from_a_typo(spec, said):
     space 'orhan2020-copy500''s models: a name that is no setting was offered as one."""
     with pytest.raises(StudyError, match=said):
         study_space(StudySpec.model_validate(spec), 50_000)
+
+
+def test_a_setting_no_model_varies_is_swept_over_every_chosen_model():
+    """`dims: {lr: [...]}` over a preset whose models leave lr to its base (SRNN's: RMSprop at 1e-3) was
+    refused, and the way round was to write every model again with its settings copied by hand. Every
+    chosen model now spans it, each at every value, the rest of each model as the preset fixes it."""
+    spec = {
+        "preset": "srnn2020-addition",
+        "models": ["urnn", "srnn"],
+        "dims": {"lr": [1e-3, 3e-4], "seq_len": [100]},
+    }
+    trials = grid_trials(study_space(StudySpec.model_validate(spec), 50_000), {})
+    assert sorted((t.model, t.config["lr"]) for t in trials) == [
+        ("srnn", 3e-4), ("srnn", 1e-3), ("urnn", 3e-4), ("urnn", 1e-3)
+    ]  # fmt: skip
+    urnn = [t for t in trials if t.model == "urnn"]
+    assert {t.config["hidden"] for t in urnn} == {256} and all(t.params["lr"] in (1e-3, 3e-4) for t in urnn)
 
 
 @pytest.mark.parametrize(
