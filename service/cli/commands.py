@@ -432,13 +432,14 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     with studies_for(args) as studies:
-        best = answer(lambda: studies.best(args.study, k=args.k, model=args.model))
+        # one more than asked for, to say whether the study has more points than the table shows
+        best = answer(lambda: studies.best(args.study, k=args.k + (not args.json), model=args.model))
         # each model's counts: what to say of a model none of whose trials trained to its end
         by_model = {} if args.json else answer(lambda: studies.success(args.study))["by_model"]
     if args.json:
         print(json.dumps(best))
     else:
-        print_best(best, {m: c for m, c in by_model.items() if args.model in (None, m)})
+        print_best(best, {m: c for m, c in by_model.items() if args.model in (None, m)}, k=args.k)
     return 0
 
 
@@ -656,6 +657,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0 if server.started else EXIT_FAILED  # the app's start-up failed (uvicorn's own `run` exits 3)
 
 
+#: the best configurations `submit --wait` shows, as `memsweep run` ends (its summary's)
+BEST_SHOWN = 5
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     url = need_url(args)
     if args.study:
@@ -720,7 +725,7 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
         failed_some = bool(study["counts"]["failed"])
         # the success table counts the runs that raised (`raised`), as `memsweep run` reads the ledger
         success = answer(lambda: client.success(study["id"])) if done or failed_some else None
-        best = answer(lambda: client.best(study["id"])) if done else None
+        best = answer(lambda: client.best(study["id"], k=BEST_SHOWN + 1)) if done else None
         others = other_tables(client, study, success) if done and success is not None else []
         failed = answer(lambda: client.trials(study["id"], "failed")) if failed_some and not args.json else []
     raised = int((success or {}).get("total", {}).get("raised", 0))  # (a server before `raised`: none)
@@ -730,7 +735,7 @@ def _follow(args: argparse.Namespace, url: str, study: dict[str, Any]) -> int:
         print_status(study)
         if done and success is not None and best is not None:
             print_success({"name": study["name"], "success": success, "success_other_criteria": others})
-            print_best(best, success["by_model"])
+            print_best(best, success["by_model"], k=BEST_SHOWN)
         print_failures(failure_reasons(t["reason"] for t in failed), study["id"], raised)
     return EXIT_FAILED if study["state"] == "failed" else no_result(study["id"], study["counts"], raised)
 

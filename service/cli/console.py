@@ -321,11 +321,16 @@ NOT_ENDED = {
 }
 
 
-def print_best(best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+def print_best(
+    best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, Any]] | None = None, k: int | None = None
+) -> None:
     """The best configurations: a row some seed of which is not in its mean is marked `*` and told
     under the table (it is ranked after the complete points); with the study's counts by model
     (`by_model`: a success table's), each model none of whose trials trained to its end is told why
-    (a study asha stopped whole read "no finished trial yet", as if it had not run)."""
+    (a study asha stopped whole read "no finished trial yet", as if it had not run). With `k`, the
+    rows asked for: `best` holds one more where the study has more points, and the table says so."""
+    more = k is not None and len(best) > k
+    best = best[:k] if k is not None else best
     empty = [why for m, cell in (by_model or {}).items() if (why := none_ended(m, cell))]
     if not best:
         print("\n".join(empty) if empty else "no finished trial yet")
@@ -355,6 +360,8 @@ def print_best(best: list[dict[str, Any]], by_model: Mapping[str, Mapping[str, A
             f"{r['succeeded']}/{r['trials']}",
         )
     console().print(table)
+    if more:
+        print(f"the best {k} points shown; the study has more (--k N shows N)")
     if notes:
         print("* seeds not in the mean, ranked after the points whose every seed trained to its end:")
         print("\n".join(notes))

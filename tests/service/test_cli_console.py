@@ -458,3 +458,15 @@ def test_a_list_as_a_dimensions_value_is_refused_saying_where_a_list_goes(comman
     args = build_parser().parse_args([command, "orhan2020-addition750", "--dim", "lr=1e-3,3e-4"])
     dims = console.build_spec(args).dims if command == "plan" else console.extension_of(args)["dims"]
     assert dims["lr"] == [1e-3, 3e-4]
+
+
+def test_the_best_table_says_when_the_study_has_more_points_than_it_shows(printed: Any) -> None:
+    """`memsweep best` (k = 5 by default) dropped a sixth point without a word: it asks for one more row
+    than it shows, and says so when that row exists."""
+    points = DemoServer().points  # 4 points
+    console.print_best(points[:3], k=2)
+    shown = printed()
+    assert "the best 2 points shown; the study has more (--k N shows N)" in shown
+    assert shown.count("chain") + shown.count("orthogonal") == 2  # two rows, not three
+    console.print_best(points, k=4)  # every point: nothing more to say
+    assert "the study has more" not in printed()
