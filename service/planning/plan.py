@@ -131,6 +131,7 @@ def plan_spec(
     planned.notes += (
         discrete_space_notes(spec, space)
         + added_cell_notes(spec, space)
+        + cell_setting_notes(spec, space)
         + elsewhere_notes(engine.ledger, spec, None, todo)
         + other_code_notes(engine.ledger, todo)
     )
@@ -213,6 +214,25 @@ def discrete_space_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
 
 #: a trial's settings an added cell's arm is never told about: its identity, and how it runs
 NOT_ARM_SETTINGS = {"cell", "task", "seed", "numerics", "task_params", "cell_params", *EXECUTION_FIELDS}
+
+
+def cell_setting_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
+    """A cell's own setting given in base reaches the models whose cell takes it, and no other
+    (`service.core.spec.cell_settings_per_model`): where some of the study's models take it and some do
+    not (`--set initial_state=zero` over srnn2020's urnn and srnn), which, so that it is not read as set
+    for all."""
+    notes = []
+    for key, value in spec.base.items():
+        if key in space.base:  # every trial's setting, not moved into the models
+            continue
+        took = [m.name for m in space.models if key in m.fixed or key in m.dims]
+        left = [m.name for m in space.models if m.name not in took]
+        if took and left:
+            notes.append(
+                f"{key} = {repr_value(value)} (base) is a setting of a cell: it reaches {', '.join(took)}; the "
+                f"cells of {', '.join(left)} have no {key}, and train without it"
+            )
+    return notes
 
 
 def added_cell_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
@@ -355,6 +375,7 @@ def plan_study(
     planned.notes += (
         discrete_space_notes(spec, space)
         + added_cell_notes(spec, space)
+        + cell_setting_notes(spec, space)
         + elsewhere_notes(engine.ledger, spec, study_id, again)
         + other_code_notes(engine.ledger, again)
     )

@@ -373,6 +373,32 @@ def test_a_cell_added_beside_a_presets_models_is_told_the_settings_it_takes_at_t
     assert not any("a cell added" in n for n in plan_spec(engine, orhan, calibrate=False).notes)
 
 
+def test_a_cells_setting_in_base_that_reaches_some_models_only_is_said_so(tmp_path: Path) -> None:
+    """`--set initial_state=zero` over srnn2020's urnn and srnn reached the uRNN alone (the SRNN's cell has
+    no such setting), without a word; alone with srnn it is refused. The plan names who takes it."""
+    from service.core.settings import Settings
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    spec = {"preset": "srnn2020-addition", "models": ["urnn", "srnn"], "base": {"initial_state": "zero"}}
+    notes = plan_spec(engine, StudySpec.model_validate(spec), calibrate=False).notes
+    assert (
+        "initial_state = zero (base) is a setting of a cell: it reaches urnn; the cells of srnn have no "
+        "initial_state, and train without it" in notes
+    ), notes
+    trials = grid_trials(StudySpec.model_validate(spec).search_space(), {})
+    assert {t.model: t.config["cell_params"].get("initial_state") for t in trials} == {
+        "urnn": "zero",
+        "srnn": None,
+    }
+    # one that every model's cell takes says nothing
+    every = {"preset": "srnn2020-addition", "models": ["rnn", "urnn"], "base": {"lr": 3e-4}}
+    assert not any(
+        "is a setting of a cell" in n
+        for n in plan_spec(engine, StudySpec.model_validate(every), calibrate=False).notes
+    )
+
+
 def test_a_plans_unit_sizes_count_every_unit_and_its_bundles_the_fused_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
