@@ -25,6 +25,7 @@ cannot be built), is named in a `not checked` problem that says which.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import math
@@ -270,15 +271,26 @@ LARGE_BATCH = 1200
 
 
 def _batch_independent(cell: Any, x: torch.Tensor, where: str) -> list[Problem]:
-    """The same 4 examples' states as a batch of 4 and among `LARGE_BATCH` − 4 others (rounding apart:
-    a GEMM's blocking may follow the batch), with any random draw of the initial state off
-    (`Cell.state_draws_off`) for both."""
+    """The same 4 examples' states as a batch of 4 (with gradients, as a trial trains) and among
+    `LARGE_BATCH` − 4 others (without, as it validates), rounding apart: a GEMM's blocking may follow the
+    batch. A cell that draws its initial state at random at every forward (`Cell.state_draws_off`) is
+    checked so with its draws off, and with them on among two sets of others, each through a copy of the
+    cell (the same draws ahead of both): an example's states may follow its place in the batch, not the
+    examples around it."""
     gen = torch.Generator().manual_seed(0)
-    others = torch.rand(x.shape[0], LARGE_BATCH - x.shape[1], x.shape[2], generator=gen, dtype=x.dtype)
-    big = torch.cat([x, others], dim=1)  # other examples around the 4
+
+    def among_others() -> torch.Tensor:  # other examples around the 4
+        others = torch.rand(x.shape[0], LARGE_BATCH - x.shape[1], x.shape[2], generator=gen, dtype=x.dtype)
+        return torch.cat([x, others], dim=1)
+
+    big, other_big = among_others(), among_others()
     try:
-        with torch.no_grad(), cell.state_draws_off():
-            states, among = cell(x), cell(big)
+        with cell.state_draws_off():
+            states = cell(x)
+            with torch.no_grad():
+                among = cell(big)
+        with torch.no_grad():  # the draws on: two copies, the same generators' states
+            drawn = copy.deepcopy(cell)(big)[:, : x.shape[1]], copy.deepcopy(cell)(other_big)[:, : x.shape[1]]
     except Exception as exc:
         return [Problem("batch", f"{where}: a batch of {big.shape[1]} failed: {_describe(exc)}")]
     if tuple(among.shape) != (x.shape[0], big.shape[1], states.shape[2]):
@@ -289,7 +301,9 @@ def _batch_independent(cell: Any, x: torch.Tensor, where: str) -> list[Problem]:
                 f"(inputs {tuple(big.shape)}); the contract is [T, B, N]: a trial validates in batches of 1,000",
             )
         ]
-    if not torch.allclose(among[:, : x.shape[1]], states.detach(), rtol=1e-4, atol=1e-5, equal_nan=True):
+    mixed = not torch.allclose(among[:, : x.shape[1]], states.detach(), rtol=1e-4, atol=1e-5, equal_nan=True)
+    mixed = mixed or not torch.allclose(*drawn, rtol=1e-4, atol=1e-5, equal_nan=True)
+    if mixed:
         return [
             Problem(
                 "batch",

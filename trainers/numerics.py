@@ -292,10 +292,10 @@ class _PortableSqrt(torch.autograd.Function):
 
 
 def sqrt(t: torch.Tensor) -> torch.Tensor:
-    """√t as this process's mode computes it: correctly rounded on the CPU in the portable mode
-    (`portable_sqrt`, differentiable as torch.sqrt is: a cell's √ takes it too), `torch.sqrt` in the
-    native mode and on a GPU (as before issue 33)."""
-    if not _portable(t):
+    """√t as this process's mode computes it: a float32 tensor's correctly rounded on the CPU in the
+    portable mode (`portable_sqrt`, differentiable as torch.sqrt is: a cell's √ takes it too),
+    `torch.sqrt` in the native mode, on a GPU (as before issue 33) and in float64 (tests' references)."""
+    if not _portable(t) or t.dtype != torch.float32:  # `portable_sqrt` rounds float32 alone correctly
         return t.sqrt()
     if t.requires_grad and torch.is_grad_enabled():
         root: torch.Tensor = _PortableSqrt.apply(t)

@@ -132,6 +132,21 @@ def test_the_scans_hand_written_backward_is_its_gradient():
     assert torch.autograd.gradcheck(ModReLUScan.apply, (x, h0, w, b))
 
 
+def test_a_zero_state_and_a_zero_input_give_finite_gradients_and_a_validation_the_same_states():
+    """`initial_state="zero"` on zero inputs (psMNIST's black pixels): the pre-activation is exactly 0 at
+    the first step, where autograd through √ gives NaN; the scan takes the limit, a finite gradient. And a
+    forward without gradients (a validation, which keeps nothing for a backward) gives the same states."""
+    cell = ArjovskyURNNCell(ArjovskyURNNConfig(initial_state="zero"), 2, 8, gen(1))
+    x = torch.zeros(6, 3, 2)
+    x[3:] = torch.randn(3, 3, 2, generator=gen(2))  # zero for three steps, then not
+    states = cell(x)
+    states.pow(2).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in cell.parameters() if p.grad is not None)
+    assert states[:3].abs().max() == 0 and states[3:].abs().max() > 0
+    with torch.no_grad():
+        assert torch.equal(cell(x), states.detach())
+
+
 def test_u_is_unitary_and_the_recurrent_matrix_is_its_real_form():
     cell = ArjovskyURNNCell(ArjovskyURNNConfig(), 2, 16, gen(1)).double()
     w = cell.recurrent_matrix()

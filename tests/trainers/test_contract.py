@@ -118,3 +118,26 @@ def test_a_cost_setting_the_config_lacks_is_refused_by_the_contract():
     (problem,) = [p for p in check_cell(Misspelt) if p.check == "settings"]
     assert "['input_gian']" in str(problem) and "not fields of" in str(problem)
     assert [p for p in check_cell(Declared) if p.check == "settings"] == []
+
+
+def test_a_cell_that_mixes_its_examples_only_with_its_state_draws_on_breaks_the_batch_check(monkeypatch):
+    """The batch check runs a drawing cell (SRNN's uRNN) with its draws off, where an example's initial
+    state would otherwise follow its place in the batch; a cell that mixes examples only while drawing
+    passed it. It also runs the draws on, among two sets of other examples, through copies of the cell."""
+    from trainers.cells import CELLS
+    from trainers.cells.arjovsky_urnn import ArjovskyURNNCell
+    from trainers.contract import check_cell
+
+    class Mixer(ArjovskyURNNCell):
+        name = "contract_mixer"
+
+        def forward(self, x):
+            out = super().forward(x)
+            return out - 0.5 * out.mean(1, keepdim=True) if self.draws_state else out
+
+    monkeypatch.setitem(CELLS._items, Mixer.name, Mixer)
+    found = [str(p) for p in check_cell(Mixer)]
+    assert len(found) == 2 and all(
+        p.startswith("batch: on task") and "must be its own" in p for p in found
+    ), found
+    assert check_cell(ArjovskyURNNCell) == []  # drawing, and each example's own

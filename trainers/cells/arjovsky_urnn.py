@@ -26,8 +26,10 @@ evaluation measures the weights alone, and the training draws are the same whate
 cadence. `initial_state="zero"` is z_0 = 0, a departure.
 The contract checks the batch independence of such a cell with its draws off (`Cell.state_draws_off`).
 
-Parameters in their construction order, from the trial's generator: θ₁, v₁, θ₂, v₂, θ₃, P, then W_in (their
-`itoh`, drawn after the readout there). 8n + N·d trained numbers: their 1,024 + 512·d at n = 128.
+Parameters in their construction order and laws, from the trial's generator (their draws' laws, not
+their generator's stream: their `rand` then `uniform_` for v, and their `itoh`'s discarded Kaiming draw,
+are not replayed): θ₁, v₁, θ₂, v₂, θ₃, P, then W_in (their `itoh`, drawn after the readout there).
+8n + N·d trained numbers: their 1,024 + 256·d at n = 128 (N = 256).
 Solo only (no fused form). U is built once per forward as its real form W = [[Re U, −Im U], [Im U, Re U]]
 (the structured product applied to the identity, in complex64, differentiable), and the recurrence runs
 as one autograd function over all steps (`ModReLUScan`): one GEMM a step and a hand-written backward.
@@ -86,8 +88,10 @@ class ModReLUScan(torch.autograd.Function):
     (one GEMM a step, dW in one GEMM over all steps), as `trainers.kernels.ElmanScan` does for the Elman
     cells. modReLU, per unit: r = |a| = √(Re² + Im²), s = relu(r + b) / (r + 1e−6), out = a·s; its
     gradient, with g·a = g_Re·Re + g_Im·Im: ∂a = g·s + (g·a)·s′(r)·a / r, s′(r) = (1[r + b > 0]·(r + 1e−6)
-    − relu(r + b)) / (r + 1e−6)², ∂b = (g·a)·1[r + b > 0] / (r + 1e−6). At a = 0 it is not finite, as
-    autograd's through √ (and their code's)."""
+    − relu(r + b)) / (r + 1e−6)², ∂b = (g·a)·1[r + b > 0] / (r + 1e−6). At a = 0 exactly (a zero state
+    and a zero input: `initial_state="zero"` on psMNIST's black pixels) the second term's limit, 0, is
+    taken where autograd through √ (and their code) gives NaN. Without gradients (a validation) the
+    pre-activations and norms are not kept: one step's scratch instead of [T, B, N] and [T, B, n]."""
 
     @staticmethod
     def forward(
@@ -96,18 +100,20 @@ class ModReLUScan(torch.autograd.Function):
         T, B, N = x.shape
         n = N // 2
         w_t = w.t()
+        keep = any(ctx.needs_input_grad)  # a validation's forward keeps nothing for a backward
         hs = x.new_empty(T + 1, B, N)  # h_0 … h_T
-        pre = x.new_empty(T, B, N)
-        norms = x.new_empty(T, B, n)
+        pre = x.new_empty(T if keep else 1, B, N)
+        norms = x.new_empty(T if keep else 1, B, n)
         hs[0] = h0
         for t in range(T):
-            a = torch.addmm(x[t], hs[t], w_t, out=pre[t])
+            a = torch.addmm(x[t], hs[t], w_t, out=pre[t if keep else 0])
             pairs = a.view(B, 2, n)
             r = numerics.sqrt(pairs.pow(2).sum(1))  # torch.sqrt, but portable on the CPU
-            norms[t] = r
+            norms[t if keep else 0] = r
             scale = torch.relu(r + bias) / (r + MOD_RELU_EPS)
             torch.mul(pairs, scale.unsqueeze(1), out=hs[t + 1].view(B, 2, n))
-        ctx.save_for_backward(hs, pre, norms, w, bias)
+        if keep:
+            ctx.save_for_backward(hs, pre, norms, w, bias)
         return hs[1:]
 
     @staticmethod
@@ -130,7 +136,8 @@ class ModReLUScan(torch.autograd.Function):
             scale = torch.relu(shifted) / denom
             ga = (g * a).sum(1)  # g·a per unit [B, n]
             slope = (on * denom - torch.relu(shifted)) / (denom * denom)
-            torch.add(g * scale.unsqueeze(1), a * (ga * slope / r).unsqueeze(1), out=d_pre[t].view(B, 2, n))
+            radial = torch.where(r > 0, ga * slope / r, 0.0)  # its limit at a = 0: 0 (g·a is 0 there)
+            torch.add(g * scale.unsqueeze(1), a * radial.unsqueeze(1), out=d_pre[t].view(B, 2, n))
             d_bias += (ga * on / denom).sum(0)
             dh = d_pre[t] @ w
         d_w = d_pre.reshape(T * B, N).t() @ hs[:-1].reshape(T * B, N)
