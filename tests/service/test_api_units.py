@@ -909,7 +909,12 @@ def test_an_unknown_preset_is_answered_with_the_nearest_name_and_where_the_list_
         ), said
         assert "nru2019-copy100" in said  # the names still, for a reader of curl
     assert "did you mean" not in client.get("/presets/nope").json()["message"]
-    # a name with a slash reached no route: a bare "Not Found"
+    # a name with a slash reached no route (a bare "Not Found"); a trailing slash still redirects, to the
+    # list and to the preset, as before the route took slashes
+    for path, to in (("/presets/", "/presets"), ("/presets/srnn2020-copy/", "/presets/srnn2020-copy")):
+        moved = client.get(path, follow_redirects=False)
+        assert moved.status_code == 307 and moved.headers["location"].endswith(to), (path, moved.headers)
+        assert client.get(path).status_code == 200
     r = client.get("/presets/orhan2020/copy500")
     assert r.status_code == 404 and r.json()["message"].startswith(
         "unknown preset 'orhan2020/copy500'; did you"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse
 
 from search_spaces import describe, get_preset, list_presets
 from service.api.schemas import ErrorMessage, PresetPublic, PresetSummary
@@ -30,9 +31,17 @@ def presets() -> list[PresetSummary]:
     return [PresetSummary.model_validate(_described(name)) for name in list_presets()]
 
 
-@router.get("/{name:path}", responses={404: {"model": ErrorMessage, "description": "no such preset"}})
-def preset(name: str) -> PresetPublic:
-    """One grid: size, citation, fixed settings and every dimension's values."""
+@router.get(
+    "/{name:path}",
+    response_model=PresetPublic,
+    responses={404: {"model": ErrorMessage, "description": "no such preset"}},
+)
+def preset(name: str, request: Request) -> PresetPublic | RedirectResponse:
+    """One grid: size, citation, fixed settings and every dimension's values. A trailing slash
+    (`/presets/`, `/presets/NAME/`) is redirected to the path without it, as the routes without a
+    path parameter are; any other name with a slash is an unknown preset (with the nearest name)."""
+    if name == "" or name.endswith("/"):
+        return RedirectResponse(str(request.url.replace(path=request.url.path.rstrip("/"))), status_code=307)
     if name not in list_presets():
         raise NotFoundError(unknown_preset(name, "GET /presets"))
     return PresetPublic.model_validate(_described(name))
