@@ -50,3 +50,11 @@ def test_a_figure_only_the_newer_file_holds_is_listed_not_compared(capsys) -> No
     moved = copy.deepcopy(newer)
     moved["solo layer-norm rnn, keras_amsgrad"]["final_val_loss"] = (0.5).hex()
     assert compare(newer, moved) == 1 and "DIFFERENT" in capsys.readouterr().out
+    # a file's own check that failed is a failure even where the other file lacks it
+    broken = copy.deepcopy(newer) | {"bundle amsgrad: member 0 equals its solo run": False}
+    assert compare(older, broken) == 1
+    # headers and provenances are not figures: only the runs' figures are listed as one-sided
+    capsys.readouterr()
+    compare(older, newer)
+    said = capsys.readouterr().out
+    assert "bundle provenance (amsgrad)" not in said and "5 figures in one file only" in said

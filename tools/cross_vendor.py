@@ -175,6 +175,12 @@ def collect() -> dict[str, Any]:
     return out
 
 
+def is_figure(value: Any) -> bool:
+    """A run's figure (its final loss and digest) or a file's own check (a bool), not a header
+    (versions, CPU flags) or a provenance."""
+    return isinstance(value, bool) or (isinstance(value, dict) and "final_val_loss" in value)
+
+
 def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
     """Side by side; 1 when a portable figure differs (or the torch or trainer versions do). A file
     written before the tool recorded the trainer version shows `-` for it and is compared as it is."""
@@ -193,17 +199,16 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
         print("the trainer versions differ: a TRAINER_VERSION moves numbers (CHANGELOG.md)")
         bad = 1
     one_side = []
-    for key in sorted(set(a) | set(b)):
+    for key in sorted(k for k in set(a) | set(b) if is_figure(a.get(k)) or is_figure(b.get(k))):
         x, y = a.get(key), b.get(key)
-        if (x is None) != (y is None):  # a figure the other file's tool did not yet record
+        if isinstance(x, bool) or isinstance(y, bool):  # a file's own check (member 0 equals its solo run)
+            print(f"{key:<{w}}{'-' if x is None else x!s:<26}{'-' if y is None else y!s:<26}")
+            bad |= not all(v for v in (x, y) if v is not None)
+            continue
+        if x is None or y is None:  # a figure the other file's tool did not yet record
             one_side.append(key)
             print(f"{key:<{w}}{'-' if x is None else 'recorded':<26}{'-' if y is None else 'recorded':<26}"
                   f"in one file only: not compared")  # fmt: skip
-            continue
-        if not isinstance(x, dict) or "final_val_loss" not in x:
-            if isinstance(x, bool) or isinstance(y, bool):
-                print(f"{key:<{w}}{x!s:<26}{y!s:<26}")
-                bad |= not (x and y)
             continue
         same = x == y or (x["final_val_loss"] == y["final_val_loss"] and x.get("digest") == y.get("digest"))
         portable = "native" not in key
