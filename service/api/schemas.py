@@ -92,6 +92,11 @@ class PresetSummary(BaseModel):
 class PresetModel(BaseModel):
     fixed: dict[str, Any]
     dims: dict[str, Any] = Field(description='field → {"values": [...]} or a range')
+    param_counts: list[int] = Field(
+        default_factory=list,
+        description="the model's trainable parameters over its points, each distinct count once, ascending "
+        "(its hidden sizes, its cell's settings; [] where its shapes come from data files: PTB's vocabulary)",
+    )
 
 
 class PresetPublic(PresetSummary):

@@ -108,7 +108,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
             from service.application.errors import unknown_preset
 
             raise Refused(f"error: {unknown_preset(args.name, '`memsweep presets`')}")
-        detail = describe(get_preset(args.name))
+        from service.application.presets import preset_detail
+
+        detail = preset_detail(args.name)  # with each model's parameter counts (torch: the trainers')
         if args.json:
             print(json.dumps(detail))
         else:

@@ -450,12 +450,14 @@ def print_preset(detail: Mapping[str, Any]) -> None:
     per_model = detail.get("size_per_model") or {}
     table = Table(title="models (each model's settings over the shared ones below)")
     table.add_column("model", no_wrap=True)
-    for col in ("fixed", "dimensions", "trials"):
+    for col in ("fixed", "dimensions", "parameters", "trials"):
         table.add_column(col)
     for name, model in detail["models"].items():
         trials = per_model.get(name)
+        counts = model.get("param_counts") or []  # (a server before them: none)
+        params = f"{counts[0]:,}" + (f"–{counts[-1]:,}" if len(counts) > 1 else "") if counts else "–"
         table.add_row(
-            name, settings(model["fixed"]), dims(model["dims"]), "" if trials is None else str(trials)
+            name, settings(model["fixed"]), dims(model["dims"]), params, "" if trials is None else str(trials)
         )
     screen.print(table)
     screen.print(f"base (every model but where it fixes its own): {settings(detail['base'])}")

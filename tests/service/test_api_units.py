@@ -892,6 +892,23 @@ def test_presets_list_and_detail(client: TestClient) -> None:
     ]
 
 
+def test_a_presets_detail_counts_each_models_parameters(client: TestClient) -> None:
+    """A count to hold against the paper's needed each model's settings written out by hand (and
+    `trainers describe` takes Orhan's defaults: SRNN's copy model came out at 2,962 for 3,746). Each
+    model's distinct counts over its points, by hand here: nn.RNN's 128·2 + 128² + 2·128 and the readout's
+    129; the uRNN's 8·128, its `itoh` 256·2 and a readout from 256; SGORNN's paper's 1,411; Emami's
+    students over their hidden sizes n = 2…14 (an RNN's n² + 2n + n and a 2-output readout); PTB's
+    vocabulary comes from its files: none."""
+    addition = client.get("/presets/srnn2020-addition").json()["models"]
+    assert addition["rnn"]["param_counts"] == [128 * 2 + 128**2 + 2 * 128 + 129]
+    assert addition["urnn"]["param_counts"] == [8 * 128 + 256 * 2 + 257]
+    assert client.get("/presets/srnn2020-copy").json()["models"]["srnn"]["param_counts"] == [3746]
+    assert client.get("/presets/sgornn2022-addition").json()["models"]["sgornn"]["param_counts"] == [1411]
+    emami = client.get("/presets/emami2019-gaussian20db").json()["models"]["rnn"]["param_counts"]
+    assert emami == [n * n + 2 * n + n + 2 * n + 2 for n in range(2, 15, 2)]
+    assert client.get("/presets/orhan2020-lstm-ptbchar").json()["models"]["lstm-plain"]["param_counts"] == []
+
+
 def test_an_unknown_preset_is_answered_with_the_nearest_name_and_where_the_list_is(
     client: TestClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
