@@ -207,7 +207,7 @@ class SearchSpace:
                         f"dims.{key}: model {fixing[0].name!r} fixes {key} = {fixing[0].fixed[key]!r}, so it "
                         f"cannot span {key}; choose models that leave it to the study (`models`), or sweep it "
                         "in a model of your own beside these (space: {models: {NAME: {fixed: {...}, dims: "
-                        f"{{{key}: [value1, value2]}}}}}}}})"
+                        f"{{{key}: [value1, value2]}}}}}}}})" + named_in(models)
                     )
                 if key in (base or {}):
                     raise SpaceError(

@@ -576,13 +576,15 @@ SRNN_CUT = {"steps": 60, "eval_every": 20, "hidden": 32, "n_val": 64, "batch_siz
         ("sgornn2022-addition", "sgornn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
         ("sgornn2022-addition", "vprnn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
         ("sgornn2022-addition", "fastrnn", {"seq_len": [30]}, SGORNN_ADDITION, [1, 2]),
-        # SRNN addition (Rotman & Wolf Fig. 3; one lr in the grid, so six seeds) for srnn and its uRNN: T = 20
-        # (their copy embeds its inputs, as their code does: those trials train alone, not in bundles)
+        # SRNN addition (Rotman & Wolf Fig. 3; one lr in the grid, so six seeds) for srnn: T = 20 (their copy
+        # embeds its inputs, as their code does, and their uRNN is Arjovsky's: those trials train alone)
         ("srnn2020-addition", "srnn", {"seq_len": [20]}, SRNN_CUT, [1, 2, 3, 4, 5, 6]),
-        # the numerics pass runs this one again under `native` (the engine's workers take the mode): each
-        # fused cell's members equal to their solo runs under both modes is test_fused's, without Ray
+        # Emami's projected uRNN (its preset's teacher task is costly to build): addition T = 20, 3 learning
+        # rates × 2 seeds. The numerics pass runs this one again under `native` (the engine's workers take
+        # the mode): each fused cell's members equal to their solo runs under both modes is test_fused's
         pytest.param(
-            "srnn2020-addition", "urnn", {"seq_len": [20]}, SRNN_CUT, [1, 2, 3, 4, 5, 6], marks=pytest.mark.numerics
+            None, "urnn", {"lr": [1e-3, 2e-3, 5e-4]}, {"cell": "urnn", "task": "addition", "seq_len": 20, **SRNN_CUT},
+            [1, 2], marks=pytest.mark.numerics,
         ),
         # the contractive uRNN has no paper preset: the copy task, 3 learning rates × 2 seeds
         (

@@ -77,17 +77,21 @@ def test_a_space_model_models_leaves_out_is_refused_naming_it() -> None:
 
 
 def test_sweeping_a_setting_no_model_varies_says_to_name_ones_own_model_in_models() -> None:
-    """`--models chain --dim lr_decay_steps=100,200` was told to sweep it in a model of one's own in
-    `space`, which `models: [chain]` then left out."""
-    spec = {**ADDITION, "models": ["chain"], "dims": {"lr_decay_steps": [100, 200]}}
+    """`--models chain --dim init=chain,identity` (a setting the preset's chain fixes) is told to sweep it
+    in a model of one's own in `space`, and to name that model in `models`, which `models: [chain]` would
+    otherwise leave out. A setting no model varies nor fixes (`lr_decay_steps`) is spanned by the model."""
+    spec = {**ADDITION, "models": ["chain"], "dims": {"init": ["chain", "identity"]}}
     with pytest.raises(
         StudyError,
         match=r"sweep it in a model of your own beside these \(space: \{models: \{NAME: .*\}\}\}\}\); and name "
         r"that model in `models`: models: \[chain, NAME\] \(on the command line: --models chain,NAME\)$",
     ):
         study_space(StudySpec.model_validate(spec), 50_000)
-    with pytest.raises(StudyError, match=r"dims: \{lr_decay_steps: \[value1, value2\]\}\}\}\}\)$"):
+    with pytest.raises(StudyError, match=r"dims: \{init: \[value1, value2\]\}\}\}\}\)$"):
         study_space(StudySpec.model_validate({**spec, "models": None}), 50_000)  # no `models`: nothing to add
+    spanned = {**ADDITION, "models": ["chain"], "dims": {"lr_decay_steps": [100, 200]}}
+    space = study_space(StudySpec.model_validate(spanned), 50_000)
+    assert space.model("chain").dims["lr_decay_steps"].values == (100, 200)
 
 
 def test_a_plan_whose_calibration_failed_says_so_in_its_notes_and_last_line(engine: Engine) -> None:
