@@ -101,14 +101,14 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from search_spaces import describe, get_preset, list_presets
+    from search_spaces import list_presets
+    from service.application.presets import preset_detail, preset_summary
 
     if args.name:  # one preset whole: what GET /presets/{name} serves
         if args.name not in list_presets():
             from service.application.errors import unknown_preset
 
             raise Refused(f"error: {unknown_preset(args.name, '`memsweep presets`')}")
-        from service.application.presets import preset_detail
 
         detail = preset_detail(args.name)  # with each model's parameter counts (torch: the trainers')
         if args.json:
@@ -118,7 +118,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
         return 0
     rows = []
     for name in list_presets():
-        d = describe(get_preset(name))
+        d = preset_summary(name)
         rows.append(
             {
                 "name": name,

@@ -129,9 +129,7 @@ def plan_spec(
         seeds=len(space.seeds),
     )  # fmt: skip
     planned.notes += (
-        discrete_space_notes(spec, space)
-        + added_cell_notes(spec, space)
-        + cell_setting_notes(spec, space)
+        spec_notes(spec, space)
         + elsewhere_notes(engine.ledger, spec, None, todo)
         + other_code_notes(engine.ledger, todo)
     )
@@ -214,6 +212,12 @@ def discrete_space_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
 
 #: a trial's settings an added cell's arm is never told about: its identity, and how it runs
 NOT_ARM_SETTINGS = {"cell", "task", "seed", "numerics", "task_params", "cell_params", *EXECUTION_FIELDS}
+
+
+def spec_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
+    """What a plan says of the study's spec and its space, before the ledger's notes: a sampled space
+    smaller than its budget, an added cell's defaults, a cell's setting that reaches some models only."""
+    return discrete_space_notes(spec, space) + added_cell_notes(spec, space) + cell_setting_notes(spec, space)
 
 
 def cell_setting_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
@@ -373,9 +377,7 @@ def plan_study(
         seeds=len(space.seeds),
     )
     planned.notes += (
-        discrete_space_notes(spec, space)
-        + added_cell_notes(spec, space)
-        + cell_setting_notes(spec, space)
+        spec_notes(spec, space)
         + elsewhere_notes(engine.ledger, spec, study_id, again)
         + other_code_notes(engine.ledger, again)
     )

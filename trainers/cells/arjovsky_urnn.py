@@ -133,9 +133,10 @@ class ModReLUScan(torch.autograd.Function):
             shifted = r + bias
             on = (shifted > 0).to(r.dtype)
             denom = r + MOD_RELU_EPS
-            scale = torch.relu(shifted) / denom
+            lifted = torch.relu(shifted)
+            scale = lifted / denom
             ga = (g * a).sum(1)  # g·a per unit [B, n]
-            slope = (on * denom - torch.relu(shifted)) / (denom * denom)
+            slope = (on * denom - lifted) / (denom * denom)
             radial = torch.where(r > 0, ga * slope / r, 0.0)  # its limit at a = 0: 0 (g·a is 0 there)
             torch.add(g * scale.unsqueeze(1), a * radial.unsqueeze(1), out=d_pre[t].view(B, 2, n))
             d_bias += (ga * on / denom).sum(0)

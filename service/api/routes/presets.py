@@ -30,9 +30,9 @@ def presets() -> list[PresetSummary]:
 )
 def preset(name: str, request: Request) -> PresetPublic | RedirectResponse:
     """One grid: size, citation, fixed settings, every dimension's values and each model's parameter
-    counts. A trailing slash
-    (`/presets/`, `/presets/NAME/`) is redirected to the path without it, as the routes without a
-    path parameter are; any other name with a slash is an unknown preset (with the nearest name)."""
+    counts. A trailing slash (`/presets/`, `/presets/NAME/`) is redirected to the path without it, as the
+    routes without a path parameter are; any other name with a slash is an unknown preset (with the
+    nearest name)."""
     if name == "" or name.endswith("/"):
         return RedirectResponse(str(request.url.replace(path=request.url.path.rstrip("/"))), status_code=307)
     if name not in list_presets():
