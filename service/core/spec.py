@@ -667,7 +667,7 @@ def cell_settings_per_model(
     cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
     added = {*arms, *beside}
     only_added = bool(added) and all(m.name in added for m in space.models)
-    if (len(set(cells.values())) < 2 and not only_added) or any("cell" in m.dims for m in space.models):
+    if any("cell" in m.dims for m in space.models):
         return space
     general = set(TOP_FIELDS)
     tasks = {space.base.get("task", TrainConfig.task), *(m.fixed.get("task") for m in space.models)}
@@ -675,10 +675,13 @@ def cell_settings_per_model(
     for task in tasks:
         if isinstance(task, str) and task in TASKS:
             general |= set(field_names(TASKS.get(task).Config))
+    fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
+    space = cell_dims_per_model(space, cells, general, fields)
+    if len(set(cells.values())) < 2 and not only_added:
+        return space
     cell_only = [k for k in space.base if k not in general]
     if not cell_only:
         return space
-    fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
     taken = set().union(*fields.values())
     unknown = [k for k in cell_only if k not in taken and k not in preset_own]
     if unknown:  # a typo: before, it was dropped without a word (no model's cell takes it)
@@ -706,6 +709,44 @@ def cell_settings_per_model(
     )
     base = {k: v for k, v in space.base.items() if k not in cell_only}
     return dataclasses.replace(space, models=models, base=base)
+
+
+def cell_dims_per_model(
+    space: SearchSpace, cells: Mapping[str, str], general: Collection[str], fields: Mapping[str, set[str]]
+) -> SearchSpace:
+    """A space whose models each vary only the cell settings their own cell takes: a dimension of one cell's
+    setting that the study spans over every model (`dims: {initial_state: [uniform, zero]}` over srnn2020's
+    urnn and srnn) stays with the models whose cell takes it, and the others train once at each of their
+    points (the plan says so: `service.planning.plan.cell_setting_notes`); refused when it then reaches none
+    of them. `cells`: each model's cell; `general`: the trials' and their tasks' settings; `fields`: each
+    registered cell's settings (a cell not registered here keeps its dimensions, refused where resolved)."""
+    from trainers.cells import CELLS
+
+    def lacks(model: Model, key: str) -> bool:
+        cell = cells[model.name]
+        return key not in general and cell in CELLS and key not in fields[cell]
+
+    keys = {k for m in space.models for k in m.dims if any(lacks(m, k) for m in space.models)}
+    if not keys:
+        return space
+    for key in sorted(keys):
+        if all(lacks(m, key) for m in space.models if key in m.dims):
+            theirs = sorted(c for c in CELLS.names() if key in field_names(CELLS.get(c).Config))
+            study = sorted(set(cells.values()))
+            whose = (
+                f": it is {', '.join(theirs)}'s; choose a model that trains "
+                f"{'one of them' if len(theirs) > 1 else 'it'} (`models`), or leave {key} out of dims"
+                if theirs
+                else f"; leave {key} out of dims"
+            )
+            raise SpaceError(
+                f"dims.{key} is a setting of none of this study's cells ({', '.join(study)}){whose}"
+            )
+    models = tuple(
+        dataclasses.replace(m, dims={k: d for k, d in m.dims.items() if not lacks(m, k)})
+        for m in space.models
+    )
+    return dataclasses.replace(space, models=models)
 
 
 def _non_finite(value: Any, path: str) -> str | None:

@@ -222,10 +222,29 @@ def spec_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
 
 def cell_setting_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
     """A cell's own setting given in base reaches the models whose cell takes it, and no other
-    (`service.core.spec.cell_settings_per_model`): where some of the study's models take it and some do
-    not (`--set initial_state=zero` over srnn2020's urnn and srnn), which, so that it is not read as set
-    for all."""
+    (`service.core.spec.cell_settings_per_model`), and so does a dimension over one
+    (`service.core.spec.cell_dims_per_model`): where some of the study's models take it and some do
+    not (`--set initial_state=zero` or `--dim initial_state=uniform,zero` over srnn2020's urnn and srnn),
+    which, so that it is not read as set, or swept, for all."""
+    from trainers.cells import CELLS
+    from trainers.params import field_names
+
     notes = []
+    default = space.base.get("cell", TrainConfig.cell)
+    cells = {m.name: m.fixed.get("cell", default) for m in space.models}
+    fields = {c: set(field_names(CELLS.get(c).Config)) for c in set(cells.values()) if c in CELLS}
+    for key in spec.dims:
+        took = [m.name for m in space.models if key in m.dims]
+        left = [
+            m.name
+            for m in space.models
+            if "cell" not in m.dims and cells[m.name] in fields and key not in fields[cells[m.name]]
+        ]
+        if took and left and any(key in f for f in fields.values()):
+            notes.append(
+                f"{key} (dims) is a setting of a cell: it spans {', '.join(took)}; the cells of "
+                f"{', '.join(left)} have no {key}, and train once at each of their points"
+            )
     for key, value in spec.base.items():
         if key in space.base:  # every trial's setting, not moved into the models
             continue

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from search_spaces import SpaceError
 from service.api import create_app
 from service.cli.console import print_plan
 from service.core.spec import StudySpec
@@ -397,6 +398,47 @@ def test_a_cells_setting_in_base_that_reaches_some_models_only_is_said_so(tmp_pa
         "is a setting of a cell" in n
         for n in plan_spec(engine, StudySpec.model_validate(every), calibrate=False).notes
     )
+
+
+def test_a_dimension_over_a_cells_setting_spans_the_models_that_take_it(tmp_path: Path) -> None:
+    """`--dim initial_state=uniform,zero` over srnn2020's models was spanned by all of them and failed at
+    resolve on the SRNN ("unknown config field 'initial_state'"): it now spans the models whose cell takes
+    it, the others train once at each point, and the plan says which; over none of them it is refused,
+    naming the cell that has it."""
+    from service.core.settings import Settings
+    from service.study.engine import Engine
+
+    engine = Engine(Settings(home=tmp_path, mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    spec = {
+        "preset": "srnn2020-addition",
+        "models": ["urnn", "srnn"],
+        "dims": {"seq_len": [100], "initial_state": ["uniform", "zero"]},
+        "seeds": [1],
+    }
+    study = StudySpec.model_validate(spec)
+    notes = plan_spec(engine, study, calibrate=False).notes
+    assert (
+        "initial_state (dims) is a setting of a cell: it spans urnn; the cells of srnn have no initial_state, "
+        "and train once at each of their points" in notes
+    ), notes
+    trials = grid_trials(study.search_space(), {})
+    assert sorted((t.model, t.config["cell_params"].get("initial_state")) for t in trials) == [
+        ("srnn", None),
+        ("urnn", "uniform"),
+        ("urnn", "zero"),
+    ]
+    # a dimension of lr, which every model's trials take, says nothing of cells
+    lr = {**spec, "dims": {"seq_len": [100], "lr": [1e-3, 3e-4]}}
+    assert not any(
+        "is a setting of a cell" in n
+        for n in plan_spec(engine, StudySpec.model_validate(lr), calibrate=False).notes
+    )
+    with pytest.raises(
+        SpaceError,
+        match=r"dims.initial_state is a setting of none of this study's cells "
+        r"\(rnn, srnn\): it is arjovsky_urnn's; choose a model that trains it \(`models`\)",
+    ):
+        StudySpec.model_validate({**spec, "models": ["srnn", "rnn"]}).search_space()
 
 
 def test_a_plans_unit_sizes_count_every_unit_and_its_bundles_the_fused_ones(
