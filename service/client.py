@@ -411,6 +411,8 @@ class MemsweepClient(TrialPages):
         `attrs` name the criterion, the budget, the reference and the table's notes."""
         import pandas as pd
 
+        from service.reports.tables import CELL_COLUMNS
+
         if by not in ("model", "value"):  # "lr" gave every field's rows, as if it chose one
             raise ValueError(
                 f"by={by!r}: give 'model' (a row per model) or 'value' (a row per model, field and value; "
@@ -608,25 +610,20 @@ def read_spec_file(path: str | Path) -> StudySpec:
         raise ValueError(f"{path}: {'; '.join(lines)}") from None
 
 
-CELL_COLUMNS = [
-    "trials",
-    "finished",
-    "failed",
-    "pruned",
-    "errors",
-    "succeeded",
-    "rate",
-    "ci95_low",
-    "ci95_high",
-]
-
-
 #: a success table's columns against a reference model (`success_table(..., reference=MODEL)`): the
 #: reference's own row is `is_reference`, its difference empty (NaN), not a measured 0
 DIFFERENCE_COLUMNS = ["difference", "difference_ci95_low", "difference_ci95_high", "is_reference"]
 
 
 def _flat(cell: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: cell.get(k) for k in CELL_COLUMNS[:-2]}
-    out["ci95_low"], out["ci95_high"] = cell["ci95"]
+    """A success cell as the frame's columns (`tables.CELL_COLUMNS`): its interval as low and high, as
+    the JSON gives it (a CSV blanks the interval of a rate with no finished run)."""
+    from service.reports.tables import CELL_FIELDS, INTERVALS
+
+    out: dict[str, Any] = {}
+    for field in CELL_FIELDS:
+        if field in INTERVALS:
+            out[f"{field}_low"], out[f"{field}_high"] = cell[field]
+        else:
+            out[field] = cell.get(field)
     return out

@@ -511,21 +511,14 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _named(names: Sequence[str]) -> list[Plugin]:
-    """The installed plugins `names` (NAME, cell:NAME or task:NAME) name, all by default; exits naming the
-    installed ones when a name matches none."""
-    from trainers.plugins import installed
-    from trainers.registry import where_plugins_are
+    """`service.study.plugins.named`: a name that matches no installed plugin refused (exit 2)."""
+    from service.study.plugins import named
+    from trainers.registry import UnknownNameError
 
-    plugins = installed()
-    chosen = []
-    for name in names or [f"{p.kind}:{p.name}" for p in plugins]:
-        kind, _, bare = name.rpartition(":")
-        match = [p for p in plugins if p.name == bare and kind in ("", p.kind)]
-        if not match:
-            known = ", ".join(f"{p.kind}:{p.name}" for p in plugins) or "none is installed"
-            raise Refused(f"error: no plugin {name!r}; installed: {known}. {where_plugins_are('A plugin')}")
-        chosen += match
-    return chosen
+    try:
+        return named(names)
+    except UnknownNameError as exc:
+        raise Refused(f"error: {exc}") from None
 
 
 def plugin_files(name: str, as_json: bool) -> int:
@@ -577,28 +570,9 @@ def plugin_files(name: str, as_json: bool) -> int:
 
 def check_plugins(names: Sequence[str], as_json: bool) -> int:
     """Run `trainers.contract` over the named plugins (all installed ones by default); 1 when one fails."""
-    from trainers.contract import CHECKS
-    from trainers.plugins import version_behind
+    from service.study.plugins import check_report
 
-    report: list[dict[str, Any]] = []
-    for p in _named(names):
-        if p.problem is not None:
-            problems = [f"load: {p.problem}"]
-        else:
-            from trainers.cells import CELLS
-            from trainers.tasks import TASKS
-
-            cls = (CELLS if p.kind == "cell" else TASKS).get(p.name)
-            problems = [str(problem) for problem in CHECKS[p.kind](cls)]
-        report.append(
-            {
-                "kind": p.kind,
-                "name": p.name,
-                "identity": p.identity,
-                "problems": problems,
-                "version_behind": version_behind(p),
-            }
-        )
+    report = check_report(_named(names))
     if as_json:
         print(json.dumps(report))
     else:

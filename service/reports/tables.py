@@ -5,8 +5,8 @@ numbers were judged under in leading comment lines:
     # study: 3f9c2a1b7d4e (demo-copy50)
     # criterion: 0.5 × baseline
     # trainer_version: 4
-    "table","model","field","value","trials","finished","failed","pruned","errors","succeeded","rate","ci95_low","ci95_high"
-    "by_model","chain","","",4,4,0,0,0,4,1.0,0.5101,1.0
+    "table","model","field","value","trials","finished","failed","pruned","errors","raised","succeeded","rate","ci95_low","ci95_high"
+    "by_model","chain","","",4,4,0,0,0,0,4,1.0,0.5101,1.0
 
 Columns are the JSON answer's field names: a nested object's fields as `name.field` (`params.lr`,
 `config.task_params.seq_len`, `group.cell`), an interval [low, high] as `name_low` and `name_high`
@@ -29,6 +29,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from service.reports.summary import SuccessCell
 from trainers import TRAINER_VERSION
 
 if TYPE_CHECKING:
@@ -37,8 +38,16 @@ if TYPE_CHECKING:
 MEDIA_TYPE = "text/csv"
 #: fields that are an interval [low, high]: two columns, `name_low` and `name_high`
 INTERVALS = ("ci95", "difference_ci95", "wall_seconds_range", "trial_hours_range")
-#: the success table's cell fields, in order
-CELL_FIELDS = ("trials", "finished", "failed", "raised", "pruned", "errors", "succeeded", "rate", "ci95")
+#: the success table's cell fields, in order: `SuccessCell`'s own, so that a field added there is a column
+#: of the CSV and of the client's frame too
+CELL_FIELDS = tuple(SuccessCell.model_fields)
+#: the same as columns, an interval as its `_low` and `_high`: the client's frame's (`csv_cells` names a
+#: CSV's alike)
+CELL_COLUMNS = tuple(
+    column
+    for field in CELL_FIELDS
+    for column in ((f"{field}_low", f"{field}_high") if field in INTERVALS else (field,))
+)
 
 
 def wants_csv(format: str | None, accept: str | None) -> bool:

@@ -3,7 +3,8 @@
 - `used` names the plugin cells and tasks of a space, with their identities on this machine;
 - `admit_plugins` is the door: it refuses a study whose plugins break their contract or differ between
   the nodes, before anything is recorded;
-- `check_contracts` runs `trainers.contract` over each in a child process (`memsweep plugins check`),
+- `check_report` runs `trainers.contract` over the plugins `named` names: what `memsweep plugins check`
+  prints, and what `check_contracts` reads from a child process (`python -m service.study.plugins NAME…`),
   once per identity: a plugin that breaks its contract is refused before any trial runs, and its code
   never runs inside the server;
 - `listing` is what `memsweep plugins` and `GET /plugins` list: each plugin installed, with what breaks
@@ -19,12 +20,13 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from search_spaces import SearchSpace, Values
 from service.core.errors import StudyError
 from trainers import plugins
+from trainers.registry import UnknownNameError, where_plugins_are
 
 #: a node's entry when it did not say which plugins it has (its value: why): `nodes.node_plugins`
 UNANSWERED = "unanswered"
@@ -138,18 +140,61 @@ def listing() -> list[dict[str, Any]]:
     return [{**p.to_dict(), "contract": problems.get((p.kind, p.name), [])} for p in found]
 
 
+def named(names: Sequence[str]) -> list[plugins.Plugin]:
+    """The installed plugins `names` (NAME, cell:NAME or task:NAME) name, all by default; UnknownNameError
+    naming the installed ones when a name matches none."""
+    found = plugins.installed()
+    chosen = []
+    for name in names or [f"{p.kind}:{p.name}" for p in found]:
+        kind, _, bare = name.rpartition(":")
+        match = [p for p in found if p.name == bare and kind in ("", p.kind)]
+        if not match:
+            known = ", ".join(f"{p.kind}:{p.name}" for p in found) or "none is installed"
+            raise UnknownNameError(f"no plugin {name!r}; installed: {known}. {where_plugins_are('A plugin')}")
+        chosen += match
+    return chosen
+
+
+def check_report(chosen: Iterable[plugins.Plugin]) -> list[dict[str, Any]]:
+    """`trainers.contract` over each plugin (`named`): its kind, name, identity, `problems` ("shapes: …";
+    "load: …" for one that did not load; [] when it holds) and `version_behind`."""
+    # torch and every cell: imported where a check runs, not by the server's door that only reads one
+    from trainers.cells import CELLS
+    from trainers.contract import CHECKS
+    from trainers.tasks import TASKS
+
+    report: list[dict[str, Any]] = []
+    for p in chosen:
+        if p.problem is not None:
+            problems = [f"load: {p.problem}"]
+        else:
+            cls = (CELLS if p.kind == "cell" else TASKS).get(p.name)
+            problems = [str(problem) for problem in CHECKS[p.kind](cls)]
+        report.append(
+            {
+                "kind": p.kind,
+                "name": p.name,
+                "identity": p.identity,
+                "problems": problems,
+                "version_behind": plugins.version_behind(p),
+            }
+        )
+    return report
+
+
 def run_check(names: Iterable[str], timeout: float) -> dict[str, list[str]]:
-    """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems (each name
-    the child's failure, when it crashed or did not finish)."""
+    """`check_report` over `names` in a child process: "kind:name" → its problems (each name the child's
+    failure, when it crashed or did not finish)."""
     names = list(names)
     found = _child_check(names, timeout)
     return {n: [found] for n in names} if isinstance(found, str) else found
 
 
 def _child_check(names: list[str], timeout: float) -> dict[str, list[str]] | str:
-    """`memsweep plugins check NAME… --json` in a child process: "kind:name" → its problems, or why the
+    """`check_report` over `names` in a child process (`_main`): "kind:name" → its problems, or why the
     child gave no report (it crashed, or did not finish in `timeout` seconds)."""
-    cmd = [sys.executable, "-P", "-m", "service.cli", "plugins", "check", *names, "--json"]
+    # -P: the working directory's own `service.py` or `trainers.py` does not stand for memsweep's
+    cmd = [sys.executable, "-P", "-m", "service.study.plugins", *names]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -213,3 +258,19 @@ def version_mismatch(
         + ". Install the same distribution on every node (docs/plugins.md, 'On a cluster') and submit again."
         + server_lags
     )
+
+
+def _main(names: Sequence[str]) -> int:
+    """The child `_child_check` runs: the report of the plugins `names` name as one JSON line on stdout
+    (a plugin's own prints may come before it); a name that matches none on stderr, exit 2."""
+    try:
+        report = check_report(named(names))
+    except UnknownNameError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
