@@ -115,9 +115,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def criterion_from_args(args: argparse.Namespace) -> Criterion:
     """The success criterion of the flags: a fraction of the baseline (default 0.5) or a threshold."""
-    if args.success_threshold is not None:
-        return Criterion(fraction=None, threshold=args.success_threshold)
-    return Criterion(fraction=0.5 if args.success_fraction is None else args.success_fraction)
+    return Criterion.of(fraction=args.success_fraction, threshold=args.success_threshold)
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from trainers.result import TrialResult
 
 
+#: Orhan & Pitkow's success: a final validation loss below half the random baseline's (§3.1.1)
+HALF = 0.5
+
+
 @dataclass(frozen=True)
 class Criterion:
-    fraction: float | None = 0.5  # success: final validation loss < fraction × the baseline
+    fraction: float | None = HALF  # success: final validation loss < fraction × the baseline
     threshold: float | None = None  # or: final validation loss < threshold (then fraction is None)
     baseline: str = "task"  # "task", or a reference baseline the task reports (e.g. copy's "arjovsky")
 
@@ -40,6 +44,17 @@ class Criterion:
             )
         if self.threshold is not None and not (self.threshold > 0 and math.isfinite(self.threshold)):
             raise ConfigError(f"success threshold = {self.threshold} must be a positive finite loss")
+
+    @classmethod
+    def of(
+        cls, fraction: float | None = None, threshold: float | None = None, baseline: str = "task"
+    ) -> Criterion:
+        """The criterion of a spec's, a request's or a command line's optional fields: a loss threshold, or
+        a fraction of the baseline (Orhan & Pitkow's half where none is given: the one place that default
+        is applied); both given are refused, as the constructor refuses them."""
+        if threshold is not None:
+            return cls(fraction=fraction, threshold=threshold, baseline=baseline)
+        return cls(fraction=HALF if fraction is None else fraction, baseline=baseline)
 
     @property
     def name(self) -> str:

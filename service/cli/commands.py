@@ -73,6 +73,7 @@ NOT_ON_RESUME = {
     "--concurrency": "concurrency",
     "--scheduler": "scheduler",
     "--success-fraction": "success_fraction",
+    "--success-threshold": "success_threshold",
     "--name": "name",
     "--cpus": "resources.cpus",
     "--gpus": "resources.gpus",
@@ -89,9 +90,11 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
     if not given:
         return
     fixes = ["create a new study with them (its finished trials are reused, not trained again)"]
-    if args.success_fraction is not None:
+    if args.success_fraction is not None or args.success_threshold is not None:
         fixes.insert(
-            0, f"judge this one at another fraction with `memsweep success {args.study} --fraction F`"
+            0,
+            f"judge this one under another criterion with `memsweep success {args.study} --fraction F` "
+            "(or `--threshold L`)",
         )
     raise Refused(
         f"error: {', '.join(given)}: a resumed study keeps its spec's {', '.join(given.values())} (--study "
@@ -781,18 +784,23 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def other_criteria(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The criteria a study reports beside its own, as success queries: its `extra_criteria`, and its
-    own fraction of each reference baseline its tasks report (copy: Arjovsky's)."""
+    """The criteria a study reports beside its own (`StudySpec.other_criteria`, as its summary in MLflow
+    reports them), as success queries."""
     from service.core.spec import STORED, StudySpec
 
     validated = StudySpec.model_validate(spec, context=STORED)  # as the server stored it
     try:
-        baselines = validated.baselines()[1:]
-    except (ValueError, KeyError):  # a cell or task this process lacks (a server's plugin): its own only
-        baselines = []
-    queries = [{"fraction": None, "threshold": None, "baseline": name} for name in baselines]
-    return queries + [
-        c.model_dump(include={"fraction", "threshold", "baseline"}) for c in validated.extra_criteria
+        others = validated.other_criteria()
+    except (ValueError, KeyError):  # a cell or task this process lacks (a server's plugin): its extras only
+        others = validated.other_criteria(reference_baselines=())
+    # a query names a reference baseline only (the task's is a query's own when it names none)
+    return [
+        {
+            "fraction": c.fraction,
+            "threshold": c.threshold,
+            "baseline": None if c.baseline == "task" else c.baseline,
+        }
+        for c in others
     ]
 
 

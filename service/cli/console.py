@@ -137,10 +137,22 @@ def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -
     dims = dict(data.get("dims", {}))
     dims.update(parse_dims(args.dim))
     data["dims"] = dims
-    for field in ("sampler", "max_trials", "concurrency", "name", "scheduler", "success_fraction"):
+    for field in (
+        "sampler",
+        "max_trials",
+        "concurrency",
+        "name",
+        "scheduler",
+        "success_fraction",
+        "success_threshold",
+    ):
         value = getattr(args, field)
         if value is not None:
             data[field] = value
+    # a criterion flag replaces the spec file's criterion, whichever form that has (both flags are refused)
+    for flag, other in (("success_fraction", "success_threshold"), ("success_threshold", "success_fraction")):
+        if getattr(args, flag) is not None and getattr(args, other) is None:
+            data.pop(other, None)
     if args.models:
         data["models"] = args.models.split(",")
     if args.seeds:
@@ -223,6 +235,12 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         dest="success_fraction",
         type=float,
         help="a run succeeds below this fraction of its baseline's loss (default 0.5, the papers')",
+    )
+    p.add_argument(
+        "--success-threshold",
+        dest="success_threshold",
+        type=float,
+        help="or: a run succeeds below this validation loss (instead of a fraction of its baseline's)",
     )
     p.add_argument(
         "--cpus", type=float, help="CPUs per Ray unit, a bundle of trials (the spec's resources.cpus)"

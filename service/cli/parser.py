@@ -14,7 +14,7 @@ USAGE = """`memsweep`: run and query studies from the command line (the REST ser
 memsweep presets [NAME] [--json]   # the papers' grids; NAME: its models' settings, dims, seeds
 memsweep run PRESET|SPEC.yaml [spec flags] [--json]   # spec flags: --set KEY=VALUE, --dim lr=1e-3,3e-4,
     --models a,b, --seeds 1,2, --sampler S, --max-trials N, --concurrency N, --scheduler fifo|asha,
-    --success-fraction F, --cpus C, --gpus G, --name NAME (`memsweep run --help`)
+    --success-fraction F | --success-threshold L, --cpus C, --gpus G, --name NAME (`memsweep run --help`)
 memsweep run --study ID            # resume: only unfinished trials run
 memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
 memsweep plan PRESET|SPEC.yaml [spec flags] [--recalibrate] [--json] [--url URL]   # trials, bundles, estimate; nothing runs

@@ -12,7 +12,7 @@ import functools
 import math
 import re
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -427,9 +427,20 @@ class StudySpec(BaseModel):
 
     def criterion(self) -> Criterion:
         """The study's success criterion (default: half the random baseline, Orhan & Pitkow)."""
-        if self.success_threshold is not None:
-            return Criterion(fraction=None, threshold=self.success_threshold)
-        return Criterion(fraction=self.success_fraction if self.success_fraction is not None else 0.5)
+        return Criterion.of(fraction=self.success_fraction, threshold=self.success_threshold)
+
+    def other_criteria(self, reference_baselines: Iterable[str] | None = None) -> list[Criterion]:
+        """The criteria the study reports beside its own, each once and none its own: its `extra_criteria`,
+        then its own fraction of each reference baseline its tasks report (copy: Arjovsky's; none beside a
+        threshold, which is no fraction of anything). `reference_baselines`: the names its trials report
+        (the summary's, from the ledger); by default those its tasks report (`baselines`), which the CLI
+        asks a server for before its trials may have any."""
+        main = self.criterion()
+        others = [c.criterion() for c in self.extra_criteria]
+        if main.fraction is not None:
+            names = self.baselines()[1:] if reference_baselines is None else sorted(set(reference_baselines))
+            others += [Criterion(fraction=main.fraction, baseline=name) for name in names]
+        return [c for i, c in enumerate(others) if c != main and c not in others[:i]]
 
     def criterion_for(
         self, fraction: float | None = None, threshold: float | None = None, baseline: str | None = None
@@ -790,8 +801,10 @@ def judged_under(
         )
     try:
         if threshold is not None:
-            return Criterion(fraction=None, threshold=threshold)
-        return Criterion(fraction=fraction or own.fraction or 0.5, baseline=baseline or "task")
+            return Criterion.of(threshold=threshold)
+        return Criterion.of(
+            fraction=own.fraction if fraction is None else fraction, baseline=baseline or "task"
+        )
     except ValueError as exc:
         raise StudyError(f"{exc}; e.g. ?fraction=0.25, or ?threshold=0.02") from None
 

@@ -25,12 +25,8 @@ def criteria(spec: StudySpec, trials: Sequence[Trial]) -> tuple[Criterion, list[
     """The study's success criterion, and the others it reports beside it: its spec's extra
     criteria, and the same fraction of every reference baseline its trials' tasks report (copy:
     Arjovsky's)."""
-    main = spec.criterion()
-    extra = [c.criterion() for c in spec.extra_criteria]
-    if main.fraction is not None:
-        names = sorted({name for t in trials for name in (t.reference_baselines or {})})
-        extra += [Criterion(fraction=main.fraction, baseline=name) for name in names]
-    return main, [c for i, c in enumerate(extra) if c != main and c not in extra[:i]]
+    reported = {name for t in trials for name in (t.reference_baselines or {})}
+    return spec.criterion(), spec.other_criteria(reported)
 
 
 def summarise(

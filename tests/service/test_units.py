@@ -4,6 +4,8 @@ import math
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -463,6 +465,64 @@ def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
     assert spec.criterion().threshold == 0.02 and spec.criterion().name == "loss < 0.02"
     default = build_spec(parser.parse_args(["orhan2020-copy500", "--models", "chain"]))
     assert default.criterion() == HALF_BASELINE
+
+
+def test_the_success_threshold_flag_sets_the_criterion_over_a_spec_files(tmp_path):
+    """`memsweep run` took `--success-fraction` but no `--success-threshold` (`python -m trainers` has
+    both): a flag now replaces a spec file's criterion whichever form it has, and both flags are refused."""
+    import argparse
+
+    from service.cli.console import add_spec_flags, build_spec
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("target")
+    add_spec_flags(parser)
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text("preset: orhan2020-copy500\nmodels: [chain]\nsuccess_fraction: 0.25\n")
+    spec = build_spec(parser.parse_args([str(spec_file), "--success-threshold", "0.02"]))
+    assert spec.criterion() == Criterion(fraction=None, threshold=0.02)
+    spec_file.write_text("preset: orhan2020-copy500\nmodels: [chain]\nsuccess_threshold: 0.02\n")
+    spec = build_spec(parser.parse_args([str(spec_file), "--success-fraction", "0.25"]))
+    assert spec.criterion() == Criterion(fraction=0.25)
+    both = ["orhan2020-copy500", "--success-fraction", "0.25", "--success-threshold", "0.02"]
+    with pytest.raises(
+        ValidationError, match=r"give success_fraction \(of the baseline\) or success_threshold"
+    ):
+        build_spec(parser.parse_args(both))
+
+
+def test_the_other_criteria_a_study_reports_are_the_same_in_mlflow_and_on_the_terminal():
+    """The summary (MLflow's parent run, the plots) and the CLI's tables under `memsweep run`, `success`
+    and `submit --wait` each computed the other criteria: for a copy study judged by a threshold the
+    summary reported none and the terminal a `0.5 × arjovsky baseline` table. One rule now
+    (`StudySpec.other_criteria`): its own fraction of each reference baseline, none beside a threshold,
+    then its extra criteria, each once."""
+    from service.cli.commands import other_criteria
+    from service.core.spec import judged_under
+    from service.reports.study_summary import criteria
+
+    def both(spec: dict[str, Any]) -> tuple[list[Criterion], list[Criterion]]:
+        study = StudySpec.model_validate(spec)
+        trial = SimpleNamespace(reference_baselines={"arjovsky": 0.1})  # as the copy task's trials report
+        summary = criteria(study, [trial])[1]  # type: ignore[list-item]
+        own = study.criterion()
+        return summary, [
+            judged_under(own, **query) for query in other_criteria(study.model_dump(mode="json"))
+        ]
+
+    threshold = {"preset": "orhan2020-copy500", "models": ["chain"], "success_threshold": 0.02}
+    assert both(threshold) == ([], [])
+    fraction = {**threshold, "success_threshold": None, "success_fraction": 0.25}
+    extra = {"extra_criteria": [{"threshold": 0.05}, {"fraction": 0.25, "baseline": "arjovsky"}]}
+    summary, terminal = both({**fraction, **extra})
+    assert (
+        summary
+        == terminal
+        == [
+            Criterion(fraction=None, threshold=0.05),
+            Criterion(fraction=0.25, baseline="arjovsky"),
+        ]
+    )
 
 
 def test_cpus_or_gpus_on_the_command_line_leave_the_spec_files_other_resource(tmp_path):
