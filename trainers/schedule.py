@@ -42,6 +42,17 @@ class Schedule:
         budget = cfg.steps if cfg.steps is not None else cfg.epochs * steps_per_epoch
         return cls(steps_per_epoch, budget, cfg.eval_every or steps_per_epoch)
 
+    @classmethod
+    def of_trial(cls, resolved: Resolved) -> Schedule:
+        """The trial's schedule, from its task's training-set size (the task is built: cheap, its data are
+        made or read lazily; a file-backed task without its files raises)."""
+        return cls.of(resolved.config, resolved.make_task().train_size)
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations over the whole budget (`at`: every `eval_every` steps, and at the budget's end)."""
+        return math.ceil(self.budget / self.eval_every)
+
     def at(self, step: int) -> Literal["eval", "check"] | None:
         """What falls due after optimiser step `step`: an evaluation, a loss check, or nothing."""
         if step % self.eval_every == 0 or step == self.budget:

@@ -66,7 +66,7 @@ class Schedules:
                          sort_keys=True, default=str)  # fmt: skip
         if key not in self.known:
             try:
-                self.known[key] = Schedule.of(cfg, t.resolved.make_task().train_size)
+                self.known[key] = Schedule.of_trial(t.resolved)
             except Exception as exc:  # a task whose data files are missing
                 self.known[key] = None
                 self.notes.append(f"{cfg.task}: budget unknown ({type(exc).__name__}: {exc})"[:500])
@@ -77,7 +77,7 @@ class Schedules:
         s = self.schedule(t)
         if s is None:
             return None
-        return s.budget, s.budget // s.eval_every + (1 if s.budget % s.eval_every else 0)
+        return s.budget, s.evaluations
 
 
 def lr_course_notes(trials: Sequence[TrialSpec], schedules: Schedules) -> list[str]:

@@ -171,7 +171,7 @@ def budget_steps(spec: TrialSpec) -> int:
     """A trial's budget in optimiser steps (its task says how many make an epoch)."""
     from trainers.schedule import Schedule
 
-    return Schedule.of(spec.resolved.config, spec.resolved.make_task().train_size).budget
+    return Schedule.of_trial(spec.resolved).budget
 
 
 def run_id_setter(ledger: Ledger, trial_id: int) -> Callable[[str], None]:

@@ -355,3 +355,13 @@ def test_a_gpus_memory_fraction_is_a_fraction_or_refused_naming_the_variable(mon
         monkeypatch.setenv(GPU_MEMORY_FRACTION, bad)
         with pytest.raises(ValueError, match=r"MEMSWEEP_GPU_MEMORY_FRACTION=.*\(0, 1\]"):
             gpu_memory_fraction()
+
+
+@pytest.mark.parametrize(("budget", "eval_every"), [(1, 1), (10, 3), (12, 3), (100, 1), (7, 50)])
+def test_a_schedules_evaluations_are_those_its_steps_fall_due(budget: int, eval_every: int) -> None:
+    """`Schedule.evaluations`, which the plan's estimate counts (it computed them by hand), is how many of
+    the loop's steps `Schedule.at` says evaluate."""
+    from trainers.schedule import Schedule
+
+    s = Schedule(steps_per_epoch=eval_every, budget=budget, eval_every=eval_every)
+    assert s.evaluations == sum(s.at(step) == "eval" for step in range(1, budget + 1))
