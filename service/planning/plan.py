@@ -231,7 +231,7 @@ def cell_setting_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
 
     notes = []
     default = space.base.get("cell", TrainConfig.cell)
-    cells = {m.name: m.fixed.get("cell", default) for m in space.models}
+    cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
     fields = {c: set(field_names(CELLS.get(c).Config)) for c in set(cells.values()) if c in CELLS}
     for key in spec.dims:
         took = [m.name for m in space.models if key in m.dims]
