@@ -251,8 +251,15 @@ def record_device(result: TrialResult, device: torch.device, config: TrainConfig
     the plugins its cell and task come from, `plugin.cell` / `plugin.task`: `trainers.plugins`)."""
     result.device = str(device)
     result.provenance = provenance(device)
-    for kind, ident in plugins.identities(config.cell, config.task).items():
-        result.provenance[f"plugin.{kind}"] = ident
+    record_plugins(result, config)
+
+
+def record_plugins(result: TrialResult, config: TrainConfig) -> None:
+    """The plugins the trial's cell and task come from, in its provenance (`plugin.cell`, `plugin.task`:
+    their identities, `trainers.plugins`): a comparison of two studies names a plugin's code change by them."""
+    used = plugins.identities(config.cell, config.task)
+    if used:
+        result.provenance = {**(result.provenance or {}), **{f"plugin.{kind}": i for kind, i in used.items()}}
 
 
 def keep_network(result: TrialResult, model: SequenceModel, nonlinearity: str | None) -> None:

@@ -16,9 +16,8 @@ from service.core.states import UNFINISHED
 from service.core.trial import Evaluated, Event, TrialSpec, Unit
 from service.store.ledger import Ledger
 from service.store.patience import outage
-from trainers import plugins
 from trainers.model import build_model, count_params
-from trainers.runtime import record_task
+from trainers.runtime import record_plugins, record_task
 from trainers.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -369,10 +368,7 @@ class TrialBook:
         if placement is not None:
             result.device, result.node = placement.device, placement.node
             result.provenance = {**(result.provenance or {}), **placement.provenance}
-        cfg = spec.resolved.config
-        used = {f"plugin.{kind}": ident for kind, ident in plugins.identities(cfg.cell, cfg.task).items()}
-        if used:
-            result.provenance = {**(result.provenance or {}), **used}
+        record_plugins(result, spec.resolved.config)
         with contextlib.suppress(Exception):  # a file-backed task without its files here: none
             task = spec.resolved.make_task()
             record_task(result, task)
