@@ -74,26 +74,16 @@ def step_times(step: Callable[[], Any], n: int) -> tuple[float, float]:
 
 
 def solo_step(configs: list[dict[str, Any]]) -> Callable[[], None]:
-    from trainers.config import resolve
-    from trainers.model import build_model
-    from trainers.optim import make_optimizer
-    from trainers.runtime import training_batches
+    """The first config's training step as `train` runs it (`trainers.loop.Solo`)."""
+    import itertools
 
-    resolved = resolve(configs[0])
-    task = resolved.make_task()
-    model = build_model(resolved, task)
-    params = list(model.parameters())
-    optimizer = make_optimizer(resolved.config, params)
-    batches = training_batches(task, resolved.config.batch_size, resolved.config.seed)
+    from trainers.loop import Solo
+
+    solo = Solo.of(configs[0])
+    steps = itertools.count(1)
 
     def step() -> None:
-        x, y = task.encode(next(batches), torch.device("cpu"))
-        loss = task.loss(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(params, resolved.config.clip_norm)
-        optimizer.step()
-        model.cell.after_step()
+        solo.step(next(steps))
 
     return step
 

@@ -112,6 +112,52 @@ class OwnClock:
             self.started += time.perf_counter() - since
 
 
+class Solo:
+    """A solo run set up as `train` sets it up, and its training step: the loop's own (`_run` steps it) and
+    the benchmarks' (`benchmarks/gpu_check`, `benchmarks/fused_floor.py`), so that what they time is what
+    trains (`trainers.fused.Bundle` is a bundle's). Made once the process is configured and torch's global
+    generator seeded (`of` does both, as `_run` does)."""
+
+    def __init__(self, resolved: Resolved, task: Task, device: torch.device) -> None:
+        cfg = self.config = resolved.config
+        self.task, self.device = task, device
+        self.model = build_model(resolved, task).to(device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(cfg, self.params)
+        self.val_split = task.val_split()
+        self.batches = training_batches(task, cfg.batch_size, cfg.seed)
+        self.schedule = Schedule.of(cfg, task.train_size)
+        self.rate = LearningRate.of(cfg, self.schedule.steps_per_epoch)
+
+    @classmethod
+    def of(cls, config: TrainConfig | Mapping[str, Any] | Resolved) -> Solo:
+        """A trial's run set up in a process of its own, as `training` and `_run` set it up."""
+        resolved = config if isinstance(config, Resolved) else resolve(config)
+        cfg = resolved.config
+        use_numerics(cfg.numerics)
+        task = resolved.make_task()
+        device = resolve_device(cfg.device)
+        configure_process(device, cfg.threads, cfg.numerics)
+        torch.manual_seed(derive_seed(cfg.seed, "torch"))
+        return cls(resolved, task, device)
+
+    def step(self, step: int) -> torch.Tensor:
+        """Optimiser step `step` (from 1): the next batch forward and backward, the clip, the learning
+        rate's course, the update and the cell's hook; the batch's loss, detached."""
+        cfg, model, optimizer = self.config, self.model, self.optimizer
+        x, y = self.task.encode(next(self.batches), self.device)
+        loss = self.task.loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        if cfg.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.params, cfg.clip_norm)
+        if not self.rate.constant:
+            set_lr(optimizer, self.rate.at(step))
+        optimizer.step()
+        model.cell.after_step()
+        return loss.detach()
+
+
 def _run(
     resolved: Resolved, task: Task, result: TrialResult, report: Report | None, clock: OwnClock
 ) -> Generator[None, None, None]:
@@ -121,31 +167,16 @@ def _run(
     record_device(result, device, cfg)
     torch.manual_seed(derive_seed(cfg.seed, "torch"))  # anything that still uses the global RNG
 
-    model = build_model(resolved, task).to(device)
+    solo = Solo(resolved, task, device)
+    model, schedule, rate = solo.model, solo.schedule, solo.rate
     result.param_count = count_params(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(cfg, params)
-    val_split = task.val_split()
-    batches = training_batches(task, cfg.batch_size, cfg.seed)
-    schedule = Schedule.of(cfg, task.train_size)
-    rate = LearningRate.of(cfg, schedule.steps_per_epoch)
     result.budget_steps = schedule.budget
     watch = Watch(cfg, result, report)
 
     running = torch.zeros((), device=device)
     n_running = 0
     for step in range(1, schedule.budget + 1):
-        x, y = task.encode(next(batches), device)
-        loss = task.loss(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        if cfg.clip_norm:
-            torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
-        if not rate.constant:
-            set_lr(optimizer, rate.at(step))
-        optimizer.step()
-        model.cell.after_step()
-        running += loss.detach()
+        running += solo.step(step)
         n_running += 1
         result.steps = step
 
@@ -157,7 +188,7 @@ def _run(
             return
         if due != "eval":
             continue
-        val_loss, metric = evaluate(model, task, val_split, cfg.eval_batch_size, device)
+        val_loss, metric = evaluate(model, task, solo.val_split, cfg.eval_batch_size, device)
         running.zero_()
         n_running = 0
         evaluation = Evaluation.at(

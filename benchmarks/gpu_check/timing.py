@@ -4,6 +4,7 @@ take the same steps from the same start, so they are compared too, as is member 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 import traceback
@@ -21,35 +22,18 @@ from benchmarks.gpu_check.shapes import Shape
 from trainers.config import resolve
 from trainers.fused import Bundle, train_fused
 from trainers.fused.graphs import GRAPH_WARMUP, GraphedStep, GraphUnsupported, graphs_available
-from trainers.model import build_model
-from trainers.optim import make_optimizer
-from trainers.runtime import configure_process, training_batches
+from trainers.loop import Solo
 
 
 def solo_step(config: dict[str, Any]) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
-    """A solo run's training step as `train` runs it (model, optimiser, clip, hook); its parameters."""
-    r = resolve(config)
-    device = torch.device(r.config.device)
-    configure_process(device, r.config.threads, r.config.numerics)
-    task = r.make_task()
-    model = build_model(r, task).to(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(r.config, params)
-    batches = training_batches(task, r.config.batch_size, r.config.seed)
-    cfg = r.config
+    """A solo run's training step as `train` runs it (`trainers.loop.Solo`, the loop's own); its parameters."""
+    solo = Solo.of(config)
+    steps = itertools.count(1)
 
     def step() -> torch.Tensor:
-        x, y = task.encode(next(batches), device)
-        loss = task.loss(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        if cfg.clip_norm:
-            torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
-        optimizer.step()
-        model.cell.after_step()
-        return loss.detach().reshape(1)
+        return solo.step(next(steps)).reshape(1)
 
-    return step, list(model.parameters())
+    return step, list(solo.model.parameters())
 
 
 @dataclass
