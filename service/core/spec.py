@@ -734,15 +734,17 @@ def cell_dims_per_model(
     from trainers.cells import CELLS
 
     def lacks(model: Model, key: str) -> bool:
+        scope, _, name = key.rpartition(".")  # also written `cell.x` (a task's, `task.x`, is no cell's)
         cell = cells[model.name]
-        return key not in general and cell in CELLS and key not in fields[cell]
+        return scope in ("", "cell") and name not in general and cell in CELLS and name not in fields[cell]
 
     keys = {k for m in space.models for k in m.dims if any(lacks(m, k) for m in space.models)}
     if not keys:
         return space
     for key in sorted(keys):
         if all(lacks(m, key) for m in space.models if key in m.dims):
-            theirs = sorted(c for c in CELLS.names() if key in field_names(CELLS.get(c).Config))
+            name = key.removeprefix("cell.")
+            theirs = sorted(c for c in CELLS.names() if name in field_names(CELLS.get(c).Config))
             study = sorted(set(cells.values()))
             whose = (
                 f": it is {', '.join(theirs)}'s; choose a model that trains "

@@ -234,13 +234,14 @@ def cell_setting_notes(spec: StudySpec, space: SearchSpace) -> list[str]:
     cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
     fields = {c: set(field_names(CELLS.get(c).Config)) for c in set(cells.values()) if c in CELLS}
     for key in spec.dims:
+        name = key.removeprefix("cell.")  # also written `cell.x`
         took = [m.name for m in space.models if key in m.dims]
         left = [
             m.name
             for m in space.models
-            if "cell" not in m.dims and cells[m.name] in fields and key not in fields[cells[m.name]]
+            if "cell" not in m.dims and cells[m.name] in fields and name not in fields[cells[m.name]]
         ]
-        if took and left and any(key in f for f in fields.values()):
+        if took and left and any(name in f for f in fields.values()):
             notes.append(
                 f"{key} (dims) is a setting of a cell: it spans {', '.join(took)}; the cells of "
                 f"{', '.join(left)} have no {key}, and train once at each of their points"

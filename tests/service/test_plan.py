@@ -427,6 +427,11 @@ def test_a_dimension_over_a_cells_setting_spans_the_models_that_take_it(tmp_path
         ("urnn", "uniform"),
         ("urnn", "zero"),
     ]
+    dotted = {
+        **spec,
+        "dims": {"seq_len": [100], "cell.initial_state": ["uniform", "zero"]},
+    }  # also written so
+    assert len(grid_trials(StudySpec.model_validate(dotted).search_space(), {})) == 3
     # a dimension of lr, which every model's trials take, says nothing of cells
     lr = {**spec, "dims": {"seq_len": [100], "lr": [1e-3, 3e-4]}}
     assert not any(
