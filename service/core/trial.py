@@ -3,7 +3,8 @@
 A `TrialSpec` is one point × seed of a study: its identity (the config hash), its model (the arm of
 the space it belongs to), the point's varied values and its resolved trial config. A study makes
 them once, where it enumerates its trials (`service.study.search`), or reads them back from the ledger;
-the ledger's rows, the packing into units and the workers all take that one record.
+the ledger's rows, the packing into units and the workers all take that one record. Its point, every
+seed of the same model and values, is `point_key`: the one key anything that groups trials by point uses.
 
 A `Unit` is what one Ray trial runs (`service.study.worker.train_unit`): a fused bundle of same-shape
 members (`trainers.fused.train_fused`), or members one after another. A unit reports `Evaluated`
@@ -71,6 +72,35 @@ class TrialSpec:
     def config(self) -> dict[str, Any]:
         """The resolved config as the ledger stores it."""
         return self.resolved.to_dict()
+
+
+#: a point of a study (`point_key`): its model, and its values but the seed, each as `value_key` writes it
+PointKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def point_key(model: str, params: Mapping[str, Any]) -> PointKey:
+    """A trial's point: its model and its varied values by `value_key`, its seed left out (a point is
+    all its seeds). A point stored in two spellings (1.0, and 1 from an extension that wrote it so: one
+    config hash per seed) is so one point to asha's units, best configs, the sampler and an extension's
+    checks alike."""
+    return model, tuple(sorted((k, value_key(v)) for k, v in params.items() if k != "seed"))
+
+
+def seeded_point_key(model: str, params: Mapping[str, Any]) -> tuple[PointKey, str]:
+    """A trial's point and its seed: the trial by its values rather than its hash (what an extension or a
+    plan's record matches a stored trial by)."""
+    return point_key(model, params), value_key(params.get("seed"))
+
+
+def value_key(value: Any) -> str:
+    """A point's value as trial identity compares it: a number by its value, so 1 and 1.0 are one (a
+    field reads either as its type, `trainers.params.coerce`: one resolved config, one hash), an
+    integral float as its int (an int as a float would lose digits past 2**53); anything else by its
+    repr, a bool apart from the numbers and text apart from numbers (a text setting's "1" and "1.0" are
+    two trials; a new study refuses a number written as text: `search.check_numbers_as_text`)."""
+    if isinstance(value, float) and value.is_integer():
+        return repr(int(value))
+    return repr(value)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from search_spaces import SearchSpace, dim_to_dict, get_preset
 from service.core.settings import Settings
 from service.core.spec import DEFAULT_MODEL, StudySpec
 from service.core.states import FINISHED
-from service.core.trial import StaleTrialError, TrialSpec, Unit
+from service.core.trial import StaleTrialError, TrialSpec, Unit, point_key, seeded_point_key
 from service.core.values import repr_value
 from service.planning.calibration import (
     Calibrate,
@@ -61,7 +61,7 @@ from service.study.elsewhere import trained_elsewhere
 from service.study.executor import Executor
 from service.study.nodes import device_on_this_node, embedded
 from service.study.other_code import hash_today, other_code
-from service.study.packing import bundle, pack_study, point_key, stopped_points
+from service.study.packing import bundle, pack_study, stopped_points
 from service.study.search import (
     check_numbers_as_text,
     execution,
@@ -164,12 +164,12 @@ def other_code_notes(ledger: Ledger, todo: Sequence[TrialSpec]) -> list[str]:
     model and point whose stored config resolves today to the trial's hash, under another stored hash (a
     TRAINER_VERSION since, or a plugin's code edited). It is not reused, as its numbers are another
     code's; a grid that trains again what a user ran before now says why (it said only how many)."""
-    wanted = {(point_key(t.model, t.params), repr(t.params.get("seed"))): t.config_hash for t in todo}
+    wanted = {seeded_point_key(t.model, t.params): t.config_hash for t in todo}
     if not wanted:
         return []
     found: dict[str, Trial] = {}  # the trial's hash today → one row made under other code
     for row in ledger.done_of_models(sorted({t.model for t in todo})):
-        want = wanted.get((point_key(row.model, row.params), repr(row.params.get("seed"))))
+        want = wanted.get(seeded_point_key(row.model, row.params))
         if want is None or want in found or row.config_hash == want:
             continue
         try:

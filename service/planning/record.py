@@ -8,10 +8,9 @@ import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from service.core.states import FINISHED
-from service.core.trial import Unit
+from service.core.trial import PointKey, Unit, point_key
 from service.planning.plan import Ground, plan_study, spec_of
 from service.planning.types import StudyPlan
 from service.store.ledger import Ledger
@@ -92,11 +91,9 @@ def record_actual(
             units = [m for m in ([h for h in u if h in seconds] for u in units_run) if m]
         else:
             specs = [s for s in (spec_of(t) for t in ran) if s is not None]
-            points: dict[Any, list[str]] = defaultdict(list)
+            points: dict[PointKey, list[str]] = defaultdict(list)
             for s in specs:
-                points[
-                    (s.model, tuple(sorted((k, repr(v)) for k, v in s.params.items() if k != "seed")))
-                ].append(s.config_hash)
+                points[point_key(s.model, s.params)].append(s.config_hash)
             units = list(points.values())
         actual = {
             "runs": len(kept.get("earlier", [])) + 1,

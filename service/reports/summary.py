@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.states import FINISHED
+from service.core.trial import PointKey, point_key
 from service.core.values import repr_value, value_sort_key
 from trainers.criterion import HALF_BASELINE, Criterion
 
@@ -450,10 +451,6 @@ def success_vs_budget(
     return SuccessBudget(criterion=CriterionPublic.of(criterion), steps=list(steps), by_model=rows)
 
 
-def point_key(t: TrialLike) -> tuple[str, tuple[tuple[str, str], ...]]:
-    return (t.model, tuple(sorted((k, repr_value(v)) for k, v in t.params.items() if k != "seed")))
-
-
 def best_configs(
     trials: Iterable[TrialLike], k: int = 5, model: str | None = None, criterion: Criterion = HALF_BASELINE
 ) -> list[BestConfig]:
@@ -462,9 +459,9 @@ def best_configs(
     pruned or has not ended (a point ranked on its surviving seeds alone would come first on luck);
     `seeds` are the seeds in the mean, `missing_seeds` the others by status, so a row says why it is
     ranked where it is."""
-    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialLike]] = defaultdict(list)
+    groups: dict[PointKey, list[TrialLike]] = defaultdict(list)
     for t in trials:
-        groups[point_key(t)].append(t)
+        groups[point_key(t.model, t.params)].append(t)
     # told apart from every point of the trials, not only `model`'s: a row reads the same either way
     apart = settings_apart(groups) if any(not params for _, params in groups) else {}
     ranked: list[tuple[bool, BestConfig]] = []  # (some seed did not end, the row)
@@ -494,8 +491,8 @@ def best_configs(
 
 
 def settings_apart(
-    points: Mapping[tuple[str, tuple[tuple[str, str], ...]], Sequence[TrialLike]],
-) -> dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]]:
+    points: Mapping[PointKey, Sequence[TrialLike]],
+) -> dict[PointKey, dict[str, Any]]:
     """Each point with no varied values (`point_key`'s params empty) → the settings of its trials'
     config (flat, as a spec names them: `hidden`, `seq_len`, `memory_size`) that tell points apart: those
     that two points which both have them hold differently. A setting one point alone has (nru's

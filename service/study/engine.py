@@ -32,7 +32,16 @@ from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import FINISHED, UNFINISHED, TrialStatus
-from service.core.trial import Known, StaleTrialError, TrialSpec, Unit, known_of
+from service.core.trial import (
+    Known,
+    StaleTrialError,
+    TrialSpec,
+    Unit,
+    known_of,
+    point_key,
+    seeded_point_key,
+    value_key,
+)
 from service.core.values import repr_value, value_sort_key
 from service.reports.study_summary import summarise
 from service.store.ledger import ClaimLostError, Ledger
@@ -46,7 +55,7 @@ from service.study.executor import Executor, RunRequest
 from service.study.kept import KeptResults
 from service.study.nodes import prepare_ray_process
 from service.study.other_code import drawn_under_other_code, hash_today, other_code, part_of
-from service.study.packing import bundle, pack_study, point_key, stopped_points
+from service.study.packing import bundle, pack_study, stopped_points
 from service.study.plugins import NodePlugins, admit_plugins
 from service.study.rebuild import finish_in_mlflow, tracking_error
 from service.study.recorder import StudyRecorder
@@ -80,11 +89,11 @@ def retrained(rows: Sequence[Trial], trials: Sequence[TrialSpec]) -> list[tuple[
     of its point. Their results would be counted beside the old ones, as seeds of one point. (A study
     that holds both already, from an extension before this check, is not refused for them again.)"""
     held = {r.config_hash for r in rows}
-    points = {(r.model, _values(r.params)): r for r in rows}
+    points = {seeded_point_key(r.model, r.params): r for r in rows}
     return [
         (points[point], t)
         for t in trials
-        if t.config_hash not in held and (point := (t.model, _values(t.params))) in points
+        if t.config_hash not in held and (point := seeded_point_key(t.model, t.params)) in points
     ]
 
 
@@ -100,15 +109,15 @@ def dropped_values(rows: Sequence[Any], trials: Sequence[Any]) -> dict[str, list
         return [("model", model), *params.items()]
 
     hashes = {t.config_hash for t in trials}
-    points = {(t.model, _values(t.params)) for t in trials}
-    kept = {(k, _key(v)) for t in trials for k, v in fields(t.model, t.params)}
+    points = {seeded_point_key(t.model, t.params) for t in trials}
+    kept = {(k, value_key(v)) for t in trials for k, v in fields(t.model, t.params)}
     names = {k for t in trials for k in t.params}
     dropped: dict[str, set[str]] = {}
     for r in rows:
-        if r.config_hash in hashes or (r.model, _values(r.params)) in points:
+        if r.config_hash in hashes or seeded_point_key(r.model, r.params) in points:
             continue
         for k, v in fields(r.model, r.params):
-            if (k, _key(v)) not in kept:
+            if (k, value_key(v)) not in kept:
                 dropped.setdefault(k, set()).add(repr_value(v))
         for k in names - set(r.params):
             dropped.setdefault(k, set()).add("(its default)")
@@ -134,15 +143,6 @@ def dropped_message(dropped: Mapping[str, Sequence[str]], seeds: Sequence[int] =
         f"{'; '.join(examples)}), or create a new study for the other values (finished trials this ledger "
         "holds are reused)"
     )
-
-
-def _key(v: Any) -> str:
-    """A value as points compare: a number as a float (1 and 1.0 are one value), else its repr."""
-    return repr(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
-
-
-def _values(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, _key(v)) for k, v in params.items()))
 
 
 def changed_settings(old: StudySpec, new: StudySpec) -> str:

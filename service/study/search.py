@@ -26,8 +26,8 @@ import trainers
 from search_spaces import Model, SearchSpace, Uniform, Values
 from service.core.errors import StudyError
 from service.core.spec import DEFAULT_MODEL, StudySpec
-from service.core.trial import FAILED_OBJECTIVE, Known, TrialSpec, Unit, known_of
-from service.study.packing import bundle, point_key
+from service.core.trial import FAILED_OBJECTIVE, Known, PointKey, TrialSpec, Unit, known_of, point_key
+from service.study.packing import bundle
 
 if TYPE_CHECKING:
     from service.store.models import Trial
@@ -478,17 +478,17 @@ def sampling(
     known: Callable[[Iterable[str]], dict[str, Known]],
 ) -> Sampling:
     """The spec's sampler over the space for `count` points, warm-started with the study's finished
-    trials: one evaluated point per finished (model, params), its objective averaged over seeds."""
+    trials: one evaluated point per point of theirs (`point_key`), its objective averaged over seeds."""
     models = {m.name: m for m in space.models}
-    points: dict[tuple[Any, ...], list[Trial]] = {}
+    points: dict[PointKey, list[Trial]] = {}
     for t in finished:
         model = t.model if t.model in models else next(iter(models))  # an `arm` of the one unnamed model
-        key = (model, tuple(sorted((k, v) for k, v in t.params.items() if k != "seed")))
-        points.setdefault(key, []).append(t)
-    warm = [
-        ({**({"model": m} if len(models) > 1 else {}), **{f"{m}.{k}": v for k, v in params}}, *told(seeds))
-        for (m, params), seeds in points.items()
-    ]
+        points.setdefault(point_key(model, t.params), []).append(t)
+    warm: list[tuple[dict[str, Any], float, int | None]] = []
+    for (m, _), seeds in points.items():
+        # the point's values as its first seed spells them (1 or 1.0: one point, `point_key`)
+        values = {f"{m}.{k}": v for k, v in sorted(seeds[0].params.items()) if k != "seed"}
+        warm.append(({**({"model": m} if len(models) > 1 else {}), **values}, *told(seeds)))
     return Sampling(
         space,
         str(spec.sampler),
