@@ -24,10 +24,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import trainers
 from service.core.states import TrialStatus
-from service.core.trial import TrialSpec, Unit
-from trainers.fused import fusable_key
+from service.core.trial import PointKey, TrialSpec, Unit, point_key
+from trainers.fused import fusable_key, member_bytes
 
 if TYPE_CHECKING:
     from service.core.spec import StudySpec
@@ -39,19 +38,6 @@ MAX_BUNDLE = 32
 MEMORY_SHARE = 0.5
 #: a GPU's memory when the driver cannot ask the worker's device (a Ray cluster's GPUs are remote)
 ASSUMED_GPU_BYTES = 16 * 2**30
-
-
-def member_bytes(resolved: trainers.Resolved) -> int:
-    """Working memory one member adds to a bundle: float32 states, pre-activations and their
-    gradients for a training batch over the sequence, inputs, outputs, parameters with their
-    gradients and two optimiser buffers."""
-    cfg = resolved.config
-    task = resolved.make_task()  # cheap: data are made or read lazily
-    d_in, d_out, length = task.input_dim, task.output_dim, task.seq_len
-    n, b = cfg.hidden, cfg.batch_size
-    activations = b * length * (4 * n + d_in + d_out)
-    params = n * n + n * d_in + n + d_out * n + d_out
-    return 4 * (activations + 4 * params)
 
 
 def unit_share(free_bytes: int, units_at_once: float) -> int:
@@ -113,7 +99,7 @@ def pack(
     for members in groups.values():
         k = size or bundle_size(len(members), slots, member_bytes(members[0].resolved), memory, cap)
         by_init: dict[str, list[TrialSpec]] = {}
-        for trial in sorted(members, key=lambda t: _order(t.params)):
+        for trial in sorted(members, key=lambda t: _grid_order(t.params)):
             by_init.setdefault(str(trial.resolved.config.cell_params.get("init")), []).append(trial)
         for same_init in by_init.values():
             units += [Unit(tuple(part), fused=True) for part in even_parts(same_init, k)]
@@ -155,18 +141,13 @@ def pack_study(
 def by_point(trials: Sequence[TrialSpec], *, fused: bool) -> list[Unit]:
     """The trials as one unit per point (model and values, every seed), fused where they share
     `fusable_key`: what an early-stopping scheduler judges and stops as one (asha)."""
-    points: dict[tuple[str, tuple[tuple[str, str], ...]], list[TrialSpec]] = {}
+    points: dict[PointKey, list[TrialSpec]] = {}
     for t in trials:
         points.setdefault(point_key(t.model, t.params), []).append(t)
     return [bundle(members, fused=fused, lockstep=True) for members in points.values()]
 
 
-def point_key(model: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """A trial's point: its model and its values but the seed."""
-    return model, _order({k: v for k, v in params.items() if k != "seed"})
-
-
-def stopped_points(rows: Iterable[Trial]) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+def stopped_points(rows: Iterable[Trial]) -> set[PointKey]:
     """The points a scheduler stopped early (asha): those of the rows' pruned trials. Seeds added to
     such a point later are pruned with it, untrained (`Engine`), and a plan does not count them."""
     return {point_key(r.model, r.params) for r in rows if r.status == TrialStatus.PRUNED}
@@ -181,5 +162,7 @@ def bundle(trials: Sequence[TrialSpec], *, fused: bool, lockstep: bool = False) 
     return Unit(tuple(trials), fused=together, lockstep=lockstep and not together and len(trials) > 1)
 
 
-def _order(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def _grid_order(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The order bundles are cut in (neighbouring grid points together), not a point's identity
+    (`point_key`)."""
     return tuple(sorted((k, repr(v)) for k, v in params.items()))

@@ -28,6 +28,7 @@ from `trainers.loop`):
 - `steps`: a bundle's training step, eager or graphed (`forward_backward`, `BundleSteps`);
 - `members`, `validation`: each member set up as its solo run is, and evaluated as it is alone;
 - `loop`: `train_fused`, members leaving, a bundle out of memory training again in halves;
+- `memory`: what a member adds to a bundle's working memory (`member_bytes`), which packing sizes by;
 - `bundle`: the step alone, set up as `train_fused` sets it up, for the benchmarks (`Bundle`).
 
 The persistent Triton kernel of the Elman recurrence (issue 37) sits beside its reference, in
@@ -39,6 +40,7 @@ from trainers.fused.cells import FUSED_CELLS, FusedCell
 from trainers.fused.graphs import GRAPH_WARMUP, Batch, GraphedStep, GraphUnsupported, graphs_available
 from trainers.fused.keys import SHARED_FIELDS, check_fusable, fusable_key
 from trainers.fused.loop import out_of_memory, release_memory, train_fused
+from trainers.fused.memory import member_bytes
 from trainers.fused.model import FusedModel
 from trainers.fused.optim import FusedOptimizer
 from trainers.fused.steps import BundleSteps, forward_backward, steps_to_pace, trains_graphed
@@ -59,6 +61,7 @@ __all__ = [
     "forward_backward",
     "fusable_key",
     "graphs_available",
+    "member_bytes",
     "out_of_memory",
     "release_memory",
     "steps_to_pace",
