@@ -30,6 +30,7 @@ import httpx
 if TYPE_CHECKING:
     import pandas as pd
 
+    from service.core.criterion_query import CriterionQuery, SuccessQuery
     from service.core.spec import StudySpec
 
 FINAL_STATES = ("done", "failed", "cancelled")
@@ -112,6 +113,17 @@ class TrialPages:
 def param_filters(params: Mapping[str, Any]) -> list[str]:
     """`{"lr": 0.001}` as the trials route's `param` filters: `["lr=0.001"]` (values as tables print them)."""
     return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()]
+
+
+def query_values(query: CriterionQuery | None, **given: Any) -> dict[str, Any]:
+    """A success query's values by name, none left empty: `query`'s, or the keywords `given` where
+    there is none (both: refused, as one would silently win). A loose keyword's value goes to the
+    server unchecked: the server judges it by its own version's bounds, and its 422 says what is wrong."""
+    if query is None:
+        return {k: v for k, v in given.items() if v is not None}
+    if named := [k for k, v in given.items() if v is not None]:
+        raise TypeError(f"give query= or {', '.join(named)}, not both")
+    return query.model_dump(exclude_none=True)
 
 
 class FromEnvironment(enum.Enum):
@@ -374,16 +386,19 @@ class MemsweepClient(TrialPages):
         baseline: str | None = None,
         at_step: int | None = None,
         reference: str | None = None,
+        *,
+        query: SuccessQuery | None = None,
     ) -> dict[str, Any]:
         """The raw success table {"criterion", "at_step", "total", "by_model", "by_value", "reference",
         "differences", "notes"}: under the study's criterion, or the fraction / threshold / reference baseline
         given, at the end of each run or at a budget of `at_step` steps (a recount: nothing trains);
-        with a `reference` model, each model's rate minus its own, with Newcombe's 95 % interval."""
-        query = {
-            "fraction": fraction, "threshold": threshold, "baseline": baseline, "at_step": at_step,
-            "reference": reference,
-        }  # fmt: skip
-        params = {k: v for k, v in query.items() if v is not None}
+        with a `reference` model, each model's rate minus its own, with Newcombe's 95 % interval.
+        `query`: those four as one `service.core.criterion_query.SuccessQuery`, instead."""
+        params = query_values(
+            query, fraction=fraction, threshold=threshold, baseline=baseline, at_step=at_step
+        )
+        if reference is not None:
+            params["reference"] = reference
         result: dict[str, Any] = self._call("GET", self._study(study_id, "/success"), params=params)
         return result
 
@@ -393,11 +408,13 @@ class MemsweepClient(TrialPages):
         fraction: float | None = None,
         threshold: float | None = None,
         baseline: str | None = None,
+        *,
+        query: CriterionQuery | None = None,
     ) -> dict[str, Any]:
         """Successes per model against training steps: {"criterion", "steps", "by_model": {model: [cells]}},
-        under the study's criterion or the fraction / threshold / reference baseline given (as `success`)."""
-        query = {"fraction": fraction, "threshold": threshold, "baseline": baseline}
-        params = {k: v for k, v in query.items() if v is not None}
+        under the study's criterion or the fraction / threshold / reference baseline given (as `success`;
+        `query`: those three as one `CriterionQuery`, instead)."""
+        params = query_values(query, fraction=fraction, threshold=threshold, baseline=baseline)
         result: dict[str, Any] = self._call("GET", self._study(study_id, "/success/budget"), params=params)
         return result
 
@@ -405,10 +422,10 @@ class MemsweepClient(TrialPages):
         self, study_id: str, by: Literal["model", "value"] = "model", **criterion: Any
     ) -> pd.DataFrame:
         """Successes with 95 % Wilson intervals: one row per model, or per (model, field, value);
-        `criterion`: fraction / threshold / baseline / at_step / reference as for `success` (by model,
-        `reference=MODEL` adds each model's rate minus its, with Newcombe's interval, and marks that
-        model's own row `is_reference`, its difference empty). The frame's
-        `attrs` name the criterion, the budget, the reference and the table's notes."""
+        `criterion`: fraction / threshold / baseline / at_step (or query) / reference as for `success`
+        (by model, `reference=MODEL` adds each model's rate minus its, with Newcombe's interval, and
+        marks that model's own row `is_reference`, its difference empty). The frame's `attrs` name the
+        criterion, the budget, the reference and the table's notes."""
         import pandas as pd
 
         from service.reports.tables import CELL_COLUMNS
@@ -456,19 +473,18 @@ class MemsweepClient(TrialPages):
         baseline: str | None = None,
         at_step: int | None = None,
         log: bool = False,
+        *,
+        query: SuccessQuery | None = None,
     ) -> dict[str, Any]:
         """The raw comparison of `GET /compare` (`by`, `reference`, `studies`, `rows`, `mlflow`); `log`:
-        also an MLflow run with the table and its figure."""
-        query = {
+        also an MLflow run with the table and its figure; `query`: the criterion and budget as one
+        `SuccessQuery`, instead of fraction / threshold / baseline / at_step."""
+        params = {
             "studies": ",".join(studies),
             "by": by if isinstance(by, str) else ",".join(by),
-            "fraction": fraction,
-            "threshold": threshold,
-            "baseline": baseline,
-            "at_step": at_step,
-            "log": log or None,
+            **query_values(query, fraction=fraction, threshold=threshold, baseline=baseline, at_step=at_step),
+            **({"log": True} if log else {}),
         }
-        params = {k: v for k, v in query.items() if v is not None}
         result: dict[str, Any] = self._call("GET", "/compare", params=params, timeout=120.0)
         return result
 
@@ -478,7 +494,7 @@ class MemsweepClient(TrialPages):
         """Success counts of the studies side by side: one row per (scope, group…, study), with 95 % Wilson
         intervals and each study's difference from the first (95 % Newcombe interval, `shared` runs), and
         `pooled` rows counting every distinct run (config hash) of all the studies once;
-        `options`: fraction / threshold / baseline / at_step / log as for `comparison`. The frame's
+        `options`: fraction / threshold / baseline / at_step (or query) / log as for `comparison`. The frame's
         `attrs` hold each study's criterion, the reference and the MLflow run."""
         import pandas as pd
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from service.application.study_service import StudyService
+from service.core.criterion_query import CriterionQuery, SuccessQuery
 from service.core.settings import Settings, get_settings
 from service.study.engine import Engine
 
@@ -37,29 +39,18 @@ FormatDep = Annotated[
     Query(alias="format", description="csv or json; default: text/csv when Accept asks for it, else JSON"),
 ]
 AcceptDep = Annotated[str | None, Header(include_in_schema=False)]
-#: a success criterion a request names instead of each study's own, and a budget to count at
-#: (GET /studies/{id}/success, its /budget, GET /compare)
-FractionQuery = Annotated[
-    float | None,
-    Query(gt=0, le=1, allow_inf_nan=False, description="judge under this fraction of the baseline instead"),
-]
-ThresholdQuery = Annotated[
-    float | None, Query(gt=0, allow_inf_nan=False, description="judge under this loss threshold instead")
-]
-BaselineQuery = Annotated[
-    str | None,
-    Query(max_length=64, description="with fraction: a reference baseline the task reports (copy: arjovsky)"),
-]
+#: a success criterion a request names instead of each study's own (GET /studies/{id}/success/budget),
+#: and with a budget to count at (GET /studies/{id}/success, GET /compare): the model's fields are the
+#: query parameters, by name, bounds and description
+CriterionQueryDep = Annotated[CriterionQuery, Query()]
+SuccessQueryDep = Annotated[SuccessQuery, Query()]
+#: not a criterion but a row of the table: each model's rate minus this one's (GET /studies/{id}/success)
 ReferenceQuery = Annotated[
     str | None,
     Query(
         max_length=100,
         description="a model of the study: each model's rate minus its own, with Newcombe's interval",
     ),
-]
-AtStepQuery = Annotated[
-    int | None,
-    Query(ge=1, description="count at a budget of this many steps (each run's last evaluation by then)"),
 ]
 
 bearer = HTTPBearer(
@@ -93,6 +84,14 @@ Authorized = Depends(require_token)
 _QUERY_NAMES: dict[int, frozenset[str]] = {}
 
 
+def _names(param: Any) -> list[str]:
+    """A query parameter's name, or each of a query parameter model's (`SuccessQueryDep`'s fields)."""
+    model = param.field_info.annotation
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [info.alias or name for name, info in model.model_fields.items()]
+    return [param.alias]
+
+
 def query_names(route: object) -> frozenset[str]:
     """The query parameters a route takes (its own and its dependencies'), by the names a URL uses."""
     names = _QUERY_NAMES.get(id(route))
@@ -102,7 +101,7 @@ def query_names(route: object) -> frozenset[str]:
         while todo:
             dependant = todo.pop()
             if dependant is not None:
-                found.update(p.alias for p in dependant.query_params)
+                found.update(name for p in dependant.query_params for name in _names(p))
                 todo += dependant.dependencies
         names = _QUERY_NAMES[id(route)] = frozenset(found)
     return names

@@ -19,6 +19,7 @@ from service.application.records import (
     TrialPage,
     TrialPublic,
 )
+from service.core.criterion_query import OWN, CriterionQuery, SuccessQuery
 from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import STORED, StudySpec, expected_trials
@@ -182,64 +183,36 @@ class StudyReads:
         self._check_filters(study_id, [model] if model else [], {})  # a typo would answer nothing
         return best_configs(self.ledger.trials(study_id), k=k, model=model, criterion=criterion)
 
-    def success(
-        self,
-        study_id: str,
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-        at_step: int | None = None,
-        reference: str | None = None,
-    ) -> SuccessTable:
+    def success(self, study_id: str, query: SuccessQuery = OWN, reference: str | None = None) -> SuccessTable:
         """Successes under the study's criterion, or under the one the query names (a recount: nothing
-        trains), at the end of each run or at a budget of `at_step` steps; with a `reference` model,
-        each model's rate minus its own, with Newcombe's interval."""
-        criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
+        trains), at the end of each run or at a budget of `query.at_step` steps; with a `reference`
+        model, each model's rate minus its own, with Newcombe's interval."""
+        criterion = self.criterion(self._get(study_id), query)
         if reference is not None:
             self._check_filters(
                 study_id, [reference], {}, field="reference"
             )  # a typo: refused, naming the models
         try:
-            return success_table(self.ledger.trials(study_id), criterion, at_step, reference)
+            return success_table(self.ledger.trials(study_id), criterion, query.at_step, reference)
         except ValueError as exc:  # a reference in a study with no trial yet (a sampler's, before its draws)
             raise StudyError(str(exc)) from None
 
-    def success_vs_budget(
-        self,
-        study_id: str,
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-    ) -> SuccessBudget:
+    def success_vs_budget(self, study_id: str, query: CriterionQuery = OWN) -> SuccessBudget:
         """Successes per model against training steps, under the study's criterion or the one the query
         names (as `success` takes it: a recount, nothing trains)."""
-        criterion = self.criterion(self._get(study_id), fraction, threshold, baseline)
+        criterion = self.criterion(self._get(study_id), query)
         return success_vs_budget(self.ledger.trials(study_id), criterion)
 
-    def compare(
-        self,
-        study_ids: list[str],
-        by: list[str],
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-        at_step: int | None = None,
-    ) -> Comparison:
+    def compare(self, study_ids: list[str], by: list[str], query: SuccessQuery = OWN) -> Comparison:
         """Success counts of the studies side by side (`service.reports.compare`)."""
         try:
-            return compare_studies(self.ledger, study_ids, by, fraction, threshold, baseline, at_step)
+            return compare_studies(self.ledger, study_ids, by, query)
         except UnknownStudiesError as exc:
             raise NotFoundError(str(exc)) from None
 
-    def criterion(
-        self,
-        study: Study,
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-    ) -> Criterion:
+    def criterion(self, study: Study, query: CriterionQuery = OWN) -> Criterion:
         """The study's success criterion, or the one a request names instead."""
-        return study.validated_spec().criterion_for(fraction, threshold, baseline)
+        return study.validated_spec().criterion_for(query.fraction, query.threshold, query.baseline)
 
     def listed_criterion(self, study: StudyHead) -> Criterion:
         """A listed study's criterion, its spec validated once per version of its row (a spec changes

@@ -22,6 +22,7 @@ from service.application.errors import (
 )
 from service.application.reads import StudyReads
 from service.application.records import StudyExtend, StudyExtended, StudyPublic
+from service.core.criterion_query import OWN, SuccessQuery
 from service.core.errors import StudyError
 from service.core.spec import StudySpec, stored_values_once
 from service.core.states import FINISHED
@@ -257,18 +258,11 @@ class StudyService(StudyReads):
 
     # ----- a comparison logged to MLflow -------------------------------------------------------------
     def compare(
-        self,
-        study_ids: list[str],
-        by: list[str],
-        fraction: float | None = None,
-        threshold: float | None = None,
-        baseline: str | None = None,
-        at_step: int | None = None,
-        log: bool = False,
+        self, study_ids: list[str], by: list[str], query: SuccessQuery = OWN, log: bool = False
     ) -> Comparison:
         """Success counts of the studies side by side (`service.reports.compare`); with `log`, also an MLflow
         run holding the table and its figure."""
-        comparison = super().compare(study_ids, by, fraction, threshold, baseline, at_step)
+        comparison = super().compare(study_ids, by, query)
         if log:
             comparison.mlflow = self._log_comparison(comparison)
         return comparison

@@ -47,6 +47,7 @@ from service.cli.console import (
 )
 from service.cli.parser import build_parser
 from service.client import FINAL_STATES
+from service.core.criterion_query import OWN, SuccessQuery
 from service.core.errors import invalid_fields
 from service.core.settings import get_settings
 from service.study.nodes import prepare_ray_process
@@ -398,7 +399,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     def comparison(studies: Any) -> Any:
         try:
-            return studies.comparison(args.studies, args.by.split(","), **query, log=args.mlflow)
+            return studies.comparison(args.studies, args.by.split(","), **query.model_dump(), log=args.mlflow)
         except UnknownFieldError as exc:  # this machine's ledger's: said with the flag (a server says ?by=)
             raise Refused(f"error: {exc.on_the_command_line()}") from None
 
@@ -468,8 +469,8 @@ def cmd_success(args: argparse.Namespace) -> int:
     query = criterion_query(args)
     with studies_for(args) as studies:
         study = answer(lambda: studies.get(args.study))
-        table = answer(lambda: studies.success(args.study, **query, reference=args.reference))
-        plain = not (args.json or args.csv or any(v is not None for v in query.values()))
+        table = answer(lambda: studies.success(args.study, **query.model_dump(), reference=args.reference))
+        plain = not (args.json or args.csv or query != OWN)
         others = other_tables(studies, study, table) if plain else []  # as a run ends
     summary = {"name": study["name"], "success": table, "success_other_criteria": others}
     if args.csv:
@@ -804,9 +805,18 @@ def other_criteria(spec: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def criterion_query(args: argparse.Namespace) -> dict[str, Any]:
-    """The criterion flags' values, as the success and compare calls take them."""
-    return {k: getattr(args, k) for k in ("fraction", "threshold", "baseline", "at_step")}
+def criterion_query(args: argparse.Namespace) -> SuccessQuery:
+    """The criterion flags (`--fraction`, `--at-step`, …: the query's fields) as one query, refused here,
+    flag by flag, by the bounds of the server's query parameters: a ledger and a server refuse alike
+    (this machine's counted `--at-step 0` at each run's end). The calls take its fields as keywords, as
+    the client's do (`studies`: a server's client or this machine's ledger)."""
+    given = {name: getattr(args, name) for name in SuccessQuery.model_fields}
+    try:
+        return SuccessQuery(**given)
+    except ValidationError as exc:
+        said = [(str(e["loc"][0]), e["msg"]) for e in exc.errors()]
+        flags = "; ".join(f"--{name.replace('_', '-')} {given[name]}: {msg}" for name, msg in said)
+        raise Refused(f"error: {flags}") from None
 
 
 #: each subcommand's function (its flags: `service.cli.parser`)

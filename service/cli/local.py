@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from service.application.errors import NotFoundError
 from service.application.reads import NoRuns, StudyReads
 from service.cli.console import ASK_A_SERVER
-from service.client import TrialPages, param_filters
+from service.client import TrialPages, param_filters, query_values
+from service.core.criterion_query import SuccessQuery
 from service.core.settings import Settings
 from service.core.spec import StudySpec
 from service.core.states import QUEUED
@@ -133,9 +134,12 @@ class LocalStudies(TrialPages):
         baseline: str | None = None,
         at_step: int | None = None,
         reference: str | None = None,
+        *,
+        query: SuccessQuery | None = None,
     ) -> dict[str, Any]:
+        asked = _asked(query, fraction=fraction, threshold=threshold, baseline=baseline, at_step=at_step)
         with self._here():
-            return _json(self.reads.success(study_id, fraction, threshold, baseline, at_step, reference))
+            return _json(self.reads.success(study_id, asked, reference))
 
     def comparison(
         self,
@@ -146,12 +150,15 @@ class LocalStudies(TrialPages):
         baseline: str | None = None,
         at_step: int | None = None,
         log: bool = False,
+        *,
+        query: SuccessQuery | None = None,
     ) -> dict[str, Any]:
         ids, fields = list(studies), by.split(",") if isinstance(by, str) else list(by)
+        asked = _asked(query, fraction=fraction, threshold=threshold, baseline=baseline, at_step=at_step)
         if log:  # an MLflow run of its own, through the engine's tracker
-            return _json(self.service.compare(ids, fields, fraction, threshold, baseline, at_step, log=True))
+            return _json(self.service.compare(ids, fields, asked, log=True))
         with self._here():
-            return _json(self.reads.compare(ids, fields, fraction, threshold, baseline, at_step))
+            return _json(self.reads.compare(ids, fields, asked))
 
     def trials_page(
         self,
@@ -209,3 +216,9 @@ def ledger_exists(settings: Settings) -> bool:
 
 def _json(answer: BaseModel) -> dict[str, Any]:
     return answer.model_dump(mode="json")
+
+
+def _asked(query: SuccessQuery | None, **given: Any) -> SuccessQuery:
+    """`query`, or the keywords as one, checked by the bounds a server's query parameters have: the
+    ledger is refused what a server is (it counted `at_step=0` at each run's end)."""
+    return SuccessQuery(**query_values(query, **given))

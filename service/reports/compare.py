@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from service.core.criterion_query import OWN, SuccessQuery
 from service.core.errors import StudyError, UnknownFieldError
 from service.core.states import StudyState
 from service.core.values import repr_value, value_sort_key
@@ -163,14 +164,11 @@ def compare_studies(
     ledger: Ledger,
     study_ids: Sequence[str],
     by: Sequence[str] = ("model",),
-    fraction: float | None = None,
-    threshold: float | None = None,
-    baseline: str | None = None,
-    at_step: int | None = None,
+    query: SuccessQuery = OWN,
 ) -> Comparison:
     """Success counts of the studies side by side, grouped by `by` (see the module docstring); every
-    study under its own criterion unless `fraction` / `threshold` / `baseline` name one, at the end of
-    each run or at a budget of `at_step` steps."""
+    study under its own criterion unless the query names one, at the end of each run or at a budget of
+    `query.at_step` steps."""
     ids = list(dict.fromkeys(i.strip() for i in study_ids if i.strip()))
     if len(ids) < 2:
         raise StudyError(
@@ -201,7 +199,7 @@ def compare_studies(
     criteria = {}
     for s in studies:
         try:
-            criteria[s.id] = s.validated_spec().criterion_for(fraction, threshold, baseline)
+            criteria[s.id] = s.validated_spec().criterion_for(query.fraction, query.threshold, query.baseline)
         except StudyError as exc:
             raise StudyError(f"study {s.id}: {exc}") from None
     groups: dict[tuple[str | None, ...], dict[str, list[Trial]]] = defaultdict(lambda: defaultdict(list))
@@ -213,14 +211,14 @@ def compare_studies(
     rows: list[ComparisonRow] = []
     for key in sorted(groups, key=lambda k: tuple(value_sort_key(v or "") for v in k)):
         group = dict(zip(fields, key, strict=True))
-        rows += _rows("group", group, groups[key], studies, criteria, reference, at_step)
-        rows.append(_pooled("group", group, groups[key], criteria[reference], at_step))
-    rows += _rows("total", dict.fromkeys(fields), trials, studies, criteria, reference, at_step)
-    rows.append(_pooled("total", dict.fromkeys(fields), trials, criteria[reference], at_step))
+        rows += _rows("group", group, groups[key], studies, criteria, reference, query.at_step)
+        rows.append(_pooled("group", group, groups[key], criteria[reference], query.at_step))
+    rows += _rows("total", dict.fromkeys(fields), trials, studies, criteria, reference, query.at_step)
+    rows.append(_pooled("total", dict.fromkeys(fields), trials, criteria[reference], query.at_step))
     where = {s.id: numerics_of(trials[s.id]) for s in studies}
     return Comparison(
         by=fields,
-        at_step=at_step,
+        at_step=query.at_step,
         reference=reference,
         trainer_version=TRAINER_VERSION,
         studies=[

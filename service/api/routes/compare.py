@@ -6,17 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from service.api.deps import (
-    AcceptDep,
-    AtStepQuery,
-    BaselineQuery,
-    FormatDep,
-    FractionQuery,
-    StudiesDep,
-    ThresholdQuery,
-)
+from service.api.deps import AcceptDep, FormatDep, StudiesDep, SuccessQueryDep
 from service.api.routes.studies import CSV, NOT_FOUND, REFUSED, UNAUTHORIZED, csv_response
 from service.api.schemas import Comparison, ErrorMessage
+from service.core.criterion_query import OWN
 from service.reports import tables
 
 router = APIRouter(tags=["compare"], responses=UNAUTHORIZED)
@@ -51,10 +44,7 @@ def compare(
             "(lr, scale, seed) or a trial config field (cell, hidden, seq_len, task.seq_len, cell.init)",
         ),
     ] = "model",
-    fraction: FractionQuery = None,
-    threshold: ThresholdQuery = None,
-    baseline: BaselineQuery = None,
-    at_step: AtStepQuery = None,
+    query: SuccessQueryDep = OWN,
     log: Annotated[
         bool, Query(description="also log the comparison to MLflow as its own run (table and figure)")
     ] = False,
@@ -66,7 +56,7 @@ def compare(
     with its 95 % Newcombe interval, and the runs (config hashes) the two share. CSV for
     `Accept: text/csv` or `?format=csv`."""
     ids = [part for item in study_ids for part in item.split(",")]
-    comparison = studies.compare(ids, by.split(","), fraction, threshold, baseline, at_step, log)
+    comparison = studies.compare(ids, by.split(","), query, log)
     if tables.wants_csv(output, accept):
         return csv_response(tables.comparison_csv(comparison.model_dump(mode="json")))
     return comparison

@@ -8,13 +8,11 @@ from fastapi import APIRouter, Body, Header, Query, Response, status
 
 from service.api.deps import (
     AcceptDep,
-    AtStepQuery,
-    BaselineQuery,
+    CriterionQueryDep,
     FormatDep,
-    FractionQuery,
     ReferenceQuery,
     StudiesDep,
-    ThresholdQuery,
+    SuccessQueryDep,
 )
 from service.api.schemas import (
     STUDY_CREATE_EXAMPLES,
@@ -30,6 +28,7 @@ from service.api.schemas import (
     SuccessTable,
     TrialPage,
 )
+from service.core.criterion_query import OWN
 from service.core.states import LISTED_STATES, TrialStatus
 from service.reports import tables
 from service.store.ledger import TrialSort
@@ -222,10 +221,7 @@ def best(
 def success(
     studies: StudiesDep,
     study_id: str,
-    fraction: FractionQuery = None,
-    threshold: ThresholdQuery = None,
-    baseline: BaselineQuery = None,
-    at_step: AtStepQuery = None,
+    query: SuccessQueryDep = OWN,
     reference: ReferenceQuery = None,
     output: FormatDep = None,
     accept: AcceptDep = None,
@@ -236,7 +232,7 @@ def success(
     rate minus that model's, with Newcombe's 95 % interval (a cell of yours against a paper's, in one
     study); as CSV for `Accept: text/csv` or `?format=csv` (one row per cell: `table` total / by_model /
     by_value)."""
-    table = studies.success(study_id, fraction, threshold, baseline, at_step, reference)
+    table = studies.success(study_id, query, reference)
     if tables.wants_csv(output, accept):
         return csv_response(tables.success_csv(table.model_dump(mode="json"), study_id))
     return table
@@ -246,13 +242,11 @@ def success(
 def success_budget(
     studies: StudiesDep,
     study_id: str,
-    fraction: FractionQuery = None,
-    threshold: ThresholdQuery = None,
-    baseline: BaselineQuery = None,
+    query: CriterionQueryDep = OWN,
 ) -> SuccessBudget:
     """Successful runs per model against training steps (with 95 % Wilson intervals), under the study's
     criterion or the one the query names, as `/success` takes it (a recount: nothing trains)."""
-    return studies.success_vs_budget(study_id, fraction, threshold, baseline)
+    return studies.success_vs_budget(study_id, query)
 
 
 @router.post("/{study_id}/cancel", responses={**NOT_FOUND, **CONFLICT})
