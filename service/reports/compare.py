@@ -35,6 +35,7 @@ from service.core.criterion_query import OWN, SuccessQuery
 from service.core.errors import StudyError, UnknownFieldError
 from service.core.states import StudyState
 from service.core.values import repr_value, value_sort_key
+from service.reports.protocols import protocol_notes
 from service.reports.summary import CriterionPublic, fisher_exact_p, newcombe_interval, success_cell
 from service.store.ledger import Ledger
 from service.store.models import Study, Trial
@@ -122,7 +123,8 @@ class Comparison(BaseModel):
     notes: list[str] = Field(
         default_factory=list,
         description="what to know before reading the rows: the studies' numerics differ, or native "
-        "numerics ran on different machines (their per-seed numbers are then not run-for-run comparable)",
+        "numerics ran on different machines (their per-seed numbers are then not run-for-run comparable); a "
+        "plugin's code differs between them; a group's studies trained it under different settings",
     )
     mlflow: MlflowLinks | None = Field(
         default=None, description="the comparison's MLflow run, with ?log=true"
@@ -234,7 +236,9 @@ def compare_studies(
             for s in studies
         ],
         rows=rows,
-        notes=numerics_notes([(s.id, *where[s.id]) for s in studies]) + plugin_notes(trials),
+        notes=numerics_notes([(s.id, *where[s.id]) for s in studies])
+        + plugin_notes(trials)
+        + protocol_notes(groups, fields),
     )
 
 
@@ -242,8 +246,25 @@ def plugin_notes(trials: Mapping[str, Sequence[Trial]]) -> list[str]:
     """A plugin whose trials in these studies ran different versions of its code (their provenance's
     `plugin.cell` / `plugin.task`): their rows set one code's runs beside another's under one name."""
     ran = plugin_versions({sid: [t.provenance for t in rows] for sid, rows in trials.items()})
+    # the cell's (task's) name the studies use, beside its distribution's: "the cell leaky (plugin memsweep-leaky)"
+    names: dict[str, set[str]] = defaultdict(set)
+    for rows in trials.values():
+        for t in rows:
+            for field, identity in (t.provenance or {}).items():
+                kind = field.removeprefix("plugin.")
+                if field.startswith("plugin.") and (name := (getattr(t, "config", None) or {}).get(kind)):
+                    names[f"{kind} {identity.split('==')[0]}"].add(str(name))
+
+    def called(plugin: str) -> str:
+        kind, _, dist = plugin.partition(" ")
+        return (
+            f"{kind} {', '.join(sorted(names[plugin]))} (plugin {dist})"
+            if names[plugin]
+            else f"{plugin} plugin"
+        )
+
     return [
-        f"the {plugin} plugin ran different code in these studies ("
+        f"the {called(plugin)} ran different code in these studies ("
         + "; ".join(f"{identity}: {', '.join(sorted(sids))}" for identity, sids in sorted(versions.items()))
         + "): its rows set one version's runs beside another's, and the pooled rows count both"
         for plugin, versions in sorted(ran.items())

@@ -438,14 +438,43 @@ def test_a_comparison_says_when_a_plugins_code_differs_between_its_studies():
     from service.reports.compare import plugin_notes
 
     def trial(identity: str | None) -> Any:
-        return SimpleNamespace(provenance={"cpu": "x"} | ({"plugin.cell": identity} if identity else {}))
+        provenance = {"cpu": "x"} | ({"plugin.cell": identity} if identity else {})
+        return SimpleNamespace(provenance=provenance, config={"cell": "leaky" if identity else "rnn"})
 
     same = {"a": [trial("memsweep-leaky==1.0+aa"), trial(None)], "b": [trial("memsweep-leaky==1.0+aa")]}
     assert plugin_notes(same) == []
     edited = {"a": [trial("memsweep-leaky==1.0+aa")], "b": [trial("memsweep-leaky==1.0+bb")]}
     (note,) = plugin_notes(edited)
-    assert note.startswith("the cell memsweep-leaky plugin ran different code in these studies (")
+    # the cell by the name studies use (it said "the cell memsweep-leaky plugin", its distribution's)
+    assert note.startswith("the cell leaky (plugin memsweep-leaky) ran different code in these studies (")
     assert "memsweep-leaky==1.0+aa: a; memsweep-leaky==1.0+bb: b" in note
+
+
+def test_a_comparison_says_when_a_groups_studies_trained_it_under_different_settings(
+    client: TestClient,
+) -> None:
+    """Orhan's copy at T = 50 beside SRNN's at T = 20 are both `model=rnn`: a comparison by model set
+    their rates against each other, and their difference, without a word. The notes name the settings
+    the studies hold at different values within a group (not what a study varies there, its grid's lr),
+    and the way to set them apart; grouped by them too, nothing is said."""
+    a, b = two_studies(client)  # one protocol, each study's own lr grid: nothing to note
+    assert client.get("/compare", params={"studies": f"{a},{b}"}).json()["notes"] == []
+    longer = client.post("/studies", json=grid(name="C", base={**TINY, "seq_len": 30, "hidden": 8})).json()[
+        "id"
+    ]
+    finish_all(client, longer)
+    body = client.get("/compare", params={"studies": f"{a},{longer}"}).json()
+    (note,) = body["notes"]
+    assert note.startswith(
+        f"model=chain, model=orth: the studies trained it under different settings, hidden ({a}: 16, "
+        f"{longer}: 8); task.seq_len ({a}: 20, {longer}: 30): its rows set one protocol's runs beside "
+        "another's"
+    ), note
+    assert "(by=model,hidden,task.seq_len)" in note
+    apart = client.get(
+        "/compare", params={"studies": f"{a},{longer}", "by": "model,hidden,task.seq_len"}
+    ).json()
+    assert apart["notes"] == []
 
 
 def test_the_printed_comparison_leaves_out_a_study_with_no_trial_in_a_group_and_links_mlflow_once(
