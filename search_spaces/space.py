@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,13 +180,20 @@ class SearchSpace:
                 + ", ".join(m.name for m in self.models)
             )
         chosen = self.models if not models else tuple(self.model(n) for n in models)
+        # before a model's own values are blamed: the dims given replace them, so the clash is base's with dims
+        both = sorted(set(base or {}) & set(dims or {}))
+        if both:
+            raise SpaceError(
+                f"base.{both[0]} and dims.{both[0]}: give {both[0]} one value in base, or several in dims, not both"
+            )
         for key, value in (base or {}).items():
             for m in chosen:
                 if key in m.dims:
+                    one = as_flag(as_written(value))
                     raise SpaceError(
                         f"base.{key}: model {m.name!r} varies {key} over {dim_to_dict(m.dims[key])}, so a "
-                        f"base value would be ignored; to run one value write dims: {{{key}: "
-                        f"[{as_written(value)!r}]}}"
+                        f"base value would be ignored; to run one value write dims: {{{key}: [{one}]}} (on "
+                        f"the command line: --dim {key}={one})"
                     )
                 if key in m.fixed and m.fixed[key] != value:
                     raise SpaceError(
@@ -195,7 +203,7 @@ class SearchSpace:
         if dims:
             varied = sorted({k for m in chosen for k in m.dims})
             # a setting of these trials that no model varies (the preset's lr): every chosen model spans it,
-            # unless one of them fixes it (its own value would win) or the value is also given in base
+            # unless one of them fixes it (its own value would win)
             spanned = sorted(
                 k for k in set(dims) - set(varied)
                 if settings is not None and k in settings and not any(k in m.dims for m in self.models)
@@ -208,10 +216,6 @@ class SearchSpace:
                         f"cannot span {key}; choose models that leave it to the study (`models`), or sweep it "
                         "in a model of your own beside these (space: {models: {NAME: {fixed: {...}, dims: "
                         f"{{{key}: [value1, value2]}}}}}}}})" + named_in(models)
-                    )
-                if key in (base or {}):
-                    raise SpaceError(
-                        f"base.{key} and dims.{key}: give {key} one value in base, or several in dims, not both"
                     )
             unknown = sorted(set(dims) - set(varied) - set(spanned))
             if unknown:
@@ -272,6 +276,12 @@ def named_in(models: Sequence[str] | None) -> str:
         f"; and name that model in `models`: models: [{', '.join(kept)}] (on the command line: "
         f"--models {','.join(kept)})"
     )
+
+
+def as_flag(value: Any) -> str:
+    """A value as `--dim KEY=VALUE` and a spec both read it back: JSON for a number, a boolean or null
+    (`true`, not Python's `True`), text as it is."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:

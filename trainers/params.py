@@ -87,9 +87,14 @@ def coerce(raw: Any, tp: Any, where: str) -> Any:
     if tp is bool:
         if isinstance(raw, bool):
             return raw
-        if isinstance(raw, str) and raw.lower() in ("true", "1", "yes", "false", "0", "no"):
-            return raw.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where} = {raw!r} is not a boolean; use true or false")
+        # text as YAML 1.2 and JSON read a boolean (a CLI's `--set flag=true`), case aside: "yes", "on" or "1"
+        # were True here while a spec's 1 was refused, so one setting read two ways
+        if isinstance(raw, str) and raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        raise ConfigError(
+            f"{where} = {raw!r} is not a boolean: it takes true or false (as YAML 1.2 and JSON write them; "
+            "yes/no, on/off and 1/0 are text or numbers there)"
+        )
     if tp is int:
         if isinstance(raw, bool):
             raise ConfigError(f"{where} = {raw!r} is not an integer")

@@ -26,10 +26,12 @@ class PluginError(UnknownNameError):
 
 def where_plugins_are(what: str = "a plugin") -> str:
     """Where plugins are looked for, and how to install one there (for the message of a name not found)."""
+    python = Path(sys.executable).name
     return (
         f"{what} is found in the Python environment that runs memsweep, {sys.prefix}: install it there, "
-        f"`{Path(sys.executable).name} -m pip install -e PATH` (docs/plugins.md); a process that was "
-        "running when it was installed (`memsweep serve`) sees it once restarted"
+        f"`{python} -m pip install -e PATH`, or into a folder of its own put on the path, `{python} -m pip "
+        "install --no-deps --upgrade --target DIR PATH` then `PYTHONPATH=DIR memsweep …` (docs/plugins.md); "
+        "a process that was running when it was installed (`memsweep serve`) sees it once restarted"
     )
 
 

@@ -80,12 +80,10 @@ def csv_cells(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def to_csv(rows: Iterable[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
-    """Rows (JSON objects) as CSV text under `# key: value` lines; the columns in the order they first
-    appear (a field one row lacks is an empty cell)."""
+    """Rows (JSON objects) as CSV text under `# key: value` lines; the columns of every row (a field one
+    row lacks is an empty cell) in `column_order`."""
     flat = [csv_cells(r) for r in rows]
-    columns: dict[str, None] = {}
-    for r in flat:
-        columns.update(dict.fromkeys(r))
+    columns = column_order(flat)
     buf = io.StringIO()
     for key, value in {**meta, "trainer_version": TRAINER_VERSION}.items():
         text = "" if value is None else str(value)
@@ -95,6 +93,29 @@ def to_csv(rows: Iterable[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     for r in flat:
         writer.writerow(["" if r.get(c) is None else r[c] for c in columns])
     return buf.getvalue()
+
+
+def column_order(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every row's columns, each where it first appears, but a nested field beside its object's others: a
+    trial of an added cell brings `params.leak` and `config.cell_params.leak`, which went after every
+    column of the rows before it (the `config.*`), not beside `params.lr` and `config.cell_params.*`."""
+    columns: list[str] = []
+    seen: set[str] = set()
+    for row in rows:
+        for name in row:
+            if name in seen:
+                continue
+            seen.add(name)
+            at = len(columns)
+            parts = name.split(".")
+            for depth in range(len(parts) - 1, 0, -1):  # the deepest object it shares with a column so far
+                parent = ".".join(parts[:depth])  # (a row where it was null has it as one column)
+                kin = [i for i, c in enumerate(columns) if c == parent or c.startswith(f"{parent}.")]
+                if kin:
+                    at = kin[-1] + 1
+                    break
+            columns.insert(at, name)
+    return columns
 
 
 def read_csv(source: Any) -> pd.DataFrame:
