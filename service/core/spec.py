@@ -1,35 +1,43 @@
 """A study spec: what to search (a preset or an explicit space, with overrides), how, and with what.
 
-Readable from JSON or YAML. `StudySpec.search_space()` gives the `SearchSpace`; `service.study.search`
-turns it into trials.
+Readable from JSON or YAML (a file: `service.core.spec_file`). `StudySpec.search_space()` gives the
+`SearchSpace`, assembled against the trainers' registries by `service.core.space_build`;
+`service.study.search` turns it into trials.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import re
-import typing
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from search_spaces import PRESETS, Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
-from search_spaces.space import check_distinct, check_single_values, did_you_mean, distinct
+from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
+from search_spaces.space import check_distinct, check_single_values, distinct
 from service.core.errors import StudyError
-from trainers.config import TOP_FIELDS, TrainConfig
+from service.core.space_build import (
+    cell_arms,
+    cell_settings_per_model,
+    check_preset_choice,
+    check_trial_values,
+    trial_settings,
+)
+
+# re-exported: service/client.py and service/cli/console.py import names_spec_file from here
+from service.core.spec_file import names_spec_file as names_spec_file
+from service.core.spec_file import spec_data
+from trainers.config import TrainConfig
 from trainers.criterion import Criterion
 from trainers.numerics_modes import Numerics, default_mode
-from trainers.params import ConfigError, coerce, field_names
-from trainers.registry import PluginError, Registry, UnknownNameError
 
 # The trainers' registries (`trainers.cells`, `trainers.tasks`: torch) are imported where a spec's space
-# meets them, so a stored spec is read and judged without torch (the CLI's reads of its ledger).
+# meets them (`service.core.space_build`, `StudySpec.baselines`), so a stored spec is read and judged
+# without torch (the CLI's reads of its ledger).
 
 Sampler = Literal["grid", "random", "tpe", "cmaes", "qmc"]
 
@@ -535,233 +543,6 @@ class StudySpec(BaseModel):
         return cell_settings_per_model(space, {m.name for m in arms}, preset_own, own_models)
 
 
-def check_trial_values(base: Mapping[str, Any]) -> None:
-    """Refuse a trial field of `base` whose value the field cannot take (`--set optimizer=adamw`), naming the
-    values it can: before a preset's model that fixes the field is blamed for overriding it ("model 'nru'
-    fixes optimizer …", which never said the name was wrong)."""
-    hints = _trial_field_types()
-    for key, value in base.items():
-        if key in hints:
-            try:
-                coerce(value, hints[key], f"base.{key}")
-            except ConfigError as exc:
-                raise SpaceError(str(exc)) from None
-
-
-@functools.cache
-def _trial_field_types() -> dict[str, Any]:
-    """A trial's own fields (not its task's or cell's) → their declared types."""
-    hints = typing.get_type_hints(TrainConfig)  # the task and cell are names, refused by their registries
-    return {k: hints[k] for k in TOP_FIELDS if k not in ("task", "cell", "task_params", "cell_params")}
-
-
-def cell_arms(preset: SearchSpace, names: list[str], dims: Mapping[str, Any] | None = None) -> list[Model]:
-    """An arm for each name in `names` that is no model of the preset but a registered cell: the cell on the
-    preset's protocol, spanning the dimensions every model of the preset shares with the same values (Orhan
-    & Pitkow's learning rates; not their initialisers' scales) and the cell's own `grid`; and those of the
-    study's `dims` that are settings of its cell and no dimension of the preset (AntisymmetricRNN's γ
-    swept beside its grid's ε: refused before, "not a dimension of space")."""
-    from trainers.cells import CELLS
-
-    have = {m.name for m in preset.models}
-    shared = {
-        k: d
-        for k, d in preset.models[0].dims.items()
-        if all(m.dims.get(k) == d for m in preset.models) and k not in CELL_CHOICE_FIELDS
-    }
-    arms = []
-    for name in dict.fromkeys(names):
-        if name in have:
-            continue
-        try:
-            cell = CELLS.get(name)
-        except UnknownNameError as exc:  # unknown, or a plugin that could not join: the registry says which
-            # a typo of one of the preset's models is as likely as a cell's: the nearest of either
-            why = exc if isinstance(exc, PluginError) else CELLS.unknown(name, also=have)
-            raise SpaceError(
-                f"models: {name!r} is no model of preset {preset.name!r} ({', '.join(sorted(have))}) and {why}"
-            ) from None
-        own: dict[str, Any] = {k: Values(tuple(v)) for k, v in cell.grid.items()}
-        preset_dims = {k for m in preset.models for k in m.dims}
-        for key, value in (dims or {}).items():
-            if key not in preset_dims and key not in own and key in field_names(cell.Config):
-                own[key] = dim_from_dict(value, f"dims.{key}")
-        arms.append(Model(name, {"cell": name}, {**shared, **own}))
-    return arms
-
-
-def check_preset_choice(preset: SearchSpace, base: Mapping[str, Any], models: list[str] | None) -> None:
-    """Refuse a study's `task` or `cell` (`base`, `--set task=addition`) over the one a preset fixes for its
-    models, when the preset's settings of it are none of the new one's (the copy grid's `layout` on
-    addition; Orhan's `nonlinearity` on lstm): said as the preset's, not as an unknown field the user never
-    set. A cell beside the preset's models is an arm of its own (`models`)."""
-    from trainers.cells import CELLS
-    from trainers.tasks import TASKS
-
-    registries: dict[str, Registry[Any]] = {"task": TASKS, "cell": CELLS}
-    ours = [m.name for m in preset.models if models is None or m.name in models]
-    for key, registry in registries.items():
-        new, old = base.get(key), preset.base.get(key)
-        if not ours or new == old or not isinstance(new, str) or not isinstance(old, str):
-            continue  # (a name that is no text is refused naming it, where the trials are resolved)
-        if new not in registry or old not in registry:
-            continue  # (an unknown name is refused naming it, where the trials are resolved)
-        fields = set(field_names(registry.get(str(new)).Config)) | set(TOP_FIELDS)
-        own = field_names(registry.get(str(old)).Config)
-        stranded = [k for k in preset.base if k in own and k not in fields and k not in base]
-        if not stranded:
-            continue
-        why = (
-            f"base.{key} = {new!r}: preset {preset.name!r} fixes {key} {old!r} for its models, with "
-            f"{', '.join(f'{k} = {preset.base[k]!r}' for k in stranded)} ({old}'s settings, none of {new}'s)"
-        )
-        if key == "task":
-            grids = [p.name for p in PRESETS.values() if p.base.get("task") == new]
-            other = (
-                f"run one of its presets, {', '.join(grids)} (`memsweep presets` lists them), or an explicit `space`"
-                if grids
-                else f"give an explicit `space` with base: {{task: {new}}} (no preset is a grid of {new})"
-            )
-            raise SpaceError(
-                f"{why}; the task is the preset's: leave task out of base, and for task {new!r} {other}"
-            )
-        arms = list(dict.fromkeys([*(models or ours), str(new)]))
-        raise SpaceError(
-            f"{why}; the cell is the preset's: leave cell out of base, and to train {new} beside its models "
-            f"on its protocol, add {new} as a model: models: [{', '.join(arms)}] (on the command line: "
-            f"--models {','.join(arms)})"
-        )
-
-
-def trial_settings(space: SearchSpace) -> set[str] | None:
-    """The settings a trial of `space` takes: a trial's, its tasks' and its models' cells' (also written
-    `task.x`, `cell.x`); None when one of its tasks or cells is not registered (refused, naming it, where
-    its trials are resolved)."""
-    from trainers.cells import CELLS
-    from trainers.tasks import TASKS
-
-    names = set(TOP_FIELDS) - {"task_params", "cell_params"}
-    for key, registry, default in (("task", TASKS, TrainConfig.task), ("cell", CELLS, TrainConfig.cell)):
-        chosen: list[Any] = [m.fixed[key] for m in space.models if key in m.fixed]
-        chosen += [v for m in space.models if isinstance(d := m.dims.get(key), Values) for v in d.values]
-        if any(key not in m.fixed and key not in m.dims for m in space.models):  # theirs: the base's
-            chosen.append(space.base.get(key, default))
-        for name in chosen:
-            if not (isinstance(name, str) and name in registry):
-                return None
-            own = field_names(registry.get(name).Config)
-            names |= {*own, *(f"{key}.{n}" for n in own)}
-    return names
-
-
-#: fields that pick a preset model's cell or initialiser: never shared with an added cell's arm
-CELL_CHOICE_FIELDS = ("cell", "init", "scale")
-
-
-def cell_settings_per_model(
-    space: SearchSpace,
-    arms: Collection[str] = (),
-    preset_own: Collection[str] = (),
-    beside: Collection[str] = (),
-) -> SearchSpace:
-    """A space whose models train different cells, with `base` settings of one cell's own fields moved into
-    the models whose cell takes them; the `arms` (cells added beside a preset's models) take none of the
-    `preset_own` settings (the preset's, for its own cell: Orhan's `nonlinearity`), so an arm's cell runs at
-    its own defaults but for what the study sets; the models `beside` a preset's (a `space`'s) take those
-    their cell takes. A space of one cell is returned as it is, unless its models are all arms or models
-    beside (a preset's models left out: its own settings go with them, and reach only the cells that
-    take them)."""
-    from trainers.cells import CELLS
-    from trainers.tasks import TASKS
-
-    default = str(space.base.get("cell", TrainConfig.cell))
-    cells = {m.name: str(m.fixed.get("cell", default)) for m in space.models}
-    added = {*arms, *beside}
-    only_added = bool(added) and all(m.name in added for m in space.models)
-    if any("cell" in m.dims for m in space.models):
-        return space
-    general = set(TOP_FIELDS)
-    tasks = {space.base.get("task", TrainConfig.task), *(m.fixed.get("task") for m in space.models)}
-    tasks |= {v for m in space.models if isinstance(d := m.dims.get("task"), Values) for v in d.values}
-    for task in tasks:
-        if isinstance(task, str) and task in TASKS:
-            general |= set(field_names(TASKS.get(task).Config))
-    fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
-    space = cell_dims_per_model(space, cells, general, fields)
-    if len(set(cells.values())) < 2 and not only_added:
-        return space
-    cell_only = [k for k in space.base if k not in general]
-    if not cell_only:
-        return space
-    taken = set().union(*fields.values())
-    unknown = [k for k in cell_only if k not in taken and k not in preset_own]
-    if unknown:  # a typo: before, it was dropped without a word (no model's cell takes it)
-        trial = general - {"task_params", "cell_params"}  # (where a task's and a cell's settings are held)
-        near = did_you_mean(unknown[0], trial | taken)
-        raise SpaceError(
-            f"base.{unknown[0]} is a setting of none of this study's cells ({', '.join(sorted(fields))}), "
-            f"nor of a trial or its task; {near + ' ' if near else ''}the trials' and their tasks' settings: "
-            f"{', '.join(sorted(trial))}; the cells' settings: {', '.join(sorted(taken))}"
-        )
-    models = tuple(
-        Model(
-            m.name,
-            {
-                **{
-                    k: space.base[k]
-                    for k in cell_only
-                    if k in fields[cells[m.name]] and not (m.name in arms and k in preset_own)
-                },
-                **m.fixed,
-            },
-            m.dims,
-        )
-        for m in space.models
-    )
-    base = {k: v for k, v in space.base.items() if k not in cell_only}
-    return dataclasses.replace(space, models=models, base=base)
-
-
-def cell_dims_per_model(
-    space: SearchSpace, cells: Mapping[str, str], general: Collection[str], fields: Mapping[str, set[str]]
-) -> SearchSpace:
-    """A space whose models each vary only the cell settings their own cell takes: a dimension of one cell's
-    setting that the study spans over every model (`dims: {initial_state: [uniform, zero]}` over srnn2020's
-    urnn and srnn) stays with the models whose cell takes it, and the others train once at each of their
-    points (the plan says so: `service.planning.plan.cell_setting_notes`); refused when it then reaches none
-    of them. `cells`: each model's cell; `general`: the trials' and their tasks' settings; `fields`: each
-    registered cell's settings (a cell not registered here keeps its dimensions, refused where resolved)."""
-    from trainers.cells import CELLS
-
-    def lacks(model: Model, key: str) -> bool:
-        scope, _, name = key.rpartition(".")  # also written `cell.x` (a task's, `task.x`, is no cell's)
-        cell = cells[model.name]
-        return scope in ("", "cell") and name not in general and cell in CELLS and name not in fields[cell]
-
-    keys = {k for m in space.models for k in m.dims if any(lacks(m, k) for m in space.models)}
-    if not keys:
-        return space
-    for key in sorted(keys):
-        if all(lacks(m, key) for m in space.models if key in m.dims):
-            name = key.removeprefix("cell.")
-            theirs = sorted(c for c in CELLS.names() if name in field_names(CELLS.get(c).Config))
-            study = sorted(set(cells.values()))
-            whose = (
-                f": it is {', '.join(theirs)}'s; choose a model that trains "
-                f"{'one of them' if len(theirs) > 1 else 'it'} (`models`), or leave {key} out of dims"
-                if theirs
-                else f"; leave {key} out of dims"
-            )
-            raise SpaceError(
-                f"dims.{key} is a setting of none of this study's cells ({', '.join(study)}){whose}"
-            )
-    models = tuple(
-        dataclasses.replace(m, dims={k: d for k, d in m.dims.items() if not lacks(m, k)})
-        for m in space.models
-    )
-    return dataclasses.replace(space, models=models)
-
-
 def _non_finite(value: Any, path: str) -> str | None:
     """The path of the first NaN or infinity in a JSON-like value, or None."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -855,19 +636,6 @@ def expected_trials(spec: Mapping[str, Any], total: int, state: str | None = Non
     return total
 
 
-class SpecLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """YAML read as YAML 1.2 reads a number: `1e-3` is a float. PyYAML follows YAML 1.1, where a float
-    needs a dot (`1.0e-3`) and `1e-3` is text, so `lr: [1e-3, 3e-4]` was a study of two strings (a
-    trainer reads them as numbers, but the study's tables, filters and best configs did not)."""
-
-
-SpecLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
 def stored_values_once(stored: Mapping[str, Any]) -> dict[str, Any]:
     """A stored spec's data with each dimension's values once (`search_spaces.distinct`), as its space
     reads them: what an extension merges its changes into, so that a study stored before a value given
@@ -898,24 +666,6 @@ def stored_values_once(stored: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-def names_spec_file(target: str | Path) -> bool:
-    """Whether `target` names a spec file, not a preset: a `Path`, a name ending .yaml, .yml or .json (a
-    missing one is refused naming it), or a file that exists."""
-    return isinstance(target, Path) or target.endswith((".yaml", ".yml", ".json")) or Path(target).is_file()
-
-
 def load_spec(path: str | Path) -> StudySpec:
     """A spec from a YAML or JSON file; a file that cannot be read, or is no YAML, is refused naming it."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read the spec file ({exc.strerror or exc})") from None
-    try:
-        data = yaml.load(text, Loader=SpecLoader)  # a SafeLoader
-    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a scalar its resolver took for a number
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ValueError(f"{path}: not YAML or JSON: {getattr(exc, 'problem', None) or exc}{at}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of spec fields, got {type(data).__name__}")
-    return StudySpec.model_validate(data)
+    return StudySpec.model_validate(spec_data(path))

@@ -11,7 +11,7 @@ from search_spaces import Model, SearchSpace, SpaceError, Values
 
 
 def preset_and_arm() -> SearchSpace:
-    """A preset's model beside an arm whose cell's grid sweeps `leak`, as `service.core.spec.cell_arms`
+    """A preset's model beside an arm whose cell's grid sweeps `leak`, as `service.core.space_build.cell_arms`
     makes it."""
     return SearchSpace(
         name="toy",

@@ -1,5 +1,5 @@
 """An index on a trial's model name: a plan looks up every trial of its models that the ledger finished
-under other code (`service.planning.plan.other_code_notes`), which scanned the whole table before."""
+under other code (`service.planning.notes.other_code_notes`), which scanned the whole table before."""
 
 from alembic import op
 
