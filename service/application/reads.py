@@ -212,7 +212,7 @@ class StudyReads:
 
     def criterion(self, study: Study, query: CriterionQuery = OWN) -> Criterion:
         """The study's success criterion, or the one a request names instead."""
-        return study.validated_spec().criterion_for(query.fraction, query.threshold, query.baseline)
+        return study.validated_spec().criterion_for(query)
 
     def listed_criterion(self, study: StudyHead) -> Criterion:
         """A listed study's criterion, its spec validated once per version of its row (a spec changes

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from search_spaces import Model, SearchSpace, SpaceError, Values, dim_from_dict, get_preset
 from search_spaces.space import check_distinct, check_single_values, distinct
+from service.core.criterion_query import OWN, CriterionQuery
 from service.core.errors import StudyError
 from service.core.space_build import (
     cell_arms,
@@ -450,15 +451,13 @@ class StudySpec(BaseModel):
             others += [Criterion(fraction=main.fraction, baseline=name) for name in names]
         return [c for i, c in enumerate(others) if c != main and c not in others[:i]]
 
-    def criterion_for(
-        self, fraction: float | None = None, threshold: float | None = None, baseline: str | None = None
-    ) -> Criterion:
+    def criterion_for(self, query: CriterionQuery = OWN) -> Criterion:
         """The study's criterion, or the one a request names instead (a threshold; or a fraction and/or
         a baseline, the missing one taken from the study's), for a recount: nothing trains. A baseline
         must be one the study's trials report."""
-        if baseline is not None and baseline not in (known := self.baselines()):
-            raise StudyError(f"baseline: {unknown_baseline(baseline, known)}")
-        return judged_under(self.criterion(), fraction, threshold, baseline)
+        if query.baseline is not None and query.baseline not in (known := self.baselines()):
+            raise StudyError(f"baseline: {unknown_baseline(query.baseline, known)}")
+        return judged_under(self.criterion(), query.fraction, query.threshold, query.baseline)
 
     def baselines(self) -> list[str]:
         """What a criterion may measure against: `task` (each task's random baseline), then the

@@ -11,15 +11,24 @@ import yaml
 
 
 class SpecLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """YAML read as YAML 1.2 reads a number: `1e-3` is a float. PyYAML follows YAML 1.1, where a float
-    needs a dot (`1.0e-3`) and `1e-3` is text, so `lr: [1e-3, 3e-4]` was a study of two strings (a
-    trainer reads them as numbers, but the study's tables, filters and best configs did not)."""
+    """YAML read as YAML 1.2 reads a number and a boolean. PyYAML follows YAML 1.1: a float needs a dot
+    (`1.0e-3`) and `1e-3` is text, so `lr: [1e-3, 3e-4]` was a study of two strings (a trainer reads them
+    as numbers, but the study's tables, filters and best configs did not); and `yes`, `no`, `on` and `off`
+    are booleans, which a trial setting given on the command line (`--set layer_norm=yes`) is not."""
 
 
 SpecLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
+)
+# (the resolvers are this class's own copy since the call above: SafeLoader's stay as they are)
+SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in SpecLoader.yaml_implicit_resolvers.items()
+}
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 
 

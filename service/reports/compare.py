@@ -201,7 +201,7 @@ def compare_studies(
     criteria = {}
     for s in studies:
         try:
-            criteria[s.id] = s.validated_spec().criterion_for(query.fraction, query.threshold, query.baseline)
+            criteria[s.id] = s.validated_spec().criterion_for(query)
         except StudyError as exc:
             raise StudyError(f"study {s.id}: {exc}") from None
     groups: dict[tuple[str | None, ...], dict[str, list[Trial]]] = defaultdict(lambda: defaultdict(list))

@@ -64,6 +64,19 @@ def test_a_boolean_set_as_yes_or_on_is_refused_at_the_door(word: str) -> None:
     assert {t.config["cell_params"]["layer_norm"] for t in trials if t.model == "chain"} == {True}
 
 
+def test_a_spec_file_reads_a_boolean_as_yaml_1_2_and_the_command_line_do(tmp_path: Any) -> None:
+    """PyYAML reads YAML 1.1, where `yes` and `on` are booleans: a spec file's `layer_norm: yes` was True
+    while `--set layer_norm=yes` is refused. A file now reads `yes` as text (refused alike), `true` as
+    True."""
+    spec_file = tmp_path / "arm.yaml"
+    spec_file.write_text("preset: orhan2020-addition750\nmodels: [chain, lstm]\nbase: {layer_norm: yes}\n")
+    said = refusal(str(spec_file), "--dim", "lr=1e-3", "--seeds", "1")
+    assert "cell 'rnn'.layer_norm = 'yes' is not a boolean: it takes true or false" in said
+    spec_file.write_text("preset: orhan2020-addition750\nmodels: [chain, lstm]\nbase: {layer_norm: True}\n")
+    trials = grid_trials(study_space(spec_of(str(spec_file), "--dim", "lr=1e-3", "--seeds", "1"), 10_000), {})
+    assert {t.config["cell_params"]["layer_norm"] for t in trials if t.model == "chain"} == {True}
+
+
 def test_an_unknown_cell_says_both_ways_to_install_a_plugin() -> None:
     """The hint named `pip install -e` alone, never the documented `--target` folder on PYTHONPATH."""
     hint = where_plugins_are("a plugin cell")
