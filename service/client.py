@@ -27,13 +27,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
+from service.core.states import FINAL
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from service.core.criterion_query import CriterionQuery, SuccessQuery
     from service.core.spec import StudySpec
 
-FINAL_STATES = ("done", "failed", "cancelled")
+FINAL_STATES = FINAL  # (a study's end states: `service.core.states`, which imports nothing but enum)
 #: how a server that is away for a moment answers, if at all: a proxy in front of one restarting (502,
 #: 504), or one not ready yet (503); `wait` polls on through these, and through no answer at all
 AWAY = (502, 503, 504)

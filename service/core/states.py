@@ -41,6 +41,8 @@ UNFINISHED: tuple[str, ...] = (
     TrialStatus.CANCELLED,
     TrialStatus.ERROR,
 )
+#: the states a study ends in (a server's study may still hold running units: its answer's `active`)
+FINAL: tuple[str, ...] = (StudyState.DONE, StudyState.FAILED, StudyState.CANCELLED)
 #: the studies a starting server takes up again (a crash leaves them so)
 RESUMABLE: tuple[str, ...] = (StudyState.PENDING, StudyState.RUNNING)
 #: what a study listing shows, and filters on, for a study a server has accepted and not started yet

@@ -31,7 +31,7 @@ from search_spaces import SearchSpace
 from service.core.errors import StudyError
 from service.core.settings import Settings
 from service.core.spec import StudySpec
-from service.core.states import FINISHED, UNFINISHED, TrialStatus
+from service.core.states import FINAL, FINISHED, UNFINISHED, TrialStatus
 from service.core.trial import (
     Known,
     StaleTrialError,
@@ -820,7 +820,7 @@ class Engine:
             summary["mlflow_errors"] = [down or f"{type(exc).__name__}: {exc}"]
             return summary
         self.ledger.update_study(study.id, mlflow_experiment_id=exp_id, mlflow_run_id=parent)
-        state = study.state if study.state in ("done", "failed", "cancelled") else "cancelled"
+        state = study.state if study.state in FINAL else "cancelled"
         mlflow = StudyContext(exp_id, parent, spec.criterion())
         summary, errors = finish_in_mlflow(self.ledger, study.id, tracker, mlflow, state, [])
         if study.state != "running":

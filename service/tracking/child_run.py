@@ -13,6 +13,11 @@ from service.tracking.batches import flatten, log_batches, now_ms
 from service.tracking.context import StudyContext
 from service.tracking.live import LiveRun, Stamped, stamp
 
+#: the child run's tags of its trial's status and reason: written here, read back by the tracker
+#: (`Tracker.child_statuses`), which tells a run finished by its status tag
+STATUS_TAG = "memsweep.status"
+REASON_TAG = "memsweep.reason"
+
 if TYPE_CHECKING:
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.exceptions import MlflowException
@@ -63,7 +68,7 @@ def status_tags(status: str, reason: str) -> list[RunTag]:
     """A stopped trial's status in the ledger and why, as its child run's tags."""
     from mlflow.entities import RunTag
 
-    return [RunTag("memsweep.status", status), RunTag("memsweep.reason", reason[:4000])]
+    return [RunTag(STATUS_TAG, status), RunTag(REASON_TAG, reason[:4000])]
 
 
 def curve_metrics(curve: Sequence[Stamped]) -> list[Metric]:
@@ -99,13 +104,13 @@ def result_tags(trial: Trial) -> list[RunTag]:
     took another's result (`reused_from`), that trial's ledger id."""
     from mlflow.entities import RunTag
 
-    tags = [RunTag("memsweep.status", trial.status)]
+    tags = [RunTag(STATUS_TAG, trial.status)]
     if trial.reused_from is not None:
         tags.append(RunTag("memsweep.reused_from", str(trial.reused_from)))
     tags += [RunTag(f"memsweep.{k}", v) for k, v in (("node", trial.node), ("device", trial.device)) if v]
     tags += [RunTag(f"memsweep.provenance.{k}", str(v)) for k, v in (trial.provenance or {}).items()]
     if trial.reason:
-        tags.append(RunTag("memsweep.reason", trial.reason[:4000]))
+        tags.append(RunTag(REASON_TAG, trial.reason[:4000]))
     return tags
 
 
@@ -126,7 +131,7 @@ class ChildRuns:
                 "memsweep.study_id": trial.study_id,
                 "memsweep.config_hash": trial.config_hash,
                 "memsweep.model": trial.model,
-                "memsweep.status": status,
+                STATUS_TAG: status,
             },
         )
         return str(run.info.run_id), str(run.info.artifact_uri)
@@ -202,7 +207,7 @@ class ChildRuns:
             return
         if running:
             reason = "the process training it died before it ended; the trial trains again in a new run"
-            tags = [RunTag("memsweep.status", "pending"), RunTag("memsweep.reason", reason)]
+            tags = [RunTag(STATUS_TAG, "pending"), RunTag(REASON_TAG, reason)]
             log_batches(self.client, run_id, [], [], tags)
             self.client.set_terminated(run_id, status="KILLED")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from service.tracking.child_run import ChildRuns, is_missing
+from service.tracking.child_run import STATUS_TAG, ChildRuns, is_missing
 from service.tracking.comparison import write_comparison
 from service.tracking.context import StudyContext
 from service.tracking.live import LiveClock
@@ -136,9 +136,7 @@ class Tracker:
                 [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
                 run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token,
             )  # fmt: skip
-            out.update(
-                {r.info.run_id: (str(r.info.status), r.data.tags.get("memsweep.status")) for r in page}
-            )
+            out.update({r.info.run_id: (str(r.info.status), r.data.tags.get(STATUS_TAG)) for r in page})
             token = page.token
             if not token:
                 return out
