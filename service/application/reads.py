@@ -6,6 +6,7 @@ MLflow (tests/test_imports.py)."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -301,10 +302,31 @@ class StudyReads:
         return StudyPublic(
             **dict(summary),
             spec=study.spec,
-            eta_seconds=self.runner.eta(study.id) if study.state == "running" else None,
+            eta_seconds=self.eta(study, summary),
             mlflow=self.links(study),
             plan={k: v for k, v in study.plan.items() if k not in PLAN_BOOKKEEPING} if study.plan else None,
         )
+
+    def eta(self, study: Study, summary: StudySummary) -> float | None:
+        """Seconds left of a running study: its runner's, where this process runs it; where another does
+        (`memsweep run` in another terminal, asked by `memsweep status`), at the pace its trials have
+        finished since that run's plan was kept (`studies.plan`: when, and the trials it had left), or by
+        the plan's estimate before any has; None when neither is known."""
+        if study.state != "running":
+            return None
+        if self.runner.is_active(study.id):
+            return self.runner.eta(study.id)
+        plan = study.plan or {}
+        try:
+            since = time.time() - datetime.fromisoformat(plan["planned_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):  # no plan kept (it never raises a run: it may lack one)
+            return None
+        left = max(summary.expected_trials - summary.counts.finished, 0)
+        done = self.ledger.finished_among(study.id, plan.get("unfinished_ids") or [])
+        if done:
+            return left * since / done
+        estimate = ((plan.get("planned") or {}).get("estimate") or {}).get("wall_seconds")
+        return max(float(estimate) - since, 0.0) if estimate is not None and since < float(estimate) else None
 
     def links(self, study: Study) -> MlflowLinks:
         return self.links_of(study.mlflow_experiment_id, study.mlflow_run_id)

@@ -438,6 +438,18 @@ class Ledger:
         return out
 
     @outlasting
+    def finished_among(self, study_id: str, ids: Sequence[int]) -> int:
+        """How many of the study's trials of these ids have finished (`FINISHED`)."""
+        n = 0
+        with self.session() as s:
+            for chunk in _chunks(ids, 500):
+                q = select(func.count()).where(
+                    Trial.study_id == study_id, Trial.id.in_(chunk), Trial.status.in_(FINISHED)
+                )
+                n += int(s.execute(q).scalar_one())
+        return n
+
+    @outlasting
     def take_results(self, study_id: str, hashes: Sequence[str]) -> list[str]:
         """The study's unfinished trials of these hashes that another study has finished `done` since
         take that result (as `add_trials` does at their creation); the hashes that did."""

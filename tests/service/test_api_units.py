@@ -96,6 +96,40 @@ def finish_all(c: TestClient, study_id: str, state: str = "done") -> None:
 
 
 # ----- studies ---------------------------------------------------------------------------------------
+def test_a_study_another_process_runs_has_an_eta_from_its_plan_and_its_pace(client: TestClient) -> None:
+    """`memsweep status` in one terminal of a study `memsweep run` trains in another said "ETA –": only a
+    runner knew. A reader of the ledger alone now says it at the pace the study's trials have finished
+    since its run's plan was kept, or by that plan's estimate before any has."""
+    from datetime import UTC, datetime, timedelta
+
+    from service.application.reads import NoRuns, StudyReads
+
+    study_id = client.post("/studies", json=grid()).json()["id"]
+    client.app.state.runner.cancel(study_id)  # type: ignore[attr-defined]  # this server runs nothing
+    ledger = ledger_of(client)
+    rows = ledger.trials(study_id)
+    assert len(rows) == 8
+    reads = StudyReads(ledger, client.app.state.engine.settings, NoRuns(None))  # type: ignore[attr-defined]
+    planned_at = (datetime.now(UTC) - timedelta(seconds=100)).isoformat()
+    plan = {
+        "planned_at": planned_at,
+        "unfinished_ids": [t.id for t in rows],
+        "planned": {"estimate": {"wall_seconds": 400.0}},
+    }
+    ledger.update_study(study_id, state="running", plan=plan)
+    by_plan = reads.get(study_id).eta_seconds
+    assert by_plan is not None and 290 < by_plan <= 300  # its estimate, 100 s of it gone
+    for t in rows[:2]:
+        ledger.start_trial(study_id, t.config_hash)
+        ledger.finish_trial(t.id, TrialResult(final_val_loss=0.1, baseline_loss=1 / 6, steps=20))
+    by_pace = reads.get(study_id).eta_seconds
+    assert by_pace is not None and 300 <= by_pace < 310  # 6 left at 2 in 100 s
+    ledger.update_study(study_id, plan={**plan, "planned_at": None})
+    assert reads.get(study_id).eta_seconds is None  # no plan kept: not known
+    ledger.update_study(study_id, state="done")
+    assert reads.get(study_id).eta_seconds is None
+
+
 def test_health_and_ready_without_a_runner(client: TestClient) -> None:
     assert client.get("/health").json()["status"] == "ok"
     ready = client.get("/ready")
