@@ -447,15 +447,23 @@ def test_grid_and_sampled_points_layer_settings_the_same_way():
     assert (c["cell_params"]["init"], c["lr"], c["threads"], c["seed"]) == ("chain", 1e-3, 1, 3)
 
 
-def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
-    """`memsweep run … --set success_fraction=0.25` (it used to be silently overwritten by 0.5)."""
+def spec_parser() -> Any:
+    """The parser of `memsweep run TARGET [spec flags]`, as far as the spec goes."""
     import argparse
 
-    from service.cli.console import add_spec_flags, build_spec
+    from service.cli.console import add_spec_flags
 
     parser = argparse.ArgumentParser()
     parser.add_argument("target")
     add_spec_flags(parser)
+    return parser
+
+
+def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
+    """`memsweep run … --set success_fraction=0.25` (it used to be silently overwritten by 0.5)."""
+    from service.cli.console import build_spec
+
+    parser = spec_parser()
     spec = build_spec(
         parser.parse_args(["orhan2020-copy500", "--set", "success_fraction=0.25", "--models", "chain"])
     )
@@ -470,13 +478,9 @@ def test_set_success_fraction_on_the_command_line_sets_the_studys_criterion():
 def test_the_success_threshold_flag_sets_the_criterion_over_a_spec_files(tmp_path):
     """`memsweep run` took `--success-fraction` but no `--success-threshold` (`python -m trainers` has
     both): a flag now replaces a spec file's criterion whichever form it has, and both flags are refused."""
-    import argparse
+    from service.cli.console import build_spec
 
-    from service.cli.console import add_spec_flags, build_spec
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("target")
-    add_spec_flags(parser)
+    parser = spec_parser()
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text("preset: orhan2020-copy500\nmodels: [chain]\nsuccess_fraction: 0.25\n")
     spec = build_spec(parser.parse_args([str(spec_file), "--success-threshold", "0.02"]))
@@ -527,13 +531,9 @@ def test_the_other_criteria_a_study_reports_are_the_same_in_mlflow_and_on_the_te
 
 def test_cpus_or_gpus_on_the_command_line_leave_the_spec_files_other_resource(tmp_path):
     """`--cpus 2` over a spec file's `resources: {cpus: 1, gpus: 0.5}` reset its GPUs to 0."""
-    import argparse
+    from service.cli.console import build_spec
 
-    from service.cli.console import add_spec_flags, build_spec
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("target")
-    add_spec_flags(parser)
+    parser = spec_parser()
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text("preset: orhan2020-copy500\nmodels: [chain]\nresources: {cpus: 1, gpus: 0.5}\n")
     spec = build_spec(parser.parse_args([str(spec_file), "--cpus", "2"]))
