@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from service.cli.console import (
     EXIT_FAILED,
     EXIT_REFUSED,
+    EXTENDS,
     Failed,
     Refused,
     answer,
@@ -29,6 +30,7 @@ from service.cli.console import (
     extension_of,
     failure_reasons,
     failures_of,
+    given_flags,
     no_result,
     parse_pairs,
     plugin_state,
@@ -63,32 +65,16 @@ CANCEL_WAIT = 60.0
 
 
 def changes_spec(args: argparse.Namespace) -> bool:
-    """Whether the command line changes a spec (beyond naming a study to resume)."""
-    return bool(
-        args.target or args.set or args.dim or args.models or args.seeds or args.sampler or args.max_trials
-    )
-
-
-#: flags a resumed study cannot take without an extension (they were dropped unsaid): flag → its field
-NOT_ON_RESUME = {
-    "--concurrency": "concurrency",
-    "--scheduler": "scheduler",
-    "--success-fraction": "success_fraction",
-    "--success-threshold": "success_threshold",
-    "--name": "name",
-    "--cpus": "resources.cpus",
-    "--gpus": "resources.gpus",
-}
+    """Whether the command line changes a spec (beyond naming a study to resume): a preset or spec file,
+    or a flag that extends the study or that the extension checks (`console.OnStudy`)."""
+    return bool(args.target or given_flags(args, "extends") or given_flags(args, "checked"))
 
 
 def refuse_on_resume(args: argparse.Namespace) -> None:
-    """Refuse a flag `--study ID` cannot apply, naming what the study keeps and the way to get it."""
-    given = {
-        flag: field
-        for flag, field in NOT_ON_RESUME.items()
-        if getattr(args, field.split(".")[-1]) is not None
-    }
-    if not given:
+    """Refuse the flags a plain resume (`--study ID`) cannot apply, which it once dropped without a
+    word, naming what the study keeps and the way to get it."""
+    kept = given_flags(args, "kept")
+    if not kept:
         return
     fixes = ["create a new study with them (its finished trials are reused, not trained again)"]
     if args.success_fraction is not None or args.success_threshold is not None:
@@ -98,9 +84,9 @@ def refuse_on_resume(args: argparse.Namespace) -> None:
             "(or `--threshold L`)",
         )
     raise Refused(
-        f"error: {', '.join(given)}: a resumed study keeps its spec's {', '.join(given.values())} (--study "
-        f"resumes it, and extends it with --set, --dim, --models, --seeds or --max-trials, whose spec takes "
-        f"these flags); {'; or '.join(fixes)}"
+        f"error: {', '.join(f.name for f in kept)}: a resumed study keeps its spec's "
+        f"{', '.join(f.field for f in kept)} (--study resumes it, and extends it with {EXTENDS}, whose spec "
+        f"takes these flags); {'; or '.join(fixes)}"
     )
 
 
@@ -660,17 +646,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _follow(args, url, study)
 
 
-#: what `submit --study ID` sends a server (`POST /studies/{id}/extend`): the other spec flags
-EXTENDS = "--set, --dim, --models, --seeds or --max-trials"
-
-
 def _submit_to_study(args: argparse.Namespace, url: str) -> int:
     """`memsweep submit --study ID`: a server's study extended by the flags (only its new points run) or,
     with none, resumed, as `memsweep run --study ID` does with this machine's ledger."""
-    others = [
-        flag for flag, field in NOT_ON_RESUME.items() if getattr(args, field.split(".")[-1]) is not None
-    ]
-    others += ["a preset or spec file"] * bool(args.target) + ["--sampler"] * bool(args.sampler)
+    others = [flag.name for flag in given_flags(args, "kept")] + ["a preset or spec file"] * bool(args.target)
+    others += [flag.name for flag in given_flags(args, "checked")]
     if others or args.idempotency_key:
         given = others + ["--idempotency-key"] * bool(args.idempotency_key)
         raise Refused(

@@ -1,18 +1,21 @@
-"""The terminal side that `memsweep`'s commands share: a spec from flags, tables and status lines,
-calls to a memsweep server that end in one-line errors, and the exit statuses those errors end with
-(used by `service.cli.commands` and `service.cli.demo`)."""
+"""The terminal side that `memsweep`'s commands share: the spec flags (one table, `SPEC_FLAGS`) and the
+spec they build, tables and status lines, calls to a memsweep server that end in one-line errors, and
+the exit statuses those errors end with (used by `service.cli.commands` and `service.cli.demo`)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import itertools
 import json
 import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
+from service.core.spec import Sampler, StudySpec, names_spec_file, stored_values_once
 from service.core.values import params_texts
 
 if TYPE_CHECKING:
@@ -102,6 +105,56 @@ def parse_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+# ----- the spec flags of run, plan, submit and demo: one table, which their parser, their help, the spec
+# they build, a study's extension and a resume's refusals all read --------------------------------------
+#: what `--study ID` does with a flag. extends: the study's extension takes its field (`StudyExtend`,
+#: `POST /studies/{id}/extend`). checked: `run --study` puts it in the extended spec, whose engine
+#: refuses another value (the sampler); a server's extension does not take it. kept: the study keeps its
+#: spec's own, and a resume refuses the flag (it was dropped without a word). Extends is written here,
+#: not read from `StudyExtend`: importing `service.application.records` loads the ledger's SQLAlchemy
+#: models, which `memsweep status --url` must not (tests/test_imports.py); tests/service/test_spec_flags.py
+#: holds the two equal.
+OnStudy = Literal["extends", "checked", "kept"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecFlag:
+    """A flag that sets a field of the spec (a row of `SPEC_FLAGS`)."""
+
+    name: str  # "--max-trials"; argparse makes its dest, max_trials
+    field: str  # the spec's field it sets; dotted for a field inside one ("resources.cpus")
+    example: str  # its value in `memsweep --help`'s list of spec flags ("N": "--max-trials N")
+    on_study: OnStudy
+    options: Mapping[str, Any]  # argparse's add_argument keywords, its help among them
+    read: Callable[[Any], Any] | None = None  # argparse's value → the field's (None: as argparse gives it)
+    instead_of: str | None = None  # the field it replaces (a criterion is a fraction or a threshold)
+
+    @property
+    def dest(self) -> str:
+        return self.name.removeprefix("--").replace("-", "_")
+
+    @property
+    def extends(self) -> bool:
+        return self.on_study == "extends"
+
+    def given(self, args: argparse.Namespace) -> bool:
+        """Whether the command line gives it (argparse leaves None, or [] for a repeatable flag): even as
+        empty text or 0, which is read and judged, not dropped without a word."""
+        return getattr(args, self.dest) not in (None, [])
+
+    def value(self, args: argparse.Namespace) -> Any:
+        """The spec field's value from the command line; None when the flag is not given."""
+        if not self.given(args):
+            return None
+        raw = getattr(args, self.dest)
+        return raw if self.read is None else self.read(raw)
+
+
+def _settings(items: Sequence[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE`: each value as JSON reads it (1e-3 → 0.001), else as text."""
+    return {key: parse_value(value) for key, value in parse_pairs(items, "--set").items()}
+
+
 def parse_dims(items: Sequence[str]) -> dict[str, list[Any]]:
     """`--dim KEY=V1,V2`: each dimension's values, split on the commas. A value that is a list (`[1,3]`)
     is refused: split on its commas, it reached the trials as `'[1'` and `'3]'`."""
@@ -118,49 +171,8 @@ def parse_dims(items: Sequence[str]) -> dict[str, list[Any]]:
     return dims
 
 
-def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
-    """The spec from a preset name or file, or from a stored study's spec, with the flags applied."""
-    from service.client import read_spec_file
-    from service.core.spec import StudySpec, names_spec_file, stored_values_once
-
-    target = args.target
-    data: dict[str, Any]
-    if stored is not None:
-        data = stored_values_once(stored)
-    elif target and names_spec_file(target):
-        data = read_spec_file(target).model_dump(exclude_unset=True)  # its errors name the file
-    else:
-        data = {"preset": target}
-    base = dict(data.get("base", {}))
-    base.update({k: parse_value(v) for k, v in parse_pairs(args.set, "--set").items()})
-    data["base"] = base
-    dims = dict(data.get("dims", {}))
-    dims.update(parse_dims(args.dim))
-    data["dims"] = dims
-    for field in (
-        "sampler",
-        "max_trials",
-        "concurrency",
-        "name",
-        "scheduler",
-        "success_fraction",
-        "success_threshold",
-    ):
-        value = getattr(args, field)
-        if value is not None:
-            data[field] = value
-    # a criterion flag replaces the spec file's criterion, whichever form that has (both flags are refused)
-    for flag, other in (("success_fraction", "success_threshold"), ("success_threshold", "success_fraction")):
-        if getattr(args, flag) is not None and getattr(args, other) is None:
-            data.pop(other, None)
-    if args.models:
-        data["models"] = args.models.split(",")
-    if args.seeds:
-        data["seeds"] = parse_seeds(args.seeds)
-    resources = {k: v for k, v in (("cpus", args.cpus), ("gpus", args.gpus)) if v is not None}
-    if resources:  # the flags given, over the spec's own: one flag leaves the other as the spec has it
-        data["resources"] = {**dict(data.get("resources") or {}), **resources}
-    return StudySpec.model_validate(data)
+def _names(text: str) -> list[str]:
+    return text.split(",")
 
 
 def parse_seeds(raw: str) -> list[int]:
@@ -173,80 +185,133 @@ def parse_seeds(raw: str) -> list[int]:
         ) from None
 
 
+#: (the spec names its schedulers in its field's type alone)
+SCHEDULERS = get_args(StudySpec.model_fields["scheduler"].annotation)
+
+SPEC_FLAGS: tuple[SpecFlag, ...] = (
+    SpecFlag(
+        "--set", "base", "KEY=VALUE", "extends", read=_settings,
+        options={"action": "append", "default": [], "metavar": "KEY=VALUE",
+                 "help": "a trial setting for every trial (e.g. steps=500)"},
+    ),
+    SpecFlag(
+        "--dim", "dims", "lr=1e-3,3e-4", "extends", read=parse_dims,
+        options={"action": "append", "default": [], "metavar": "KEY=V1,V2",
+                 "help": "replace a dimension's values (extending a study: its values so far and the new ones)"},
+    ),
+    SpecFlag(
+        "--models", "models", "a,b", "extends", read=_names,
+        options={"help": "only these models, comma-separated; a cell's name adds an arm of it (docs/plugins.md)"},
+    ),
+    SpecFlag("--seeds", "seeds", "1,2", "extends", read=parse_seeds, options={"help": "seeds, comma-separated"}),
+    SpecFlag(
+        "--sampler", "sampler", "S", "checked",
+        options={"choices": get_args(Sampler), "help": "grid (default), or an Optuna sampler"},
+    ),
+    SpecFlag(
+        "--max-trials", "max_trials", "N", "extends",
+        options={"type": int, "help": "a sampler's budget in trials (points × seeds)"},
+    ),
+    SpecFlag(
+        "--concurrency", "concurrency", "N", "kept",
+        options={"type": int,
+                 "help": "Ray units at once, each a fused bundle of trials (default: what the nodes hold)"},
+    ),
+    SpecFlag(
+        "--scheduler", "scheduler", "|".join(SCHEDULERS), "kept",
+        options={"choices": SCHEDULERS, "help": "asha: stop the worse points early (docs/studies.md)"},
+    ),
+    SpecFlag(
+        "--success-fraction", "success_fraction", "F", "kept", instead_of="success_threshold",
+        options={"type": float,
+                 "help": "a run succeeds below this fraction of its baseline's loss (default 0.5, the papers')"},
+    ),
+    SpecFlag(
+        "--success-threshold", "success_threshold", "L", "kept", instead_of="success_fraction",
+        options={"type": float,
+                 "help": "or: a run succeeds below this validation loss (instead of a fraction of its baseline's)"},
+    ),
+    SpecFlag(
+        "--cpus", "resources.cpus", "C", "kept",
+        options={"type": float, "help": "CPUs per Ray unit, a bundle of trials (the spec's resources.cpus)"},
+    ),
+    SpecFlag(
+        "--gpus", "resources.gpus", "G", "kept",
+        options={"type": float, "help": "GPUs per Ray unit, a fraction to share one (resources.gpus)"},
+    ),
+    SpecFlag(
+        "--name", "name", "NAME", "kept",
+        options={"help": "the study's name (default: the preset's, or 'custom')"},
+    ),
+)  # fmt: skip
+
+
+def given_flags(args: argparse.Namespace, on_study: OnStudy) -> list[SpecFlag]:
+    """The flags of this kind the command line gives, in the table's order."""
+    return [flag for flag in SPEC_FLAGS if flag.on_study == on_study and flag.given(args)]
+
+
+def _either(flags: Sequence[str]) -> str:
+    return f"{', '.join(flags[:-1])} or {flags[-1]}"
+
+
+#: the flags that extend a study, as its help and its refusals name them
+EXTENDS = _either([flag.name for flag in SPEC_FLAGS if flag.extends])
+
+
+def _listed() -> str:
+    """The spec flags as `memsweep --help` lists them; a pair that replace each other (a criterion's two
+    forms) as alternatives."""
+    text = f"{SPEC_FLAGS[0].name} {SPEC_FLAGS[0].example}"
+    for before, flag in itertools.pairwise(SPEC_FLAGS):
+        text += f"{' | ' if flag.instead_of == before.field else ', '}{flag.name} {flag.example}"
+    return text
+
+
+#: the spec flags, as `memsweep --help` lists them
+SPEC_FLAGS_USAGE = _listed()
+
+
+def build_spec(args: argparse.Namespace, stored: dict[str, Any] | None = None) -> Any:
+    """The spec from a preset name or file, or from a stored study's spec, with the spec flags applied."""
+    from service.client import read_spec_file
+
+    target = args.target
+    data: dict[str, Any]
+    if stored is not None:
+        data = stored_values_once(stored)
+    elif target and names_spec_file(target):
+        data = read_spec_file(target).model_dump(exclude_unset=True)  # its errors name the file
+    else:
+        data = {"preset": target}
+    given = [(flag, value) for flag in SPEC_FLAGS if (value := flag.value(args)) is not None]
+    fields = {flag.field for flag, _ in given}
+    for flag, value in given:
+        field, _, key = flag.field.partition(".")
+        if key:  # one of a field's keys (resources.cpus): the others stay as the spec has them
+            data[field] = {**dict(data.get(field) or {}), key: value}
+        elif isinstance(value, dict):  # --set, --dim: their keys over the spec's own
+            data[field] = {**dict(data.get(field) or {}), **value}
+        else:
+            data[field] = value
+        # a criterion flag replaces the spec file's criterion, whichever form that has (both flags are refused)
+        if flag.instead_of and flag.instead_of not in fields:
+            data.pop(flag.instead_of, None)
+    return StudySpec.model_validate(data)
+
+
 def extension_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The changes `--set`, `--dim`, `--models`, `--seeds` and `--max-trials` make to a server's study
-    (`POST /studies/{id}/extend`'s body: each dimension, and the seeds, given whole, as `build_spec` takes
-    them for a study of this machine's ledger); {} when none is given."""
-    changes: dict[str, Any] = {}
-    if args.seeds:
-        changes["seeds"] = parse_seeds(args.seeds)
-    dims = parse_dims(args.dim)
-    if dims:
-        changes["dims"] = dims
-    if args.models:
-        changes["models"] = args.models.split(",")
-    base = {k: parse_value(v) for k, v in parse_pairs(args.set, "--set").items()}
-    if base:
-        changes["base"] = base
-    if args.max_trials is not None:
-        changes["max_trials"] = args.max_trials
-    return changes
+    """The changes the spec flags that extend a study make to a server's study (`POST
+    /studies/{id}/extend`'s body: each dimension, and the seeds, given whole, as `build_spec` takes them
+    for a study of this machine's ledger); {} when none is given."""
+    given = ((flag, flag.value(args)) for flag in SPEC_FLAGS if flag.extends)
+    return {flag.field: value for flag, value in given if value is not None}
 
 
 def add_spec_flags(p: argparse.ArgumentParser) -> None:
-    """The flags that build a spec (shared by `run` and `submit`)."""
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a trial setting for every trial (e.g. steps=500)",
-    )
-    p.add_argument(
-        "--dim",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="replace a dimension's values (extending a study: its values so far and the new ones)",
-    )
-    p.add_argument(
-        "--models",
-        help="only these models, comma-separated; a cell's name adds an arm of it (docs/plugins.md)",
-    )
-    p.add_argument("--seeds", help="seeds, comma-separated")
-    p.add_argument(
-        "--sampler",
-        choices=["grid", "random", "tpe", "cmaes", "qmc"],
-        help="grid (default), or an Optuna sampler",
-    )
-    p.add_argument(
-        "--max-trials", dest="max_trials", type=int, help="a sampler's budget in trials (points × seeds)"
-    )
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        help="Ray units at once, each a fused bundle of trials (default: what the nodes hold)",
-    )
-    p.add_argument(
-        "--scheduler", choices=["fifo", "asha"], help="asha: stop the worse points early (docs/studies.md)"
-    )
-    p.add_argument(
-        "--success-fraction",
-        dest="success_fraction",
-        type=float,
-        help="a run succeeds below this fraction of its baseline's loss (default 0.5, the papers')",
-    )
-    p.add_argument(
-        "--success-threshold",
-        dest="success_threshold",
-        type=float,
-        help="or: a run succeeds below this validation loss (instead of a fraction of its baseline's)",
-    )
-    p.add_argument(
-        "--cpus", type=float, help="CPUs per Ray unit, a bundle of trials (the spec's resources.cpus)"
-    )
-    p.add_argument("--gpus", type=float, help="GPUs per Ray unit, a fraction to share one (resources.gpus)")
-    p.add_argument("--name", help="the study's name (default: the preset's, or 'custom')")
+    """The flags that build a spec (shared by `run`, `plan`, `submit` and `demo`)."""
+    for flag in SPEC_FLAGS:
+        p.add_argument(flag.name, **flag.options)
 
 
 def rate_text(rate: float | None) -> str:

@@ -6,15 +6,23 @@ import argparse
 import textwrap
 from collections.abc import Callable
 
-from service.cli.console import EXIT_STATUSES, add_spec_flags
+from service.cli.console import EXIT_STATUSES, EXTENDS, SPEC_FLAGS_USAGE, add_spec_flags
+from service.core.limits import BEST_K, STUDIES_LIMIT, STUDIES_OFFSET, Bounds
 from service.core.states import QUEUED, StudyState, TrialStatus
 
-USAGE = """`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
+#: `memsweep run`'s line of the usage, its spec flags listed from their table (as wide as the lines around it)
+RUN_USAGE = textwrap.fill(
+    f"memsweep run PRESET|SPEC.yaml [spec flags] [--json]   # spec flags: {SPEC_FLAGS_USAGE} "
+    "(`memsweep run --help`)",
+    width=105,
+    subsequent_indent="    ",
+    break_on_hyphens=False,
+)
+
+USAGE = f"""`memsweep`: run and query studies from the command line (the REST server is a thin front on the same engine).
 
 memsweep presets [NAME] [--json]   # the papers' grids; NAME: its models' settings, dims, seeds
-memsweep run PRESET|SPEC.yaml [spec flags] [--json]   # spec flags: --set KEY=VALUE, --dim lr=1e-3,3e-4,
-    --models a,b, --seeds 1,2, --sampler S, --max-trials N, --concurrency N, --scheduler fifo|asha,
-    --success-fraction F | --success-threshold L, --cpus C, --gpus G, --name NAME (`memsweep run --help`)
+{RUN_USAGE}
 memsweep run --study ID            # resume: only unfinished trials run
 memsweep run --study ID --seeds 1,2,3 [--dim KEY=V1,V2]   # extend: only the new points run
 memsweep plan PRESET|SPEC.yaml [spec flags] [--recalibrate] [--json] [--url URL]   # trials, bundles, estimate; nothing runs
@@ -72,8 +80,7 @@ def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
     p.add_argument(
         "--study",
-        help="resume this study: only unfinished trials run (with --set, --dim, --models, --seeds or "
-        "--max-trials, extended first)",
+        help=f"resume this study: only unfinished trials run (with {EXTENDS}, extended first)",
     )
     add_spec_flags(p)
     p.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -91,8 +98,8 @@ def _study_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("target", nargs="?", help="a preset name or a YAML/JSON spec file")
     p.add_argument(
         "--study",
-        help="the server's study to resume (its unfinished trials run) or, with --set, --dim, --models, --seeds "
-        "or --max-trials, to extend first (a trial it finished is never trained again)",
+        help=f"the server's study to resume (its unfinished trials run) or, with {EXTENDS}, to "
+        "extend first (a trial it finished is never trained again)",
     )
     add_spec_flags(p)
     add_url_flag(p, "the memsweep server")
@@ -116,7 +123,12 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """The commands that read a study's results."""
     p = sub.add_parser("best", help="best configurations of a study")
     p.add_argument("study")
-    p.add_argument("--k", type=whole_number(1, 1000), default=5, help="how many configurations (1 to 1000)")
+    p.add_argument(
+        "--k",
+        type=whole_number(BEST_K),
+        default=BEST_K.default,
+        help=f"how many configurations ({BEST_K.low} to {BEST_K.high})",
+    )
     p.add_argument("--model", help="only this model")
     p.add_argument("--json", action="store_true")
     add_url_flag(p, "ask this memsweep server instead of the local ledger")
@@ -170,8 +182,18 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--state", choices=[*(s.value for s in StudyState), QUEUED],
         help="only studies in this state (queued: a server's, accepted and not started yet)",
     )  # fmt: skip
-    p.add_argument("--limit", type=study_limit, default=50, help="at most this many, 1 to 500 (default 50)")
-    p.add_argument("--offset", type=study_offset, default=0, help="skip this many of the newest (default 0)")
+    p.add_argument(
+        "--limit",
+        type=whole_number(STUDIES_LIMIT),
+        default=STUDIES_LIMIT.default,
+        help=f"at most this many, {STUDIES_LIMIT.low} to {STUDIES_LIMIT.high} (default {STUDIES_LIMIT.default})",
+    )
+    p.add_argument(
+        "--offset",
+        type=whole_number(STUDIES_OFFSET),
+        default=STUDIES_OFFSET.default,
+        help=f"skip this many of the newest (default {STUDIES_OFFSET.default})",
+    )
     add_url_flag(p, "ask this memsweep server, not the local ledger")
     p.add_argument("--json", action="store_true", help="the page's studies as a JSON list of summaries")
 
@@ -219,8 +241,9 @@ def _server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         add_url_flag(p, "the memsweep server that runs it")
 
 
-def whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from `low` to `high`, as the REST route takes it."""
+def whole_number(bounds: Bounds) -> Callable[[str], int]:
+    """An argparse type: a whole number within `bounds`, as the REST route takes it."""
+    low, high = bounds.low, bounds.high
 
     def parse(text: str) -> int:
         try:
@@ -232,10 +255,6 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-study_limit = whole_number(1, 500)  # `--limit` of `memsweep studies`
-study_offset = whole_number(0, 1_000_000)  # its `--offset`
 
 
 def add_criterion_flags(p: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ from service.api.schemas import (
     TrialPage,
 )
 from service.core.criterion_query import OWN
+from service.core.limits import BEST_K, STUDIES_LIMIT, STUDIES_OFFSET
 from service.core.states import LISTED_STATES, TrialStatus
 from service.reports import tables
 from service.store.ledger import TrialSort
@@ -133,8 +134,12 @@ def list_studies(
             "`queued`, which the listing shows as its state)"
         ),
     ] = None,
-    offset: Annotated[int, Query(ge=0, le=1_000_000, description="skip this many studies")] = 0,
-    limit: Annotated[int, Query(ge=1, le=500, description="studies on this page at most")] = 50,
+    offset: Annotated[
+        int, Query(ge=STUDIES_OFFSET.low, le=STUDIES_OFFSET.high, description="skip this many studies")
+    ] = STUDIES_OFFSET.default,
+    limit: Annotated[
+        int, Query(ge=STUDIES_LIMIT.low, le=STUDIES_LIMIT.high, description="studies on this page at most")
+    ] = STUDIES_LIMIT.default,
 ) -> Response:
     """Studies, newest first, one page at a time: each as a summary (state, trial counts, times);
     `GET /studies/{id}` has a study's full record (spec, plan, ETA, MLflow links)."""
@@ -201,7 +206,9 @@ def list_trials(
 def best(
     studies: StudiesDep,
     study_id: str,
-    k: Annotated[int, Query(ge=1, le=1000, description="how many configurations")] = 5,
+    k: Annotated[
+        int, Query(ge=BEST_K.low, le=BEST_K.high, description="how many configurations")
+    ] = BEST_K.default,
     model: Annotated[str | None, Query(max_length=100, description="only this model")] = None,
 ) -> list[BestConfig]:
     """The k best configurations (seeds pooled), by mean final validation loss over the seeds that
