@@ -149,6 +149,7 @@ def cell_settings_per_model(
     arms: Collection[str] = (),
     preset_own: Collection[str] = (),
     beside: Collection[str] = (),
+    spanning: Collection[str] = (),
 ) -> SearchSpace:
     """A space whose models train different cells, with `base` settings of one cell's own fields moved into
     the models whose cell takes them; the `arms` (cells added beside a preset's models) take none of the
@@ -156,7 +157,7 @@ def cell_settings_per_model(
     its own defaults but for what the study sets; the models `beside` a preset's (a `space`'s) take those
     their cell takes. A space of one cell is returned as it is, unless its models are all arms or models
     beside (a preset's models left out: its own settings go with them, and reach only the cells that
-    take them)."""
+    take them). `spanning`: the study's own `dims` over every model (`cell_dims_per_model`)."""
     from trainers.cells import CELLS
     from trainers.tasks import TASKS
 
@@ -173,7 +174,10 @@ def cell_settings_per_model(
         if isinstance(task, str) and task in TASKS:
             general |= set(field_names(TASKS.get(task).Config))
     fields = {c: set(field_names(CELLS.get(c).Config)) if c in CELLS else set() for c in set(cells.values())}
-    space = cell_dims_per_model(space, cells, general, fields)
+    if all(
+        isinstance(t, str) and t in TASKS for t in tasks if t is not None
+    ):  # else refused, naming it, at resolve
+        space = cell_dims_per_model(space, cells, general, fields, spanning)
     if len(set(cells.values())) < 2 and not only_added:
         return space
     cell_only = [k for k in space.base if k not in general]
@@ -209,40 +213,50 @@ def cell_settings_per_model(
 
 
 def cell_dims_per_model(
-    space: SearchSpace, cells: Mapping[str, str], general: Collection[str], fields: Mapping[str, set[str]]
+    space: SearchSpace,
+    cells: Mapping[str, str],
+    general: Collection[str],
+    fields: Mapping[str, set[str]],
+    spanning: Collection[str],
 ) -> SearchSpace:
-    """A space whose models each vary only the cell settings their own cell takes: a dimension of one cell's
-    setting that the study spans over every model (`dims: {initial_state: [uniform, zero]}` over srnn2020's
-    urnn and srnn) stays with the models whose cell takes it, and the others train once at each of their
-    points (the plan says so: `service.planning.notes.cell_setting_notes`); refused when it then reaches none
-    of them. `cells`: each model's cell; `general`: the trials' and their tasks' settings; `fields`: each
-    registered cell's settings (a cell not registered here keeps its dimensions, refused where resolved)."""
+    """A space whose models each vary only the cell settings their own cell takes: a dimension of the
+    study's (`spanning`: its `dims`, over every model) of one cell's setting (`dims: {initial_state:
+    [uniform, zero]}` over srnn2020's urnn and srnn) stays with the models whose cell takes it, and the
+    others train once at each of their points (the plan says so: `service.planning.notes.cell_setting_notes`);
+    refused when it then reaches none of them. A model's own dimension is its own, refused where its
+    cell lacks it; and a key that is no registered cell's setting (a typo) is left to the resolution's
+    refusal, which names the nearest field. `cells`: each model's cell; `general`: the trials' and their
+    tasks' settings; `fields`: each registered cell's settings (a cell not registered here keeps its
+    dimensions, refused where resolved)."""
     from trainers.cells import CELLS
 
-    def lacks(model: Model, key: str) -> bool:
-        scope, _, name = key.rpartition(".")  # also written `cell.x` (a task's, `task.x`, is no cell's)
-        cell = cells[model.name]
-        return scope in ("", "cell") and name not in general and cell in CELLS and name not in fields[cell]
+    any_cell = {name for c in CELLS.names() for name in field_names(CELLS.get(c).Config)} - set(general)
 
-    keys = {k for m in space.models for k in m.dims if any(lacks(m, k) for m in space.models)}
+    def setting(key: str) -> str | None:
+        """The cell setting a dimension's key names (also written `cell.x`), or None."""
+        scope, _, name = key.rpartition(".")  # (a task's, `task.x`, is no cell's)
+        return name if scope in ("", "cell") and name in any_cell else None
+
+    def lacks(model: Model, key: str) -> bool:
+        cell, name = cells[model.name], setting(key)
+        return name is not None and cell in CELLS and name not in fields[cell]
+
+    keys = sorted(k for k in spanning if setting(k) is not None and any(lacks(m, k) for m in space.models))
     if not keys:
         return space
-    for key in sorted(keys):
-        if all(lacks(m, key) for m in space.models if key in m.dims):
-            name = key.removeprefix("cell.")
+    for key in keys:
+        carrying = [m for m in space.models if key in m.dims]
+        if carrying and all(lacks(m, key) for m in carrying):
+            name = setting(key)
             theirs = sorted(c for c in CELLS.names() if name in field_names(CELLS.get(c).Config))
-            study = sorted(set(cells.values()))
-            whose = (
-                f": it is {', '.join(theirs)}'s; choose a model that trains "
-                f"{'one of them' if len(theirs) > 1 else 'it'} (`models`), or leave {key} out of dims"
-                if theirs
-                else f"; leave {key} out of dims"
-            )
+            study = sorted({cells[m.name] for m in carrying})
             raise SpaceError(
-                f"dims.{key} is a setting of none of this study's cells ({', '.join(study)}){whose}"
+                f"dims.{key} is a setting of none of this study's cells ({', '.join(study)}): it is "
+                f"{', '.join(theirs)}'s; choose a model that trains {'one of them' if len(theirs) > 1 else 'it'} "
+                f"(`models`), or leave {key} out of dims"
             )
     models = tuple(
-        dataclasses.replace(m, dims={k: d for k, d in m.dims.items() if not lacks(m, k)})
+        dataclasses.replace(m, dims={k: d for k, d in m.dims.items() if k not in keys or not lacks(m, k)})
         for m in space.models
     )
     return dataclasses.replace(space, models=models)

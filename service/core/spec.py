@@ -539,7 +539,7 @@ class StudySpec(BaseModel):
         # the preset's settings of its own cell (Orhan's nonlinearity) are its models'; an added cell's arm
         # takes only those the study itself sets, a model of the space those its cell takes
         preset_own = set(space.base) - set(self.base) if arms or own_models else set()
-        return cell_settings_per_model(space, {m.name for m in arms}, preset_own, own_models)
+        return cell_settings_per_model(space, {m.name for m in arms}, preset_own, own_models, set(self.dims))
 
 
 def _non_finite(value: Any, path: str) -> str | None:
