@@ -427,6 +427,17 @@ def test_a_dimension_over_a_cells_setting_spans_the_models_that_take_it(tmp_path
         ("urnn", "uniform"),
         ("urnn", "zero"),
     ]
+    # a model's own dimension is its own: refused where its cell lacks it, as a typo is, naming the field
+    own = {
+        "space": {"models": {"chain": {"fixed": {"init": "chain"}, "dims": {"use_relu": [True, False]}},
+                             "nru": {"fixed": {"cell": "nru"}, "dims": {"use_relu": [True, False]}}}},
+        "base": {"task": "copy", "seq_len": 25, "steps": 4},
+        "seeds": [1],
+    }  # fmt: skip
+    with pytest.raises(
+        ValueError, match="unknown config field 'use_relu'; valid fields for task 'copy' and cell 'rnn'"
+    ):
+        grid_trials(StudySpec.model_validate(own).search_space(), {})
     dotted = {
         **spec,
         "dims": {"seq_len": [100], "cell.initial_state": ["uniform", "zero"]},
