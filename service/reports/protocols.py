@@ -14,9 +14,9 @@ from service.store.models import Trial
 from trainers.config import EXECUTION_FIELDS
 
 #: config fields that are no part of a protocol: where and how fast a trial ran (`EXECUTION_FIELDS`; a
-#: cell's kernel, `backend`), its seed (what a rate is a sample over) and its numerics mode (a comparison's
-#: numerics notes say that one)
-NOT_PROTOCOL = frozenset({*EXECUTION_FIELDS, "seed", "numerics", "cell.backend"})
+#: cell's kernel, `backend`; a task's data folder, `root`), its seed (what a rate is a sample over) and its
+#: numerics mode (a comparison's numerics notes say that one)
+NOT_PROTOCOL = frozenset({*EXECUTION_FIELDS, "seed", "numerics", "cell.backend", "task.root"})
 #: settings, and groups, one note names at most (then how many more)
 SHOWN = 4
 
@@ -35,48 +35,54 @@ def settings_of(config: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def held(trials: Sequence[Trial]) -> dict[str, str]:
-    """The settings a study's trials of one group all hold at one value: its protocol there (what it varies
-    over them, its grid's lr and scale, is what its rate is over, not its protocol)."""
+    """The settings a study's trials of one group all hold at one value: its protocol there. What a study
+    varies (its points' values: its grid's lr and scale, even where it ran one value of them) is what its
+    rate is over, not its protocol."""
     values: dict[str, set[str]] = defaultdict(set)
     counts: dict[str, int] = defaultdict(int)
+    varied: set[str] = set()
     for t in trials:
+        varied |= {f"{scope}{k}" for k in (t.params or {}) for scope in ("", "task.", "cell.")}
         for key, value in settings_of(t.config).items():
             values[key].add(value)
             counts[key] += 1
-    return {k: next(iter(v)) for k, v in values.items() if len(v) == 1 and counts[k] == len(trials)}
+    return {
+        k: next(iter(v))
+        for k, v in values.items()
+        if len(v) == 1 and counts[k] == len(trials) and k not in varied
+    }
 
 
 def protocol_notes(
     groups: Mapping[tuple[str | None, ...], Mapping[str, Sequence[Trial]]], by: Sequence[str]
 ) -> list[str]:
     """For each set of settings that studies hold at different values within a group (`groups`: each
-    group of `by` → study → its trials there), one note: the groups, each study's values, and the way to
-    set them apart."""
-    apart: dict[tuple[str, ...], list[str]] = {}  # the settings → the groups where they differ
-    values: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}  # → study → setting → value (first group)
+    group of `by` → study → its trials there), one note: the groups where they differ so, each study's
+    values, and the way to set them apart."""
+    Found = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # each setting → each study's value
+    apart: dict[Found, list[str]] = {}  # → the groups where the studies differ so
     for key, studies in groups.items():
         protocols = {sid: held(trials) for sid, trials in studies.items() if trials}
         if len(protocols) < 2:
             continue
         common = set.intersection(*(set(p) for p in protocols.values()))
-        differ = tuple(sorted(k for k in common if len({p[k] for p in protocols.values()}) > 1))
+        differ = sorted(k for k in common if len({p[k] for p in protocols.values()}) > 1)
         if not differ:
             continue
         label = ", ".join(f"{field}={'–' if v is None else v}" for field, v in zip(by, key, strict=True))
-        apart.setdefault(differ, []).append(label)
-        values.setdefault(differ, {sid: {k: p[k] for k in differ} for sid, p in protocols.items()})
+        found = tuple((k, tuple((sid, p[k]) for sid, p in protocols.items())) for k in differ)
+        apart.setdefault(found, []).append(label)
     notes = []
-    for differ, labels in apart.items():
+    for found, labels in apart.items():
         settings = "; ".join(
-            f"{k} ({', '.join(f'{sid}: {v[k]}' for sid, v in values[differ].items())})"
-            for k in differ[:SHOWN]
-        ) + (f"; and {len(differ) - SHOWN} more" if len(differ) > SHOWN else "")
-        where = ", ".join(labels[:SHOWN]) + (
-            f" and {len(labels) - SHOWN} more" if len(labels) > SHOWN else ""
+            f"{k} ({', '.join(f'{sid}: {v}' for sid, v in values)})" for k, values in found[:SHOWN]
+        ) + (f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else "")
+        where = "; ".join(labels[:SHOWN]) + (
+            f"; and {len(labels) - SHOWN} more" if len(labels) > SHOWN else ""
         )
         notes.append(
             f"{where}: the studies trained it under different settings, {settings}: its rows set one protocol's "
             f"runs beside another's, and the difference is theirs too; group by them as well (by="
-            f"{','.join([*by, *differ[:2]])}) to set them apart, or compare studies of one protocol"
+            f"{','.join([*by, *(k for k, _ in found[:2])])}) to set them apart, or compare studies of one protocol"
         )
     return notes

@@ -466,7 +466,7 @@ def test_a_comparison_says_when_a_groups_studies_trained_it_under_different_sett
     body = client.get("/compare", params={"studies": f"{a},{longer}"}).json()
     (note,) = body["notes"]
     assert note.startswith(
-        f"model=chain, model=orth: the studies trained it under different settings, hidden ({a}: 16, "
+        f"model=chain; model=orth: the studies trained it under different settings, hidden ({a}: 16, "
         f"{longer}: 8); task.seq_len ({a}: 20, {longer}: 30): its rows set one protocol's runs beside "
         "another's"
     ), note
@@ -475,6 +475,15 @@ def test_a_comparison_says_when_a_groups_studies_trained_it_under_different_sett
         "/compare", params={"studies": f"{a},{longer}", "by": "model,hidden,task.seq_len"}
     ).json()
     assert apart["notes"] == []
+    # a dimension each study ran one value of is still what its rate is over, not its protocol
+    one_lr = []
+    for lr in (1e-3, 3e-3):
+        spec = grid(name=f"lr{lr}")
+        for m in spec["space"]["models"].values():
+            m["dims"]["lr"] = [lr]
+        one_lr.append(client.post("/studies", json=spec).json()["id"])
+        finish_all(client, one_lr[-1])
+    assert client.get("/compare", params={"studies": ",".join(one_lr)}).json()["notes"] == []
 
 
 def test_the_printed_comparison_leaves_out_a_study_with_no_trial_in_a_group_and_links_mlflow_once(
