@@ -178,8 +178,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    criterion = criterion_from_args(args)  # before training: a criterion the flags cannot make is refused now
     result = train(resolved, report)
-    criterion = criterion_from_args(args)
     threshold = criterion.threshold_for(result.baseline_loss, result.reference_baselines)
     success = criterion.judge(
         result.status, result.final_val_loss, result.baseline_loss, result.reference_baselines

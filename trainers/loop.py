@@ -118,10 +118,14 @@ class Solo:
     trains (`trainers.fused.Bundle` is a bundle's). Made once the process is configured and torch's global
     generator seeded (`of` does both, as `_run` does)."""
 
-    def __init__(self, resolved: Resolved, task: Task, device: torch.device) -> None:
+    def __init__(
+        self, resolved: Resolved, task: Task, device: torch.device, model: SequenceModel | None = None
+    ) -> None:
+        """`model`: the trial's, built already (`_run` counts its parameters before the rest is set up, so
+        that a trial that fails there records them)."""
         cfg = self.config = resolved.config
         self.task, self.device = task, device
-        self.model = build_model(resolved, task).to(device)
+        self.model = build_model(resolved, task).to(device) if model is None else model
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(cfg, self.params)
         self.val_split = task.val_split()
@@ -167,9 +171,10 @@ def _run(
     record_device(result, device, cfg)
     torch.manual_seed(derive_seed(cfg.seed, "torch"))  # anything that still uses the global RNG
 
-    solo = Solo(resolved, task, device)
-    model, schedule, rate = solo.model, solo.schedule, solo.rate
+    model = build_model(resolved, task).to(device)
     result.param_count = count_params(model)
+    solo = Solo(resolved, task, device, model)
+    schedule, rate = solo.schedule, solo.rate
     result.budget_steps = schedule.budget
     watch = Watch(cfg, result, report)
 

@@ -143,3 +143,12 @@ def test_a_task_value_its_constructor_refuses_is_an_error_not_a_failed_trial():
         p.stderr[-500:]
     )
     assert "give at least 21, or layout 'delay'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_both_criterion_flags_are_refused_before_training():
+    """`--success-threshold` with `--success-fraction` trained the whole budget, then exited 2 with no
+    result: the criterion is made, and refused, before a step is taken."""
+    p = run("train", "--task", "addition", "--seq-len", "10", "--steps", "100000", "--eval-every", "100000",
+            "--success-threshold", "0.1", "--success-fraction", "0.3", "--json")  # fmt: skip
+    assert p.returncode == 2 and p.stdout == "", p.stdout[-500:]
+    assert "give exactly one" in p.stderr and "step" not in p.stderr.split("error:")[0], p.stderr[-500:]

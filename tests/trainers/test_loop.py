@@ -365,3 +365,19 @@ def test_a_schedules_evaluations_are_those_its_steps_fall_due(budget: int, eval_
 
     s = Schedule(steps_per_epoch=eval_every, budget=budget, eval_every=eval_every)
     assert s.evaluations == sum(s.at(step) == "eval" for step in range(1, budget + 1))
+
+
+def test_a_trial_that_fails_setting_up_after_its_model_records_its_parameter_count(monkeypatch) -> None:
+    """The model is built, and its parameters counted, before the rest of the run is set up: a validation
+    split that cannot be made (a plugin task's, a data file's) failed the trial with `param_count` 0 once
+    the set-up moved into `Solo`."""
+    from trainers.model import build_model, count_params
+
+    def broken(self):  # type: ignore[no-untyped-def]
+        raise RuntimeError("no validation split")
+
+    monkeypatch.setattr(AdditionTask, "val_split", broken)
+    r = resolve({"task": "addition", "cell": "rnn", "hidden": 8, "steps": 2, "task_params": {"seq_len": 10}})
+    result = train(r)
+    assert result.status == "failed" and "no validation split" in (result.reason or "")
+    assert result.param_count == count_params(build_model(r, r.make_task())) > 0
