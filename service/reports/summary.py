@@ -62,16 +62,18 @@ class SuccessCell(BaseModel):
     )
     finished: int = Field(description="runs with a result (done, failed, pruned; at a budget, one there)")
     failed: int
-    pruned: int = Field(
-        default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
-    )
-    errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
+    # (its place: beside `failed`, of which it counts a part, as the CSV's columns had it before they were
+    # read off these fields: `service.reports.tables.CELL_FIELDS`)
     raised: int = Field(
         default=0,
         description="of the failed runs, those an exception ended (a traceback kept: a bug in a cell or a "
         "task, or a numerical error), not the protocol's failure (a loss not finite); the rate counts them "
         "as runs that did not succeed: read their tracebacks before it",
     )
+    pruned: int = Field(
+        default=0, description="stopped early by the scheduler (asha): runs that did not succeed"
+    )
+    errors: int = Field(description="trials whose worker, node or process died: no run, never counted as one")
     succeeded: int
     rate: float | None = Field(description="succeeded / finished; null when none finished (no estimate)")
     ci95: tuple[float, float] = Field(

@@ -5,7 +5,7 @@ numbers were judged under in leading comment lines:
     # study: 3f9c2a1b7d4e (demo-copy50)
     # criterion: 0.5 × baseline
     # trainer_version: 4
-    "table","model","field","value","trials","finished","failed","pruned","errors","raised","succeeded","rate","ci95_low","ci95_high"
+    "table","model","field","value","trials","finished","failed","raised","pruned","errors","succeeded","rate","ci95_low","ci95_high"
     "by_model","chain","","",4,4,0,0,0,0,4,1.0,0.5101,1.0
 
 Columns are the JSON answer's field names: a nested object's fields as `name.field` (`params.lr`,
