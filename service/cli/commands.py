@@ -790,13 +790,24 @@ def criterion_query(args: argparse.Namespace) -> SuccessQuery:
     flag by flag, by the bounds of the server's query parameters: a ledger and a server refuse alike
     (this machine's counted `--at-step 0` at each run's end). The calls take its fields as keywords, as
     the client's do (`studies`: a server's client or this machine's ledger)."""
+    from trainers.criterion import Criterion
+
     given = {name: getattr(args, name) for name in SuccessQuery.model_fields}
     try:
         return SuccessQuery(**given)
     except ValidationError as exc:
-        said = [(str(e["loc"][0]), e["msg"]) for e in exc.errors()]
-        flags = "; ".join(f"--{name.replace('_', '-')} {given[name]}: {msg}" for name, msg in said)
-        raise Refused(f"error: {flags}") from None
+        said = []
+        for name, msg in ((str(e["loc"][0]), e["msg"]) for e in exc.errors()):
+            if name in (
+                "fraction",
+                "threshold",
+            ):  # the criterion's own words: what it is, and the papers' value
+                try:
+                    Criterion.of(**{name: given[name]})
+                except ValueError as why:
+                    msg = str(why)
+            said.append(f"--{name.replace('_', '-')} {given[name]}: {msg}")
+        raise Refused(f"error: {'; '.join(said)}") from None
 
 
 #: each subcommand's function (its flags: `service.cli.parser`)

@@ -76,6 +76,13 @@ def test_a_server_and_this_machines_ledger_refuse_a_bad_value_alike(
             commands.main(argv)
         assert refused.value.code == 2
         assert capsys.readouterr().err == "error: --at-step 0: Input should be greater than or equal to 1\n"
+    # a criterion's bounds in its own words, as the local ledger said them before the query refused them
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        commands.main(["success", sid, "--fraction", "1.5"])
+    assert capsys.readouterr().err.startswith(
+        "error: --fraction 1.5: success fraction = 1.5 must be in (0, 1]: a run succeeds when its final validation"
+    )
     # a misspelt parameter is still named, with the query's fields among those the route takes
     r = c.get(f"/studies/{sid}/success", params={"fractoin": 0.3})
     assert r.status_code == 422 and "did you mean 'fraction'?" in r.text
