@@ -91,9 +91,11 @@ def coerce(raw: Any, tp: Any, where: str) -> Any:
         # were True here while a spec's 1 was refused, so one setting read two ways
         if isinstance(raw, str) and raw.lower() in ("true", "false"):
             return raw.lower() == "true"
+        name = where.rpartition(".")[2]
         raise ConfigError(
             f"{where} = {raw!r} is not a boolean: it takes true or false (as YAML 1.2 and JSON write them; "
-            "yes/no, on/off and 1/0 are text or numbers there)"
+            "yes/no, on/off and 1/0 are text or numbers there); a study stored with such text (before memsweep "
+            f"refused it) is extended with the setting given again: --set {name}=true (base: {{{name}: true}})"
         )
     if tp is int:
         if isinstance(raw, bool):

@@ -25,7 +25,9 @@ def test_anything_else_is_refused_naming_the_field_and_the_values_it_takes(raw: 
         coerce(raw, bool, "cell 'rnn'.layer_norm")
     assert str(caught.value) == (
         f"cell 'rnn'.layer_norm = {raw!r} is not a boolean: it takes true or false (as YAML 1.2 and JSON "
-        "write them; yes/no, on/off and 1/0 are text or numbers there)"
+        "write them; yes/no, on/off and 1/0 are text or numbers there); a study stored with such text "
+        "(before memsweep refused it) is extended with the setting given again: --set layer_norm=true "
+        "(base: {layer_norm: true})"
     )
 
 
