@@ -486,7 +486,9 @@ def test_a_plugin_cell_is_swept_against_the_papers_cells_over_rest_and_retrained
             for t in trials
             if t["model"] == "indrnn"
         )
-    assert any(n.startswith("the cell memsweep-indrnn plugin ran different code") for n in compared["notes"])
+    assert any(
+        n.startswith("the cell indrnn (plugin memsweep-indrnn) ran different code") for n in compared["notes"]
+    )
     rows = [r for r in compared["rows"] if r["group"].get("model") is not None]  # not the totals
     assert {r["group"]["model"] for r in rows} == {"chain", "orthogonal", "indrnn"}
     ours = [r for r in rows if r["group"]["model"] == "indrnn" and r["study_id"] is not None]
